@@ -1,0 +1,43 @@
+#include "runtime/buffer.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "runtime/cuda_memory.h"
+#include "runtime/error.h"
+
+namespace trainer {
+
+Buffer::Buffer(size_t bytes, Device device) : bytes_(bytes), device_(device) {
+  if (bytes == 0) return;
+  switch (device) {
+    case Device::cpu: {
+      size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+      data_ = std::aligned_alloc(kAlignment, rounded);
+      CHECK(data_, "out of host memory allocating {:.1f} MiB", bytes / 1048576.0);
+      std::memset(data_, 0, bytes);
+      break;
+    }
+    case Device::cuda:
+      data_ = cuda_malloc_zeroed(bytes);
+      break;
+  }
+}
+
+Buffer::~Buffer() {
+  if (!data_) return;
+  switch (device_) {
+    case Device::cpu: std::free(data_); break;
+    case Device::cuda: cuda_free(data_); break;
+  }
+}
+
+void Buffer::zero() {
+  if (!data_) return;
+  switch (device_) {
+    case Device::cpu: std::memset(data_, 0, bytes_); break;
+    case Device::cuda: cuda_memset_zero(data_, bytes_); break;
+  }
+}
+
+}  // namespace trainer

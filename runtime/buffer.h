@@ -1,0 +1,51 @@
+// Owned, aligned memory on a device. The only owner of activation, parameter and optimizer
+// storage; everything else holds views.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "runtime/device.h"
+
+namespace trainer {
+
+class Buffer {
+ public:
+  static constexpr size_t kAlignment = 64;
+
+  Buffer() = default;
+  // Allocates `bytes` (zero-filled) on `device`; throws trainer::Error when out of memory.
+  explicit Buffer(size_t bytes, Device device = Device::cpu);
+  ~Buffer();
+  Buffer(Buffer&& other) noexcept { swap(other); }
+  Buffer& operator=(Buffer&& other) noexcept {
+    Buffer tmp(std::move(other));
+    swap(tmp);
+    return *this;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  void* data() const { return data_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
+  // Sets every byte to zero.
+  void zero();
+
+ private:
+  void swap(Buffer& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(bytes_, o.bytes_);
+    std::swap(device_, o.device_);
+  }
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  Device device_ = Device::cpu;
+};
+
+}  // namespace trainer

@@ -1,0 +1,18 @@
+// Where memory lives and kernels run. Dispatch is one explicit switch on this enum.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace trainer {
+
+enum class Device : uint8_t { cpu, cuda };
+
+constexpr std::string_view device_name(Device d) { return d == Device::cpu ? "cpu" : "cuda"; }
+
+// True when this binary was built with the CUDA backend.
+bool cuda_built();
+// Number of usable CUDA devices (0 without the backend, a driver or a GPU).
+int cuda_device_count();
+
+}  // namespace trainer

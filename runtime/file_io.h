@@ -1,0 +1,72 @@
+// File I/O with the guarantees checkpoints and shards need: atomic replacement (write to a
+// temporary, fsync, rename, fsync the directory), read-only memory maps, and CRC-32 checksums.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace trainer {
+
+namespace fs = std::filesystem;
+
+// CRC-32 (zlib polynomial) of a byte range, continuing from `crc` (0 to start).
+uint32_t crc32(const void* data, size_t bytes, uint32_t crc = 0);
+
+// Reads a whole (small) file; throws naming the path when it cannot be read.
+std::string read_file(const fs::path& path);
+
+// Writes `contents` to `path` atomically: readers see the old file or the new one, never a
+// partial one, and the new one is on disk when this returns.
+void write_file_atomic(const fs::path& path, std::string_view contents);
+
+// Flushes a file or directory's metadata to disk (after a rename into it).
+void fsync_path(const fs::path& path);
+
+// An output file written sequentially, fsynced on commit(); removed if never committed.
+class OutputFile {
+ public:
+  explicit OutputFile(const fs::path& path);
+  ~OutputFile();
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+  void write(const void* data, size_t bytes);
+  // Flushes and fsyncs; the file stays.
+  void commit();
+  uint64_t bytes_written() const { return written_; }
+
+ private:
+  fs::path path_;
+  int fd_ = -1;
+  uint64_t written_ = 0;
+};
+
+// A read-only memory map of a whole file. Pages load on demand, so resident memory follows
+// what is touched, not the file size.
+class MappedFile {
+ public:
+  MappedFile() = default;
+  explicit MappedFile(const fs::path& path);
+  ~MappedFile();
+  MappedFile(MappedFile&& o) noexcept { swap(o); }
+  MappedFile& operator=(MappedFile&& o) noexcept {
+    MappedFile tmp(std::move(o));
+    swap(tmp);
+    return *this;
+  }
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const fs::path& path() const { return path_; }
+  // Tells the kernel the pages in [offset, offset+bytes) are no longer needed.
+  void release(size_t offset, size_t bytes) const;
+
+ private:
+  void swap(MappedFile& o) noexcept;
+  fs::path path_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace trainer

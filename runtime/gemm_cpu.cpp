@@ -1,0 +1,33 @@
+#include <dnnl.h>
+
+#include <vector>
+
+#include "runtime/error.h"
+#include "runtime/gemm.h"
+#include "runtime/timer.h"
+
+namespace trainer {
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda,
+                                B, ldb, beta, C, ldc);
+  CHECK(st == dnnl_success, "oneDNN sgemm failed (status {}) for M={} N={} K={}", int(st), M, N,
+        K);
+}
+
+double measure_gemm_gflops(int64_t n, double min_seconds) {
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n, 0.0f);
+  gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);  // warm-up
+  int reps = 0;
+  Timer t;
+  do {
+    gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    ++reps;
+  } while (t.seconds() < min_seconds);
+  return 2.0 * double(n) * n * n * reps / t.seconds() / 1e9;
+}
+
+}  // namespace trainer

@@ -1,0 +1,61 @@
+#include "runtime/rng.h"
+
+#include <cmath>
+#include <numbers>
+
+namespace trainer {
+
+std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> c, uint64_t key) {
+  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
+  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+  uint32_t k0 = uint32_t(key), k1 = uint32_t(key >> 32);
+  for (int round = 0; round < 10; ++round) {
+    uint64_t p0 = uint64_t(kM0) * c[0];
+    uint64_t p1 = uint64_t(kM1) * c[2];
+    c = {uint32_t(p1 >> 32) ^ c[1] ^ k0, uint32_t(p1), uint32_t(p0 >> 32) ^ c[3] ^ k1,
+         uint32_t(p0)};
+    k0 += kW0;
+    k1 += kW1;
+  }
+  return c;
+}
+
+uint64_t hash64(std::string_view s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char ch : s) {
+    h ^= ch;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+namespace {
+// (0, 1]: never zero, so log() below is finite.
+inline float unit_open(uint32_t x) { return (float(x >> 8) + 1.0f) * (1.0f / 16777216.0f); }
+}  // namespace
+
+void fill_normal(float* out, int64_t n, uint64_t key, float mean, float std) {
+#pragma omp parallel for schedule(static)
+  for (int64_t block = 0; block < (n + 3) / 4; ++block) {
+    uint64_t c = uint64_t(block);
+    auto r = philox4x32({uint32_t(c), uint32_t(c >> 32), 0, 0}, key);
+    float z[4];
+    for (int pair = 0; pair < 2; ++pair) {  // Box-Muller: two normals from two uniforms
+      float radius = std::sqrt(-2.0f * std::log(unit_open(r[2 * pair])));
+      float angle = 2.0f * std::numbers::pi_v<float> * unit_open(r[2 * pair + 1]);
+      z[2 * pair] = radius * std::cos(angle);
+      z[2 * pair + 1] = radius * std::sin(angle);
+    }
+    for (int j = 0; j < 4 && block * 4 + j < n; ++j) out[block * 4 + j] = mean + std * z[j];
+  }
+}
+
+uint64_t Rng::next_u64() {
+  auto r = philox4x32({uint32_t(offset_), uint32_t(offset_ >> 32), 1, 0}, key_);
+  ++offset_;
+  return (uint64_t(r[0]) << 32) | r[1];
+}
+
+float Rng::uniform() { return float(next_u64() >> 40) * (1.0f / 16777216.0f); }
+
+}  // namespace trainer

@@ -1,0 +1,59 @@
+// The safetensors format (8-byte little-endian header length, a JSON header naming each
+// tensor's dtype, shape and byte range, then the raw data), so that checkpoints and exported
+// models open in other tools. Reading maps the file and validates every range.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "runtime/dtype.h"
+#include "runtime/file_io.h"
+#include "runtime/tensor.h"
+
+namespace trainer {
+
+struct TensorEntry {
+  std::string name;
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;  // host memory, valid until write()
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    return n;
+  }
+};
+
+// Collects tensors, then writes them in one pass. Returns the file's CRC-32.
+class SafetensorsWriter {
+ public:
+  void add(std::string name, DType dtype, std::vector<int64_t> shape, const void* data);
+  void set_metadata(std::string key, std::string value) { metadata_[key] = std::move(value); }
+  uint32_t write(const fs::path& path) const;
+
+ private:
+  std::vector<TensorEntry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// A mapped safetensors file. Throws a one-line error naming the file for any malformed part.
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const fs::path& path);
+  const std::vector<TensorEntry>& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // The tensor called `name`; throws naming the file when it is absent.
+  const TensorEntry& get(const std::string& name) const;
+  bool contains(const std::string& name) const;
+  const fs::path& path() const { return file_.path(); }
+
+ private:
+  MappedFile file_;
+  std::vector<TensorEntry> tensors_;
+  std::map<std::string, size_t> index_;
+  std::map<std::string, std::string> metadata_;
+};
+
+}  // namespace trainer

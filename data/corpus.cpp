@@ -1,0 +1,65 @@
+// Corpus: opening a split's shards and reading the concatenated token stream.
+#include "data/corpus.h"
+
+#include <algorithm>
+
+#include "runtime/error.h"
+
+namespace trainer::data {
+
+DocIndex doc_index_from_lengths(const std::vector<uint64_t>& lengths) {
+  DocIndex idx;
+  idx.starts.reserve(lengths.size() + 1);
+  for (uint64_t n : lengths) idx.starts.push_back(idx.starts.back() + n);
+  return idx;
+}
+
+Corpus::Corpus(const fs::path& dir, const std::string& split, const ShardExpect& expect,
+               bool verify, bool index_docs)
+    : dir_(dir), split_(split), manifest_(read_manifest(dir)) {
+  fs::path mpath = dir / kManifestName;
+  auto it = manifest_.splits.find(split);
+  CHECK(it != manifest_.splits.end(), "{}: no split '{}'", mpath.string(), split);
+  const SplitInfo& info = it->second;
+  CHECK(expect.vocab_size == 0 || manifest_.vocab_size == expect.vocab_size,
+        "{}: corpus vocab size {} does not match the expected {}", mpath.string(),
+        manifest_.vocab_size, expect.vocab_size);
+  CHECK(expect.tokenizer_hash == 0 || manifest_.tokenizer_hash == expect.tokenizer_hash,
+        "{}: corpus was made with another tokenizer (hash {:016x}, expected {:016x})",
+        mpath.string(), manifest_.tokenizer_hash, expect.tokenizer_hash);
+  ShardExpect want{manifest_.vocab_size, manifest_.tokenizer_hash};
+  for (const ShardEntry& e : info.shards) {
+    auto shard = std::make_unique<Shard>(dir / e.file, want, verify);
+    const ShardHeader& h = shard->header();
+    CHECK(h.num_docs == e.documents && h.num_tokens == e.tokens,
+          "{}: shard holds {} documents / {} tokens, the manifest says {} / {}",
+          shard->path().string(), h.num_docs, h.num_tokens, e.documents, e.tokens);
+    if (index_docs) {
+      uint64_t base = shard_starts_.back();
+      for (uint64_t d = 1; d <= h.num_docs; ++d) docs_.starts.push_back(base + shard->doc_offset(d));
+      shard->release_all();
+    }
+    shard_starts_.push_back(shard_starts_.back() + h.num_tokens);
+    shards_.push_back(std::move(shard));
+  }
+  CHECK(num_tokens() > 0, "{}: split '{}' is empty (no tokens)", mpath.string(), split);
+}
+
+Corpus::~Corpus() = default;
+
+void Corpus::read(uint64_t pos, uint64_t count, int32_t* out) const {
+  CHECK(pos + count <= num_tokens(), "{}: read of tokens [{}, {}) past the end of split '{}' ({})",
+        dir_.string(), pos, pos + count, split_, num_tokens());
+  while (count > 0) {
+    size_t s = size_t(std::upper_bound(shard_starts_.begin(), shard_starts_.end(), pos) -
+                      shard_starts_.begin() - 1);
+    uint64_t local = pos - shard_starts_[s];
+    uint64_t n = std::min(count, shard_starts_[s + 1] - pos);
+    shards_[s]->read_tokens(local, n, out);
+    out += n;
+    pos += n;
+    count -= n;
+  }
+}
+
+}  // namespace trainer::data

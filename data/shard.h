@@ -1,0 +1,103 @@
+// Token shards: the on-disk unit `trainer prepare` writes and the loader maps. A shard is a
+// fixed header, the document offsets and the tokens, so a reader can map it and find any
+// document without parsing. See Note [Shard format] in shard.cpp and docs/data.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/file_io.h"
+
+namespace trainer::data {
+
+namespace fs = std::filesystem;
+
+inline constexpr char kShardMagic[8] = {'T', 'R', 'N', 'S', 'H', 'R', 'D', '1'};
+inline constexpr uint32_t kShardVersion = 1;
+inline constexpr size_t kShardHeaderBytes = 64;
+
+// The decoded fixed header of a shard.
+struct ShardHeader {
+  uint32_t version = kShardVersion;
+  uint32_t token_bytes = 2;  // 2 or 4
+  uint32_t vocab_size = 0;
+  uint64_t num_docs = 0;
+  uint64_t num_tokens = 0;
+  uint64_t tokenizer_hash = 0;
+  uint32_t payload_crc = 0;  // CRC-32 of every byte after the header
+};
+
+// What a reader insists on; zero fields are not checked.
+struct ShardExpect {
+  uint32_t vocab_size = 0;
+  uint64_t tokenizer_hash = 0;
+};
+
+// The byte size of a shard with these counts.
+uint64_t shard_file_bytes(uint64_t num_docs, uint64_t num_tokens, uint32_t token_bytes);
+
+// Decodes and checks the header of the shard bytes [data, data+size): magic, version, token
+// width, header checksum, the file size the counts imply and `expect`. Throws trainer::Error
+// naming `name` on the first problem.
+ShardHeader parse_shard_header(const uint8_t* data, size_t size, const std::string& name,
+                               const ShardExpect& expect = {});
+
+// Checks everything after the header: the payload checksum, offsets that start at 0, never
+// decrease and end at num_tokens, and every token id < vocab_size. Reads the payload once in
+// chunks; `release(offset, bytes)` (if set) is called behind the scan so a mapped file's pages
+// can be dropped. Throws trainer::Error naming `name`.
+void verify_shard_payload(const uint8_t* data, size_t size, const ShardHeader& header,
+                          const std::string& name,
+                          void (*release)(const void* ctx, size_t offset, size_t bytes) = nullptr,
+                          const void* ctx = nullptr);
+
+// A shard file mapped read-only. Resident memory follows what was read and not released.
+class Shard {
+ public:
+  // Maps and checks the header; with `verify` also the whole payload (one streaming pass).
+  Shard(const fs::path& path, const ShardExpect& expect, bool verify);
+  const ShardHeader& header() const { return header_; }
+  const fs::path& path() const { return file_.path(); }
+  // Token offset of local document d (d <= num_docs).
+  uint64_t doc_offset(uint64_t d) const;
+  // Copies tokens [begin, begin+count) widened to int32, then releases their pages.
+  void read_tokens(uint64_t begin, uint64_t count, int32_t* out) const;
+  // Drops every resident page of the mapping (after a scan of the offsets, say).
+  void release_all() const { release_bytes(0, file_.size()); }
+
+ private:
+  void release_bytes(size_t offset, size_t bytes) const;
+  MappedFile file_;
+  ShardHeader header_;
+  size_t tokens_offset_ = 0;
+};
+
+// Accumulates documents in memory and writes them as one shard file (size bounded by the caller).
+class ShardWriter {
+ public:
+  ShardWriter(uint32_t vocab_size, uint64_t tokenizer_hash);
+  // Appends a document; every id must be in [0, vocab_size).
+  void add_document(std::span<const int32_t> tokens);
+  uint64_t num_docs() const { return offsets_.size() - 1; }
+  uint64_t num_tokens() const { return offsets_.back(); }
+  uint64_t file_bytes() const;
+  uint32_t token_bytes() const { return token_bytes_; }
+  // Writes the shard atomically to `path` and empties the writer.
+  void write(const fs::path& path);
+
+ private:
+  uint32_t vocab_size_;
+  uint64_t tokenizer_hash_;
+  uint32_t token_bytes_;
+  std::vector<uint64_t> offsets_{0};
+  std::vector<uint8_t> tokens_;
+};
+
+// Token width a vocabulary needs: 2 bytes up to 65536 ids, else 4.
+inline uint32_t token_bytes_for_vocab(uint32_t vocab_size) { return vocab_size <= 65536 ? 2 : 4; }
+
+}  // namespace trainer::data

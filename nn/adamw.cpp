@@ -1,0 +1,62 @@
+#include "nn/adamw.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/error.h"
+
+namespace trainer::nn {
+
+AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& config, int64_t begin, int64_t end)
+    : config_(config),
+      begin_(begin),
+      end_(end),
+      m_(size_t(end - begin) * sizeof(float)),
+      v_(size_t(end - begin) * sizeof(float)) {
+  CHECK(0 <= begin && begin <= end && end <= layout.total(), "bad optimizer range [{}, {})",
+        begin, end);
+  for (const ParamInfo& p : layout.params()) {
+    int64_t b = std::max(begin, p.offset), e = std::min(end, p.offset + p.numel);
+    if (b >= e) continue;
+    bool decay = p.decay || (config.decay_embeddings && p.block == -1);
+    spans_.push_back({b, e, decay});
+  }
+}
+
+void AdamW::step(float* params, const float* grads, float lr, float grad_scale) {
+  ++step_;
+  const float b1 = config_.beta1, b2 = config_.beta2, eps = config_.eps;
+  const float bc1 = 1.0f - std::pow(b1, float(step_));
+  const float bc2 = 1.0f - std::pow(b2, float(step_));
+  const float step_size = lr / bc1;
+  const float inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
+  float* m = this->m();
+  float* v = this->v();
+  for (const Span& s : spans_) {
+    const float decay = s.decay ? 1.0f - lr * config_.weight_decay : 1.0f;
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = s.begin; i < s.end; ++i) {
+      float g = grads[i] * grad_scale;
+      int64_t j = i - begin_;
+      float mi = b1 * m[j] + (1.0f - b1) * g;
+      float vi = b2 * v[j] + (1.0f - b2) * g * g;
+      m[j] = mi;
+      v[j] = vi;
+      params[i] = params[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+    }
+  }
+}
+
+double sum_squares(const float* x, int64_t n) {
+  double s = 0;
+#pragma omp parallel for simd schedule(static) reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += double(x[i]) * x[i];
+  return s;
+}
+
+float clip_scale(double norm, float max_norm) {
+  if (max_norm <= 0) return 1.0f;
+  return float(std::min(1.0, double(max_norm) / (norm + 1e-6)));
+}
+
+}  // namespace trainer::nn

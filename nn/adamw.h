@@ -1,0 +1,56 @@
+// AdamW (decoupled weight decay, PyTorch's update order) over a range of the flat parameter
+// buffer, with fp32 moments for that range only: a ZeRO shard is just a smaller range.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "nn/param_layout.h"
+#include "runtime/buffer.h"
+
+namespace trainer::nn {
+
+struct AdamWConfig {
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;
+  bool decay_embeddings = false;  // decay wte/wpe too (GPT-2 recipes differ)
+};
+
+class AdamW {
+ public:
+  // Optimises elements [begin, end) of the flat buffers described by `layout`.
+  AdamW(const ParamLayout& layout, const AdamWConfig& config, int64_t begin, int64_t end);
+
+  // One update of params[begin, end) from grads * grad_scale (grad_scale folds in clipping).
+  void step(float* params, const float* grads, float lr, float grad_scale);
+
+  int64_t steps() const { return step_; }
+  void set_steps(int64_t s) { step_ = s; }
+  int64_t begin() const { return begin_; }
+  int64_t end() const { return end_; }
+  float* m() { return m_.as<float>(); }
+  float* v() { return v_.as<float>(); }
+  const AdamWConfig& config() const { return config_; }
+
+ private:
+  struct Span {
+    int64_t begin, end;
+    bool decay;
+  };
+  AdamWConfig config_;
+  int64_t begin_, end_;
+  std::vector<Span> spans_;  // the parameters within [begin, end), with their decay flag
+  Buffer m_, v_;
+  int64_t step_ = 0;
+};
+
+// Sum of squares of x[0, n) in double precision (for the global gradient norm).
+double sum_squares(const float* x, int64_t n);
+
+// The factor that scales gradients of global norm `norm` down to max_norm (1 if already below
+// or if max_norm <= 0), as torch.nn.utils.clip_grad_norm_ computes it.
+float clip_scale(double norm, float max_norm);
+
+}  // namespace trainer::nn

@@ -1,0 +1,55 @@
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "nn/ops/cross_entropy.h"
+#include "runtime/error.h"
+
+namespace trainer::nn {
+
+LossSum cross_entropy_forward(float* logits, const int32_t* targets, int64_t N, int V) {
+  for (int64_t n = 0; n < N; ++n)
+    CHECK(targets[n] >= -1 && targets[n] < V,
+          "target id {} at position {} is outside the vocab [0, {})", targets[n], n, V);
+  double sum = 0;
+  int64_t count = 0;
+#pragma omp parallel for schedule(static) reduction(+ : sum, count)
+  for (int64_t n = 0; n < N; ++n) {
+    float* row = logits + n * V;
+    const float target_logit = targets[n] >= 0 ? row[targets[n]] : 0.0f;
+    float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
+    for (int v = 0; v < V; ++v) mx = std::max(mx, row[v]);
+    float z = 0;
+#pragma omp simd reduction(+ : z)
+    for (int v = 0; v < V; ++v) {
+      float e = std::exp(row[v] - mx);
+      row[v] = e;
+      z += e;
+    }
+    float inv = 1.0f / z;
+#pragma omp simd
+    for (int v = 0; v < V; ++v) row[v] *= inv;
+    if (targets[n] >= 0) {  // -log p = log-sum-exp - logit, stable where p underflows
+      sum += double(mx) + std::log(double(z)) - double(target_logit);
+      ++count;
+    }
+  }
+  return {sum, count};
+}
+
+void cross_entropy_backward(float* probs, const int32_t* targets, int64_t N, int V, float scale) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    float* row = probs + n * V;
+    if (targets[n] < 0) {
+      std::fill(row, row + V, 0.0f);
+      continue;
+    }
+#pragma omp simd
+    for (int v = 0; v < V; ++v) row[v] *= scale;
+    row[targets[n]] -= scale;
+  }
+}
+
+}  // namespace trainer::nn

@@ -42,6 +42,7 @@ Corpus::Corpus(const fs::path& dir, const std::string& split, const ShardExpect&
     shard_starts_.push_back(shard_starts_.back() + h.num_tokens);
     shards_.push_back(std::move(shard));
   }
+  if (!index_docs) docs_.starts = {0, num_tokens()};  // one pseudo document: the stream
   CHECK(num_tokens() > 0, "{}: split '{}' is empty (no tokens)", mpath.string(), split);
 }
 

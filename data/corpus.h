@@ -36,7 +36,7 @@ class Corpus {
   const Manifest& manifest() const { return manifest_; }
   const SplitInfo& split() const { return manifest_.splits.at(split_); }
   uint64_t num_tokens() const { return shard_starts_.back(); }
-  // Document boundaries (empty unless opened with index_docs).
+  // Document boundaries; without index_docs one pseudo document spanning the whole stream.
   const DocIndex& docs() const { return docs_; }
   // Copies tokens [pos, pos+count) of the concatenated stream (may span shards).
   void read(uint64_t pos, uint64_t count, int32_t* out) const;

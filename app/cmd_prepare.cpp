@@ -1,0 +1,50 @@
+// `trainer prepare`: tokenize text or JSON-lines input into train/val shards and a manifest.
+//   trainer prepare --tokenizer tok.model --input <files/globs>... --format text|jsonl[:field]
+//                   --out DIR [--val-fraction F] [--shard-mb 100] [--threads N]
+#include <boost/program_options.hpp>
+#include <iostream>
+
+#include "app/commands.h"
+#include "data/prepare.h"
+#include "runtime/error.h"
+
+namespace trainer::app {
+
+namespace po = boost::program_options;
+
+int cmd_prepare(const Args& args) {
+  data::PrepareOptions o;
+  std::string tokenizer, out;
+  po::options_description desc("trainer prepare");
+  desc.add_options()("help,h", "print this help")(
+      "tokenizer", po::value(&tokenizer)->required(), "tokenizer .model file")(
+      "input", po::value(&o.inputs)->multitoken()->required(), "input files or globs")(
+      "format", po::value(&o.format)->default_value("text"),
+      "text (documents separated by blank lines) | jsonl | jsonl:<field>")(
+      "out", po::value(&out)->required(), "output directory")(
+      "val-fraction", po::value(&o.val_fraction)->default_value(0.0),
+      "share of documents for the val split (chosen by content hash)")(
+      "shard-mb", po::value(&o.shard_mb)->default_value(100), "shard size bound in MiB")(
+      "threads", po::value(&o.threads)->default_value(0), "tokenizer threads (0: all cores)")(
+      "no-eos", "do not end documents with the tokenizer's eos id")(
+      "no-progress", "no progress line");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(desc).run(), vm);
+    if (vm.count("help")) {
+      std::cout << desc << "\n";
+      return 0;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(fmt::format("prepare: {} (see trainer prepare --help)", e.what()));
+  }
+  o.tokenizer = tokenizer;
+  o.out = out;
+  o.append_eos = !vm.count("no-eos");
+  o.progress = !vm.count("no-progress");
+  data::prepare_corpus(o);
+  return 0;
+}
+
+}  // namespace trainer::app

@@ -1,0 +1,111 @@
+// Loader: prefetch thread, lockstep step planning and state (de)serialisation.
+#include "data/loader.h"
+
+#include <nlohmann/json.hpp>
+
+#include "data/batcher.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+
+namespace trainer::data {
+
+void to_json(nlohmann::json& j, const LoaderState& s) {
+  j = nlohmann::json{{"seed", s.seed}, {"epoch", s.epoch}, {"cursor", s.cursor}};
+}
+
+void from_json(const nlohmann::json& j, LoaderState& s) {
+  try {
+    s.seed = j.at("seed").get<uint64_t>();
+    s.epoch = j.at("epoch").get<int64_t>();
+    s.cursor = j.at("cursor").get<int64_t>();
+  } catch (const std::exception& e) {
+    THROW_ERROR("malformed loader state: {}", e.what());
+  }
+  CHECK(s.epoch >= 0 && s.cursor >= 0, "malformed loader state: epoch {} cursor {}", s.epoch,
+        s.cursor);
+}
+
+Loader::Loader(const LoaderConfig& config, int rank, int world_size,
+               std::optional<LoaderState> resume)
+    : config_(config), rank_(rank), world_size_(world_size) {
+  if (world_size < 1 || rank < 0 || rank >= world_size)
+    throw UsageError(fmt::format("bad rank {} for world size {}", rank, world_size));
+  if (config_.prefetch < 1) throw UsageError("loader prefetch depth must be >= 1");
+  corpus_ = std::make_unique<Corpus>(config_.data_dir, config_.split,
+                                     ShardExpect{config_.vocab_size, config_.tokenizer_hash},
+                                     config_.verify_checksums, config_.mode != Mode::stream);
+  state_ = resume ? *resume : LoaderState{config_.seed, 0, 0};
+  seed_ = state_.seed;
+  if (resume && resume->seed != config_.seed)
+    log::warn("loader: resuming with the checkpoint's seed {} (config says {})", resume->seed,
+              config_.seed);
+  PlanConfig pc{config_.mode,     config_.batch_size, config_.seq_len, config_.max_tokens,
+                state_.seed,      config_.drop_last};
+  steps_ = std::make_unique<StepPlanner>(pc, corpus_->docs(), world_size);
+  steps_->seek(state_.epoch, state_.cursor);
+  thread_ = std::thread([this] { run(); });
+}
+
+Loader::~Loader() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Loader::run() {
+  try {
+    bool empty_epoch = true;
+    while (true) {
+      Item item;
+      if (config_.max_epochs > 0 && steps_->epoch() >= config_.max_epochs) {
+        item.after = {seed_, steps_->epoch(), 0};
+      } else {
+        std::vector<BatchPlan> plans = steps_->next_step();
+        if (plans.empty()) {
+          CHECK(!(empty_epoch && steps_->cursor() == 0),
+                "{}: split '{}' yields no step of {} batches per epoch (too small for this "
+                "batch size / world size with drop_last)",
+                config_.data_dir.string(), config_.split, world_size_);
+          steps_->seek(steps_->epoch() + 1, 0);
+          empty_epoch = true;
+          continue;
+        }
+        empty_epoch = false;
+        item.batch = make_batch(plans[size_t(rank_)], config_.mode, *corpus_);
+        item.after = {seed_, steps_->epoch(), steps_->cursor()};
+      }
+      bool last = !item.batch;
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || int(queue_.size()) < config_.prefetch; });
+      if (stop_) return;
+      queue_.push_back(std::move(item));
+      cv_.notify_all();
+      if (last) return;
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = std::current_exception();
+    cv_.notify_all();
+  }
+}
+
+std::optional<Batch> Loader::next() {
+  if (finished_) return std::nullopt;
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !queue_.empty() || error_; });
+  if (queue_.empty()) std::rethrow_exception(error_);
+  Item item = std::move(queue_.front());
+  queue_.pop_front();
+  cv_.notify_all();
+  if (!item.batch) {
+    finished_ = true;
+    return std::nullopt;
+  }
+  state_ = item.after;
+  return std::move(item.batch);
+}
+
+}  // namespace trainer::data

@@ -1,0 +1,90 @@
+// The training data loader: plans lockstep steps over a prepared split, materialises this
+// rank's batches on a prefetch thread, and exposes a small resumable state for checkpoints.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "data/batch.h"
+#include "data/corpus.h"
+#include "data/plan.h"
+
+namespace trainer::data {
+
+struct LoaderConfig {
+  std::filesystem::path data_dir;  // a directory written by `trainer prepare`
+  std::string split = "train";
+  Mode mode = Mode::stream;
+  int batch_size = 8;          // B (stream, pack)
+  int seq_len = 1024;          // T (stream, pack); longest row (bucket)
+  int64_t max_tokens = 0;      // bucket: padded tokens per batch
+  uint64_t seed = 0;
+  bool drop_last = true;       // else the epoch's tail is padded by wrapping around
+  int prefetch = 4;            // K batches kept ready
+  int64_t max_epochs = 0;      // 0 = infinite
+  uint32_t vocab_size = 0;     // checked against the shards when non-zero
+  uint64_t tokenizer_hash = 0; // checked against the shards when non-zero
+  bool verify_checksums = true;
+};
+
+// Where a loader stands: after `cursor` global batches (all ranks together) of `epoch`.
+struct LoaderState {
+  uint64_t seed = 0;
+  int64_t epoch = 0;
+  int64_t cursor = 0;
+  bool operator==(const LoaderState&) const = default;
+};
+
+void to_json(nlohmann::json& j, const LoaderState& s);
+void from_json(const nlohmann::json& j, LoaderState& s);
+
+class Loader {
+ public:
+  // Opens the split (validating every shard) and starts prefetching from `resume` (or the
+  // beginning with config.seed). Throws trainer::Error / UsageError.
+  Loader(const LoaderConfig& config, int rank, int world_size,
+         std::optional<LoaderState> resume = std::nullopt);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // This rank's next batch; nullopt once max_epochs epochs are done.
+  std::optional<Batch> next();
+  // The position after the last batch next() returned (not the prefetcher's).
+  LoaderState state() const { return state_; }
+  const Corpus& corpus() const { return *corpus_; }
+  const LoaderConfig& config() const { return config_; }
+
+ private:
+  struct Item {
+    std::optional<Batch> batch;
+    LoaderState after;
+  };
+  void run();
+
+  LoaderConfig config_;
+  int rank_, world_size_;
+  std::unique_ptr<Corpus> corpus_;
+  std::unique_ptr<StepPlanner> steps_;
+  LoaderState state_;  // owned by the caller's thread
+  uint64_t seed_ = 0;
+  bool finished_ = false;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Item> queue_;
+  std::exception_ptr error_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace trainer::data

@@ -1,0 +1,104 @@
+// Batch planning: which tokens go where in every batch, decided from document lengths alone.
+// An epoch is a sequence of global batches that does not depend on the world size; a step
+// deals `world_size` consecutive global batches to the ranks. See Note [Global order] in
+// plan.cpp and docs/data.md.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "data/corpus.h"
+#include "data/sampler.h"
+
+namespace trainer::data {
+
+enum class Mode { stream, pack, bucket };
+
+// "stream" | "pack" | "bucket"; throws trainer::UsageError otherwise.
+Mode parse_mode(std::string_view s);
+const char* mode_name(Mode m);
+
+struct PlanConfig {
+  Mode mode = Mode::stream;
+  int batch_size = 8;      // rows per batch (stream, pack)
+  int seq_len = 1024;      // row length T (stream, pack); longest row (bucket)
+  int64_t max_tokens = 0;  // bucket: padded tokens per batch (rows * T <= max_tokens)
+  uint64_t seed = 0;
+  bool drop_last = true;   // drop the epoch's tail, else pad it by wrapping to its start
+};
+
+// Checks a config against a corpus; throws trainer::UsageError / trainer::Error.
+void validate_plan_config(const PlanConfig& c, const DocIndex& docs);
+
+// Tokens [begin, begin+count) of document `doc`; `continues` when the document goes on after
+// them (so the last token's target is the document's next token).
+struct Piece {
+  uint64_t doc = 0;
+  uint64_t begin = 0;
+  uint32_t count = 0;
+  bool continues = false;
+};
+
+// One batch's layout.
+struct BatchPlan {
+  int rows = 0, T = 0;
+  std::vector<uint64_t> windows;            // stream: stream offset of each row's T+1 tokens
+  std::vector<std::vector<Piece>> pieces;   // pack: pieces per row; bucket: one per row
+  int64_t real_tokens = 0;                  // positions that are not padding
+  int64_t loss_tokens = 0;                  // targets != -1
+};
+
+// The global batches of one epoch, in order.
+class EpochPlanner {
+ public:
+  EpochPlanner(const PlanConfig& c, const DocIndex& docs);
+  void start(int64_t epoch);
+  // The next global batch, or nullopt when the epoch is over.
+  std::optional<BatchPlan> next();
+  // Skips n batches (O(1) in stream mode); returns how many existed.
+  int64_t skip(int64_t n);
+
+ private:
+  std::optional<Piece> next_piece();
+  std::optional<BatchPlan> next_stream();
+  std::optional<BatchPlan> next_pack();
+  std::optional<BatchPlan> next_bucket();
+  void fill_bucket_window();
+
+  PlanConfig c_;
+  const DocIndex& docs_;
+  int64_t epoch_ = 0;
+  // stream
+  uint64_t num_windows_ = 0;
+  int64_t batch_ = 0;
+  // pack / bucket: documents in permuted order, cut into pieces of at most seq_len
+  Permutation perm_{0, 0};
+  uint64_t doc_cursor_ = 0, piece_offset_ = 0;
+  std::vector<Piece> pending_;       // pack: pieces that did not fit yet
+  std::deque<BatchPlan> ready_;      // bucket: the current window's batches
+  int64_t window_ = 0;
+};
+
+// Lockstep steps for a world size: step k hands global batches [k*W, k*W+W) to ranks 0..W-1.
+class StepPlanner {
+ public:
+  StepPlanner(const PlanConfig& c, const DocIndex& docs, int world_size);
+  // Positions before global batch `cursor` of `epoch` (replaying the epoch's plan).
+  void seek(int64_t epoch, int64_t cursor);
+  // The next step's plans (one per rank), or empty when the epoch is over.
+  std::vector<BatchPlan> next_step();
+  int64_t epoch() const { return epoch_; }
+  int64_t cursor() const { return cursor_; }
+
+ private:
+  PlanConfig c_;
+  int world_size_;
+  EpochPlanner planner_;
+  std::vector<BatchPlan> first_;  // the epoch's first batches, for wrap-around padding
+  int64_t epoch_ = 0, cursor_ = 0, drawn_ = 0;
+};
+
+}  // namespace trainer::data

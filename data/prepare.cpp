@@ -1,0 +1,275 @@
+// `trainer prepare`: documents in, shards and a manifest out.
+#include "data/prepare.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "data/manifest.h"
+#include "data/shard.h"
+#include "data/tokenizer.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+#include "runtime/rng.h"
+
+namespace trainer::data {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool is_blank(const std::string& line) {
+  return line.find_first_not_of(" \t\r\f\v") == std::string::npos;
+}
+
+// Note [Document rules]
+// text: a document is a run of non-blank lines; blank (whitespace-only) lines separate
+//   documents and every file ends the current one. Lines are joined with '\n'; a trailing '\r'
+//   is kept as written. jsonl: every non-blank line is a JSON object whose `field` (default
+//   "text") is a string; that string is one document. Empty documents are skipped.
+class DocumentReader {
+ public:
+  DocumentReader(std::vector<fs::path> files, bool jsonl, std::string field)
+      : files_(std::move(files)), jsonl_(jsonl), field_(std::move(field)) {}
+
+  // The next document, or false at the end of the input.
+  bool next(std::string& doc) {
+    doc.clear();
+    std::string line;
+    while (true) {
+      if (!in_.is_open()) {
+        if (file_ >= files_.size()) return false;
+        in_.open(files_[file_], std::ios::binary);
+        CHECK(in_.is_open(), "{}: cannot read input file", files_[file_].string());
+        line_no_ = 0;
+      }
+      if (!std::getline(in_, line)) {
+        CHECK(!in_.bad(), "{}: read error", files_[file_].string());
+        in_.close();
+        ++file_;
+        if (!doc.empty()) return true;
+        continue;
+      }
+      ++line_no_;
+      bytes_read_ += line.size() + 1;
+      if (jsonl_) {
+        if (is_blank(line)) continue;
+        if (parse_jsonl(line, doc)) return true;
+        continue;
+      }
+      if (is_blank(line)) {
+        if (!doc.empty()) return true;
+        continue;
+      }
+      if (!doc.empty()) doc += '\n';
+      doc += line;
+    }
+  }
+  uint64_t bytes_read() const { return bytes_read_; }
+
+ private:
+  bool parse_jsonl(const std::string& line, std::string& doc) {
+    const std::string where = fmt::format("{}:{}", files_[file_].string(), line_no_);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const std::exception& e) {
+      THROW_ERROR("{}: invalid JSON: {}", where, e.what());
+    }
+    CHECK(j.is_object(), "{}: expected a JSON object per line", where);
+    auto it = j.find(field_);
+    CHECK(it != j.end(), "{}: no field '{}'", where, field_);
+    CHECK(it->is_string(), "{}: field '{}' is not a string", where, field_);
+    doc = it->get<std::string>();
+    return !doc.empty();
+  }
+
+  std::vector<fs::path> files_;
+  bool jsonl_;
+  std::string field_;
+  size_t file_ = 0;
+  std::ifstream in_;
+  uint64_t line_no_ = 0;
+  uint64_t bytes_read_ = 0;
+};
+
+// One split's output: a shard writer rolled over at the size bound.
+struct SplitOutput {
+  std::string name;
+  ShardWriter writer;
+  SplitInfo info;
+  fs::path dir;
+  uint64_t shard_bytes;
+
+  void flush() {
+    if (writer.num_docs() == 0) return;
+    std::string file = fmt::format("{}-{:05d}.bin", name, info.shards.size());
+    ShardEntry e{file, writer.num_docs(), writer.num_tokens(), writer.file_bytes()};
+    writer.write(dir / file);
+    info.shards.push_back(e);
+  }
+  void add(const std::vector<int32_t>& tokens, uint64_t text_bytes) {
+    if (writer.num_docs() > 0 && writer.file_bytes() + 8 + tokens.size() * writer.token_bytes() >
+                                     shard_bytes)
+      flush();
+    writer.add_document(tokens);
+    info.documents += 1;
+    info.tokens += tokens.size();
+    info.utf8_bytes += text_bytes;
+  }
+};
+
+std::string human_duration(double s) {
+  if (s < 0 || s > 1e7) return "?";
+  int t = int(s + 0.5);
+  return t >= 3600 ? fmt::format("{}h{:02d}m", t / 3600, t / 60 % 60)
+                   : fmt::format("{}m{:02d}s", t / 60, t % 60);
+}
+
+}  // namespace
+
+bool is_val_document(std::string_view text, double val_fraction) {
+  if (val_fraction <= 0) return false;
+  uint64_t h = hash64(text);
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  return double(h >> 11) * 0x1.0p-53 < val_fraction;
+}
+
+PrepareSummary prepare_corpus(const PrepareOptions& o) {
+  auto t0 = Clock::now();
+  bool jsonl = false;
+  std::string field = "text";
+  if (o.format == "jsonl") {
+    jsonl = true;
+  } else if (o.format.rfind("jsonl:", 0) == 0 && o.format.size() > 6) {
+    jsonl = true;
+    field = o.format.substr(6);
+  } else if (o.format != "text") {
+    throw UsageError(fmt::format("unknown input format '{}' (text, jsonl or jsonl:<field>)",
+                                 o.format));
+  }
+  if (!(o.val_fraction >= 0 && o.val_fraction < 1))
+    throw UsageError(fmt::format("val fraction must be in [0, 1), got {}", o.val_fraction));
+  if (!(o.shard_mb > 0)) throw UsageError("shard size must be positive");
+  if (o.out.empty()) throw UsageError("prepare needs an output directory (--out)");
+
+  Tokenizer tok(o.tokenizer);
+  std::vector<fs::path> files = expand_inputs(o.inputs);
+  uint64_t total_bytes = 0;
+  for (const fs::path& f : files) total_bytes += fs::file_size(f);
+
+  fs::create_directories(o.out);
+  for (const auto& entry : fs::directory_iterator(o.out)) {  // stale output of an earlier run
+    std::string name = entry.path().filename().string();
+    if ((name.starts_with("train-") || name.starts_with("val-")) && name.ends_with(".bin"))
+      fs::remove(entry.path());
+  }
+  fs::remove(o.out / kManifestName);
+
+  uint32_t vocab = uint32_t(tok.vocab_size());
+  uint64_t shard_bytes = uint64_t(o.shard_mb * 1024 * 1024);
+  SplitOutput train{"train", ShardWriter(vocab, tok.hash()), {}, o.out, shard_bytes};
+  SplitOutput val{"val", ShardWriter(vocab, tok.hash()), {}, o.out, shard_bytes};
+
+  int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  const size_t chunk_bytes = size_t(threads) * (4 << 20);
+  DocumentReader reader(files, jsonl, field);
+  bool show = o.progress && ::isatty(STDERR_FILENO);
+  auto last_show = t0;
+  PrepareSummary sum;
+  sum.input_bytes = total_bytes;
+
+  std::vector<std::string> docs;
+  std::vector<std::vector<int32_t>> encoded;
+  bool more = true;
+  while (more) {
+    docs.clear();
+    size_t bytes = 0;
+    std::string doc;
+    while (bytes < chunk_bytes && (more = reader.next(doc))) {
+      bytes += doc.size();
+      docs.push_back(std::move(doc));
+    }
+    encoded.assign(docs.size(), {});
+    std::atomic<size_t> next_doc{0};
+    std::exception_ptr error;
+    std::mutex error_mu;
+    auto work = [&] {
+      try {
+        for (size_t i; (i = next_doc.fetch_add(1)) < docs.size();) {
+          encoded[i] = tok.encode(docs[i]);
+          if (o.append_eos && tok.eos_id() >= 0) encoded[i].push_back(tok.eos_id());
+        }
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mu);
+        error = std::current_exception();
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads && docs.size() > 1; ++t) pool.emplace_back(work);
+    work();
+    for (auto& th : pool) th.join();
+    if (error) std::rethrow_exception(error);
+    for (size_t i = 0; i < docs.size(); ++i) {
+      if (encoded[i].empty()) continue;
+      (is_val_document(docs[i], o.val_fraction) ? val : train).add(encoded[i], docs[i].size());
+      sum.documents += 1;
+      sum.tokens += encoded[i].size();
+    }
+    auto now = Clock::now();
+    if (show && (now - last_show > std::chrono::milliseconds(500) || !more)) {
+      last_show = now;
+      double s = std::chrono::duration<double>(now - t0).count();
+      double rate = double(reader.bytes_read()) / std::max(s, 1e-9);
+      double eta = rate > 0 ? double(total_bytes - std::min(total_bytes, reader.bytes_read())) / rate
+                            : -1;
+      std::fprintf(stderr,
+                   "\r[prepare] %.1f/%.1f MB  %llu docs  %llu tokens  %.1f MB/s  ETA %s   ",
+                   double(reader.bytes_read()) / 1e6, double(total_bytes) / 1e6,
+                   (unsigned long long)sum.documents, (unsigned long long)sum.tokens, rate / 1e6,
+                   human_duration(eta).c_str());
+      std::fflush(stderr);
+    }
+  }
+  if (show) std::fprintf(stderr, "\n");
+  CHECK(sum.documents > 0, "no documents in the input ({} file(s), {} bytes)", files.size(),
+        total_bytes);
+  train.flush();
+  val.flush();
+
+  Manifest m;
+  m.tokenizer_file = o.tokenizer.string();
+  m.tokenizer_hash = tok.hash();
+  m.vocab_size = vocab;
+  m.eos_id = o.append_eos ? tok.eos_id() : -1;
+  m.token_bytes = token_bytes_for_vocab(vocab);
+  m.input_format = o.format;
+  m.inputs = o.inputs;
+  m.val_fraction = o.val_fraction;
+  m.splits["train"] = train.info;
+  m.splits["val"] = val.info;
+  write_manifest(o.out, m);
+  fsync_path(o.out);
+
+  sum.train_documents = train.info.documents;
+  sum.val_documents = val.info.documents;
+  sum.shards = int(train.info.shards.size() + val.info.shards.size());
+  sum.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  log::info(
+      "prepare: {} documents, {} tokens from {:.1f} MB in {:.1f} s ({:.1f} MB/s); train {} docs "
+      "/ {} tokens, val {} docs / {} tokens; {} shard(s) in {}",
+      sum.documents, sum.tokens, double(total_bytes) / 1e6, sum.seconds,
+      double(total_bytes) / 1e6 / std::max(sum.seconds, 1e-9), train.info.documents,
+      train.info.tokens, val.info.documents, val.info.tokens, sum.shards, o.out.string());
+  return sum;
+}
+
+}  // namespace trainer::data

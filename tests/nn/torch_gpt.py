@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Independent PyTorch reference for the trainer's GPT (tests/nn/torch_parity_test.cpp).
+
+Reads weights.safetensors, batch.safetensors and trainer.safetensors from the directory given,
+recomputes logits, loss, parameter gradients and ten AdamW steps in float64 with autograd and
+torch.optim.AdamW, and exits non-zero when any differs from the trainer's by more than 1e-4
+relative (logits, loss, gradients) or the step losses by more than 1e-4 relative.
+"""
+import json
+import math
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+DTYPES = {"F32": np.float32, "I32": np.int32}
+
+
+def read_safetensors(path):
+    raw = Path(path).read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    tensors = {}
+    for name, info in header.items():
+        begin, end = info["data_offsets"]
+        arr = np.frombuffer(raw[8 + n + begin:8 + n + end], dtype=DTYPES[info["dtype"]])
+        tensors[name] = torch.from_numpy(arr.reshape(info["shape"]).copy())
+    return tensors, meta
+
+
+class Gpt(torch.nn.Module):
+    """GPT-2: learned positions, pre-LN blocks, tanh GELU, tied head. Weights in HF Conv1D
+    orientation (in, out)."""
+
+    def __init__(self, weights, n_layer, n_head):
+        super().__init__()
+        self.n_layer, self.n_head = n_layer, n_head
+        self.p = torch.nn.ParameterDict(
+            {k.replace(".", "__"): torch.nn.Parameter(v.double()) for k, v in weights.items()})
+
+    def w(self, name):
+        return self.p[name.replace(".", "__")]
+
+    def forward(self, tokens, segments, lengths):
+        B, T = tokens.shape
+        C = self.w("wte.weight").shape[1]
+        H, hs = self.n_head, C // self.n_head
+        pos = torch.zeros_like(tokens)
+        for t in range(1, T):  # positions restart where the segment changes
+            restart = segments[:, t] != segments[:, t - 1] if segments is not None else None
+            pos[:, t] = torch.where(restart, 0, pos[:, t - 1] + 1) if restart is not None \
+                else pos[:, t - 1] + 1
+        x = self.w("wte.weight")[tokens] + self.w("wpe.weight")[pos]
+        idx = torch.arange(T)
+        allowed = (idx[None, :] <= idx[:, None])[None].expand(B, T, T)
+        if segments is not None:
+            allowed = allowed & (segments[:, :, None] == segments[:, None, :])
+        if lengths is not None:
+            valid = idx[None, :] < lengths[:, None]
+            allowed = allowed & valid[:, None, :] & valid[:, :, None]
+        for l in range(self.n_layer):
+            h = f"h.{l}."
+            a = F.layer_norm(x, (C,), self.w(h + "ln_1.weight"), self.w(h + "ln_1.bias"), 1e-5)
+            qkv = a @ self.w(h + "attn.c_attn.weight") + self.w(h + "attn.c_attn.bias")
+            q, k, v = (t.view(B, T, H, hs).transpose(1, 2) for t in qkv.split(C, dim=2))
+            s = (q @ k.transpose(-1, -2)) / math.sqrt(hs)
+            s = s.masked_fill(~allowed[:, None], float("-inf"))
+            p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # fully masked (padding) rows -> 0
+            y = (p @ v).transpose(1, 2).reshape(B, T, C)
+            x = x + y @ self.w(h + "attn.c_proj.weight") + self.w(h + "attn.c_proj.bias")
+            m = F.layer_norm(x, (C,), self.w(h + "ln_2.weight"), self.w(h + "ln_2.bias"), 1e-5)
+            m = F.gelu(m @ self.w(h + "mlp.c_fc.weight") + self.w(h + "mlp.c_fc.bias"),
+                       approximate="tanh")
+            x = x + m @ self.w(h + "mlp.c_proj.weight") + self.w(h + "mlp.c_proj.bias")
+        x = F.layer_norm(x, (C,), self.w("ln_f.weight"), self.w("ln_f.bias"), 1e-5)
+        return x @ self.w("wte.weight").T
+
+
+def loss_of(logits, targets):
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).long(),
+                           ignore_index=-1, reduction="mean")
+
+
+def rel_err(a, b):
+    return float((a.double() - b.double()).abs().max() / (b.double().abs().max() + 1e-30))
+
+
+def main(d):
+    d = Path(d)
+    weights, meta = read_safetensors(d / "weights.safetensors")
+    batch, _ = read_safetensors(d / "batch.safetensors")
+    ours, _ = read_safetensors(d / "trainer.safetensors")
+    V, P, L, H, C = map(int, meta["config"].split())
+    model = Gpt(weights, L, H)
+    tokens, targets = batch["tokens"].long(), batch["targets"]
+    segments, lengths = batch.get("segments"), batch.get("lengths")
+
+    logits = model(tokens, segments, lengths)
+    loss = loss_of(logits, targets)
+    loss.backward()
+    failures = []
+
+    def check(what, got, want, tol=1e-4):
+        err = rel_err(got, want)
+        if not err <= tol:
+            failures.append(f"{what}: relative error {err:.3e} > {tol:g}")
+        return err
+
+    worst = {"logits": check("logits", ours["logits"], logits.detach()),
+             "loss": check("loss", ours["loss"], loss.detach().reshape(1))}
+    grad_worst = 0.0
+    for name in weights:
+        grad_worst = max(grad_worst, check("grad " + name, ours["grad." + name],
+                                           model.w(name).grad))
+    worst["grads"] = grad_worst
+
+    decay = [model.w(n) for n in weights if n.endswith(".weight") and n.count(".") >= 3
+             and ("attn" in n or "mlp" in n)]
+    no_decay = [model.w(n) for n in weights if all(model.w(n) is not q for q in decay)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+    losses = []
+    for _ in range(10):
+        opt.zero_grad()
+        step_loss = loss_of(model(tokens, segments, lengths), targets)
+        losses.append(float(step_loss))
+        step_loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    worst["step_losses"] = check("step losses", ours["step_losses"], torch.tensor(losses))
+    print("torch parity: " + ", ".join(f"{k} {v:.2e}" for k, v in worst.items()) +
+          f" (loss {losses[0]:.4f} -> {losses[-1]:.4f})")
+    for f in failures:
+        print("MISMATCH " + f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,1 +1,48 @@
+// The keyed permutation: a bijection for every size, reproducible, different per key.
 #include <gtest/gtest.h>
+
+#include <vector>
+
+#include "data/sampler.h"
+
+namespace trainer::data {
+namespace {
+
+TEST(Permutation, IsBijection) {
+  for (uint64_t n : {1ull, 2ull, 3ull, 5ull, 16ull, 17ull, 1000ull, 4097ull, 65536ull}) {
+    Permutation p(n, 99);
+    std::vector<int> seen(n, 0);
+    for (uint64_t i = 0; i < n; ++i) {
+      uint64_t v = p(i);
+      ASSERT_LT(v, n);
+      seen[v]++;
+    }
+    for (uint64_t i = 0; i < n; ++i) ASSERT_EQ(seen[i], 1) << "n=" << n << " i=" << i;
+  }
+}
+
+TEST(Permutation, KeyedAndReproducible) {
+  Permutation a(10000, epoch_key(1, 0, 1)), b(10000, epoch_key(1, 0, 1));
+  Permutation c(10000, epoch_key(1, 1, 1)), d(10000, epoch_key(2, 0, 1));
+  int same_ab = 0, same_ac = 0, same_ad = 0, fixed = 0;
+  for (uint64_t i = 0; i < 10000; ++i) {
+    same_ab += a(i) == b(i);
+    same_ac += a(i) == c(i);
+    same_ad += a(i) == d(i);
+    fixed += a(i) == i;
+  }
+  EXPECT_EQ(same_ab, 10000);
+  EXPECT_LT(same_ac, 50);
+  EXPECT_LT(same_ad, 50);
+  EXPECT_LT(fixed, 50);
+}
+
+TEST(Permutation, HugeDomainIsCheap) {
+  Permutation p(uint64_t(5) << 30, 7);  // five billion windows, no storage
+  uint64_t v = p(123456789);
+  EXPECT_LT(v, uint64_t(5) << 30);
+  EXPECT_EQ(v, Permutation(uint64_t(5) << 30, 7)(123456789));
+}
+
+}  // namespace
+}  // namespace trainer::data

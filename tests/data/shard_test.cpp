@@ -1,1 +1,186 @@
+// Shard format: round trip and every kind of bad input, each a one-line error naming the file.
 #include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "data/corpus.h"
+#include "data/shard.h"
+#include "runtime/error.h"
+#include "test_util.h"
+
+namespace trainer::data {
+namespace {
+
+using testing::TempDir;
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+void write_bytes(const fs::path& p, const std::string& s) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << s;
+}
+
+fs::path small_shard(const fs::path& dir, uint32_t vocab = 1000) {
+  ShardWriter w(vocab, 42);
+  std::vector<int32_t> a = {1, 2, 3}, b = {4, 5, 500, 6};
+  w.add_document(a);
+  w.add_document(b);
+  fs::path p = dir / "s.bin";
+  w.write(p);
+  return p;
+}
+
+// Expects `fn` to throw trainer::Error whose one-line message names `path` and `what`.
+template <typename F>
+void expect_error(F fn, const fs::path& path, const std::string& what) {
+  try {
+    fn();
+    FAIL() << "no error for " << what;
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find(path.filename().string()), std::string::npos) << msg;
+    EXPECT_NE(msg.find(what), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+}
+
+TEST(Shard, RoundTrip) {
+  TempDir dir("shard");
+  fs::path p = small_shard(dir.path);
+  EXPECT_EQ(fs::file_size(p), shard_file_bytes(2, 7, 2));
+  Shard s(p, {1000, 42}, true);
+  EXPECT_EQ(s.header().num_docs, 2u);
+  EXPECT_EQ(s.header().num_tokens, 7u);
+  EXPECT_EQ(s.header().token_bytes, 2u);
+  EXPECT_EQ(s.doc_offset(1), 3u);
+  std::vector<int32_t> out(4);
+  s.read_tokens(3, 4, out.data());
+  EXPECT_EQ(out, (std::vector<int32_t>{4, 5, 500, 6}));
+}
+
+TEST(Shard, WideTokens) {
+  TempDir dir("shard");
+  ShardWriter w(100000, 1);
+  std::vector<int32_t> a = {99999, 0, 70000};
+  w.add_document(a);
+  w.write(dir.path / "w.bin");
+  Shard s(dir.path / "w.bin", {}, true);
+  EXPECT_EQ(s.header().token_bytes, 4u);
+  std::vector<int32_t> out(3);
+  s.read_tokens(0, 3, out.data());
+  EXPECT_EQ(out, a);
+}
+
+TEST(Shard, BadMagic) {
+  TempDir dir("shard");
+  fs::path p = small_shard(dir.path);
+  std::string b = read_bytes(p);
+  b[0] = 'X';
+  write_bytes(p, b);
+  expect_error([&] { Shard(p, {}, true); }, p, "bad magic");
+}
+
+TEST(Shard, BadVersion) {
+  TempDir dir("shard");
+  fs::path p = small_shard(dir.path);
+  std::string b = read_bytes(p);
+  b[8] = 7;
+  write_bytes(p, b);
+  expect_error([&] { Shard(p, {}, true); }, p, "unsupported shard version 7");
+}
+
+TEST(Shard, Truncated) {
+  TempDir dir("shard");
+  fs::path p = small_shard(dir.path);
+  std::string b = read_bytes(p);
+  write_bytes(p, b.substr(0, b.size() - 3));
+  expect_error([&] { Shard(p, {}, false); }, p, "truncated");
+  write_bytes(p, b.substr(0, 10));
+  expect_error([&] { Shard(p, {}, false); }, p, "truncated");
+}
+
+TEST(Shard, ChecksumMismatch) {
+  TempDir dir("shard");
+  fs::path p = small_shard(dir.path);
+  std::string b = read_bytes(p);
+  b[b.size() - 1] ^= 0x01;
+  write_bytes(p, b);
+  Shard unverified(p, {}, false);  // the header alone is fine
+  expect_error([&] { Shard(p, {}, true); }, p, "checksum mismatch");
+  b = read_bytes(p);
+  b[30] ^= 0x01;  // a header count
+  write_bytes(p, b);
+  expect_error([&] { Shard(p, {}, false); }, p, "header checksum");
+}
+
+TEST(Shard, TokenOutOfRange) {
+  TempDir dir("shard");
+  fs::path p = small_shard(dir.path);
+  // Rewrite the header's vocab size to 100 (< token 500) with a valid header checksum.
+  std::string b = read_bytes(p);
+  uint32_t vocab = 100, zero = 0;
+  std::memcpy(&b[16], &vocab, 4);
+  std::memcpy(&b[20], &zero, 4);
+  uint32_t crc = crc32(b.data(), kShardHeaderBytes);
+  std::memcpy(&b[20], &crc, 4);
+  write_bytes(p, b);
+  expect_error([&] { Shard(p, {}, true); }, p, "token id 500 at position 5 is out of range");
+}
+
+TEST(Shard, WriterRejectsOutOfRange) {
+  ShardWriter w(10, 0);
+  std::vector<int32_t> a = {3, 10};
+  EXPECT_THROW(w.add_document(a), Error);
+}
+
+TEST(Shard, OtherTokenizer) {
+  TempDir dir("shard");
+  fs::path p = small_shard(dir.path);
+  expect_error([&] { Shard(p, {0, 43}, false); }, p, "another tokenizer");
+  expect_error([&] { Shard(p, {999, 0}, false); }, p, "vocab size 1000 does not match");
+}
+
+TEST(Shard, Unreadable) {
+  TempDir dir("shard");
+  fs::path p = dir.path / "missing.bin";
+  expect_error([&] { Shard(p, {}, false); }, p, "no such shard");
+  fs::create_directories(dir.path / "adir.bin");
+  expect_error([&] { Shard(dir.path / "adir.bin", {}, false); }, dir.path / "adir.bin",
+               "no such shard");
+}
+
+TEST(Corpus, EmptyCorpusAndMissingManifest) {
+  TempDir dir("shard");
+  expect_error([&] { Corpus(dir.path, "train", {}, true, false); }, dir.path / "manifest.json",
+               "no manifest");
+  testing::write_corpus(dir.path, {});
+  expect_error([&] { Corpus(dir.path, "train", {}, true, false); }, dir.path / "manifest.json",
+               "is empty");
+  expect_error([&] { Corpus(dir.path, "test", {}, true, false); }, dir.path / "manifest.json",
+               "no split 'test'");
+  write_bytes(dir.path / "manifest.json", "{not json");
+  expect_error([&] { Corpus(dir.path, "train", {}, true, false); }, dir.path / "manifest.json",
+               "malformed manifest");
+}
+
+TEST(Corpus, ReadsAcrossShards) {
+  TempDir dir("shard");
+  std::vector<uint64_t> lengths = {5, 7, 3, 9, 1};
+  testing::write_corpus(dir.path, lengths, 2);
+  Corpus c(dir.path, "train", {testing::kVocab, testing::kHash}, true, true);
+  EXPECT_EQ(c.num_tokens(), 25u);
+  EXPECT_EQ(c.docs().num_docs(), 5u);
+  EXPECT_EQ(c.docs().length(3), 9u);
+  std::vector<int32_t> out(9);
+  c.read(c.docs().starts[2], 9, out.data());  // document 2 (shard 1) then 6 of document 3
+  EXPECT_EQ(out[0], testing::token_of(2, 0));
+  EXPECT_EQ(out[3], testing::token_of(3, 0));
+  EXPECT_EQ(out[8], testing::token_of(3, 5));
+  expect_error([&] { Corpus(dir.path, "train", {0, 1}, false, false); },
+               dir.path / "manifest.json", "another tokenizer");
+}
+
+}  // namespace
+}  // namespace trainer::data

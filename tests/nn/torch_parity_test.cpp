@@ -20,15 +20,8 @@ namespace trainer::nn {
 
 namespace {
 
-fs::path source_dir() {
-  const char* s = std::getenv("TRAINER_SOURCE_DIR");
-  return s ? fs::path(s) : fs::path(".");
-}
-
-std::string python() {
-  const char* p = std::getenv("TRAINER_PYTHON");
-  return p ? p : "/usr/bin/python3";
-}
+fs::path source_dir() { return TRAINER_SOURCE_DIR; }
+std::string python() { return TRAINER_PYTHON; }
 
 }  // namespace
 

@@ -16,8 +16,8 @@ int cmd_prepare(const Args& args) {
   data::PrepareOptions o;
   std::string tokenizer, out;
   po::options_description desc("trainer prepare");
-  desc.add_options()("help,h", "print this help")(
-      "tokenizer", po::value(&tokenizer)->required(), "tokenizer .model file")(
+  desc.add_options()("help,h", "print this help")("tokenizer", po::value(&tokenizer)->required(),
+                                                  "tokenizer .model file")(
       "input", po::value(&o.inputs)->multitoken()->required(), "input files or globs")(
       "format", po::value(&o.format)->default_value("text"),
       "text (documents separated by blank lines) | jsonl | jsonl:<field>")(
@@ -26,8 +26,8 @@ int cmd_prepare(const Args& args) {
       "share of documents for the val split (chosen by content hash)")(
       "shard-mb", po::value(&o.shard_mb)->default_value(100), "shard size bound in MiB")(
       "threads", po::value(&o.threads)->default_value(0), "tokenizer threads (0: all cores)")(
-      "no-eos", "do not end documents with the tokenizer's eos id")(
-      "no-progress", "no progress line");
+      "no-eos", "do not end documents with the tokenizer's eos id")("no-progress",
+                                                                    "no progress line");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(desc).run(), vm);

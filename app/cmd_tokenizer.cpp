@@ -79,8 +79,8 @@ int cmd_tokenizer(const Args& args) {
   if (action == "info" || action == "encode") {
     std::string model, text;
     po::options_description desc("trainer tokenizer " + action);
-    desc.add_options()("help,h", "print this help")(
-        "model", po::value(&model)->required(), "tokenizer .model file")(
+    desc.add_options()("help,h", "print this help")("model", po::value(&model)->required(),
+                                                    "tokenizer .model file")(
         "text", po::value(&text), "text to encode (default: stdin)");
     po::variables_map vm = parse(rest, desc);
     if (vm.count("help")) {

@@ -36,7 +36,8 @@ Corpus::Corpus(const fs::path& dir, const std::string& split, const ShardExpect&
           shard->path().string(), h.num_docs, h.num_tokens, e.documents, e.tokens);
     if (index_docs) {
       uint64_t base = shard_starts_.back();
-      for (uint64_t d = 1; d <= h.num_docs; ++d) docs_.starts.push_back(base + shard->doc_offset(d));
+      for (uint64_t d = 1; d <= h.num_docs; ++d)
+        docs_.starts.push_back(base + shard->doc_offset(d));
       shard->release_all();
     }
     shard_starts_.push_back(shard_starts_.back() + h.num_tokens);

@@ -39,8 +39,8 @@ Loader::Loader(const LoaderConfig& config, int rank, int world_size,
   if (resume && resume->seed != config_.seed)
     log::warn("loader: resuming with the checkpoint's seed {} (config says {})", resume->seed,
               config_.seed);
-  PlanConfig pc{config_.mode,     config_.batch_size, config_.seq_len, config_.max_tokens,
-                state_.seed,      config_.drop_last};
+  PlanConfig pc{config_.mode,       config_.batch_size, config_.seq_len,
+                config_.max_tokens, state_.seed,        config_.drop_last};
   steps_ = std::make_unique<StepPlanner>(pc, corpus_->docs(), world_size);
   steps_->seek(state_.epoch, state_.cursor);
   thread_ = std::thread([this] { run(); });

@@ -24,15 +24,15 @@ struct LoaderConfig {
   std::filesystem::path data_dir;  // a directory written by `trainer prepare`
   std::string split = "train";
   Mode mode = Mode::stream;
-  int batch_size = 8;          // B (stream, pack)
-  int seq_len = 1024;          // T (stream, pack); longest row (bucket)
-  int64_t max_tokens = 0;      // bucket: padded tokens per batch
+  int batch_size = 8;      // B (stream, pack)
+  int seq_len = 1024;      // T (stream, pack); longest row (bucket)
+  int64_t max_tokens = 0;  // bucket: padded tokens per batch
   uint64_t seed = 0;
-  bool drop_last = true;       // else the epoch's tail is padded by wrapping around
-  int prefetch = 4;            // K batches kept ready
-  int64_t max_epochs = 0;      // 0 = infinite
-  uint32_t vocab_size = 0;     // checked against the shards when non-zero
-  uint64_t tokenizer_hash = 0; // checked against the shards when non-zero
+  bool drop_last = true;        // else the epoch's tail is padded by wrapping around
+  int prefetch = 4;             // K batches kept ready
+  int64_t max_epochs = 0;       // 0 = infinite
+  uint32_t vocab_size = 0;      // checked against the shards when non-zero
+  uint64_t tokenizer_hash = 0;  // checked against the shards when non-zero
   bool verify_checksums = true;
 };
 

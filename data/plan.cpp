@@ -25,7 +25,9 @@ constexpr uint64_t kStreamKey = 1, kDocKey = 2, kDealKey = 3;
 constexpr int64_t kBucketWindowBatches = 64;  // sort this many batches' worth of documents
 constexpr size_t kDealGroup = 8;              // bucket batches of similar size stay together
 
-int64_t round_up8(int64_t n) { return (n + 7) / 8 * 8; }
+int64_t round_up8(int64_t n) {
+  return (n + 7) / 8 * 8;
+}
 }  // namespace
 
 Mode parse_mode(std::string_view s) {
@@ -37,9 +39,12 @@ Mode parse_mode(std::string_view s) {
 
 const char* mode_name(Mode m) {
   switch (m) {
-    case Mode::stream: return "stream";
-    case Mode::pack: return "pack";
-    case Mode::bucket: return "bucket";
+    case Mode::stream:
+      return "stream";
+    case Mode::pack:
+      return "pack";
+    case Mode::bucket:
+      return "bucket";
   }
   return "?";
 }
@@ -49,8 +54,8 @@ void validate_plan_config(const PlanConfig& c, const DocIndex& docs) {
   if (c.mode != Mode::bucket && c.batch_size < 1)
     throw UsageError(fmt::format("batch_size must be >= 1, got {}", c.batch_size));
   if (c.mode == Mode::bucket && c.max_tokens < c.seq_len)
-    throw UsageError(fmt::format("bucket mode needs max_tokens >= seq_len ({} < {})",
-                                 c.max_tokens, c.seq_len));
+    throw UsageError(
+        fmt::format("bucket mode needs max_tokens >= seq_len ({} < {})", c.max_tokens, c.seq_len));
   if (c.mode == Mode::stream) {
     CHECK(docs.num_tokens() > uint64_t(c.seq_len),
           "corpus has {} tokens, too few for one window of seq_len + 1 = {}", docs.num_tokens(),
@@ -79,9 +84,12 @@ void EpochPlanner::start(int64_t epoch) {
 
 std::optional<BatchPlan> EpochPlanner::next() {
   switch (c_.mode) {
-    case Mode::stream: return next_stream();
-    case Mode::pack: return next_pack();
-    case Mode::bucket: return next_bucket();
+    case Mode::stream:
+      return next_stream();
+    case Mode::pack:
+      return next_pack();
+    case Mode::bucket:
+      return next_bucket();
   }
   return std::nullopt;
 }

@@ -27,7 +27,7 @@ struct PlanConfig {
   int seq_len = 1024;      // row length T (stream, pack); longest row (bucket)
   int64_t max_tokens = 0;  // bucket: padded tokens per batch (rows * T <= max_tokens)
   uint64_t seed = 0;
-  bool drop_last = true;   // drop the epoch's tail, else pad it by wrapping to its start
+  bool drop_last = true;  // drop the epoch's tail, else pad it by wrapping to its start
 };
 
 // Checks a config against a corpus; throws trainer::UsageError / trainer::Error.
@@ -45,10 +45,10 @@ struct Piece {
 // One batch's layout.
 struct BatchPlan {
   int rows = 0, T = 0;
-  std::vector<uint64_t> windows;            // stream: stream offset of each row's T+1 tokens
-  std::vector<std::vector<Piece>> pieces;   // pack: pieces per row; bucket: one per row
-  int64_t real_tokens = 0;                  // positions that are not padding
-  int64_t loss_tokens = 0;                  // targets != -1
+  std::vector<uint64_t> windows;           // stream: stream offset of each row's T+1 tokens
+  std::vector<std::vector<Piece>> pieces;  // pack: pieces per row; bucket: one per row
+  int64_t real_tokens = 0;                 // positions that are not padding
+  int64_t loss_tokens = 0;                 // targets != -1
 };
 
 // The global batches of one epoch, in order.
@@ -77,8 +77,8 @@ class EpochPlanner {
   // pack / bucket: documents in permuted order, cut into pieces of at most seq_len
   Permutation perm_{0, 0};
   uint64_t doc_cursor_ = 0, piece_offset_ = 0;
-  std::vector<Piece> pending_;       // pack: pieces that did not fit yet
-  std::deque<BatchPlan> ready_;      // bucket: the current window's batches
+  std::vector<Piece> pending_;   // pack: pieces that did not fit yet
+  std::deque<BatchPlan> ready_;  // bucket: the current window's batches
   int64_t window_ = 0;
 };
 

@@ -115,8 +115,8 @@ struct SplitOutput {
     info.shards.push_back(e);
   }
   void add(const std::vector<int32_t>& tokens, uint64_t text_bytes) {
-    if (writer.num_docs() > 0 && writer.file_bytes() + 8 + tokens.size() * writer.token_bytes() >
-                                     shard_bytes)
+    if (writer.num_docs() > 0 &&
+        writer.file_bytes() + 8 + tokens.size() * writer.token_bytes() > shard_bytes)
       flush();
     writer.add_document(tokens);
     info.documents += 1;
@@ -153,8 +153,8 @@ PrepareSummary prepare_corpus(const PrepareOptions& o) {
     jsonl = true;
     field = o.format.substr(6);
   } else if (o.format != "text") {
-    throw UsageError(fmt::format("unknown input format '{}' (text, jsonl or jsonl:<field>)",
-                                 o.format));
+    throw UsageError(
+        fmt::format("unknown input format '{}' (text, jsonl or jsonl:<field>)", o.format));
   }
   if (!(o.val_fraction >= 0 && o.val_fraction < 1))
     throw UsageError(fmt::format("val fraction must be in [0, 1), got {}", o.val_fraction));
@@ -229,10 +229,9 @@ PrepareSummary prepare_corpus(const PrepareOptions& o) {
       last_show = now;
       double s = std::chrono::duration<double>(now - t0).count();
       double rate = double(reader.bytes_read()) / std::max(s, 1e-9);
-      double eta = rate > 0 ? double(total_bytes - std::min(total_bytes, reader.bytes_read())) / rate
-                            : -1;
-      std::fprintf(stderr,
-                   "\r[prepare] %.1f/%.1f MB  %llu docs  %llu tokens  %.1f MB/s  ETA %s   ",
+      double eta =
+          rate > 0 ? double(total_bytes - std::min(total_bytes, reader.bytes_read())) / rate : -1;
+      std::fprintf(stderr, "\r[prepare] %.1f/%.1f MB  %llu docs  %llu tokens  %.1f MB/s  ETA %s   ",
                    double(reader.bytes_read()) / 1e6, double(total_bytes) / 1e6,
                    (unsigned long long)sum.documents, (unsigned long long)sum.tokens, rate / 1e6,
                    human_duration(eta).c_str());

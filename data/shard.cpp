@@ -56,8 +56,8 @@ ShardHeader parse_shard_header(const uint8_t* data, size_t size, const std::stri
         "{}: not a token shard (bad magic)", name);
   ShardHeader h;
   h.version = load<uint32_t>(data + 8);
-  CHECK(h.version == kShardVersion, "{}: unsupported shard version {} (this build reads {})",
-        name, h.version, kShardVersion);
+  CHECK(h.version == kShardVersion, "{}: unsupported shard version {} (this build reads {})", name,
+        h.version, kShardVersion);
   uint8_t copy[kShardHeaderBytes];
   std::memcpy(copy, data, kShardHeaderBytes);
   store<uint32_t>(copy + 20, 0);
@@ -129,8 +129,8 @@ void verify_shard_payload(const uint8_t* data, size_t size, const ShardHeader& h
   CHECK(prev == h.num_tokens, "{}: corrupt document offsets (last is {}, {} tokens)", name, prev,
         h.num_tokens);
   CHECK(h.num_tokens == 0 || max_token < h.vocab_size,
-        "{}: token id {} at position {} is out of range for vocab size {}", name, max_token,
-        max_at, h.vocab_size);
+        "{}: token id {} at position {} is out of range for vocab size {}", name, max_token, max_at,
+        h.vocab_size);
 }
 
 Shard::Shard(const fs::path& path, const ShardExpect& expect, bool verify) {

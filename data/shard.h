@@ -98,6 +98,8 @@ class ShardWriter {
 };
 
 // Token width a vocabulary needs: 2 bytes up to 65536 ids, else 4.
-inline uint32_t token_bytes_for_vocab(uint32_t vocab_size) { return vocab_size <= 65536 ? 2 : 4; }
+inline uint32_t token_bytes_for_vocab(uint32_t vocab_size) {
+  return vocab_size <= 65536 ? 2 : 4;
+}
 
 }  // namespace trainer::data

@@ -43,9 +43,10 @@ void train_tokenizer(const TokenizerTrainOptions& o) {
   if (o.model_type != "bpe" && o.model_type != "unigram")
     throw UsageError(fmt::format("model type must be bpe or unigram, got '{}'", o.model_type));
   if (o.vocab_size < 300)
-    throw UsageError(fmt::format("vocab size {} is too small: byte fallback needs 256 byte "
-                                 "pieces plus specials and merges (use >= 300)",
-                                 o.vocab_size));
+    throw UsageError(
+        fmt::format("vocab size {} is too small: byte fallback needs 256 byte "
+                    "pieces plus specials and merges (use >= 300)",
+                    o.vocab_size));
   if (o.out.empty()) throw UsageError("tokenizer train needs an output path (--out)");
   std::vector<fs::path> files = expand_inputs(o.inputs);
   std::string input;
@@ -82,7 +83,9 @@ void train_tokenizer(const TokenizerTrainOptions& o) {
   if (model != o.out) fs::rename(model, o.out);
 }
 
-uint64_t tokenizer_file_hash(const fs::path& model) { return hash64(read_file(model)); }
+uint64_t tokenizer_file_hash(const fs::path& model) {
+  return hash64(read_file(model));
+}
 
 Tokenizer::Tokenizer(const fs::path& model)
     : path_(model), sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
@@ -112,8 +115,14 @@ std::string Tokenizer::decode(std::span<const int32_t> ids) const {
   return text;
 }
 
-int Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
-int Tokenizer::eos_id() const { return sp_->eos_id(); }
-int Tokenizer::bos_id() const { return sp_->bos_id(); }
+int Tokenizer::vocab_size() const {
+  return sp_->GetPieceSize();
+}
+int Tokenizer::eos_id() const {
+  return sp_->eos_id();
+}
+int Tokenizer::bos_id() const {
+  return sp_->bos_id();
+}
 
 }  // namespace trainer::data

@@ -51,8 +51,8 @@ int main(int argc, char** argv) {
   int B, T, seconds_x10;
   int64_t max_tokens;
   po::options_description desc("data_stats options");
-  desc.add_options()("help", "print this help")(
-      "data", po::value(&dir)->required(), "prepared corpus directory")(
+  desc.add_options()("help", "print this help")("data", po::value(&dir)->required(),
+                                                "prepared corpus directory")(
       "split", po::value(&split)->default_value("train"), "split")(
       "batch-size", po::value(&B)->default_value(8), "rows per batch (stream, pack)")(
       "seq-len", po::value(&T)->default_value(1024), "sequence length")(
@@ -99,11 +99,12 @@ int main(int argc, char** argv) {
       for (int world : {2, 4}) {
         PlanConfig pc = mode == Mode::pack ? pack : bucket;
         EpochStats s = epoch_stats(pc, docs, world);
-        std::printf("imbalance %-6s world=%d: %lld steps, mean %.2f%%, max %.2f%% "
-                    "((max-min)/mean real tokens per step)\n",
-                    mode_name(mode), world, (long long)s.steps,
-                    100.0 * s.imbalance_sum / double(std::max<int64_t>(1, s.steps)),
-                    100.0 * s.imbalance_max);
+        std::printf(
+            "imbalance %-6s world=%d: %lld steps, mean %.2f%%, max %.2f%% "
+            "((max-min)/mean real tokens per step)\n",
+            mode_name(mode), world, (long long)s.steps,
+            100.0 * s.imbalance_sum / double(std::max<int64_t>(1, s.steps)),
+            100.0 * s.imbalance_max);
       }
     }
 

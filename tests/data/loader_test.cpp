@@ -15,7 +15,9 @@ using testing::TempDir;
 using testing::token_of;
 
 // Decodes a synthetic token into (doc, pos).
-std::pair<int, int> decode(int32_t t) { return {(t - 1) / 256, (t - 1) % 256}; }
+std::pair<int, int> decode(int32_t t) {
+  return {(t - 1) / 256, (t - 1) % 256};
+}
 
 LoaderConfig config(const fs::path& dir, Mode mode) {
   LoaderConfig c;

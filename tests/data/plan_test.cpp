@@ -15,7 +15,8 @@ std::string key(const BatchPlan& p) {
   std::string k = fmt::format("{}x{}:", p.rows, p.T);
   for (uint64_t w : p.windows) k += fmt::format("w{},", w);
   for (const auto& row : p.pieces) {
-    for (const Piece& x : row) k += fmt::format("{}+{}/{}{},", x.doc, x.begin, x.count, x.continues);
+    for (const Piece& x : row)
+      k += fmt::format("{}+{}/{}{},", x.doc, x.begin, x.count, x.continues);
     k += "|";
   }
   return k;
@@ -34,8 +35,7 @@ std::vector<BatchPlan> epoch_sequence(const PlanConfig& c, const DocIndex& docs,
 }
 
 // Per-token (pack, bucket) or per-window (stream) multiplicity over a list of batches.
-std::map<uint64_t, int> coverage(const std::vector<BatchPlan>& plans, const DocIndex& docs,
-                                 int T) {
+std::map<uint64_t, int> coverage(const std::vector<BatchPlan>& plans, const DocIndex& docs, int T) {
   std::map<uint64_t, int> seen;
   for (const BatchPlan& p : plans) {
     for (uint64_t w : p.windows) seen[w / uint64_t(T)]++;

@@ -178,8 +178,11 @@ TEST(Corpus, ReadsAcrossShards) {
   EXPECT_EQ(out[0], testing::token_of(2, 0));
   EXPECT_EQ(out[3], testing::token_of(3, 0));
   EXPECT_EQ(out[8], testing::token_of(3, 5));
-  expect_error([&] { Corpus(dir.path, "train", {0, 1}, false, false); },
-               dir.path / "manifest.json", "another tokenizer");
+  expect_error(
+      [&] {
+        Corpus(dir.path, "train", {0, 1}, false, false);
+      },
+      dir.path / "manifest.json", "another tokenizer");
 }
 
 }  // namespace

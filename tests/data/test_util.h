@@ -28,9 +28,8 @@ inline int32_t token_of(uint64_t doc, uint64_t pos) {
 struct TempDir {
   fs::path path;
   explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() /
-           ("trainer_data_" + tag + "_" + std::to_string(::getpid()) + "_" +
-            std::to_string(std::random_device{}()));
+    path = fs::temp_directory_path() / ("trainer_data_" + tag + "_" + std::to_string(::getpid()) +
+                                        "_" + std::to_string(std::random_device{}()));
     fs::remove_all(path);
     fs::create_directories(path);
   }

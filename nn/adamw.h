@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "nn/param_layout.h"
@@ -20,8 +22,10 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  // Optimises elements [begin, end) of the flat buffers described by `layout`.
-  AdamW(const ParamLayout& layout, const AdamWConfig& config, int64_t begin, int64_t end);
+  // Optimises elements [begin, end) of the flat buffers described by `layout`, except the
+  // parameters for which frozen(name) is true: those keep their values and get no state.
+  AdamW(const ParamLayout& layout, const AdamWConfig& config, int64_t begin, int64_t end,
+        const std::function<bool(const std::string&)>& frozen = nullptr);
 
   // One update of params[begin, end) from grads * grad_scale (grad_scale folds in clipping).
   void step(float* params, const float* grads, float lr, float grad_scale);
@@ -30,18 +34,26 @@ class AdamW {
   void set_steps(int64_t s) { step_ = s; }
   int64_t begin() const { return begin_; }
   int64_t end() const { return end_; }
+  // Moments of the trainable elements, in flat order (frozen ones skipped): state_size() floats.
   float* m() { return m_.as<float>(); }
   float* v() { return v_.as<float>(); }
+  int64_t state_size() const { return state_size_; }
+  // Copies the moments to/from flat arrays over [begin, end) (frozen elements read as zero):
+  // the layout checkpoints use, independent of what is frozen or sharded.
+  void export_moments(float* m_flat, float* v_flat) const;
+  void import_moments(const float* m_flat, const float* v_flat);
   const AdamWConfig& config() const { return config_; }
 
  private:
   struct Span {
-    int64_t begin, end;
+    int64_t begin, end;  // flat range
+    int64_t state;       // where its moments start in m_ and v_
     bool decay;
   };
   AdamWConfig config_;
   int64_t begin_, end_;
   std::vector<Span> spans_;  // the parameters within [begin, end), with their decay flag
+  int64_t state_size_ = 0;
   Buffer m_, v_;
   int64_t step_ = 0;
 };

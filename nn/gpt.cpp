@@ -10,6 +10,7 @@
 #include "nn/ops/residual.h"
 #include "runtime/error.h"
 #include "runtime/gemm.h"
+#include "runtime/profile.h"
 #include "runtime/rng.h"
 
 namespace trainer::nn {
@@ -46,6 +47,11 @@ void GPT::init_weights(uint64_t seed) {
       fill_normal(w, p.numel, seed ^ hash64(n), 0.0f, residual ? residual_std : 0.02f);
     }
   }
+}
+
+void GPT::zero_grads() {
+  PROFILE_SCOPE("zero_grads");
+  grads_.zero();
 }
 
 void GPT::prepare_inputs(const BatchView& b) {
@@ -91,6 +97,7 @@ LossSum GPT::forward(const BatchView& batch) {
                     act(a.residual[size_t(config_.n_layer)]), p + layout_.lnf_w(),
                     p + layout_.lnf_b(), N, C);
   // logits(N,V) = lnf(N,C) @ wte(V,C)^T: the head is tied to the token embedding.
+  PROFILE_SCOPE("lm_head_forward");
   gemm(false, true, N, V, C, 1.0f, act(a.lnf), C, p + layout_.wte(), C, 0.0f, act(a.logits), V);
   if (!has_targets_) return {};
   return cross_entropy_forward(act(a.logits), targets_.data(), N, V);
@@ -128,8 +135,11 @@ void GPT::backward(float loss_scale) {
   cross_entropy_backward(dlogits, targets_.data(), N, V, loss_scale);
   // Through the tied head: d lnf = dlogits @ wte; d wte += dlogits^T @ lnf.
   float* d_ln = act(a.d_ln);
-  gemm(false, false, N, C, V, 1.0f, dlogits, V, p + layout_.wte(), C, 0.0f, d_ln, C);
-  gemm(true, false, V, C, N, 1.0f, dlogits, V, act(a.lnf), C, 1.0f, g + layout_.wte(), C);
+  {
+    PROFILE_SCOPE("lm_head_backward");
+    gemm(false, false, N, C, V, 1.0f, dlogits, V, p + layout_.wte(), C, 0.0f, d_ln, C);
+    gemm(true, false, V, C, N, 1.0f, dlogits, V, act(a.lnf), C, 1.0f, g + layout_.wte(), C);
+  }
   float* d_res = act(a.d_res);
   std::fill(d_res, d_res + N * C, 0.0f);
   layernorm_backward(d_res, g + layout_.lnf_w(), g + layout_.lnf_b(), d_ln,

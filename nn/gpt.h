@@ -44,7 +44,7 @@ class GPT {
   // Gradients of loss_scale * (the last forward's summed loss), added to grads(); call
   // zero_grads() first on a step's first micro-batch. loss_scale is 1 / (global token count).
   void backward(float loss_scale);
-  void zero_grads() { grads_.zero(); }
+  void zero_grads();
 
   // Called during backward each time a range [begin, end) of grads() is final for this
   // micro-batch, from the end of the flat buffer towards its start (ln_f, block L-1, ...,

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "nn/ops/attention.h"
+#include "nn/ops/vec_math.h"
+#include "runtime/profile.h"
 #include "runtime/gemm.h"
 
 namespace trainer::nn {
@@ -38,6 +40,7 @@ void apply_mask(float* s, int q0, int nq, int kend, int b, int T, const Attentio
 
 void attention_forward(float* out, float* lse, const float* qkv, const AttentionMask& mask,
                        const AttentionShape& s) {
+  PROFILE_SCOPE("attention_forward");
   const int B = s.B, T = s.T, C = s.C, H = s.H, hs = C / H;
   const int64_t ld = 3 * int64_t(C);
   const float scale = 1.0f / std::sqrt(float(hs));
@@ -74,7 +77,7 @@ void attention_forward(float* out, float* lse, const float* qkv, const Attention
             float sum = 0;
 #pragma omp simd reduction(+ : sum)
             for (int j = 0; j < kend; ++j) {
-              float e = std::exp(row[j] - mx);
+              float e = vec_exp(row[j] - mx);
               row[j] = e;
               sum += e;
             }
@@ -95,6 +98,7 @@ void attention_forward(float* out, float* lse, const float* qkv, const Attention
 
 void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse,
                         const float* qkv, const AttentionMask& mask, const AttentionShape& s) {
+  PROFILE_SCOPE("attention_backward");
   const int B = s.B, T = s.T, C = s.C, H = s.H, hs = C / H;
   const int64_t ld = 3 * int64_t(C);
   const float scale = 1.0f / std::sqrt(float(hs));
@@ -128,7 +132,7 @@ void attention_backward(float* dqkv, const float* dout, const float* out, const 
             float* row = p + int64_t(r) * kend;
             float lr = l[q0 + r];
 #pragma omp simd
-            for (int j = 0; j < kend; ++j) row[j] = std::exp(row[j] - lr);
+            for (int j = 0; j < kend; ++j) row[j] = vec_exp(row[j] - lr);
           }
           // dP = dO V^T; dS = P * (dP - rowsum(dO * O)).
           gemm(false, true, nq, kend, hs, 1.0f, dout_h + int64_t(q0) * C, C, v, ld, 0.0f, dp, kend);

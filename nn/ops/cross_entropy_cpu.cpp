@@ -3,11 +3,14 @@
 #include <limits>
 
 #include "nn/ops/cross_entropy.h"
+#include "nn/ops/vec_math.h"
+#include "runtime/profile.h"
 #include "runtime/error.h"
 
 namespace trainer::nn {
 
 LossSum cross_entropy_forward(float* logits, const int32_t* targets, int64_t N, int V) {
+  PROFILE_SCOPE("cross_entropy_forward");
   for (int64_t n = 0; n < N; ++n)
     CHECK(targets[n] >= -1 && targets[n] < V,
           "target id {} at position {} is outside the vocab [0, {})", targets[n], n, V);
@@ -23,7 +26,7 @@ LossSum cross_entropy_forward(float* logits, const int32_t* targets, int64_t N, 
     float z = 0;
 #pragma omp simd reduction(+ : z)
     for (int v = 0; v < V; ++v) {
-      float e = std::exp(row[v] - mx);
+      float e = vec_exp(row[v] - mx);
       row[v] = e;
       z += e;
     }
@@ -39,6 +42,7 @@ LossSum cross_entropy_forward(float* logits, const int32_t* targets, int64_t N, 
 }
 
 void cross_entropy_backward(float* probs, const int32_t* targets, int64_t N, int V, float scale) {
+  PROFILE_SCOPE("cross_entropy_backward");
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     float* row = probs + n * V;

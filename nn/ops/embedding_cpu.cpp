@@ -1,12 +1,14 @@
 #include <omp.h>
 
 #include "nn/ops/embedding.h"
+#include "runtime/profile.h"
 #include "runtime/error.h"
 
 namespace trainer::nn {
 
 void embedding_forward(float* out, const int32_t* tokens, const int32_t* positions,
                        const float* wte, const float* wpe, int64_t N, int C, int V, int P) {
+  PROFILE_SCOPE("embedding_forward");
   for (int64_t n = 0; n < N; ++n) {
     CHECK(tokens[n] >= 0 && tokens[n] < V, "token id {} at position {} is outside the vocab [0, {})",
           tokens[n], n, V);
@@ -25,6 +27,7 @@ void embedding_forward(float* out, const int32_t* tokens, const int32_t* positio
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                         const int32_t* positions, int64_t N, int C) {
+  PROFILE_SCOPE("embedding_backward");
   // Rows may repeat, so threads split the channels, not the rows: each thread owns a channel
   // slice of every embedding row and sums in row order (deterministic).
 #pragma omp parallel

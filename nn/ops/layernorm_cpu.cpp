@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "nn/ops/layernorm.h"
+#include "runtime/profile.h"
 
 namespace trainer::nn {
 
@@ -11,6 +12,7 @@ constexpr float kLayerNormEps = 1e-5f;
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
                        const float* b, int64_t N, int C) {
+  PROFILE_SCOPE("layernorm_forward");
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;
@@ -32,6 +34,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                         const float* w, const float* mean, const float* rstd, int64_t N, int C) {
+  PROFILE_SCOPE("layernorm_backward");
   // Each thread sums its rows' dw/db into a private row; the partial rows are then added in
   // thread order, so the result does not depend on scheduling.
   int threads = omp_get_max_threads();

@@ -3,12 +3,14 @@
 #include <vector>
 
 #include "nn/ops/linear.h"
+#include "runtime/profile.h"
 #include "runtime/gemm.h"
 
 namespace trainer::nn {
 
 void linear_forward(float* out, const float* inp, const float* w, const float* bias, int64_t N,
                     int I, int O) {
+  PROFILE_SCOPE("linear_forward");
   if (bias) {
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; ++n) {
@@ -37,6 +39,7 @@ void add_column_sums(float* out, const float* x, int64_t N, int O) {
 
 void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                      const float* w, int64_t N, int I, int O) {
+  PROFILE_SCOPE("linear_backward");
   if (dinp) gemm(false, true, N, I, O, 1.0f, dout, O, w, O, 0.0f, dinp, I);
   gemm(true, false, I, O, N, 1.0f, inp, I, dout, O, 1.0f, dw, O);
   if (dbias) add_column_sums(dbias, dout, N, O);

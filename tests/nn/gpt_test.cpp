@@ -8,6 +8,7 @@
 #include "grad_check.h"
 #include "nn/adamw.h"
 #include "nn/gpt.h"
+#include "nn/kv_cache.h"
 #include "nn/lr_schedule.h"
 #include "runtime/error.h"
 
@@ -168,6 +169,28 @@ TEST(AdamW, MatchesTheClosedFormFirstStep) {
   EXPECT_NEAR(p[size_t(b->offset)], 1.0f - 0.1f, 1e-6);                      // not decayed
   EXPECT_FLOAT_EQ(clip_scale(10.0, 1.0f), float(1.0 / (10.0 + 1e-6)));
   EXPECT_FLOAT_EQ(clip_scale(0.5, 1.0f), 1.0f);
+}
+
+}  // namespace trainer::nn
+
+namespace trainer::nn {
+
+TEST(KvCache, MatchesTheFullForwardAtEveryPosition) {
+  ModelConfig c{.vocab_size = 31, .max_seq_len = 12, .n_layer = 2, .n_head = 2, .n_embd = 16};
+  GPT model(c, 1, 12);
+  model.init_weights(9);
+  std::vector<int32_t> tokens = {4, 8, 15, 16, 23, 30, 1, 2, 3, 5};
+  const int T = int(tokens.size());
+  model.forward({1, T, tokens.data(), nullptr, nullptr, nullptr});
+  std::vector<float> full(model.logits(), model.logits() + T * c.vocab_size);
+  KvCacheDecoder dec(model);
+  for (int t = 0; t < T; ++t) {
+    const float* step = dec.push(tokens[size_t(t)]);
+    for (int v = 0; v < c.vocab_size; ++v)
+      ASSERT_NEAR(step[v], full[size_t(t) * c.vocab_size + v], 1e-4) << "position " << t;
+  }
+  for (int t = T; t < 12; ++t) dec.push(1);
+  EXPECT_THROW(dec.push(1), Error);
 }
 
 }  // namespace trainer::nn

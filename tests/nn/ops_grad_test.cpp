@@ -1,6 +1,7 @@
 // Every op's backward against finite differences of its forward.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "grad_check.h"
@@ -159,6 +160,22 @@ TEST(Attention, NoAttentionAcrossSegments) {
   bool changed = false;
   for (int i = 2 * C; i < 4 * C; ++i) changed |= a[i] != b[i];
   EXPECT_TRUE(changed);
+}
+
+}  // namespace trainer::nn
+
+#include "nn/ops/vec_math.h"
+
+namespace trainer::nn {
+
+TEST(VecMath, ExpIsAccurateAndExactAtTheEdges) {
+  for (float x = -87.0f; x < 88.0f; x += 0.37f) {
+    float want = std::exp(x);
+    EXPECT_NEAR(vec_exp(x), want, 3e-7f * want) << x;
+  }
+  EXPECT_EQ(vec_exp(-INFINITY), 0.0f);
+  EXPECT_EQ(vec_exp(0.0f), 1.0f);
+  EXPECT_TRUE(std::isfinite(vec_exp(1000.0f)));
 }
 
 }  // namespace trainer::nn

@@ -1,0 +1,59 @@
+// Checkpoints: a directory per step, written as step-N.tmp/, fsynced, then renamed to step-N/;
+// `latest` is a symlink replaced atomically. A checkpoint holds the model (safetensors, Hugging
+// Face GPT-2 names), the AdamW moments as global flat ranges, the trainer state (JSON), the
+// resolved config and a manifest of sizes and CRC-32s that loading verifies first.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "nn/adamw.h"
+#include "nn/gpt.h"
+
+namespace trainer::app {
+
+namespace fs = std::filesystem;
+
+// Everything besides tensors that a resumed run needs to continue bit for bit.
+struct TrainerState {
+  int64_t step = 0;          // optimizer steps completed
+  int64_t tokens_seen = 0;   // loss tokens over all ranks
+  int world_size = 1;
+  uint64_t tokenizer_hash = 0;
+  nlohmann::json loader;     // data::LoaderState
+  nlohmann::json extra;      // anything else the loop keeps (schedule position, ...)
+};
+
+struct CheckpointPolicy {
+  int64_t keep_last = 3;
+  int64_t keep_every = 0;
+};
+
+// Writes step-<state.step>/ under `run_dir`/checkpoints, repoints `latest`, prunes old ones.
+// Returns the checkpoint directory.
+fs::path save_checkpoint(const fs::path& run_dir, const nn::GPT& model, const nn::AdamW& opt,
+                         const TrainerState& state, const std::string& config_yaml,
+                         const CheckpointPolicy& policy);
+
+// A verified checkpoint directory: the manifest was read and every file's size and CRC-32
+// checked. Throws naming the file on any mismatch.
+struct Checkpoint {
+  fs::path dir;
+  TrainerState state;
+  std::string config_yaml;
+  nlohmann::json manifest;
+};
+Checkpoint open_checkpoint(const fs::path& dir);
+
+// Loads the weights into `model` (throws naming the tensor on a shape mismatch) and, when
+// `opt` is given, the moments of its range.
+void load_checkpoint(const Checkpoint& ckpt, nn::GPT& model, nn::AdamW* opt);
+
+// The checkpoint `latest` points at under run_dir, or an empty path.
+fs::path latest_checkpoint(const fs::path& run_dir);
+
+}  // namespace trainer::app

@@ -1,0 +1,77 @@
+// `trainer bench`: training-step speed on synthetic tokens (no data files needed): ms per
+// step, tokens/s, achieved GFLOP/s and MFU against this machine's GEMM rate measured in the
+// same run, plus a per-op profile of where the time goes.
+#include <cstdio>
+#include <vector>
+
+#include "app/options.h"
+#include "nn/adamw.h"
+#include "nn/gpt.h"
+#include "runtime/gemm.h"
+#include "runtime/profile.h"
+#include "runtime/rng.h"
+#include "runtime/timer.h"
+
+namespace trainer::app {
+
+int cmd_bench(const Args& args) {
+  po::options_description desc("bench options");
+  desc.add_options()("layers,L", po::value<int>()->default_value(6), "blocks")(
+      "embd,C", po::value<int>()->default_value(384), "channels")(
+      "heads,H", po::value<int>()->default_value(6), "attention heads")(
+      "vocab,V", po::value<int>()->default_value(8192), "vocabulary")(
+      "batch,B", po::value<int>()->default_value(8), "rows per step")(
+      "seq,T", po::value<int>()->default_value(256), "row length")(
+      "steps", po::value<int>()->default_value(10), "timed steps (after 2 warm-up steps)")(
+      "profile", "print a per-op time profile");
+  po::variables_map vm;
+  if (!parse_options("bench", args, desc, vm)) return 0;
+  nn::ModelConfig mc{.vocab_size = vm["vocab"].as<int>(),
+                     .max_seq_len = vm["seq"].as<int>(),
+                     .n_layer = vm["layers"].as<int>(),
+                     .n_head = vm["heads"].as<int>(),
+                     .n_embd = vm["embd"].as<int>()};
+  const int B = vm["batch"].as<int>(), T = vm["seq"].as<int>(), steps = vm["steps"].as<int>();
+  nn::GPT model(mc, B, T);
+  model.init_weights(1);
+  nn::AdamW opt(model.layout(), {}, 0, model.layout().total());
+  std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T);
+  Rng rng(7);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = int32_t(rng.next_u64() % uint64_t(mc.vocab_size));
+    targets[i] = int32_t(rng.next_u64() % uint64_t(mc.vocab_size));
+  }
+  nn::BatchView batch{B, T, tokens.data(), targets.data(), nullptr, nullptr};
+  auto step = [&] {
+    nn::LossSum ls = model.forward(batch);
+    model.zero_grads();
+    model.backward(1.0f / float(ls.count));
+    opt.step(model.params(), model.grads(), 1e-4f, 1.0f);
+  };
+  const double peak = measure_gemm_gflops(2048, 1.0);
+  step();
+  step();
+  profile::set_enabled(vm.count("profile") > 0);
+  Timer t;
+  for (int i = 0; i < steps; ++i) step();
+  const double s = t.seconds() / steps;
+  profile::set_enabled(false);
+  const double tok_s = double(B) * T / s;
+  const double gflops = mc.flops_per_token(T) * tok_s / 1e9;
+  std::printf("bench L=%d C=%d H=%d V=%d B=%d T=%d: %.1f ms/step | %.0f tok/s | %.1f GFLOP/s | "
+              "GEMM peak %.1f GFLOP/s | MFU %.1f%%\n",
+              mc.n_layer, mc.n_embd, mc.n_head, mc.vocab_size, B, T, s * 1e3, tok_s, gflops, peak,
+              100 * gflops / peak);
+  if (vm.count("profile")) {
+    double total = 0;
+    for (const auto& e : profile::report()) total += e.ms;
+    for (const auto& e : profile::report())
+      std::printf("  %-24s %8.2f ms/step %5.1f%%\n", e.name.c_str(), e.ms / steps,
+                  100 * e.ms / (t.ms()));
+    std::printf("  %-24s %8.2f ms/step %5.1f%%\n", "(outside ops)", (t.ms() - total) / steps,
+                100 * (t.ms() - total) / t.ms());
+  }
+  return 0;
+}
+
+}  // namespace trainer::app

@@ -1,0 +1,23 @@
+// `trainer config`: the resolved config (--print) or the reference of every key (--schema).
+#include <iostream>
+
+#include "app/options.h"
+
+namespace trainer::app {
+
+int cmd_config(const Args& args) {
+  po::options_description desc("config options");
+  add_config_options(desc);
+  desc.add_options()("print", "print the resolved config as YAML (the default)")(
+      "schema", "print the reference of every key as Markdown (docs/config.md)");
+  po::variables_map vm;
+  if (!parse_options("config", args, desc, vm)) return 0;
+  if (vm.count("schema")) {
+    std::cout << schema_markdown();
+    return 0;
+  }
+  std::cout << config_from(vm).to_yaml();
+  return 0;
+}
+
+}  // namespace trainer::app

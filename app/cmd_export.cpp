@@ -1,0 +1,56 @@
+// `trainer export`: a checkpoint as a standalone folder other tools can load: weights
+// (safetensors, Hugging Face GPT-2 names), a GPT-2 style config.json, the tokenizer and the
+// trainer's own config.
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "app/options.h"
+#include "app/saved_model.h"
+#include "runtime/error.h"
+#include "runtime/file_io.h"
+#include "runtime/log.h"
+
+namespace trainer::app {
+
+int cmd_export(const Args& args) {
+  po::options_description desc("export options");
+  desc.add_options()("checkpoint", po::value<std::string>()->required(),
+                     "checkpoint directory (or a run directory: its latest)")(
+      "out", po::value<std::string>()->required(), "output folder (created; must not exist)")(
+      "tokenizer", po::value<std::string>(), "SentencePiece model (default: the run's)");
+  po::variables_map vm;
+  if (!parse_options("export", args, desc, vm)) return 0;
+  SavedModel saved = open_saved_model(vm["checkpoint"].as<std::string>(), 1, 1);
+  const fs::path out = vm["out"].as<std::string>();
+  CHECK(!fs::exists(out), "{} already exists", out.string());
+  const fs::path tmp = out.string() + ".tmp";
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  fs::copy_file(saved.checkpoint.dir / "model.safetensors", tmp / "model.safetensors");
+  const std::string tok = vm.count("tokenizer") ? vm["tokenizer"].as<std::string>()
+                                                : saved.config.text("data.tokenizer");
+  CHECK(fs::exists(tok), "tokenizer {} not found (pass --tokenizer)", tok);
+  fs::copy_file(tok, tmp / "tokenizer.model");
+  const nn::ModelConfig& m = saved.model->config();
+  nlohmann::json hf = {{"model_type", "gpt2"},
+                       {"architectures", {"GPT2LMHeadModel"}},
+                       {"vocab_size", m.vocab_size},
+                       {"n_positions", m.max_seq_len},
+                       {"n_ctx", m.max_seq_len},
+                       {"n_embd", m.n_embd},
+                       {"n_layer", m.n_layer},
+                       {"n_head", m.n_head},
+                       {"activation_function", "gelu_new"},
+                       {"layer_norm_epsilon", 1e-5},
+                       {"tie_word_embeddings", true},
+                       {"trainer_step", saved.checkpoint.state.step}};
+  write_file_atomic(tmp / "config.json", hf.dump(2) + "\n");
+  write_file_atomic(tmp / "trainer_config.yaml", saved.checkpoint.config_yaml);
+  fsync_path(tmp);
+  fs::rename(tmp, out);
+  log::info("exported {} (step {}) to {}", saved.checkpoint.dir.string(),
+            saved.checkpoint.state.step, out.string());
+  return 0;
+}
+
+}  // namespace trainer::app

@@ -1,0 +1,94 @@
+// `trainer sample`: text from a checkpoint, with a KV cache, temperature, top-k and top-p.
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <numeric>
+
+#include "app/options.h"
+#include "app/saved_model.h"
+#include "data/tokenizer.h"
+#include "nn/kv_cache.h"
+#include "runtime/error.h"
+#include "runtime/rng.h"
+
+namespace trainer::app {
+
+namespace {
+
+struct SamplingOptions {
+  float temperature = 1.0f;
+  int top_k = 0;      // 0 = all
+  float top_p = 1.0f;  // nucleus mass
+};
+
+// Draws a token from logits(V) under the options (greedy when temperature is 0).
+int32_t draw(const float* logits, int V, const SamplingOptions& o, Rng& rng) {
+  std::vector<int32_t> ids(static_cast<size_t>(V));
+  std::iota(ids.begin(), ids.end(), 0);
+  if (o.temperature <= 0)
+    return *std::max_element(ids.begin(), ids.end(),
+                             [&](int32_t a, int32_t b) { return logits[a] < logits[b]; });
+  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  size_t keep = o.top_k > 0 ? std::min<size_t>(size_t(o.top_k), ids.size()) : ids.size();
+  std::vector<double> p(keep);
+  double z = 0;
+  for (size_t i = 0; i < keep; ++i)
+    z += p[i] = std::exp(double(logits[ids[i]] - logits[ids[0]]) / o.temperature);
+  double mass = 0;
+  size_t nucleus = 0;
+  while (nucleus < keep && (nucleus == 0 || mass < o.top_p * z)) mass += p[nucleus++];
+  double u = double(rng.uniform()) * mass;
+  for (size_t i = 0; i < nucleus; ++i)
+    if ((u -= p[i]) <= 0) return ids[i];
+  return ids[nucleus - 1];
+}
+
+}  // namespace
+
+int cmd_sample(const Args& args) {
+  po::options_description desc("sample options");
+  desc.add_options()("checkpoint", po::value<std::string>()->required(),
+                     "checkpoint directory (or a run directory: its latest)")(
+      "prompt", po::value<std::string>()->default_value(""), "text to continue")(
+      "tokenizer", po::value<std::string>(), "SentencePiece model (default: the run's)")(
+      "max-new-tokens", po::value<int>()->default_value(100), "tokens to generate")(
+      "temperature", po::value<float>()->default_value(0.8f), "0 = greedy")(
+      "top-k", po::value<int>()->default_value(0), "keep the k likeliest tokens (0 = all)")(
+      "top-p", po::value<float>()->default_value(0.95f), "nucleus probability mass")(
+      "seed", po::value<uint64_t>()->default_value(1), "sampling seed");
+  po::variables_map vm;
+  if (!parse_options("sample", args, desc, vm)) return 0;
+  SamplingOptions o{vm["temperature"].as<float>(), vm["top-k"].as<int>(), vm["top-p"].as<float>()};
+  if (o.temperature < 0 || o.top_k < 0 || !(o.top_p > 0 && o.top_p <= 1))
+    throw UsageError("sample: need temperature >= 0, top-k >= 0 and 0 < top-p <= 1");
+  SavedModel saved = open_saved_model(vm["checkpoint"].as<std::string>(), 1, 1);
+  const std::string tok_path = vm.count("tokenizer") ? vm["tokenizer"].as<std::string>()
+                                                     : saved.config.text("data.tokenizer");
+  data::Tokenizer tok(tok_path);
+  CHECK(tok.hash() == saved.checkpoint.state.tokenizer_hash,
+        "tokenizer {} is not the one checkpoint {} was trained with", tok_path,
+        saved.checkpoint.dir.string());
+  std::vector<int32_t> ids = tok.encode(vm["prompt"].as<std::string>());
+  // Documents were prepared ending in EOS, so a new one starts right after an EOS.
+  if (tok.eos_id() >= 0) ids.insert(ids.begin(), tok.eos_id());
+  CHECK(!ids.empty(), "an empty prompt needs a tokenizer with an EOS piece");
+  nn::KvCacheDecoder dec(*saved.model);
+  const int V = saved.model->config().vocab_size, P = saved.model->config().max_seq_len;
+  CHECK(int(ids.size()) < P, "the prompt has {} tokens; the model sees at most {}", ids.size(), P);
+  const float* logits = nullptr;
+  for (int32_t id : ids) logits = dec.push(id);
+  Rng rng(vm["seed"].as<uint64_t>());
+  std::vector<int32_t> generated;
+  for (int i = 0; i < vm["max-new-tokens"].as<int>() && dec.length() < P; ++i) {
+    int32_t next = draw(logits, V, o, rng);
+    if (next == tok.eos_id()) break;
+    generated.push_back(next);
+    logits = dec.push(next);
+  }
+  std::cout << vm["prompt"].as<std::string>() << tok.decode(generated) << "\n";
+  return 0;
+}
+
+}  // namespace trainer::app

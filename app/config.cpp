@@ -1,0 +1,266 @@
+#include "app/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include <fmt/ranges.h>
+
+#include "runtime/error.h"
+#include "runtime/file_io.h"
+#include "runtime/rng.h"
+
+namespace trainer::app {
+
+namespace {
+
+const KeySpec* find_spec(const std::string& key) {
+  for (const KeySpec& s : schema())
+    if (s.key == key) return &s;
+  return nullptr;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string did_you_mean(const std::string& key) {
+  const KeySpec* best = nullptr;
+  size_t best_d = SIZE_MAX;
+  for (const KeySpec& s : schema()) {
+    size_t d = edit_distance(key, s.key);
+    std::string tail = s.key.substr(s.key.find('.') + 1);  // also match a misplaced section
+    d = std::min(d, edit_distance(key.substr(key.find('.') + 1), tail) + 1);
+    if (d < best_d) best_d = d, best = &s;
+  }
+  if (best && best_d <= std::max<size_t>(2, key.size() / 3))
+    return fmt::format(" (did you mean '{}'?)", best->key);
+  return "";
+}
+
+[[noreturn]] void usage_error(const std::string& msg) { throw UsageError(msg); }
+
+std::string where(const std::string& source, const YAML::Node& node) {
+  if (node.Mark().line < 0) return source;
+  return fmt::format("{}:{}", source, node.Mark().line + 1);
+}
+
+std::string kind_name(Kind k) {
+  switch (k) {
+    case Kind::integer: return "an integer";
+    case Kind::real: return "a number";
+    case Kind::boolean: return "true or false";
+    case Kind::text: return "a string";
+    case Kind::list: return "a list of strings";
+  }
+  return "?";
+}
+
+Value parse_value(const KeySpec& spec, const YAML::Node& node, const std::string& at) {
+  auto bad = [&](const std::string& shown) -> Value {
+    usage_error(fmt::format("{}: {} = {} is not {}", at, spec.key, shown, kind_name(spec.kind)));
+  };
+  if (spec.kind == Kind::list) {
+    if (!node.IsSequence()) return bad(node.IsScalar() ? node.Scalar() : "a mapping");
+    std::vector<std::string> items;
+    for (const YAML::Node& item : node) {
+      if (!item.IsScalar()) return bad("a nested value");
+      items.push_back(item.Scalar());
+    }
+    return items;
+  }
+  if (!node.IsScalar()) return bad(node.IsSequence() ? "a list" : "a mapping");
+  const std::string& s = node.Scalar();
+  Value v;
+  try {
+    switch (spec.kind) {
+      case Kind::integer: v = node.as<int64_t>(); break;
+      case Kind::real: v = node.as<double>(); break;
+      case Kind::boolean: v = node.as<bool>(); break;
+      default: v = s; break;
+    }
+  } catch (const YAML::Exception&) {
+    return bad("'" + s + "'");
+  }
+  if (spec.kind == Kind::integer || spec.kind == Kind::real) {
+    double x = spec.kind == Kind::integer ? double(std::get<int64_t>(v)) : std::get<double>(v);
+    if (x < spec.min || x > spec.max)
+      usage_error(fmt::format("{}: {} = {} is out of range [{}, {}]", at, spec.key, s, spec.min,
+                              spec.max == 1e300 ? std::string("inf") : fmt::format("{}", spec.max)));
+  }
+  if (!spec.choices.empty() &&
+      std::find(spec.choices.begin(), spec.choices.end(), s) == spec.choices.end())
+    usage_error(fmt::format("{}: {} = '{}' is not one of {}", at, spec.key, s,
+                            fmt::join(spec.choices, ", ")));
+  return v;
+}
+
+void merge_node(std::map<std::string, Value>& values, const YAML::Node& node,
+                const std::string& prefix, const std::string& source) {
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const std::string key = prefix + it->first.as<std::string>();
+    const YAML::Node& child = it->second;
+    const KeySpec* spec = find_spec(key);
+    if (!spec && child.IsMap()) {
+      bool is_section = std::any_of(schema().begin(), schema().end(), [&](const KeySpec& s) {
+        return s.key.starts_with(key + ".");
+      });
+      if (is_section) {
+        merge_node(values, child, key + ".", source);
+        continue;
+      }
+    }
+    if (!spec)
+      usage_error(fmt::format("{}: unknown key '{}'{}", where(source, it->first), key,
+                              did_you_mean(key)));
+    values[key] = parse_value(*spec, child, where(source, child));
+  }
+}
+
+}  // namespace
+
+Config::Config() {
+  for (const KeySpec& s : schema()) values_[s.key] = s.default_value;
+}
+
+Config Config::load(const std::string& yaml_path, const std::vector<std::string>& overrides) {
+  Config c;
+  if (!yaml_path.empty()) {
+    std::string text;
+    try {
+      text = read_file(yaml_path);
+    } catch (const Error& e) {
+      usage_error(e.what());
+    }
+    c.merge_yaml(text, yaml_path);
+  }
+  for (const std::string& o : overrides) c.apply_override(o);
+  return c;
+}
+
+void Config::merge_yaml(const std::string& text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    usage_error(fmt::format("{}:{}: malformed YAML: {}", source, e.mark.line + 1, e.msg));
+  }
+  if (root.IsNull()) return;
+  if (!root.IsMap()) usage_error(fmt::format("{}: the config must be a mapping of sections", source));
+  merge_node(values_, root, "", source);
+}
+
+void Config::apply_override(const std::string& assignment) {
+  size_t eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    usage_error(fmt::format("--set '{}': expected key=value", assignment));
+  const std::string key = assignment.substr(0, eq);
+  const KeySpec* spec = find_spec(key);
+  if (!spec) usage_error(fmt::format("--set: unknown key '{}'{}", key, did_you_mean(key)));
+  YAML::Node node;
+  try {
+    node = YAML::Load(assignment.substr(eq + 1));
+  } catch (const YAML::ParserException& e) {
+    usage_error(fmt::format("--set {}: malformed value: {}", key, e.msg));
+  }
+  values_[key] = parse_value(*spec, node, "--set");
+}
+
+const Value& Config::get(const std::string& key, Kind kind) const {
+  const KeySpec* spec = find_spec(key);
+  CHECK(spec && spec->kind == kind, "internal: config key '{}' read as the wrong type", key);
+  return values_.at(key);
+}
+
+int64_t Config::integer(const std::string& k) const { return std::get<int64_t>(get(k, Kind::integer)); }
+double Config::real(const std::string& k) const { return std::get<double>(get(k, Kind::real)); }
+bool Config::boolean(const std::string& k) const { return std::get<bool>(get(k, Kind::boolean)); }
+const std::string& Config::text(const std::string& k) const {
+  return std::get<std::string>(get(k, Kind::text));
+}
+const std::vector<std::string>& Config::list(const std::string& k) const {
+  return std::get<std::vector<std::string>>(get(k, Kind::list));
+}
+
+void Config::set(const std::string& key, Value v) {
+  const KeySpec* spec = find_spec(key);
+  CHECK(spec && spec->kind == Kind(v.index()), "internal: config key '{}' set with the wrong type",
+        key);
+  values_[key] = std::move(v);
+}
+
+std::string Config::to_yaml() const {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  std::string section;
+  for (const KeySpec& s : schema()) {
+    std::string sec = s.key.substr(0, s.key.find('.'));
+    if (sec != section) {
+      if (!section.empty()) out << YAML::EndMap;
+      out << YAML::Key << sec << YAML::Value << YAML::BeginMap;
+      section = sec;
+    }
+    out << YAML::Key << s.key.substr(sec.size() + 1) << YAML::Value;
+    std::visit(
+        [&out](const auto& v) {
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+            out << YAML::Flow << YAML::BeginSeq;
+            for (const auto& x : v) out << x;
+            out << YAML::EndSeq;
+          } else if constexpr (std::is_same_v<T, double>) {
+            out << fmt::format("{}", v);
+          } else {
+            out << v;
+          }
+        },
+        values_.at(s.key));
+  }
+  if (!section.empty()) out << YAML::EndMap;
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+uint64_t Config::digest() const { return hash64(to_yaml()); }
+
+std::string schema_markdown() {
+  std::ostringstream md;
+  md << "# Configuration reference\n\n"
+     << "Generated by `trainer config --schema`; do not edit by hand. A config file is YAML with\n"
+     << "these sections; `--set key=value` (repeatable) overrides after the file.\n";
+  std::string section;
+  for (const KeySpec& s : schema()) {
+    std::string sec = s.key.substr(0, s.key.find('.'));
+    if (sec != section) {
+      md << "\n## " << sec << "\n\n| key | type | default | meaning |\n|---|---|---|---|\n";
+      section = sec;
+    }
+    std::string def = std::visit(
+        [](const auto& v) -> std::string {
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, std::vector<std::string>>)
+            return fmt::format("[{}]", fmt::join(v, ", "));
+          else
+            return fmt::format("{}", v);
+        },
+        s.default_value);
+    std::string type = kind_name(s.kind);
+    if (!s.choices.empty()) type = fmt::format("one of {}", fmt::join(s.choices, ", "));
+    md << "| `" << s.key << "` | " << type << " | `" << def << "` | " << s.doc << " |\n";
+  }
+  return md.str();
+}
+
+}  // namespace trainer::app

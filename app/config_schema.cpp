@@ -1,0 +1,65 @@
+// The schema: every configuration key, its type, default and meaning. Add keys here only.
+#include "app/config.h"
+
+namespace trainer::app {
+
+const std::vector<KeySpec>& schema() {
+  using L = std::vector<std::string>;
+  static const std::vector<KeySpec> keys = {
+      {"run.name", Kind::text, std::string("gpt"), "Run name: outputs go to <run.dir>/<run.name>/"},
+      {"run.dir", Kind::text, std::string("runs"), "Directory holding run directories"},
+      {"run.seed", Kind::integer, int64_t(1337), "Seed for initialisation, data order and sampling", 0},
+
+      {"model.vocab_size", Kind::integer, int64_t(8192), "Vocabulary size V (must cover the tokenizer)", 1, 1 << 24},
+      {"model.max_seq_len", Kind::integer, int64_t(256), "Learned positions (longest row)", 1, 1 << 20},
+      {"model.n_layer", Kind::integer, int64_t(6), "Transformer blocks L", 1, 1024},
+      {"model.n_head", Kind::integer, int64_t(6), "Attention heads H", 1, 1024},
+      {"model.n_embd", Kind::integer, int64_t(384), "Channels C (a multiple of n_head)", 1, 1 << 16},
+
+      {"data.path", Kind::text, std::string("data/brown"), "Directory written by `trainer prepare`"},
+      {"data.tokenizer", Kind::text, std::string("data/brown/tok.model"), "SentencePiece model the shards were made with (for sampling and checks)"},
+      {"data.mode", Kind::text, std::string("stream"), "Batching: stream (contiguous windows), pack (documents packed into rows), bucket (length buckets, dynamic padding)", -1e300, 1e300, L{"stream", "pack", "bucket"}},
+      {"data.batch_size", Kind::integer, int64_t(8), "Rows per micro-batch B (stream, pack)", 1, 1 << 20},
+      {"data.seq_len", Kind::integer, int64_t(256), "Row length T (stream, pack); longest row (bucket)", 1, 1 << 20},
+      {"data.max_tokens", Kind::integer, int64_t(0), "Bucket mode: padded tokens per micro-batch (0 = batch_size * seq_len)", 0},
+      {"data.drop_last", Kind::boolean, true, "Drop an epoch's incomplete last step (else wrap around)"},
+      {"data.prefetch", Kind::integer, int64_t(4), "Batches kept ready by the loader thread", 1, 1024},
+      {"data.epochs", Kind::integer, int64_t(0), "Stop after this many epochs (0 = run train.steps)", 0},
+
+      {"optimizer.lr", Kind::real, 1e-3, "Peak learning rate", 0, 10},
+      {"optimizer.min_lr", Kind::real, 1e-4, "Learning rate at the end of the decay", 0, 10},
+      {"optimizer.beta1", Kind::real, 0.9, "AdamW beta1", 0, 1},
+      {"optimizer.beta2", Kind::real, 0.95, "AdamW beta2", 0, 1},
+      {"optimizer.eps", Kind::real, 1e-8, "AdamW epsilon", 0, 1},
+      {"optimizer.weight_decay", Kind::real, 0.1, "Decoupled weight decay on matrices", 0, 10},
+      {"optimizer.decay_embeddings", Kind::boolean, false, "Also decay wte and wpe"},
+      {"optimizer.grad_clip", Kind::real, 1.0, "Clip the global gradient norm to this (0 = off)", 0},
+
+      {"schedule.warmup_steps", Kind::integer, int64_t(50), "Linear warmup steps", 0},
+      {"schedule.decay", Kind::text, std::string("cosine"), "Decay after warmup", -1e300, 1e300, L{"cosine", "linear", "constant"}},
+
+      {"train.steps", Kind::integer, int64_t(600), "Optimizer steps", 1},
+      {"train.grad_accum", Kind::integer, int64_t(1), "Micro-batches per optimizer step", 1, 1 << 16},
+      {"train.grad_accum_schedule", Kind::list, L{}, "Dynamic global batch: [\"step:micro_batches\", ...] from that step on"},
+      {"train.seq_len_schedule", Kind::list, L{}, "Sequence-length curriculum (stream, pack): [\"step:seq_len\", ...] from that step on"},
+      {"train.freeze", Kind::list, L{}, "Parameter name patterns (* wildcards) kept fixed: no gradient, no optimizer state"},
+      {"train.on_nonfinite", Kind::text, std::string("stop"), "A NaN/Inf loss or gradient: stop with a diagnostic, or skip the step", -1e300, 1e300, L{"stop", "skip"}},
+      {"train.resume", Kind::text, std::string("auto"), "auto (latest checkpoint of this run, if any), none, or a checkpoint directory"},
+      {"train.val_every", Kind::integer, int64_t(100), "Validate every N steps (0 = never)", 0},
+      {"train.val_batches", Kind::integer, int64_t(20), "Batches per validation", 1},
+
+      {"checkpoint.every", Kind::integer, int64_t(200), "Save every N steps (and at the end; 0 = only at the end)", 0},
+      {"checkpoint.keep_last", Kind::integer, int64_t(3), "Checkpoints kept (the newest ones)", 1},
+      {"checkpoint.keep_every", Kind::integer, int64_t(0), "Also keep every checkpoint whose step is a multiple of this (0 = none)", 0},
+
+      {"log.every", Kind::integer, int64_t(10), "Write a metrics line every N steps", 1},
+      {"log.progress", Kind::text, std::string("auto"), "Live progress bar: auto (on a terminal), on, off", -1e300, 1e300, L{"auto", "on", "off"}},
+
+      {"dist.bucket_mb", Kind::real, 25.0, "DDP gradient bucket size in MiB", 0.001, 1e6},
+      {"dist.timeout_s", Kind::real, 300.0, "A collective waiting longer than this fails every rank", 0.1, 1e6},
+      {"dist.join", Kind::text, std::string("true"), "Uneven inputs: true (finished ranks join with zeros), false (stop all at the first uneven step), throw (error)", -1e300, 1e300, L{"true", "false", "throw"}},
+  };
+  return keys;
+}
+
+}  // namespace trainer::app

@@ -1,0 +1,74 @@
+// trainer: one executable, many subcommands. `trainer --config x.yaml` means `trainer train
+// --config x.yaml`. Every failure ends here as one line on stderr and a non-zero exit code:
+// 1 for runtime failures, 2 for usage and config errors.
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "app/commands.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+
+namespace {
+
+struct Command {
+  int (*run)(const trainer::app::Args&);
+  const char* summary;
+};
+
+const std::map<std::string, Command>& commands() {
+  using namespace trainer::app;
+  static const std::map<std::string, Command> table = {
+      {"train", {cmd_train, "train a model (the default command)"}},
+      {"eval", {cmd_eval, "loss, perplexity and bits per byte of a checkpoint on held-out data"}},
+      {"sample", {cmd_sample, "generate text from a checkpoint"}},
+      {"tokenizer", {cmd_tokenizer, "train a SentencePiece tokenizer"}},
+      {"prepare", {cmd_prepare, "tokenize a corpus into shards"}},
+      {"config", {cmd_config, "print the resolved config or the config reference"}},
+      {"inspect", {cmd_inspect, "print a checkpoint's manifest, config and tensors"}},
+      {"export", {cmd_export, "export a checkpoint as a standalone model folder"}},
+      {"plan", {cmd_plan, "print the memory a config needs per rank"}},
+      {"bench", {cmd_bench, "measure step time, throughput and MFU"}},
+  };
+  return table;
+}
+
+void print_usage() {
+  std::printf("usage: trainer <command> [options]   (trainer <command> --help for details)\n"
+              "       trainer --config <file.yaml> [--set key=value ...]   (= trainer train)\n\n"
+              "commands:\n");
+  for (const auto& [name, cmd] : commands()) std::printf("  %-10s %s\n", name.c_str(), cmd.summary);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    print_usage();
+    return args.empty() ? 2 : 0;
+  }
+  std::string name = "train";
+  if (!args[0].starts_with("-")) {
+    name = args[0];
+    args.erase(args.begin());
+  }
+  auto it = commands().find(name);
+  if (it == commands().end()) {
+    std::fprintf(stderr, "error: unknown command '%s' (trainer --help lists them)\n", name.c_str());
+    return 2;
+  }
+  try {
+    return it->second.run(args);
+  } catch (const trainer::UsageError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const trainer::Error& e) {
+    trainer::log::error("{}", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    trainer::log::error("{}", e.what());
+    return 1;
+  }
+}

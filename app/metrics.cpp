@@ -1,0 +1,87 @@
+#include "app/metrics.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "runtime/error.h"
+#include "runtime/log.h"
+
+namespace trainer::app {
+
+MetricsLog::MetricsLog(const std::filesystem::path& path, int64_t keep_through) {
+  std::vector<std::string> kept;
+  if (keep_through >= 0) {
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) {
+      try {
+        auto j = nlohmann::json::parse(line);
+        if (j.value("step", int64_t(0)) <= keep_through) kept.push_back(line);
+      } catch (const nlohmann::json::exception&) {
+        // A line torn by a crash: dropped.
+      }
+    }
+  }
+  file_ = std::fopen(path.c_str(), "w");
+  CHECK(file_, "cannot write {}", path.string());
+  for (const std::string& l : kept) std::fprintf(file_, "%s\n", l.c_str());
+  std::fflush(file_);
+}
+
+MetricsLog::~MetricsLog() {
+  if (file_) std::fclose(file_);
+}
+
+void MetricsLog::write(const nlohmann::json& record) {
+  std::fprintf(file_, "%s\n", record.dump().c_str());
+  std::fflush(file_);
+}
+
+Progress::Progress(const std::string& mode, int64_t total_steps) : total_(total_steps) {
+  live_ = mode == "on" || (mode == "auto" && ::isatty(STDOUT_FILENO));
+}
+
+static std::string format_duration(double s) {
+  if (!(s >= 0) || s > 1e7) return "?";
+  int64_t t = int64_t(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t % 3600) / 60);
+  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+void Progress::update(int64_t step, double loss, double tokens_per_s, double mfu, double eta_s,
+                      bool log_line) {
+  std::string text = fmt::format("step {}/{} | loss {:.4f} | {:.0f} tok/s | MFU {:.1f}% | ETA {}",
+                                 step, total_, loss, tokens_per_s, 100 * mfu,
+                                 format_duration(eta_s));
+  if (live_) {
+    const int width = 28;
+    int filled = int(double(width) * double(step) / double(std::max<int64_t>(1, total_)));
+    std::string bar = std::string(size_t(filled), '#') + std::string(size_t(width - filled), '.');
+    std::printf("\r[%s] %s\x1b[K", bar.c_str(), text.c_str());
+    std::fflush(stdout);
+    drawn_ = true;
+  } else if (log_line) {
+    log::info("{}", text);
+  }
+}
+
+void Progress::finish() {
+  if (live_ && drawn_) {
+    std::printf("\n");
+    std::fflush(stdout);
+    drawn_ = false;
+  }
+}
+
+double resident_mib() {
+  std::ifstream in("/proc/self/statm");
+  long pages = 0, resident = 0;
+  in >> pages >> resident;
+  return double(resident) * double(::sysconf(_SC_PAGESIZE)) / 1048576.0;
+}
+
+}  // namespace trainer::app

@@ -1,0 +1,48 @@
+// Run output: metrics.jsonl (one JSON object per line), a live one-line progress bar on a
+// terminal, and plain periodic lines elsewhere (Slurm logs).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace trainer::app {
+
+class MetricsLog {
+ public:
+  // Opens `path` for appending, first dropping lines whose "step" exceeds `keep_through` (a
+  // resumed run rewrites the steps after its checkpoint). keep_through < 0 starts afresh.
+  MetricsLog(const std::filesystem::path& path, int64_t keep_through);
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+  void write(const nlohmann::json& record);
+
+ private:
+  std::FILE* file_ = nullptr;
+};
+
+class Progress {
+ public:
+  // mode: "auto" (bar when stdout is a terminal), "on" or "off".
+  Progress(const std::string& mode, int64_t total_steps);
+  // Redraws the bar (terminal) or prints a plain line when `log_line` is set.
+  void update(int64_t step, double loss, double tokens_per_s, double mfu, double eta_s,
+              bool log_line);
+  // Ends the bar's line so other output starts clean.
+  void finish();
+  bool live() const { return live_; }
+
+ private:
+  bool live_ = false;
+  bool drawn_ = false;
+  int64_t total_;
+};
+
+// Resident set size of this process in MiB.
+double resident_mib();
+
+}  // namespace trainer::app

@@ -1,0 +1,41 @@
+#include "app/options.h"
+
+#include <iostream>
+
+#include "runtime/error.h"
+
+namespace trainer::app {
+
+bool parse_options(const std::string& command, const Args& args, po::options_description& desc,
+                   po::variables_map& vm, const po::positional_options_description* pos) {
+  desc.add_options()("help,h", "show this help");
+  try {
+    po::command_line_parser parser(args);
+    parser.options(desc);
+    if (pos) parser.positional(*pos);
+    po::store(parser.run(), vm);
+    if (vm.count("help")) {
+      std::cout << "usage: trainer " << command << " [options]\n\n" << desc << "\n";
+      return false;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(fmt::format("trainer {}: {}", command, e.what()));
+  }
+  return true;
+}
+
+void add_config_options(po::options_description& desc) {
+  desc.add_options()("config,c", po::value<std::string>()->default_value(""),
+                     "YAML config file")(
+      "set", po::value<std::vector<std::string>>()->composing(),
+      "override a key: --set optimizer.lr=3e-4 (repeatable)");
+}
+
+Config config_from(const po::variables_map& vm) {
+  std::vector<std::string> sets;
+  if (vm.count("set")) sets = vm["set"].as<std::vector<std::string>>();
+  return Config::load(vm["config"].as<std::string>(), sets);
+}
+
+}  // namespace trainer::app

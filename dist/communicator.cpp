@@ -1,0 +1,92 @@
+// Work handles, the single-process communicator and the factory; see communicator.h.
+#include "dist/communicator.h"
+
+#include <cstring>
+
+#include "dist/work_state.h"
+#include "runtime/error.h"
+
+namespace trainer::dist {
+
+size_t dtype_size(DataType t) {
+  switch (t) {
+    case DataType::f32:
+      return 4;
+    case DataType::f64:
+      return 8;
+    case DataType::i64:
+      return 8;
+    case DataType::u8:
+      return 1;
+  }
+  return 1;
+}
+
+void Work::wait() {
+  if (!state_) return;
+  std::unique_lock lock(state_->mu);
+  state_->cv.wait(lock, [&] { return state_->done; });
+  if (!state_->error.empty()) throw Error(state_->error);
+}
+
+bool Work::done() const {
+  if (!state_) return true;
+  std::lock_guard lock(state_->mu);
+  return state_->done;
+}
+
+double Work::busy_seconds() const {
+  if (!state_) return 0;
+  std::lock_guard lock(state_->mu);
+  return state_->busy_s;
+}
+
+std::vector<int64_t> Communicator::all_gather(const std::vector<int64_t>& mine) {
+  std::vector<int64_t> all(mine.size() * size_t(size()));
+  all_gather_async(mine.data(), all.data(), int64_t(mine.size()), DataType::i64).wait();
+  return all;
+}
+
+namespace {
+
+Work done_work() {
+  auto state = std::make_shared<WorkState>();
+  state->done = true;
+  return Work(std::move(state));
+}
+
+class SingleProcessCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string backend() const override { return "single"; }
+  Work all_reduce_async(void*, int64_t, DataType) override { return done_work(); }
+  Work reduce_scatter_async(const void* send, void* recv, int64_t count, DataType type) override {
+    if (send != recv) std::memmove(recv, send, size_t(count) * dtype_size(type));
+    return done_work();
+  }
+  Work all_gather_async(const void* send, void* recv, int64_t count, DataType type) override {
+    if (send != recv) std::memmove(recv, send, size_t(count) * dtype_size(type));
+    return done_work();
+  }
+  Work broadcast_async(void*, int64_t, int root) override {
+    CHECK(root == 0, "broadcast from rank {} in a single process", root);
+    return done_work();
+  }
+  Work barrier_async() override { return done_work(); }
+  double busy_seconds() const override { return 0; }
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_single_process_communicator() {
+  return std::make_unique<SingleProcessCommunicator>();
+}
+
+std::unique_ptr<Communicator> make_communicator(const LaunchInfo& launch,
+                                                const CommOptions& options) {
+  if (!launch.distributed()) return make_single_process_communicator();
+  return make_mpi_communicator(launch, options);
+}
+
+}  // namespace trainer::dist

@@ -1,0 +1,103 @@
+// The one interface every collective goes through: sum all-reduce, reduce-scatter,
+// all-gather, broadcast and barrier over CPU buffers, each with an async variant returning a
+// Work handle. Implementations: MPI (one communication thread owns every MPI call; every
+// operation has a deadline) and a single process (copies and no-ops). Every rank must issue
+// the same collectives in the same order; each one gets a sequence number used in errors.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/launch.h"
+
+namespace trainer::dist {
+
+enum class DataType : uint8_t { f32, f64, i64, u8 };
+
+size_t dtype_size(DataType t);
+
+// The shared state of one queued operation; implementations complete it.
+struct WorkState;
+
+// A handle to an operation in flight. wait() blocks until it is done and throws
+// trainer::Error (naming the operation, its sequence number and missing ranks) if it failed.
+class Work {
+ public:
+  Work() = default;
+  explicit Work(std::shared_ptr<WorkState> state) : state_(std::move(state)) {}
+  void wait();
+  bool done() const;
+  bool valid() const { return state_ != nullptr; }
+  // Seconds the operation spent in the network (from its start to its completion), once done.
+  double busy_seconds() const;
+
+ private:
+  std::shared_ptr<WorkState> state_;
+};
+
+struct CommOptions {
+  double timeout_s = 300;  // any collective not complete after this fails on every waiting rank
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "mpi" or "single".
+  virtual std::string backend() const = 0;
+
+  // data[0, count) = sum over ranks, in place.
+  virtual Work all_reduce_async(void* data, int64_t count, DataType type) = 0;
+  // recv[0, count) = the sum over ranks of send[rank*count, (rank+1)*count).
+  virtual Work reduce_scatter_async(const void* send, void* recv, int64_t count, DataType type) = 0;
+  // recv[r*count, (r+1)*count) = rank r's send[0, count).
+  virtual Work all_gather_async(const void* send, void* recv, int64_t count, DataType type) = 0;
+  // data[0, bytes) = root's data[0, bytes).
+  virtual Work broadcast_async(void* data, int64_t bytes, int root) = 0;
+  virtual Work barrier_async() = 0;
+
+  // Blocking forms.
+  void all_reduce(float* data, int64_t count) {
+    all_reduce_async(data, count, DataType::f32).wait();
+  }
+  void all_reduce(std::vector<double>& v) {
+    all_reduce_async(v.data(), int64_t(v.size()), DataType::f64).wait();
+  }
+  void all_reduce(std::vector<int64_t>& v) {
+    all_reduce_async(v.data(), int64_t(v.size()), DataType::i64).wait();
+  }
+  void reduce_scatter(const float* send, float* recv, int64_t count) {
+    reduce_scatter_async(send, recv, count, DataType::f32).wait();
+  }
+  void all_gather(const float* send, float* recv, int64_t count) {
+    all_gather_async(send, recv, count, DataType::f32).wait();
+  }
+  // One value per rank, gathered to every rank.
+  std::vector<int64_t> all_gather(const std::vector<int64_t>& mine);
+  void broadcast(void* data, int64_t bytes, int root = 0) {
+    broadcast_async(data, bytes, root).wait();
+  }
+  void barrier() { barrier_async().wait(); }
+
+  // Total seconds collectives have spent in the network since creation (for overlap figures).
+  virtual double busy_seconds() const = 0;
+};
+
+// A communicator for one process: reductions are no-ops, gathers are copies.
+std::unique_ptr<Communicator> make_single_process_communicator();
+
+// Initialises MPI (once per process) and returns a communicator over MPI_COMM_WORLD; checks
+// that MPI agrees with `launch` on rank and world size. Destroying it finalises MPI; when a
+// collective failed or an exception is unwinding, it skips MPI_Finalize and the job is aborted
+// with MPI_Abort at process exit (after main printed its error), so no rank is left waiting.
+std::unique_ptr<Communicator> make_mpi_communicator(const LaunchInfo& launch,
+                                                    const CommOptions& options);
+
+// MPI when the launch has more than one process, else the single-process one.
+std::unique_ptr<Communicator> make_communicator(const LaunchInfo& launch,
+                                                const CommOptions& options);
+
+}  // namespace trainer::dist

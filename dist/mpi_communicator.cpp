@@ -1,0 +1,442 @@
+// The MPI communicator: one communication thread owns every MPI call after MPI_Init, runs the
+// queued collectives in order as non-blocking MPI_I* operations and polls them against a
+// deadline. See Note [Timeouts and missing ranks].
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <exception>
+#include <thread>
+
+#include <fmt/ranges.h>
+
+#include "dist/communicator.h"
+#include "dist/work_state.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+
+namespace trainer::dist {
+
+// Note [Timeouts and missing ranks]
+// A collective never hangs: it is started with MPI_I* and tested until a deadline (timeout_s
+// from its start). To name the ranks that never reached it, every rank first posts a tiny
+// "arrived at #seq" message to each peer (to rank 0 only beyond kAllToAllArrivals ranks) on a
+// separate communicator; a rank that times out names the peers whose last notice is older
+// than seq. After a failure the communicator refuses further work, and the job is aborted
+// (Note [Aborting]) so it ends non-zero instead of waiting on a dead peer.
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kArriveTag = 7;
+constexpr int kAllToAllArrivals = 64;
+constexpr int64_t kMaxChunk = int64_t(1) << 30;  // elements per MPI call (counts are int)
+
+MPI_Datatype mpi_type(DataType t) {
+  switch (t) {
+    case DataType::f32:
+      return MPI_FLOAT;
+    case DataType::f64:
+      return MPI_DOUBLE;
+    case DataType::i64:
+      return MPI_INT64_T;
+    case DataType::u8:
+      return MPI_BYTE;
+  }
+  return MPI_BYTE;
+}
+
+const char* dtype_name(DataType t) {
+  switch (t) {
+    case DataType::f32:
+      return "f32";
+    case DataType::f64:
+      return "f64";
+    case DataType::i64:
+      return "i64";
+    case DataType::u8:
+      return "u8";
+  }
+  return "?";
+}
+
+std::string mpi_error_string(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  return std::string(text, size_t(len));
+}
+
+enum class Kind { all_reduce, reduce_scatter, all_gather, broadcast, barrier };
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::all_reduce:
+      return "all_reduce";
+    case Kind::reduce_scatter:
+      return "reduce_scatter";
+    case Kind::all_gather:
+      return "all_gather";
+    case Kind::broadcast:
+      return "broadcast";
+    case Kind::barrier:
+      return "barrier";
+  }
+  return "?";
+}
+
+struct Op {
+  Kind kind = Kind::barrier;
+  const void* send = nullptr;
+  void* data = nullptr;
+  int64_t count = 0;
+  DataType type = DataType::u8;
+  int root = 0;
+  int64_t seq = 0;
+  std::shared_ptr<WorkState> state;
+};
+
+// Note [Aborting]
+// A rank that saw a collective fail (or is unwinding from any error) must not call
+// MPI_Finalize, which waits for peers that may be dead or stuck. Its communicator's destructor
+// instead marks the job for abort, and an exit handler calls MPI_Abort once main has printed
+// its error line, so every rank of the job ends non-zero instead of waiting out its timeout.
+std::atomic<bool> g_abort_at_exit{false};
+
+void abort_at_exit() {
+  if (!g_abort_at_exit) return;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+// Thrown inside the communication thread when an operation fails.
+struct OpFailed {
+  std::string message;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(const LaunchInfo& launch, const CommOptions& options) : options_(options) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    CHECK(!initialized, "MPI is already initialised: create one MPI communicator per process");
+    int provided = 0;
+    int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    CHECK(rc == MPI_SUCCESS, "MPI_Init_thread failed: {}", mpi_error_string(rc));
+    CHECK(provided >= MPI_THREAD_SERIALIZED,
+          "MPI provides thread level {} but the communication thread needs "
+          "MPI_THREAD_SERIALIZED",
+          provided);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    if (rank_ != launch.rank || size_ != launch.world_size) {
+      // Not every rank may agree, so nobody can wait for a clean finalize.
+      log::error("MPI sees rank {} of {} but the {} launch environment says rank {} of {}", rank_,
+                 size_, launch.launcher, launch.rank, launch.world_size);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    MPI_Comm_dup(MPI_COMM_WORLD, &arrive_comm_);
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(arrive_comm_, MPI_ERRORS_RETURN);
+    arrived_.assign(size_t(size_), -1);
+    arrive_buf_.assign(size_t(size_), -1);
+    arrive_recv_.assign(size_t(size_), MPI_REQUEST_NULL);
+    for (int p : arrival_sources()) post_arrival_recv(p);
+    std::atexit(abort_at_exit);
+    thread_ = std::thread([this] { loop(); });
+  }
+
+  ~MpiCommunicator() override {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    if (broken_ || std::uncaught_exceptions() > 0) {
+      // See Note [Aborting]: main prints its one error line first, then exit aborts the job.
+      g_abort_at_exit = true;
+      return;
+    }
+    MPI_Finalize();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "mpi"; }
+
+  Work all_reduce_async(void* data, int64_t count, DataType type) override {
+    return enqueue(Kind::all_reduce, data, data, count, type);
+  }
+  Work reduce_scatter_async(const void* send, void* recv, int64_t count, DataType type) override {
+    CHECK(count * size_ <= INT_MAX, "reduce_scatter of {} elements per rank is too large", count);
+    return enqueue(Kind::reduce_scatter, send, recv, count, type);
+  }
+  Work all_gather_async(const void* send, void* recv, int64_t count, DataType type) override {
+    CHECK(count * size_ <= INT_MAX, "all_gather of {} elements per rank is too large", count);
+    return enqueue(Kind::all_gather, send, recv, count, type);
+  }
+  Work broadcast_async(void* data, int64_t bytes, int root) override {
+    CHECK(root >= 0 && root < size_, "broadcast from rank {} of {}", root, size_);
+    return enqueue(Kind::broadcast, data, data, bytes, DataType::u8, root);
+  }
+  Work barrier_async() override { return enqueue(Kind::barrier); }
+
+  double busy_seconds() const override { return busy_total_.load(); }
+
+ private:
+  Work enqueue(Kind kind, const void* send = nullptr, void* data = nullptr, int64_t count = 0,
+               DataType type = DataType::u8, int root = 0) {
+    Op op;
+    op.kind = kind;
+    op.send = send;
+    op.data = data;
+    op.count = count;
+    op.type = type;
+    op.root = root;
+    op.state = std::make_shared<WorkState>();
+    Work work(op.state);
+    {
+      std::lock_guard lock(mu_);
+      op.seq = next_seq_++;
+      queue_.push_back(std::move(op));
+    }
+    cv_.notify_one();
+    return work;
+  }
+
+  std::vector<int> arrival_targets() const {
+    std::vector<int> t;
+    if (size_ <= kAllToAllArrivals) {
+      for (int p = 0; p < size_; ++p)
+        if (p != rank_) t.push_back(p);
+    } else if (rank_ != 0) {
+      t.push_back(0);
+    }
+    return t;
+  }
+  std::vector<int> arrival_sources() const {
+    if (size_ <= kAllToAllArrivals || rank_ == 0) {
+      std::vector<int> s;
+      for (int p = 0; p < size_; ++p)
+        if (p != rank_) s.push_back(p);
+      return s;
+    }
+    return {};
+  }
+
+  void post_arrival_recv(int peer) {
+    MPI_Irecv(&arrive_buf_[size_t(peer)], 1, MPI_INT64_T, peer, kArriveTag, arrive_comm_,
+              &arrive_recv_[size_t(peer)]);
+  }
+
+  // Records every arrival notice that has come in (non-blocking).
+  void poll_arrivals() {
+    for (int p = 0; p < size_; ++p) {
+      MPI_Request& r = arrive_recv_[size_t(p)];
+      while (r != MPI_REQUEST_NULL) {
+        int flag = 0;
+        if (MPI_Test(&r, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || !flag) break;
+        arrived_[size_t(p)] = std::max(arrived_[size_t(p)], arrive_buf_[size_t(p)]);
+        post_arrival_recv(p);
+      }
+    }
+    while (!sends_.empty()) {
+      int flag = 0;
+      auto& s = *sends_.front();
+      MPI_Testall(int(s.reqs.size()), s.reqs.data(), &flag, MPI_STATUSES_IGNORE);
+      if (!flag) break;
+      sends_.pop_front();
+    }
+  }
+
+  void announce(int64_t seq) {
+    auto s = std::make_unique<PendingSend>();
+    s->seq = seq;
+    for (int p : arrival_targets()) {
+      s->reqs.emplace_back();
+      MPI_Isend(&s->seq, 1, MPI_INT64_T, p, kArriveTag, arrive_comm_, &s->reqs.back());
+    }
+    sends_.push_back(std::move(s));
+  }
+
+  std::string describe(const Op& op) const {
+    if (op.kind == Kind::barrier) return fmt::format("barrier #{}", op.seq);
+    if (op.kind == Kind::broadcast)
+      return fmt::format("broadcast #{} ({} bytes from rank {})", op.seq, op.count, op.root);
+    return fmt::format("{} #{} ({} x {})", kind_name(op.kind), op.seq, op.count,
+                       dtype_name(op.type));
+  }
+
+  // Tests `req` until it completes or the operation's deadline passes.
+  void progress(MPI_Request& req, const Op& op, Clock::time_point start) {
+    const auto deadline = start + std::chrono::duration<double>(options_.timeout_s);
+    for (int64_t i = 0;; ++i) {
+      int flag = 0;
+      int rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS)
+        throw OpFailed{
+            fmt::format("{} failed on rank {}: {}", describe(op), rank_, mpi_error_string(rc))};
+      if (flag) return;
+      if ((i & 15) == 0) poll_arrivals();
+      if (Clock::now() > deadline) {
+        poll_arrivals();
+        std::vector<int> missing;
+        for (int p : arrival_sources())
+          if (arrived_[size_t(p)] < op.seq) missing.push_back(p);
+        std::string who =
+            !missing.empty()
+                ? fmt::format("rank(s) {} did not arrive", fmt::join(missing, ", "))
+                : (arrival_sources().empty()
+                       ? std::string("rank 0 knows which ranks did not arrive")
+                       : std::string("every rank arrived; one may have died or stalled during "
+                                     "the operation"));
+        throw OpFailed{fmt::format("{} timed out after {:.1f} s on rank {}: {}", describe(op),
+                                   options_.timeout_s, rank_, who)};
+      }
+      // Note [Polling]: spin briefly (small collectives finish within microseconds), then sleep
+      // in short naps so the communication thread does not steal a core from compute while
+      // still driving MPI's progress engine for large reductions.
+      if (i < 64)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(i < 2000 ? 20 : 200));
+    }
+  }
+
+  void run(const Op& op) {
+    const auto start = Clock::now();
+    announce(op.seq);
+    MPI_Request req = MPI_REQUEST_NULL;
+    const MPI_Datatype type = mpi_type(op.type);
+    const size_t esize = dtype_size(op.type);
+    auto check = [&](int rc) {
+      if (rc != MPI_SUCCESS)
+        throw OpFailed{fmt::format("{} failed to start on rank {}: {}", describe(op), rank_,
+                                   mpi_error_string(rc))};
+    };
+    switch (op.kind) {
+      case Kind::all_reduce:
+        for (int64_t off = 0; off < op.count; off += kMaxChunk) {
+          const int n = int(std::min(kMaxChunk, op.count - off));
+          check(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(op.data) + size_t(off) * esize, n,
+                               type, MPI_SUM, comm_, &req));
+          progress(req, op, start);
+        }
+        break;
+      case Kind::broadcast:
+        for (int64_t off = 0; off < op.count; off += kMaxChunk) {
+          const int n = int(std::min(kMaxChunk, op.count - off));
+          check(MPI_Ibcast(static_cast<char*>(op.data) + off, n, MPI_BYTE, op.root, comm_, &req));
+          progress(req, op, start);
+        }
+        break;
+      case Kind::reduce_scatter:
+        check(MPI_Ireduce_scatter_block(op.send == op.data ? MPI_IN_PLACE : op.send, op.data,
+                                        int(op.count), type, MPI_SUM, comm_, &req));
+        progress(req, op, start);
+        break;
+      case Kind::all_gather: {
+        const void* in_place = static_cast<char*>(op.data) + size_t(rank_ * op.count) * esize;
+        check(MPI_Iallgather(op.send == in_place ? MPI_IN_PLACE : op.send, int(op.count), type,
+                             op.data, int(op.count), type, comm_, &req));
+        progress(req, op, start);
+        break;
+      }
+      case Kind::barrier:
+        check(MPI_Ibarrier(comm_, &req));
+        progress(req, op, start);
+        break;
+    }
+  }
+
+  void loop() {
+    for (;;) {
+      Op op;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) break;  // stop_ and nothing left
+        op = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      if (broken_) {
+        op.state->complete(0, fmt::format("{} not run: the communicator failed earlier: {}",
+                                          describe(op), broken_message_));
+        continue;
+      }
+      const auto start = Clock::now();
+      try {
+        run(op);
+        const double busy = std::chrono::duration<double>(Clock::now() - start).count();
+        busy_total_.store(busy_total_.load() + busy);
+        op.state->complete(busy);
+      } catch (const OpFailed& f) {
+        broken_message_ = f.message;
+        broken_ = true;
+        log::error("{}", f.message);
+        op.state->complete(0, f.message);
+      }
+    }
+    shutdown_requests();
+  }
+
+  // Cancels the arrival receives and lets pending notices drain before MPI_Finalize.
+  void shutdown_requests() {
+    for (MPI_Request& r : arrive_recv_) {
+      if (r == MPI_REQUEST_NULL) continue;
+      MPI_Cancel(&r);
+      MPI_Wait(&r, MPI_STATUS_IGNORE);
+    }
+    const auto deadline = Clock::now() + std::chrono::seconds(1);
+    while (!sends_.empty() && Clock::now() < deadline) {
+      poll_arrivals();
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    for (auto& s : sends_)
+      for (MPI_Request& r : s->reqs)
+        if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    sends_.clear();
+  }
+
+  struct PendingSend {
+    int64_t seq = 0;
+    std::vector<MPI_Request> reqs;
+  };
+
+  CommOptions options_;
+  int rank_ = 0, size_ = 1;
+  MPI_Comm comm_ = MPI_COMM_NULL, arrive_comm_ = MPI_COMM_NULL;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Op> queue_;
+  int64_t next_seq_ = 0;
+  bool stop_ = false;
+  std::atomic<bool> broken_{false};
+  std::string broken_message_;
+  std::atomic<double> busy_total_{0};
+  // Owned by the communication thread.
+  std::vector<int64_t> arrived_, arrive_buf_;
+  std::vector<MPI_Request> arrive_recv_;
+  std::deque<std::unique_ptr<PendingSend>> sends_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator(const LaunchInfo& launch,
+                                                    const CommOptions& options) {
+  CHECK(options.timeout_s > 0, "communicator timeout_s must be positive, got {}",
+        options.timeout_s);
+  return std::make_unique<MpiCommunicator>(launch, options);
+}
+
+}  // namespace trainer::dist

@@ -1,0 +1,317 @@
+// Multi-rank tests, run by CTest under mpirun -np 2 and -np 4: the collectives, DDP against one
+// process on the whole batch (with accumulation and frozen ranges), Join on uneven inputs, and
+// the start-up consistency check. Each rank computes the single-process reference itself.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <numeric>
+
+#include "dist/communicator.h"
+#include "dist/consistency.h"
+#include "dist/ddp.h"
+#include "dist/join.h"
+#include "dist/step_stats.h"
+#include "dist_test_util.h"
+#include "nn/adamw.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+
+namespace trainer::dist {
+namespace {
+
+Communicator* g_comm = nullptr;
+using testing::concat;
+using testing::make_rows;
+using testing::Rows;
+
+constexpr int T = 16;
+constexpr float kLr = 1e-3f;
+constexpr float kMaxNorm = 1.0f;
+
+// Note [Comparing after AdamW]
+// AdamW turns each gradient into an update of about +-lr whatever its size, so rounding
+// differences (summation order across ranks) in tiny gradients grow with lr; at a realistic
+// lr (1e-3) 20 steps stay within 1e-5 max-relative. Moreover the gradient of
+// the attention key bias is zero in exact arithmetic (softmax ignores a shift
+// shared by a row's scores), so in fp32 it is rounding noise, which AdamW normalises into
+// updates of +-lr whose sign depends on summation order. Those elements are compared with an
+// absolute bound of the updates they could take; every other element within 1e-5 relative.
+double params_diff(const nn::GPT& a, const nn::GPT& b) {
+  std::vector<float> x(a.params(), a.params() + a.layout().total());
+  std::vector<float> y(b.params(), b.params() + b.layout().total());
+  const int C = a.config().n_embd;
+  for (int l = 0; l < a.config().n_layer; ++l) {
+    const int64_t kb = a.layout().block(l).qkv_b + C;
+    for (int64_t k = kb; k < kb + C; ++k) {
+      EXPECT_LE(std::fabs(x[size_t(k)] - y[size_t(k)]), 2 * 20 * kLr) << "key bias " << k;
+      x[size_t(k)] = y[size_t(k)];
+    }
+  }
+  return testing::max_relative_diff(x.data(), y.data(), int64_t(x.size()));
+}
+
+// Clipping by the global norm and one AdamW step, as the training loop does it.
+void optimizer_step(nn::GPT& model, nn::AdamW& opt) {
+  const int64_t n = model.layout().total();
+  const float scale = nn::clip_scale(std::sqrt(nn::sum_squares(model.grads(), n)), kMaxNorm);
+  opt.step(model.params(), model.grads(), kLr, scale);
+}
+
+// The single-process reference: one step on the union of `parts`.
+void reference_step(nn::GPT& ref, nn::AdamW& opt, const std::vector<Rows>& parts) {
+  Rows all = concat(parts);
+  ref.zero_grads();
+  ref.forward(all.view());
+  ref.backward(1.0f / float(all.loss_tokens()));
+  optimizer_step(ref, opt);
+}
+
+TEST(Collectives, SumGatherScatterBroadcast) {
+  Communicator& c = *g_comm;
+  const int N = c.size(), R = c.rank();
+  std::vector<float> f = {float(R), 1.0f, float(R * R)};
+  c.all_reduce(f.data(), 3);
+  EXPECT_EQ(f[0], float(N * (N - 1) / 2));
+  EXPECT_EQ(f[1], float(N));
+  std::vector<double> d = {0.5 * R};
+  c.all_reduce(d);
+  EXPECT_DOUBLE_EQ(d[0], 0.25 * N * (N - 1));
+  std::vector<int64_t> i = {int64_t(1) << 40, R};
+  c.all_reduce(i);
+  EXPECT_EQ(i[0], (int64_t(1) << 40) * N);
+
+  // reduce_scatter: rank r gets sum over ranks of send[r*2, r*2+2).
+  std::vector<float> send(size_t(2 * N)), recv(2);
+  for (int k = 0; k < 2 * N; ++k) send[size_t(k)] = float(k + R);
+  c.reduce_scatter(send.data(), recv.data(), 2);
+  EXPECT_EQ(recv[0], float(N * (2 * R) + N * (N - 1) / 2));
+
+  std::vector<float> mine = {float(R), float(-R)}, all(size_t(2 * N));
+  c.all_gather(mine.data(), all.data(), 2);
+  for (int r = 0; r < N; ++r) EXPECT_EQ(all[size_t(2 * r + 1)], float(-r));
+
+  std::vector<int64_t> b = {R == N - 1 ? 42 : 0};
+  c.broadcast(b.data(), 8, N - 1);
+  EXPECT_EQ(b[0], 42);
+  c.barrier();
+}
+
+TEST(Collectives, ManyAsyncInFlightCompleteInOrder) {
+  Communicator& c = *g_comm;
+  std::vector<std::vector<float>> bufs(8, std::vector<float>(1000, 1.0f));
+  std::vector<Work> works;
+  for (auto& b : bufs) works.push_back(c.all_reduce_async(b.data(), 1000, DataType::f32));
+  for (int k = 7; k >= 0; --k) works[size_t(k)].wait();
+  for (auto& b : bufs) EXPECT_EQ(b[999], float(c.size()));
+}
+
+TEST(Buckets, CoverTheBufferFromTheEndSkippingFrozen) {
+  auto b = plan_buckets(100, 30, {});
+  ASSERT_EQ(b.size(), 4u);
+  EXPECT_EQ(b[0], (Range{70, 100}));
+  EXPECT_EQ(b[3], (Range{0, 10}));
+  b = plan_buckets(100, 30, {{40, 50}, {45, 60}, {0, 5}});
+  std::vector<Range> want = {{70, 100}, {60, 70}, {10, 40}, {5, 10}};
+  EXPECT_EQ(b, want);
+}
+
+// DDP on N ranks equals one process on the N-times batch: 20 AdamW steps, with clipping, two
+// accumulation micro-batches (no_sync on the first), and uneven token counts across ranks.
+TEST(Ddp, MatchesOneProcessOnTheWholeBatch) {
+  Communicator& c = *g_comm;
+  const int N = c.size(), R = c.rank(), B = 2, kMicro = 2, kSteps = 20;
+  nn::GPT model(testing::small_config(), B, T), ref(testing::small_config(), N * B * kMicro, T);
+  model.init_weights(7);
+  ref.init_weights(7);
+  const int64_t total = model.layout().total();
+  if (R != 0) model.params()[5] += 1.0f;  // the broadcast must repair this
+  broadcast_parameters(c, model.params(), total);
+  DDP ddp(c, model, {.bucket_mb = 0.02, .frozen = {}});  // ~6 buckets on this model
+  ASSERT_GE(ddp.buckets().size(), 4u);
+  nn::AdamW opt(model.layout(), {}, 0, total), ref_opt(ref.layout(), {}, 0, total);
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<Rows> mine, everyone;
+    for (int m = 0; m < kMicro; ++m) mine.push_back(make_rows(step, (R * kMicro + m) * B, B, T));
+    for (int k = 0; k < N * kMicro; ++k) everyone.push_back(make_rows(step, k * B, B, T));
+    int64_t tokens = 0;
+    for (const Rows& r : mine) tokens += r.loss_tokens();
+    const StepCounts counts = exchange_counts(c, true, tokens);
+    model.zero_grads();
+    for (int m = 0; m < kMicro; ++m) {
+      ddp.set_sync(m == kMicro - 1);
+      model.forward(mine[size_t(m)].view());
+      model.backward(1.0f / float(counts.global_tokens));
+    }
+    ddp.finish();
+    optimizer_step(model, opt);
+    reference_step(ref, ref_opt, everyone);
+  }
+  const double diff = params_diff(model, ref);
+  EXPECT_LT(diff, 1e-5) << "rank " << R;
+  // Every rank holds the same parameters, bit for bit.
+  std::vector<float> p0(model.params(), model.params() + total);
+  c.broadcast(p0.data(), total * 4, 0);
+  EXPECT_EQ(0, std::memcmp(p0.data(), model.params(), size_t(total) * 4));
+}
+
+TEST(Ddp, FrozenRangesAreNotCommunicated) {
+  Communicator& c = *g_comm;
+  nn::GPT model(testing::small_config(), 2, T);
+  model.init_weights(3);
+  const nn::ParamInfo* wpe = model.layout().find("wpe.weight");
+  ASSERT_NE(wpe, nullptr);
+  const Range frozen{wpe->offset, wpe->offset + wpe->numel};
+  DDP ddp(c, model, {.bucket_mb = 0.02, .frozen = {frozen}});
+  Rows rows = make_rows(99, 2 * c.rank(), 2, T);
+  model.zero_grads();
+  model.forward(rows.view());
+  ddp.set_sync(false);  // keep the local gradients intact until they are copied below
+  model.backward(1.0f);
+  ddp.set_sync(true);
+  const int64_t total = model.layout().total();
+  std::vector<float> local(model.grads(), model.grads() + total);
+  ddp.finish();
+  std::vector<float> summed = local;
+  c.all_reduce(summed.data(), total);
+  for (int64_t k = 0; k < total; ++k) {
+    const bool is_frozen = k >= frozen.begin && k < frozen.end;
+    ASSERT_FLOAT_EQ(model.grads()[k], is_frozen ? local[size_t(k)] : summed[size_t(k)])
+        << "element " << k;
+  }
+}
+
+// Uneven per-rank batch counts with join=true equal one process on the union of the batches.
+TEST(Join, UnevenInputsMatchTheUnion) {
+  Communicator& c = *g_comm;
+  const int N = c.size(), R = c.rank(), B = 2;
+  auto batches_of = [&](int r) { return 3 + 2 * (N - 1 - r); };  // rank N-1 runs out first
+  nn::GPT model(testing::small_config(), B, T), ref(testing::small_config(), N * B, T);
+  model.init_weights(5);
+  ref.init_weights(5);
+  const int64_t total = model.layout().total();
+  DDP ddp(c, model, {.bucket_mb = 0.02, .frozen = {}});
+  nn::AdamW opt(model.layout(), {}, 0, total), ref_opt(ref.layout(), {}, 0, total);
+  Join join(JoinMode::enabled);
+  int steps = 0;
+  for (int step = 0;; ++step) {
+    const bool has = step < batches_of(R);
+    Rows mine = has ? make_rows(step, R * B, B, T) : Rows{};
+    const StepCounts counts = exchange_counts(c, has, has ? mine.loss_tokens() : 0);
+    const StepAction action = join.decide(counts, has, step);
+    if (action == StepAction::stop) break;
+    model.zero_grads();
+    if (action == StepAction::compute) {
+      model.forward(mine.view());
+      model.backward(1.0f / float(counts.global_tokens));
+    }
+    ddp.finish();
+    optimizer_step(model, opt);
+    std::vector<Rows> live;
+    for (int r = 0; r < N; ++r)
+      if (step < batches_of(r)) live.push_back(make_rows(step, r * B, B, T));
+    reference_step(ref, ref_opt, live);
+    ++steps;
+  }
+  EXPECT_EQ(steps, batches_of(0));
+  if (N > 1) {
+    EXPECT_EQ(join.first_out_rank(), N - 1);
+    EXPECT_EQ(join.first_out_step(), 3);
+  }
+  EXPECT_LT(params_diff(model, ref), 1e-5);
+}
+
+TEST(Join, ThrowAndFalseModesStopEveryRankAtTheFirstUnevenStep) {
+  Communicator& c = *g_comm;
+  if (c.size() < 2) GTEST_SKIP();
+  auto has_at = [&](int step) { return step < (c.rank() == 1 ? 2 : 4); };
+  Join stop_join(JoinMode::disabled);
+  int stopped_at = -1;
+  for (int step = 0; step < 10; ++step) {
+    StepCounts counts = exchange_counts(c, has_at(step), 10);
+    if (stop_join.decide(counts, has_at(step), step) == StepAction::stop) {
+      stopped_at = step;
+      break;
+    }
+  }
+  EXPECT_EQ(stopped_at, 2);
+  Join throw_join(JoinMode::throw_error);
+  std::string error;
+  for (int step = 0; step < 10 && error.empty(); ++step) {
+    StepCounts counts = exchange_counts(c, has_at(step), 10);
+    try {
+      throw_join.decide(counts, has_at(step), step);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  EXPECT_NE(error.find("uneven inputs at step 2: rank(s) 1 have no data"), std::string::npos)
+      << error;
+  EXPECT_EQ(parse_join_mode("throw"), JoinMode::throw_error);
+  EXPECT_THROW(parse_join_mode("maybe"), Error);
+}
+
+TEST(Consistency, MismatchedConfigIsCaughtOnEveryRank) {
+  Communicator& c = *g_comm;
+  EXPECT_NO_THROW(check_consistency(c, "model: {n_layer: 2}", 11, 22));
+  if (c.size() < 2) GTEST_SKIP();
+  const bool odd = c.rank() == 1;
+  std::string error;
+  try {
+    check_consistency(c, odd ? "model: {n_layer: 3}" : "model: {n_layer: 2}", 11, 22);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("the resolved config differs between ranks: rank(s) 1 do not match"),
+            std::string::npos)
+      << error;
+  error.clear();
+  try {
+    check_consistency(c, "same", 11, odd ? 23 : 22);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("the data manifest differs"), std::string::npos) << error;
+}
+
+TEST(StepStats, NamesTheSlowestRank) {
+  Communicator& c = *g_comm;
+  StepTimes t;
+  t.forward_s = c.rank() == c.size() - 1 ? 2.0 : 1.0;
+  t.comm_busy_s = 0.5;
+  t.comm_wait_s = 0.1;
+  StragglerReport rep = gather_step_times(c, t, 0.2);
+  ASSERT_EQ(int(rep.ranks.size()), c.size());
+  EXPECT_NEAR(t.hidden_fraction(), 0.8, 1e-12);
+  if (c.size() > 1) {
+    EXPECT_TRUE(rep.straggler);
+    EXPECT_EQ(rep.slowest_rank, c.size() - 1);
+    EXPECT_NE(rep.message.find("rank " + std::to_string(c.size() - 1)), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace trainer::dist
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  using namespace trainer::dist;
+  const LaunchInfo launch = discover_launch();
+  trainer::log::configure(launch.rank, launch.world_size);
+  CommOptions options;
+  options.timeout_s = 60;
+  std::unique_ptr<Communicator> comm = make_communicator(launch, options);
+  g_comm = comm.get();
+  if (comm->rank() != 0) {  // one rank's report is enough; failures are summed below
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int rc = RUN_ALL_TESTS();
+  std::vector<int64_t> failed = {rc != 0 ? 1 : 0};
+  comm->all_reduce(failed);
+  if (comm->rank() == 0 && failed[0] > 0)
+    fmt::print(stderr, "{} rank(s) failed (see their output above)\n", failed[0]);
+  comm.reset();
+  return failed[0] > 0 ? 1 : 0;
+}

@@ -1,0 +1,134 @@
+// trainer_ddp_bench: trains a GPT on synthetic tokens with DDP and prints one line of figures
+// (throughput, phase times, exposed communication and the fraction of all-reduce time hidden
+// behind backward). scripts/bench/ddp.sh runs it at 1 and 2 ranks and prints the ratios.
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "dist/consistency.h"
+#include "dist/ddp.h"
+#include "dist/join.h"
+#include "dist/step_stats.h"
+#include "nn/adamw.h"
+#include "nn/gpt.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+#include "runtime/timer.h"
+
+namespace trainer::dist {
+namespace {
+
+struct Args {
+  nn::ModelConfig model;
+  int B = 8, T = 256, steps = 4, warmup = 1;
+  double bucket_mb = 10;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    const int v = std::atoi(argv[i + 1]);
+    if (k == "--layers")
+      a.model.n_layer = v;
+    else if (k == "--embd")
+      a.model.n_embd = v;
+    else if (k == "--heads")
+      a.model.n_head = v;
+    else if (k == "--vocab")
+      a.model.vocab_size = v;
+    else if (k == "--batch")
+      a.B = v;
+    else if (k == "--seq")
+      a.T = v;
+    else if (k == "--steps")
+      a.steps = v;
+    else if (k == "--warmup")
+      a.warmup = v;
+    else if (k == "--bucket-mb")
+      a.bucket_mb = std::atof(argv[i + 1]);
+    else
+      THROW_ERROR("unknown option {}", k);
+  }
+  a.model.max_seq_len = a.T;
+  a.model.validate();
+  return a;
+}
+
+void run(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  const LaunchInfo launch = discover_launch();
+  log::configure(launch.rank, launch.world_size);
+  auto comm = make_communicator(launch, {.timeout_s = 600});
+  const int R = comm->rank(), N = comm->size();
+  nn::GPT model(a.model, a.B, a.T);
+  model.init_weights(1);
+  const int64_t total = model.layout().total();
+  check_consistency(*comm, "bench", model.layout().digest(), 0);
+  broadcast_parameters(*comm, model.params(), total);
+  DDP ddp(*comm, model, {.bucket_mb = a.bucket_mb, .frozen = {}});
+  nn::AdamW opt(model.layout(), {}, 0, total);
+  std::vector<int32_t> tokens(size_t(a.B) * a.T), targets(tokens.size());
+  uint64_t x = 0x12345u + uint64_t(R);
+  StepTimes sum;
+  double wall = 0;
+  for (int step = 0; step < a.warmup + a.steps; ++step) {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      tokens[i] = int32_t((x >> 33) % uint64_t(a.model.vocab_size));
+      targets[i] = int32_t((x >> 13) % uint64_t(a.model.vocab_size));
+    }
+    comm->barrier();  // every step starts together: the wall time is the global step time
+    Timer step_timer, t;
+    StepTimes st;
+    const StepCounts counts = exchange_counts(*comm, true, int64_t(tokens.size()));
+    model.zero_grads();
+    model.forward({a.B, a.T, tokens.data(), targets.data(), nullptr, nullptr});
+    st.forward_s = t.seconds();
+    t.reset();
+    model.backward(1.0f / float(counts.global_tokens));
+    st.backward_s = t.seconds();
+    t.reset();
+    ddp.finish();
+    st.comm_wait_s = ddp.last_wait_seconds();
+    st.comm_busy_s = ddp.last_comm_seconds();
+    t.reset();
+    const float scale = nn::clip_scale(std::sqrt(nn::sum_squares(model.grads(), total)), 1.0f);
+    opt.step(model.params(), model.grads(), 6e-4f, scale);
+    st.optimizer_s = t.seconds();
+    const double step_s = step_timer.seconds();
+    StragglerReport rep = gather_step_times(*comm, st, 0.2);
+    if (step < a.warmup) continue;
+    if (rep.straggler) log::info("step {}: {}", step, rep.message);
+    wall += step_s;
+    sum.forward_s += st.forward_s;
+    sum.backward_s += st.backward_s;
+    sum.comm_wait_s += st.comm_wait_s;
+    sum.comm_busy_s += st.comm_busy_s;
+    sum.optimizer_s += st.optimizer_s;
+  }
+  const double k = a.steps;
+  if (R == 0)
+    fmt::print(
+        "ranks={} params={} buckets={} bucket_mb={} step_s={:.3f} tokens_per_s={:.0f} "
+        "forward_s={:.3f} backward_s={:.3f} comm_busy_s={:.4f} comm_wait_s={:.4f} "
+        "optimizer_s={:.3f} hidden={:.3f}\n",
+        N, total, ddp.buckets().size(), a.bucket_mb, wall / k, double(N) * a.B * a.T * k / wall,
+        sum.forward_s / k, sum.backward_s / k, sum.comm_busy_s / k, sum.comm_wait_s / k,
+        sum.optimizer_s / k, sum.hidden_fraction());
+}
+
+}  // namespace
+}  // namespace trainer::dist
+
+int main(int argc, char** argv) {
+  try {
+    trainer::dist::run(argc, argv);
+  } catch (const trainer::Error& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

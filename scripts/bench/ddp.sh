@@ -4,7 +4,7 @@
 # throughput ratio (target >= 1.8x) and the fraction of all-reduce time hidden behind backward
 # (target >= 80%, with 4+ buckets). Figures are per-step means after warm-up.
 #   DDP_BENCH=build/dist/trainer_ddp_bench scripts/bench/ddp.sh [bench options...]
-# Options go to both runs, e.g. --steps 6 --bucket-mb 10 --layers 2.
+# Options go to both runs, e.g. --steps 6 --bucket-mb 10 --layers 2; DDP_BIND=core pins ranks.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BENCH="${DDP_BENCH:-$ROOT/build/dist/trainer_ddp_bench}"
@@ -15,7 +15,7 @@ ARGS=(--layers 6 --embd 384 --heads 6 --vocab 8192 --batch 8 --seq 256 --steps 4
       --bucket-mb 10 "$@")
 export OMP_NUM_THREADS=1
 one=$("$BENCH" "${ARGS[@]}" | grep '^ranks=')
-two=$("${MPIRUN[@]}" -np 2 --bind-to core "$BENCH" "${ARGS[@]}" | grep '^ranks=')
+two=$("${MPIRUN[@]}" -np 2 --bind-to "${DDP_BIND:-none}" "$BENCH" "${ARGS[@]}" | grep '^ranks=')
 echo "1 rank : $one"
 echo "2 ranks: $two"
 field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" <<<"$2"; }

@@ -107,16 +107,6 @@ TEST(Collectives, ManyAsyncInFlightCompleteInOrder) {
   for (auto& b : bufs) EXPECT_EQ(b[999], float(c.size()));
 }
 
-TEST(Buckets, CoverTheBufferFromTheEndSkippingFrozen) {
-  auto b = plan_buckets(100, 30, {});
-  ASSERT_EQ(b.size(), 4u);
-  EXPECT_EQ(b[0], (Range{70, 100}));
-  EXPECT_EQ(b[3], (Range{0, 10}));
-  b = plan_buckets(100, 30, {{40, 50}, {45, 60}, {0, 5}});
-  std::vector<Range> want = {{70, 100}, {60, 70}, {10, 40}, {5, 10}};
-  EXPECT_EQ(b, want);
-}
-
 // DDP on N ranks equals one process on the N-times batch: 20 AdamW steps, with clipping, two
 // accumulation micro-batches (no_sync on the first), and uneven token counts across ranks.
 TEST(Ddp, MatchesOneProcessOnTheWholeBatch) {

@@ -83,6 +83,12 @@ std::unique_ptr<Communicator> make_single_process_communicator() {
   return std::make_unique<SingleProcessCommunicator>();
 }
 
+#ifndef TRAINER_DIST_NCCL
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator&, int, const CommOptions&) {
+  THROW_ERROR("this trainer was built without NCCL (needs the CUDA backend and nccl.h)");
+}
+#endif
+
 std::unique_ptr<Communicator> make_communicator(const LaunchInfo& launch,
                                                 const CommOptions& options) {
   if (!launch.distributed()) return make_single_process_communicator();

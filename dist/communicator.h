@@ -96,6 +96,11 @@ std::unique_ptr<Communicator> make_single_process_communicator();
 std::unique_ptr<Communicator> make_mpi_communicator(const LaunchInfo& launch,
                                                     const CommOptions& options);
 
+// NCCL over the GPUs of `bootstrap`'s ranks (which shares the NCCL id and carries collectives
+// on host buffers); this process uses CUDA device `device`. Throws in a build without NCCL.
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device,
+                                                     const CommOptions& options);
+
 // MPI when the launch has more than one process, else the single-process one.
 std::unique_ptr<Communicator> make_communicator(const LaunchInfo& launch,
                                                 const CommOptions& options);

@@ -70,7 +70,8 @@ int cmd_sample(const Args& args) {
   CHECK(tok.hash() == saved.checkpoint.state.tokenizer_hash,
         "tokenizer {} is not the one checkpoint {} was trained with", tok_path,
         saved.checkpoint.dir.string());
-  std::vector<int32_t> ids = tok.encode(vm["prompt"].as<std::string>());
+  const std::vector<int32_t> prompt = tok.encode(vm["prompt"].as<std::string>());
+  std::vector<int32_t> ids = prompt;
   // Documents were prepared ending in EOS, so a new one starts right after an EOS.
   if (tok.eos_id() >= 0) ids.insert(ids.begin(), tok.eos_id());
   CHECK(!ids.empty(), "an empty prompt needs a tokenizer with an EOS piece");
@@ -80,14 +81,14 @@ int cmd_sample(const Args& args) {
   const float* logits = nullptr;
   for (int32_t id : ids) logits = dec.push(id);
   Rng rng(vm["seed"].as<uint64_t>());
-  std::vector<int32_t> generated;
+  std::vector<int32_t> text = prompt;  // decoded whole, so pieces join with the right spacing
   for (int i = 0; i < vm["max-new-tokens"].as<int>() && dec.length() < P; ++i) {
     int32_t next = draw(logits, V, o, rng);
     if (next == tok.eos_id()) break;
-    generated.push_back(next);
+    text.push_back(next);
     logits = dec.push(next);
   }
-  std::cout << vm["prompt"].as<std::string>() << tok.decode(generated) << "\n";
+  std::cout << tok.decode(text) << "\n";
   return 0;
 }
 

@@ -21,8 +21,8 @@ Corpus::Corpus(const fs::path& dir, const std::string& split, const ShardExpect&
   auto it = manifest_.splits.find(split);
   CHECK(it != manifest_.splits.end(), "{}: no split '{}'", mpath.string(), split);
   const SplitInfo& info = it->second;
-  CHECK(expect.vocab_size == 0 || manifest_.vocab_size == expect.vocab_size,
-        "{}: corpus vocab size {} does not match the expected {}", mpath.string(),
+  CHECK(expect.vocab_size == 0 || manifest_.vocab_size <= expect.vocab_size,
+        "{}: corpus vocab size {} exceeds the model's {}", mpath.string(),
         manifest_.vocab_size, expect.vocab_size);
   CHECK(expect.tokenizer_hash == 0 || manifest_.tokenizer_hash == expect.tokenizer_hash,
         "{}: corpus was made with another tokenizer (hash {:016x}, expected {:016x})",

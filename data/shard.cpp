@@ -77,9 +77,8 @@ ShardHeader parse_shard_header(const uint8_t* data, size_t size, const std::stri
   uint64_t want = shard_file_bytes(h.num_docs, h.num_tokens, h.token_bytes);
   CHECK(size == want, "{}: {} shard: {} bytes on disk, the header implies {}", name,
         size < want ? "truncated" : "oversized", size, want);
-  CHECK(expect.vocab_size == 0 || h.vocab_size == expect.vocab_size,
-        "{}: shard vocab size {} does not match the expected {}", name, h.vocab_size,
-        expect.vocab_size);
+  CHECK(expect.vocab_size == 0 || h.vocab_size <= expect.vocab_size,
+        "{}: shard vocab size {} exceeds the model's {}", name, h.vocab_size, expect.vocab_size);
   CHECK(expect.tokenizer_hash == 0 || h.tokenizer_hash == expect.tokenizer_hash,
         "{}: shard was made with another tokenizer (hash {:016x}, expected {:016x})", name,
         h.tokenizer_hash, expect.tokenizer_hash);

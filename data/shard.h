@@ -33,7 +33,7 @@ struct ShardHeader {
 
 // What a reader insists on; zero fields are not checked.
 struct ShardExpect {
-  uint32_t vocab_size = 0;
+  uint32_t vocab_size = 0;  // the model's vocabulary: the shards' must not be larger
   uint64_t tokenizer_hash = 0;
 };
 

@@ -9,6 +9,12 @@
 #include "app/metrics.h"
 #include "app/run_setup.h"
 #include "data/loader.h"
+#include "dist/communicator.h"
+#include "dist/consistency.h"
+#include "dist/ddp.h"
+#include "dist/join.h"
+#include "dist/launch.h"
+#include "dist/step_stats.h"
 #include "nn/adamw.h"
 #include "nn/gpt.h"
 #include "runtime/error.h"
@@ -16,6 +22,8 @@
 #include "runtime/gemm.h"
 #include "runtime/log.h"
 #include "runtime/timer.h"
+
+#include <nlohmann/json.hpp>
 
 namespace trainer::app {
 
@@ -58,35 +66,53 @@ int model_rows(const data::LoaderConfig& l) {
 }
 
 struct StepStats {
-  double loss = 0;  // mean over the step's tokens
-  int64_t tokens = 0;
+  double loss = 0;      // mean over the global batch's tokens
+  int64_t tokens = 0;   // loss tokens of the global batch
   double grad_norm = 0;
   float lr = 0;
   bool skipped = false;
-  double data_ms = 0, forward_ms = 0, backward_ms = 0, optimizer_ms = 0;
+  bool stop_requested = false;  // a signal reached some rank
+  dist::StepTimes times;
 };
+
+// Ranges of the flat parameter buffer matched by the freeze patterns.
+std::vector<dist::Range> frozen_ranges(const nn::ParamLayout& layout,
+                                       const std::vector<std::string>& patterns) {
+  std::vector<dist::Range> out;
+  for (const nn::ParamInfo& p : layout.params())
+    if (matches_any(p.name, patterns)) out.push_back({p.offset, p.offset + p.numel});
+  return out;
+}
 
 class TrainLoop {
  public:
-  explicit TrainLoop(const Config& config);
+  TrainLoop(const Config& config, dist::Communicator& comm);
   int run();
 
  private:
   void resume_or_init();
-  std::optional<std::vector<data::Batch>> next_step_batches(int micro, double& data_ms);
-  StepStats train_step(std::vector<data::Batch>& batches);
+  std::optional<std::vector<data::Batch>> next_step_batches(int micro);
+  StepStats train_step(const std::optional<std::vector<data::Batch>>& batches,
+                       const dist::StepCounts& counts);
+  void finish_gradients(StepStats& s, double loss_sum);
   std::string first_nonfinite_gradient() const;
   double validate();
   void save();
   void log_step(const StepStats& s, double step_s);
+  int stop_early(const std::string& why);
 
   Config config_;
+  dist::Communicator& comm_;
+  bool leader_;  // rank 0 writes metrics, logs and checkpoints
   fs::path run_dir_;
   data::LoaderConfig loader_config_;
   nn::LrSchedule schedule_;
   nn::GPT model_;
   std::vector<std::string> frozen_patterns_;
+  std::vector<dist::Range> frozen_;
   nn::AdamW optimizer_;
+  dist::DDP ddp_;
+  dist::Join join_;
   std::unique_ptr<data::Loader> loader_;
   TrainerState state_;
   std::unique_ptr<MetricsLog> metrics_;
@@ -96,15 +122,20 @@ class TrainLoop {
   int64_t first_step_ = 0;
 };
 
-TrainLoop::TrainLoop(const Config& config)
+TrainLoop::TrainLoop(const Config& config, dist::Communicator& comm)
     : config_(config),
+      comm_(comm),
+      leader_(comm.rank() == 0),
       run_dir_(fs::path(config.text("run.dir")) / config.text("run.name")),
       loader_config_(loader_config(config, "train")),
       schedule_(lr_schedule(config)),
       model_(model_config(config), model_rows(loader_config_), loader_config_.seq_len),
       frozen_patterns_(config.list("train.freeze")),
+      frozen_(frozen_ranges(model_.layout(), frozen_patterns_)),
       optimizer_(model_.layout(), adamw_config(config), 0, model_.layout().total(),
-                 [this](const std::string& name) { return matches_any(name, frozen_patterns_); }) {
+                 [this](const std::string& name) { return matches_any(name, frozen_patterns_); }),
+      ddp_(comm, model_, {.bucket_mb = config.real("dist.bucket_mb"), .frozen = frozen_}),
+      join_(dist::parse_join_mode(config.text("dist.join"))) {
   for (const std::string& p : frozen_patterns_) {
     bool any = false;
     for (const nn::ParamInfo& info : model_.layout().params()) any |= matches_any(info.name, {p});
@@ -127,19 +158,28 @@ void TrainLoop::resume_or_init() {
   } else {
     model_.init_weights(uint64_t(config_.integer("run.seed")));
   }
-  loader_ = std::make_unique<data::Loader>(loader_config_, 0, 1, loader_state);
+  loader_ = std::make_unique<data::Loader>(loader_config_, comm_.rank(), comm_.size(),
+                                           loader_state);
   const uint64_t data_tokenizer = loader_->corpus().manifest().tokenizer_hash;
   if (!from.empty())
     CHECK(state_.tokenizer_hash == data_tokenizer,
           "checkpoint {} was trained with tokenizer {:016x} but {} was made with {:016x}",
           from.string(), state_.tokenizer_hash, loader_config_.data_dir.string(), data_tokenizer);
   state_.tokenizer_hash = data_tokenizer;
+  state_.world_size = comm_.size();
+  const data::Manifest& m = loader_->corpus().manifest();
+  dist::check_consistency(comm_, config_.to_yaml(), model_.layout().digest(),
+                          m.tokenizer_hash ^ dist::hash_text(fmt::format(
+                                                 "{}/{}", m.splits.at("train").tokens,
+                                                 m.splits.at("train").documents)));
+  dist::broadcast_parameters(comm_, model_.params(), model_.layout().total());
   first_step_ = state_.step;
-  metrics_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", from.empty() ? -1 : state_.step);
+  if (leader_)
+    metrics_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl",
+                                            from.empty() ? -1 : state_.step);
 }
 
-std::optional<std::vector<data::Batch>> TrainLoop::next_step_batches(int micro, double& data_ms) {
-  Timer t;
+std::optional<std::vector<data::Batch>> TrainLoop::next_step_batches(int micro) {
   std::vector<data::Batch> batches;
   const int64_t seq = scheduled_value(config_, "train.seq_len_schedule", state_.step,
                                       loader_config_.seq_len);
@@ -149,27 +189,31 @@ std::optional<std::vector<data::Batch>> TrainLoop::next_step_batches(int micro, 
     truncate_batch(*b, int(std::min<int64_t>(seq, loader_config_.seq_len)));
     batches.push_back(std::move(*b));
   }
-  data_ms = t.ms();
   return batches;
 }
 
-StepStats TrainLoop::train_step(std::vector<data::Batch>& batches) {
+// One optimizer step on the global batch (see DESIGN.md, "The anatomy of one step"): this
+// rank's micro-batches, or none when it has joined; DDP sums gradients over ranks.
+StepStats TrainLoop::train_step(const std::optional<std::vector<data::Batch>>& batches,
+                                const dist::StepCounts& counts) {
   StepStats s;
-  for (const data::Batch& b : batches) s.tokens += b.loss_tokens;
-  CHECK(s.tokens > 0, "step {} has no loss tokens", state_.step + 1);
+  s.tokens = counts.global_tokens;
   double loss_sum = 0;
   model_.zero_grads();
-  for (const data::Batch& b : batches) {
-    Timer t;
-    loss_sum += model_.forward(view_of(b)).sum;
-    s.forward_ms += t.ms();
-    t.reset();
-    model_.backward(1.0f / float(s.tokens));
-    s.backward_ms += t.ms();
+  if (batches) {
+    for (size_t m = 0; m < batches->size(); ++m) {
+      const data::Batch& b = (*batches)[m];
+      ddp_.set_sync(m + 1 == batches->size());
+      Timer t;
+      loss_sum += model_.forward(view_of(b)).sum;
+      s.times.forward_s += t.seconds();
+      t.reset();
+      model_.backward(1.0f / float(counts.global_tokens));
+      s.times.backward_s += t.seconds();
+    }
   }
+  finish_gradients(s, loss_sum);
   Timer t;
-  s.loss = loss_sum / double(s.tokens);
-  s.grad_norm = std::sqrt(nn::sum_squares(model_.grads(), model_.layout().total()));
   s.lr = schedule_.at(state_.step);
   if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
     const std::string culprit = std::isfinite(s.loss) ? first_nonfinite_gradient() : "the loss";
@@ -183,8 +227,24 @@ StepStats TrainLoop::train_step(std::vector<data::Batch>& batches) {
     float clip = nn::clip_scale(s.grad_norm, float(config_.real("optimizer.grad_clip")));
     optimizer_.step(model_.params(), model_.grads(), s.lr, clip);
   }
-  s.optimizer_ms = t.ms();
+  s.times.optimizer_s = t.seconds();
   return s;
+}
+
+// Completes the gradient sum over ranks and agrees on the loss, the norm and whether a signal
+// asked to stop, so that every rank takes the same decisions.
+void TrainLoop::finish_gradients(StepStats& s, double loss_sum) {
+  Timer t;
+  ddp_.finish();
+  s.times.comm_wait_s = ddp_.last_wait_seconds();
+  s.times.comm_busy_s = ddp_.last_comm_seconds();
+  for (const dist::Range& r : frozen_)  // never communicated: keep them out of the norm
+    std::fill(model_.grads() + r.begin, model_.grads() + r.end, 0.0f);
+  std::vector<double> agreed = {loss_sum, g_stop_signal ? 1.0 : 0.0};
+  if (comm_.size() > 1) comm_.all_reduce(agreed);
+  s.loss = agreed[0] / double(s.tokens);
+  s.stop_requested = agreed[1] > 0;
+  s.grad_norm = std::sqrt(nn::sum_squares(model_.grads(), model_.layout().total()));
 }
 
 std::string TrainLoop::first_nonfinite_gradient() const {
@@ -197,21 +257,22 @@ std::string TrainLoop::first_nonfinite_gradient() const {
 double TrainLoop::validate() {
   data::LoaderConfig vc = loader_config(config_, "val");
   vc.max_epochs = 1;
-  data::Loader val(vc, 0, 1);
-  double sum = 0;
-  int64_t count = 0;
-  for (int64_t i = 0; i < config_.integer("train.val_batches"); ++i) {
+  data::Loader val(vc, comm_.rank(), comm_.size());
+  std::vector<double> sums = {0, 0};  // loss, tokens: each rank takes its share of the batches
+  for (int64_t i = 0; i < config_.integer("train.val_batches"); i += comm_.size()) {
     std::optional<data::Batch> b = val.next();
     if (!b) break;
     nn::LossSum ls = model_.forward(view_of(*b));
-    sum += ls.sum;
-    count += ls.count;
+    sums[0] += ls.sum;
+    sums[1] += double(ls.count);
   }
-  CHECK(count > 0, "validation split of {} yielded no tokens", vc.data_dir.string());
-  return sum / double(count);
+  if (comm_.size() > 1) comm_.all_reduce(sums);
+  CHECK(sums[1] > 0, "validation split of {} yielded no tokens", vc.data_dir.string());
+  return sums[0] / sums[1];
 }
 
 void TrainLoop::save() {
+  if (!leader_) return;
   state_.loader = loader_->state();
   CheckpointPolicy policy{config_.integer("checkpoint.keep_last"),
                           config_.integer("checkpoint.keep_every")};
@@ -221,75 +282,98 @@ void TrainLoop::save() {
 
 void TrainLoop::log_step(const StepStats& s, double step_s) {
   const int64_t total = config_.integer("train.steps");
+  const bool line = state_.step % config_.integer("log.every") == 0 || state_.step == total;
+  // Every rank takes part in the straggler report on the same steps (it is a collective).
+  std::optional<dist::StragglerReport> ranks;
+  if (line && comm_.size() > 1) ranks = dist::gather_step_times(comm_, s.times);
+  if (!leader_) return;
+  if (ranks && ranks->straggler) log::warn("step {}: {}", state_.step, ranks->message);
   const double tok_s = double(s.tokens) / step_s;
   const double flops = model_.config().flops_per_token(int(loader_config_.seq_len)) * tok_s;
-  const double mfu = flops / (gemm_peak_gflops_ * 1e9);
-  const double elapsed = run_timer_.seconds();
-  const double eta = elapsed / double(state_.step - first_step_) * double(total - state_.step);
-  const bool line = state_.step % config_.integer("log.every") == 0 || state_.step == total;
+  const double mfu = flops / (gemm_peak_gflops_ * 1e9 * comm_.size());
+  const double eta = run_timer_.seconds() / double(state_.step - first_step_) *
+                     double(total - state_.step);
   progress_->update(state_.step, s.loss, tok_s, mfu, eta, line);
   if (!line) return;
-  metrics_->write({{"step", state_.step},
-                   {"loss", s.loss},
-                   {"lr", s.lr},
-                   {"grad_norm", s.grad_norm},
-                   {"tokens", state_.tokens_seen},
-                   {"skipped", s.skipped},
-                   {"tokens_per_s", tok_s},
-                   {"mfu", mfu},
-                   {"step_ms", step_s * 1e3},
-                   {"data_ms", s.data_ms},
-                   {"forward_ms", s.forward_ms},
-                   {"backward_ms", s.backward_ms},
-                   {"optimizer_ms", s.optimizer_ms},
-                   {"rss_mib", resident_mib()}});
+  const dist::StepTimes& t = s.times;
+  nlohmann::json j = {{"step", state_.step},
+                      {"loss", s.loss},
+                      {"lr", s.lr},
+                      {"grad_norm", s.grad_norm},
+                      {"tokens", state_.tokens_seen},
+                      {"skipped", s.skipped},
+                      {"tokens_per_s", tok_s},
+                      {"mfu", mfu},
+                      {"step_ms", step_s * 1e3},
+                      {"data_ms", t.data_wait_s * 1e3},
+                      {"forward_ms", t.forward_s * 1e3},
+                      {"backward_ms", t.backward_s * 1e3},
+                      {"comm_wait_ms", t.comm_wait_s * 1e3},
+                      {"comm_hidden", t.hidden_fraction()},
+                      {"optimizer_ms", t.optimizer_s * 1e3},
+                      {"rss_mib", resident_mib()}};
+  if (ranks) {
+    j["slowest_rank"] = ranks->slowest_rank;
+    j["slowest_lag"] = ranks->lag;
+  }
+  metrics_->write(j);
+}
+
+// Saves a checkpoint (rank 0) and says why the run stops here.
+int TrainLoop::stop_early(const std::string& why) {
+  if (progress_) progress_->finish();
+  log::info("{}: saving a checkpoint at step {} and stopping", why, state_.step);
+  save();
+  return 0;
 }
 
 int TrainLoop::run() {
-  fs::create_directories(run_dir_);
-  log::set_file((run_dir_ / "train.log").string());
-  write_file_atomic(run_dir_ / "config.yaml", config_.to_yaml());
+  if (leader_) {
+    fs::create_directories(run_dir_);
+    log::set_file((run_dir_ / "train.log").string());
+    write_file_atomic(run_dir_ / "config.yaml", config_.to_yaml());
+  }
   resume_or_init();
   const int64_t total = config_.integer("train.steps");
   gemm_peak_gflops_ = measure_gemm_gflops(1024, 0.3);
-  log::info("model: {} parameters, {:.1f} MiB activations; GEMM peak {:.0f} GFLOP/s",
+  log::info("model: {} parameters, {:.1f} MiB activations; {} rank(s); GEMM peak {:.0f} GFLOP/s",
             model_.layout().total(), model_.activation_layout().bytes() / 1048576.0,
-            gemm_peak_gflops_);
-  progress_ = std::make_unique<Progress>(config_.text("log.progress"), total);
+            comm_.size(), gemm_peak_gflops_);
+  progress_ = std::make_unique<Progress>(leader_ ? config_.text("log.progress") : "off", total);
   for (int sig : {SIGINT, SIGTERM, SIGUSR1}) std::signal(sig, on_stop_signal);
   const int64_t val_every = config_.integer("train.val_every");
   const int64_t ckpt_every = config_.integer("checkpoint.every");
   run_timer_.reset();
   while (state_.step < total) {
-    if (g_stop_signal) {
-      progress_->finish();
-      log::info("signal {} received: saving a checkpoint at step {} and stopping",
-                int(g_stop_signal), state_.step);
-      save();
-      return 0;
-    }
     Timer step_timer;
     const int micro = int(scheduled_value(config_, "train.grad_accum_schedule", state_.step,
                                           config_.integer("train.grad_accum")));
-    double data_ms = 0;
-    auto batches = next_step_batches(micro, data_ms);
-    if (!batches) {
-      log::info("data.epochs = {} reached at step {}", loader_config_.max_epochs, state_.step);
-      break;
-    }
-    StepStats s = train_step(*batches);
-    s.data_ms = data_ms;
+    auto batches = next_step_batches(micro);
+    const double data_s = step_timer.seconds();
+    int64_t my_tokens = 0;
+    if (batches)
+      for (const data::Batch& b : *batches) my_tokens += b.loss_tokens;
+    const dist::StepCounts counts = dist::exchange_counts(comm_, batches.has_value(), my_tokens);
+    if (join_.decide(counts, batches.has_value(), state_.step) == dist::StepAction::stop)
+      return stop_early(fmt::format("data.epochs = {} reached", loader_config_.max_epochs));
+    CHECK(counts.global_tokens > 0, "step {}: the global batch has no loss tokens",
+          state_.step + 1);
+    StepStats s = train_step(batches, counts);
+    s.times.data_wait_s = data_s;
     ++state_.step;
     state_.tokens_seen += s.tokens;
     log_step(s, step_timer.seconds());
     if (val_every > 0 && (state_.step % val_every == 0 || state_.step == total)) {
       double v = validate();
-      progress_->finish();
-      log::info("step {}: val loss {:.4f} (perplexity {:.2f})", state_.step, v, std::exp(v));
-      metrics_->write({{"step", state_.step}, {"val_loss", v}, {"val_perplexity", std::exp(v)}});
+      if (leader_) {
+        progress_->finish();
+        log::info("step {}: val loss {:.4f} (perplexity {:.2f})", state_.step, v, std::exp(v));
+        metrics_->write({{"step", state_.step}, {"val_loss", v}, {"val_perplexity", std::exp(v)}});
+      }
     }
+    if (s.stop_requested && state_.step < total) return stop_early("stop signal received");
     if (ckpt_every > 0 && state_.step % ckpt_every == 0 && state_.step < total) {
-      progress_->finish();
+      if (progress_) progress_->finish();
       save();
     }
   }
@@ -303,7 +387,10 @@ int TrainLoop::run() {
 }  // namespace
 
 int run_training(const Config& config) {
-  TrainLoop loop(config);
+  const dist::LaunchInfo launch = dist::discover_launch();
+  log::configure(launch.rank, launch.world_size);
+  auto comm = dist::make_communicator(launch, {.timeout_s = config.real("dist.timeout_s")});
+  TrainLoop loop(config, *comm);
   return loop.run();
 }
 

@@ -13,8 +13,8 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
           int64_t ldc);
 
-// Measures this machine's fp32 GEMM rate (GFLOP/s) on square products of size n, using all
-// threads: the peak against which CPU MFU is reported.
+// Measures this machine's fp32 GEMM rate (GFLOP/s): the best single n x n x n product over
+// min_seconds of trials, using all threads. The peak against which CPU MFU is reported.
 double measure_gemm_gflops(int64_t n = 2048, double min_seconds = 1.0);
 
 }  // namespace trainer

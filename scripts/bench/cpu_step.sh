@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# CPU training-step benchmark: the trainer against PyTorch (Debian's python3-torch, fp32) on
+# the same model and step, in one run, for a GPT-2 124M shape and a small model. Prints ms per
+# step, tokens/s, GFLOP/s, MFU against the GEMM peak measured in the same run, the speed-up
+# over PyTorch, and the trainer's per-op profile.
+#   scripts/bench/cpu_step.sh [steps]        (TRAINER=build/trainer by default)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+TRAINER="${TRAINER:-$ROOT/build/trainer}"
+STEPS="${1:-5}"
+PY=/usr/bin/python3
+shapes=("gpt2-124m 12 768 12 50304 4 64" "small 6 384 6 8192 8 256")
+for shape in "${shapes[@]}"; do
+  read -r name L C H V B T <<<"$shape"
+  echo "== $name: L=$L C=$C H=$H V=$V B=$B T=$T"
+  ours=$("$TRAINER" bench -L "$L" -C "$C" -H "$H" -V "$V" -B "$B" -T "$T" --steps "$STEPS" --profile)
+  echo "$ours"
+  theirs=$("$PY" "$ROOT/scripts/bench/torch_step.py" "$L" "$C" "$H" "$V" "$B" "$T" "$STEPS")
+  ours_ms=$(echo "$ours" | sed -n 's/.*: \([0-9.]*\) ms\/step.*/\1/p')
+  torch_ms=$(echo "$theirs" | awk '{print $2}')
+  peak=$(echo "$ours" | sed -n 's/.*GEMM peak \([0-9.]*\) GFLOP.*/\1/p')
+  gflops=$(echo "$ours" | sed -n 's/.*tok\/s | \([0-9.]*\) GFLOP\/s.*/\1/p')
+  awk -v o="$ours_ms" -v t="$torch_ms" -v p="$peak" -v g="$gflops" 'BEGIN {
+    tg = g * o / t
+    printf "   trainer %.1f ms/step (MFU %.1f%%) | PyTorch %.1f ms/step (MFU %.1f%%) | speed-up %.2fx\n",
+           o, 100 * g / p, t, 100 * tg / p, t / o }'
+done

@@ -56,9 +56,8 @@ void prune(const fs::path& ckpt_root, const CheckpointPolicy& policy) {
     steps.push_back({std::stoll(name.substr(5)), e.path()});
   }
   std::sort(steps.begin(), steps.end());
-  const size_t keep_from = steps.size() > size_t(policy.keep_last)
-                               ? steps.size() - size_t(policy.keep_last)
-                               : 0;
+  const size_t keep_from =
+      steps.size() > size_t(policy.keep_last) ? steps.size() - size_t(policy.keep_last) : 0;
   for (size_t i = 0; i < keep_from; ++i) {
     if (policy.keep_every > 0 && steps[i].first % policy.keep_every == 0) continue;
     fs::remove_all(steps[i].second);
@@ -149,8 +148,8 @@ Checkpoint open_checkpoint(const fs::path& dir) {
   CHECK(c.manifest.value("format", "") == "trainer-checkpoint",
         "{}: not a trainer checkpoint manifest", (dir / kManifestFile).string());
   CHECK(c.manifest.value("version", 0) == kFormatVersion,
-        "{}: checkpoint format version {} (this trainer reads {})",
-        (dir / kManifestFile).string(), c.manifest.value("version", 0), kFormatVersion);
+        "{}: checkpoint format version {} (this trainer reads {})", (dir / kManifestFile).string(),
+        c.manifest.value("version", 0), kFormatVersion);
   for (auto& [file, info] : c.manifest.at("files").items()) {
     const fs::path p = dir / file;
     CHECK(fs::exists(p), "checkpoint file {} is missing", p.string());
@@ -177,8 +176,8 @@ void load_checkpoint(const Checkpoint& ckpt, nn::GPT& model, nn::AdamW* opt) {
   const int64_t begin = std::stoll(moments.metadata().at("begin"));
   const int64_t end = std::stoll(moments.metadata().at("end"));
   CHECK(begin <= opt->begin() && opt->end() <= end,
-        "{}: optimizer state covers [{}, {}) but this rank needs [{}, {})",
-        moments.path().string(), begin, end, opt->begin(), opt->end());
+        "{}: optimizer state covers [{}, {}) but this rank needs [{}, {})", moments.path().string(),
+        begin, end, opt->begin(), opt->end());
   const auto* m = static_cast<const float*>(moments.get("adamw.m").data);
   const auto* v = static_cast<const float*>(moments.get("adamw.v").data);
   opt->import_moments(m + (opt->begin() - begin), v + (opt->begin() - begin));

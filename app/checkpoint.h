@@ -20,12 +20,12 @@ namespace fs = std::filesystem;
 
 // Everything besides tensors that a resumed run needs to continue bit for bit.
 struct TrainerState {
-  int64_t step = 0;          // optimizer steps completed
-  int64_t tokens_seen = 0;   // loss tokens over all ranks
+  int64_t step = 0;         // optimizer steps completed
+  int64_t tokens_seen = 0;  // loss tokens over all ranks
   int world_size = 1;
   uint64_t tokenizer_hash = 0;
-  nlohmann::json loader;     // data::LoaderState
-  nlohmann::json extra;      // anything else the loop keeps (schedule position, ...)
+  nlohmann::json loader;  // data::LoaderState
+  nlohmann::json extra;   // anything else the loop keeps (schedule position, ...)
 };
 
 struct CheckpointPolicy {

@@ -58,10 +58,11 @@ int cmd_bench(const Args& args) {
   profile::set_enabled(false);
   const double tok_s = double(B) * T / s;
   const double gflops = mc.flops_per_token(T) * tok_s / 1e9;
-  std::printf("bench L=%d C=%d H=%d V=%d B=%d T=%d: %.1f ms/step | %.0f tok/s | %.1f GFLOP/s | "
-              "GEMM peak %.1f GFLOP/s | MFU %.1f%%\n",
-              mc.n_layer, mc.n_embd, mc.n_head, mc.vocab_size, B, T, s * 1e3, tok_s, gflops, peak,
-              100 * gflops / peak);
+  std::printf(
+      "bench L=%d C=%d H=%d V=%d B=%d T=%d: %.1f ms/step | %.0f tok/s | %.1f GFLOP/s | "
+      "GEMM peak %.1f GFLOP/s | MFU %.1f%%\n",
+      mc.n_layer, mc.n_embd, mc.n_head, mc.vocab_size, B, T, s * 1e3, tok_s, gflops, peak,
+      100 * gflops / peak);
   if (vm.count("profile")) {
     double total = 0;
     for (const auto& e : profile::report()) total += e.ms;

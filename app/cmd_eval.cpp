@@ -51,10 +51,10 @@ int cmd_eval(const Args& args) {
   const double loss = sum / double(tokens);
   const double bytes_per_token = double(split.utf8_bytes) / double(split.tokens);
   const double bpb = loss / std::numbers::ln2 / bytes_per_token;
-  std::printf("eval %s: loss %.4f | perplexity %.2f | bits/byte %.4f | %ld tokens in %ld batches "
-              "(%.1f s)\n",
-              lc.split.c_str(), loss, std::exp(loss), bpb, long(tokens), long(batches),
-              t.seconds());
+  std::printf(
+      "eval %s: loss %.4f | perplexity %.2f | bits/byte %.4f | %ld tokens in %ld batches "
+      "(%.1f s)\n",
+      lc.split.c_str(), loss, std::exp(loss), bpb, long(tokens), long(batches), t.seconds());
   nlohmann::json j = {{"checkpoint", saved.checkpoint.dir.string()},
                       {"split", lc.split},
                       {"step", saved.checkpoint.state.step},

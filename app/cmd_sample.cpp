@@ -17,7 +17,7 @@ namespace {
 
 struct SamplingOptions {
   float temperature = 1.0f;
-  int top_k = 0;      // 0 = all
+  int top_k = 0;       // 0 = all
   float top_p = 1.0f;  // nucleus mass
 };
 

@@ -50,7 +50,9 @@ std::string did_you_mean(const std::string& key) {
   return "";
 }
 
-[[noreturn]] void usage_error(const std::string& msg) { throw UsageError(msg); }
+[[noreturn]] void usage_error(const std::string& msg) {
+  throw UsageError(msg);
+}
 
 std::string where(const std::string& source, const YAML::Node& node) {
   if (node.Mark().line < 0) return source;
@@ -59,11 +61,16 @@ std::string where(const std::string& source, const YAML::Node& node) {
 
 std::string kind_name(Kind k) {
   switch (k) {
-    case Kind::integer: return "an integer";
-    case Kind::real: return "a number";
-    case Kind::boolean: return "true or false";
-    case Kind::text: return "a string";
-    case Kind::list: return "a list of strings";
+    case Kind::integer:
+      return "an integer";
+    case Kind::real:
+      return "a number";
+    case Kind::boolean:
+      return "true or false";
+    case Kind::text:
+      return "a string";
+    case Kind::list:
+      return "a list of strings";
   }
   return "?";
 }
@@ -86,10 +93,18 @@ Value parse_value(const KeySpec& spec, const YAML::Node& node, const std::string
   Value v;
   try {
     switch (spec.kind) {
-      case Kind::integer: v = node.as<int64_t>(); break;
-      case Kind::real: v = node.as<double>(); break;
-      case Kind::boolean: v = node.as<bool>(); break;
-      default: v = s; break;
+      case Kind::integer:
+        v = node.as<int64_t>();
+        break;
+      case Kind::real:
+        v = node.as<double>();
+        break;
+      case Kind::boolean:
+        v = node.as<bool>();
+        break;
+      default:
+        v = s;
+        break;
     }
   } catch (const YAML::Exception&) {
     return bad("'" + s + "'");
@@ -97,8 +112,9 @@ Value parse_value(const KeySpec& spec, const YAML::Node& node, const std::string
   if (spec.kind == Kind::integer || spec.kind == Kind::real) {
     double x = spec.kind == Kind::integer ? double(std::get<int64_t>(v)) : std::get<double>(v);
     if (x < spec.min || x > spec.max)
-      usage_error(fmt::format("{}: {} = {} is out of range [{}, {}]", at, spec.key, s, spec.min,
-                              spec.max == 1e300 ? std::string("inf") : fmt::format("{}", spec.max)));
+      usage_error(
+          fmt::format("{}: {} = {} is out of range [{}, {}]", at, spec.key, s, spec.min,
+                      spec.max == 1e300 ? std::string("inf") : fmt::format("{}", spec.max)));
   }
   if (!spec.choices.empty() &&
       std::find(spec.choices.begin(), spec.choices.end(), s) == spec.choices.end())
@@ -114,17 +130,16 @@ void merge_node(std::map<std::string, Value>& values, const YAML::Node& node,
     const YAML::Node& child = it->second;
     const KeySpec* spec = find_spec(key);
     if (!spec && child.IsMap()) {
-      bool is_section = std::any_of(schema().begin(), schema().end(), [&](const KeySpec& s) {
-        return s.key.starts_with(key + ".");
-      });
+      bool is_section = std::any_of(schema().begin(), schema().end(),
+                                    [&](const KeySpec& s) { return s.key.starts_with(key + "."); });
       if (is_section) {
         merge_node(values, child, key + ".", source);
         continue;
       }
     }
     if (!spec)
-      usage_error(fmt::format("{}: unknown key '{}'{}", where(source, it->first), key,
-                              did_you_mean(key)));
+      usage_error(
+          fmt::format("{}: unknown key '{}'{}", where(source, it->first), key, did_you_mean(key)));
     values[key] = parse_value(*spec, child, where(source, child));
   }
 }
@@ -158,7 +173,8 @@ void Config::merge_yaml(const std::string& text, const std::string& source) {
     usage_error(fmt::format("{}:{}: malformed YAML: {}", source, e.mark.line + 1, e.msg));
   }
   if (root.IsNull()) return;
-  if (!root.IsMap()) usage_error(fmt::format("{}: the config must be a mapping of sections", source));
+  if (!root.IsMap())
+    usage_error(fmt::format("{}: the config must be a mapping of sections", source));
   merge_node(values_, root, "", source);
 }
 
@@ -184,9 +200,15 @@ const Value& Config::get(const std::string& key, Kind kind) const {
   return values_.at(key);
 }
 
-int64_t Config::integer(const std::string& k) const { return std::get<int64_t>(get(k, Kind::integer)); }
-double Config::real(const std::string& k) const { return std::get<double>(get(k, Kind::real)); }
-bool Config::boolean(const std::string& k) const { return std::get<bool>(get(k, Kind::boolean)); }
+int64_t Config::integer(const std::string& k) const {
+  return std::get<int64_t>(get(k, Kind::integer));
+}
+double Config::real(const std::string& k) const {
+  return std::get<double>(get(k, Kind::real));
+}
+bool Config::boolean(const std::string& k) const {
+  return std::get<bool>(get(k, Kind::boolean));
+}
 const std::string& Config::text(const std::string& k) const {
   return std::get<std::string>(get(k, Kind::text));
 }
@@ -233,7 +255,9 @@ std::string Config::to_yaml() const {
   return std::string(out.c_str()) + "\n";
 }
 
-uint64_t Config::digest() const { return hash64(to_yaml()); }
+uint64_t Config::digest() const {
+  return hash64(to_yaml());
+}
 
 std::string schema_markdown() {
   std::ostringstream md;

@@ -20,8 +20,8 @@ struct KeySpec {
   Kind kind;
   Value default_value;
   std::string doc;
-  double min = -1e300, max = 1e300;   // numeric range, inclusive
-  std::vector<std::string> choices;   // allowed text values, when non-empty
+  double min = -1e300, max = 1e300;  // numeric range, inclusive
+  std::vector<std::string> choices;  // allowed text values, when non-empty
 };
 
 // Every key the trainer understands.

@@ -35,9 +35,10 @@ const std::map<std::string, Command>& commands() {
 }
 
 void print_usage() {
-  std::printf("usage: trainer <command> [options]   (trainer <command> --help for details)\n"
-              "       trainer --config <file.yaml> [--set key=value ...]   (= trainer train)\n\n"
-              "commands:\n");
+  std::printf(
+      "usage: trainer <command> [options]   (trainer <command> --help for details)\n"
+      "       trainer --config <file.yaml> [--set key=value ...]   (= trainer train)\n\n"
+      "commands:\n");
   for (const auto& [name, cmd] : commands()) std::printf("  %-10s %s\n", name.c_str(), cmd.summary);
 }
 

@@ -54,9 +54,9 @@ static std::string format_duration(double s) {
 
 void Progress::update(int64_t step, double loss, double tokens_per_s, double mfu, double eta_s,
                       bool log_line) {
-  std::string text = fmt::format("step {}/{} | loss {:.4f} | {:.0f} tok/s | MFU {:.1f}% | ETA {}",
-                                 step, total_, loss, tokens_per_s, 100 * mfu,
-                                 format_duration(eta_s));
+  std::string text =
+      fmt::format("step {}/{} | loss {:.4f} | {:.0f} tok/s | MFU {:.1f}% | ETA {}", step, total_,
+                  loss, tokens_per_s, 100 * mfu, format_duration(eta_s));
   if (live_) {
     const int width = 28;
     int filled = int(double(width) * double(step) / double(std::max<int64_t>(1, total_)));

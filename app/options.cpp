@@ -26,8 +26,7 @@ bool parse_options(const std::string& command, const Args& args, po::options_des
 }
 
 void add_config_options(po::options_description& desc) {
-  desc.add_options()("config,c", po::value<std::string>()->default_value(""),
-                     "YAML config file")(
+  desc.add_options()("config,c", po::value<std::string>()->default_value(""), "YAML config file")(
       "set", po::value<std::vector<std::string>>()->composing(),
       "override a key: --set optimizer.lr=3e-4 (repeatable)");
 }

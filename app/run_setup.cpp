@@ -71,8 +71,8 @@ int64_t scheduled_value(const Config& c, const std::string& key, int64_t step, i
       throw UsageError(fmt::format("{}: entry '{}' is not step:value", key, entry));
     }
     if (at <= last_step || v <= 0)
-      throw UsageError(fmt::format("{}: entry '{}': steps must increase and values be positive",
-                                   key, entry));
+      throw UsageError(
+          fmt::format("{}: entry '{}': steps must increase and values be positive", key, entry));
     last_step = at;
     if (at <= step) value = v;
   }

@@ -1,7 +1,7 @@
 #include "app/train_loop.h"
 
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <memory>
 #include <optional>
 
@@ -30,7 +30,9 @@ namespace trainer::app {
 namespace {
 
 volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+}
 
 // A batch cut to its first `t` positions (sequence-length curriculum).
 void truncate_batch(data::Batch& b, int t) {
@@ -66,8 +68,8 @@ int model_rows(const data::LoaderConfig& l) {
 }
 
 struct StepStats {
-  double loss = 0;      // mean over the global batch's tokens
-  int64_t tokens = 0;   // loss tokens of the global batch
+  double loss = 0;     // mean over the global batch's tokens
+  int64_t tokens = 0;  // loss tokens of the global batch
   double grad_norm = 0;
   float lr = 0;
   bool skipped = false;
@@ -146,8 +148,10 @@ TrainLoop::TrainLoop(const Config& config, dist::Communicator& comm)
 void TrainLoop::resume_or_init() {
   const std::string& resume = config_.text("train.resume");
   fs::path from;
-  if (resume == "auto") from = latest_checkpoint(run_dir_);
-  else if (resume != "none") from = resume;
+  if (resume == "auto")
+    from = latest_checkpoint(run_dir_);
+  else if (resume != "none")
+    from = resume;
   std::optional<data::LoaderState> loader_state;
   if (!from.empty()) {
     Checkpoint ckpt = open_checkpoint(from);
@@ -158,8 +162,8 @@ void TrainLoop::resume_or_init() {
   } else {
     model_.init_weights(uint64_t(config_.integer("run.seed")));
   }
-  loader_ = std::make_unique<data::Loader>(loader_config_, comm_.rank(), comm_.size(),
-                                           loader_state);
+  loader_ =
+      std::make_unique<data::Loader>(loader_config_, comm_.rank(), comm_.size(), loader_state);
   const uint64_t data_tokenizer = loader_->corpus().manifest().tokenizer_hash;
   if (!from.empty())
     CHECK(state_.tokenizer_hash == data_tokenizer,
@@ -168,21 +172,21 @@ void TrainLoop::resume_or_init() {
   state_.tokenizer_hash = data_tokenizer;
   state_.world_size = comm_.size();
   const data::Manifest& m = loader_->corpus().manifest();
-  dist::check_consistency(comm_, config_.to_yaml(), model_.layout().digest(),
-                          m.tokenizer_hash ^ dist::hash_text(fmt::format(
-                                                 "{}/{}", m.splits.at("train").tokens,
-                                                 m.splits.at("train").documents)));
+  dist::check_consistency(
+      comm_, config_.to_yaml(), model_.layout().digest(),
+      m.tokenizer_hash ^ dist::hash_text(fmt::format("{}/{}", m.splits.at("train").tokens,
+                                                     m.splits.at("train").documents)));
   dist::broadcast_parameters(comm_, model_.params(), model_.layout().total());
   first_step_ = state_.step;
   if (leader_)
-    metrics_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl",
-                                            from.empty() ? -1 : state_.step);
+    metrics_ =
+        std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", from.empty() ? -1 : state_.step);
 }
 
 std::optional<std::vector<data::Batch>> TrainLoop::next_step_batches(int micro) {
   std::vector<data::Batch> batches;
-  const int64_t seq = scheduled_value(config_, "train.seq_len_schedule", state_.step,
-                                      loader_config_.seq_len);
+  const int64_t seq =
+      scheduled_value(config_, "train.seq_len_schedule", state_.step, loader_config_.seq_len);
   for (int i = 0; i < micro; ++i) {
     std::optional<data::Batch> b = loader_->next();
     if (!b) return std::nullopt;
@@ -218,9 +222,10 @@ StepStats TrainLoop::train_step(const std::optional<std::vector<data::Batch>>& b
   if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
     const std::string culprit = std::isfinite(s.loss) ? first_nonfinite_gradient() : "the loss";
     if (config_.text("train.on_nonfinite") == "stop")
-      THROW_ERROR("step {}: non-finite value in {} (loss {}, grad norm {}); set "
-                  "train.on_nonfinite=skip to skip such steps",
-                  state_.step + 1, culprit, s.loss, s.grad_norm);
+      THROW_ERROR(
+          "step {}: non-finite value in {} (loss {}, grad norm {}); set "
+          "train.on_nonfinite=skip to skip such steps",
+          state_.step + 1, culprit, s.loss, s.grad_norm);
     log::warn("step {}: non-finite value in {}; step skipped", state_.step + 1, culprit);
     s.skipped = true;
   } else {
@@ -291,8 +296,8 @@ void TrainLoop::log_step(const StepStats& s, double step_s) {
   const double tok_s = double(s.tokens) / step_s;
   const double flops = model_.config().flops_per_token(int(loader_config_.seq_len)) * tok_s;
   const double mfu = flops / (gemm_peak_gflops_ * 1e9 * comm_.size());
-  const double eta = run_timer_.seconds() / double(state_.step - first_step_) *
-                     double(total - state_.step);
+  const double eta =
+      run_timer_.seconds() / double(state_.step - first_step_) * double(total - state_.step);
   progress_->update(state_.step, s.loss, tok_s, mfu, eta, line);
   if (!line) return;
   const dist::StepTimes& t = s.times;
@@ -337,8 +342,8 @@ int TrainLoop::run() {
   const int64_t total = config_.integer("train.steps");
   gemm_peak_gflops_ = measure_gemm_gflops(1024, 0.3);
   log::info("model: {} parameters, {:.1f} MiB activations; {} rank(s); GEMM peak {:.0f} GFLOP/s",
-            model_.layout().total(), model_.activation_layout().bytes() / 1048576.0,
-            comm_.size(), gemm_peak_gflops_);
+            model_.layout().total(), model_.activation_layout().bytes() / 1048576.0, comm_.size(),
+            gemm_peak_gflops_);
   progress_ = std::make_unique<Progress>(leader_ ? config_.text("log.progress") : "off", total);
   for (int sig : {SIGINT, SIGTERM, SIGUSR1}) std::signal(sig, on_stop_signal);
   const int64_t val_every = config_.integer("train.val_every");

@@ -30,10 +30,10 @@ struct ActivationLayout {
   int64_t logits;                   // (N,V): logits, then probabilities, then their gradient
   int64_t scratch;                  // (N,C) branch outputs before the residual add
   // Backward scratch, reused by every block.
-  int64_t d_res, d_ln;              // (N,C) (N,C)
-  int64_t d_qkv;                    // (N,3C)
-  int64_t d_atty;                   // (N,C)
-  int64_t d_fch, d_fch_gelu;        // (N,4C) (N,4C)
+  int64_t d_res, d_ln;        // (N,C) (N,C)
+  int64_t d_qkv;              // (N,3C)
+  int64_t d_atty;             // (N,C)
+  int64_t d_fch, d_fch_gelu;  // (N,4C) (N,4C)
   int64_t total_floats;
 
   int64_t bytes() const { return total_floats * int64_t(sizeof(float)); }

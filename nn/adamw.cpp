@@ -11,8 +11,8 @@ namespace trainer::nn {
 AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& config, int64_t begin, int64_t end,
              const std::function<bool(const std::string&)>& frozen)
     : config_(config), begin_(begin), end_(end) {
-  CHECK(0 <= begin && begin <= end && end <= layout.total(), "bad optimizer range [{}, {})",
-        begin, end);
+  CHECK(0 <= begin && begin <= end && end <= layout.total(), "bad optimizer range [{}, {})", begin,
+        end);
   for (const ParamInfo& p : layout.params()) {
     int64_t b = std::max(begin, p.offset), e = std::min(end, p.offset + p.numel);
     if (b >= e || (frozen && frozen(p.name))) continue;

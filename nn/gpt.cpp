@@ -29,7 +29,7 @@ GPT::GPT(const ModelConfig& config, int max_rows, int max_seq_len)
   targets_.resize(N);
   positions_.resize(N);
   segments_.resize(N);
-  lengths_.resize(size_t(max_rows));
+  lengths_.resize(N);  // rows can reach N: bucket batches trade row length for rows
 }
 
 void GPT::init_weights(uint64_t seed) {
@@ -150,8 +150,8 @@ void GPT::backward(float loss_scale) {
     backward_block(l, N);
     if (on_grads_ready) on_grads_ready(layout_.block(l).begin, layout_.block(l).end);
   }
-  embedding_backward(g + layout_.wte(), g + layout_.wpe(), d_res, tokens_.data(),
-                     positions_.data(), N, C);
+  embedding_backward(g + layout_.wte(), g + layout_.wpe(), d_res, tokens_.data(), positions_.data(),
+                     N, C);
   if (on_grads_ready) on_grads_ready(0, layout_.block(0).begin);
 }
 
@@ -169,13 +169,12 @@ void GPT::backward_block(int l, int64_t N) {
   linear_backward(act(al.d_fch_gelu), g + w.fcproj_w, g + w.fcproj_b, d_res, act(a.fch_gelu),
                   p + w.fcproj_w, N, 4 * C, C);
   gelu_backward(act(al.d_fch), act(al.d_fch_gelu), act(a.fch), N * 4 * C);
-  linear_backward(d_ln, g + w.fc_w, g + w.fc_b, act(al.d_fch), act(a.ln2), p + w.fc_w, N, C,
-                  4 * C);
+  linear_backward(d_ln, g + w.fc_w, g + w.fc_b, act(al.d_fch), act(a.ln2), p + w.fc_w, N, C, 4 * C);
   layernorm_backward(d_res, g + w.ln2_w, g + w.ln2_b, d_ln, act(a.res_mid), p + w.ln2_w,
                      act(a.ln2_mean), act(a.ln2_rstd), N, C);
   // Attention branch.
-  linear_backward(act(al.d_atty), g + w.proj_w, g + w.proj_b, d_res, act(a.atty), p + w.proj_w,
-                  N, C, C);
+  linear_backward(act(al.d_atty), g + w.proj_w, g + w.proj_b, d_res, act(a.atty), p + w.proj_w, N,
+                  C, C);
   attention_backward(act(al.d_qkv), act(al.d_atty), act(a.atty), act(a.lse), act(a.qkv), mask(),
                      {B_, T_, C, config_.n_head});
   linear_backward(d_ln, g + w.qkv_w, g + w.qkv_b, act(al.d_qkv), act(a.ln1), p + w.qkv_w, N, C,

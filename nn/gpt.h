@@ -29,8 +29,9 @@ struct BatchView {
 
 class GPT {
  public:
-  // Allocates parameters, gradients and activations for batches of up to max_rows x
-  // max_seq_len tokens. Parameters start at zero: call init_weights or load them.
+  // Allocates parameters, gradients and activations for batches of up to max_rows *
+  // max_seq_len tokens in rows of at most max_seq_len (bucketed batches may have more, shorter
+  // rows). Parameters start at zero: call init_weights or load them.
   GPT(const ModelConfig& config, int max_rows, int max_seq_len);
 
   // GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2L), zero biases,

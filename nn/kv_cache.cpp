@@ -75,8 +75,8 @@ const float* KvCacheDecoder::push(int32_t token) {
     residual_forward(x_.data(), x_.data(), tmp_.data(), C);
   }
   layernorm_forward(ln_.data(), &mean_, &rstd_, x_.data(), p + lay.lnf_w(), p + lay.lnf_b(), 1, C);
-  gemm(false, true, 1, c.vocab_size, C, 1.0f, ln_.data(), C, p + lay.wte(), C, 0.0f,
-       logits_.data(), c.vocab_size);
+  gemm(false, true, 1, c.vocab_size, C, 1.0f, ln_.data(), C, p + lay.wte(), C, 0.0f, logits_.data(),
+       c.vocab_size);
   ++length_;
   return logits_.data();
 }

@@ -7,11 +7,11 @@
 namespace trainer::nn {
 
 struct ModelConfig {
-  int vocab_size = 8192;    // V: embedding rows (pad to a multiple of 64 for speed)
-  int max_seq_len = 256;    // learned positions available
-  int n_layer = 6;          // L
-  int n_head = 6;           // H
-  int n_embd = 384;         // C; head size C / H
+  int vocab_size = 8192;  // V: embedding rows (pad to a multiple of 64 for speed)
+  int max_seq_len = 256;  // learned positions available
+  int n_layer = 6;        // L
+  int n_head = 6;         // H
+  int n_embd = 384;       // C; head size C / H
 
   int head_size() const { return n_embd / n_head; }
   // Throws trainer::Error naming the field when the shape is inconsistent.

@@ -22,8 +22,7 @@ struct ParamInfo {
 
 // Offsets of one block's tensors, in elements from the start of the flat buffer.
 struct BlockParams {
-  int64_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w,
-      fcproj_b;
+  int64_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
   int64_t begin, end;  // the block's whole range
 };
 

@@ -27,16 +27,24 @@ Buffer::Buffer(size_t bytes, Device device) : bytes_(bytes), device_(device) {
 Buffer::~Buffer() {
   if (!data_) return;
   switch (device_) {
-    case Device::cpu: std::free(data_); break;
-    case Device::cuda: cuda_free(data_); break;
+    case Device::cpu:
+      std::free(data_);
+      break;
+    case Device::cuda:
+      cuda_free(data_);
+      break;
   }
 }
 
 void Buffer::zero() {
   if (!data_) return;
   switch (device_) {
-    case Device::cpu: std::memset(data_, 0, bytes_); break;
-    case Device::cuda: cuda_memset_zero(data_, bytes_); break;
+    case Device::cpu:
+      std::memset(data_, 0, bytes_);
+      break;
+    case Device::cuda:
+      cuda_memset_zero(data_, bytes_);
+      break;
   }
 }
 

@@ -6,8 +6,8 @@
 
 #include "runtime/error.h"
 
-#define CUDA_CHECK(call)                                                          \
-  do {                                                                            \
-    cudaError_t err_ = (call);                                                    \
+#define CUDA_CHECK(call)                                                                 \
+  do {                                                                                   \
+    cudaError_t err_ = (call);                                                           \
     CHECK(err_ == cudaSuccess, "CUDA error in {}: {}", #call, cudaGetErrorString(err_)); \
   } while (0)

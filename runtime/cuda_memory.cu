@@ -5,7 +5,9 @@
 
 namespace trainer {
 
-bool cuda_built() { return true; }
+bool cuda_built() {
+  return true;
+}
 
 int cuda_device_count() {
   int n = 0;
@@ -23,9 +25,13 @@ void* cuda_malloc_zeroed(size_t bytes) {
   return p;
 }
 
-void cuda_free(void* ptr) noexcept { cudaFree(ptr); }
+void cuda_free(void* ptr) noexcept {
+  cudaFree(ptr);
+}
 
-void cuda_memset_zero(void* ptr, size_t bytes) { CUDA_CHECK(cudaMemset(ptr, 0, bytes)); }
+void cuda_memset_zero(void* ptr, size_t bytes) {
+  CUDA_CHECK(cudaMemset(ptr, 0, bytes));
+}
 
 void cuda_copy(void* dst, const void* src, size_t bytes) {
   CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));

@@ -5,12 +5,20 @@
 
 namespace trainer {
 
-bool cuda_built() { return false; }
-int cuda_device_count() { return 0; }
+bool cuda_built() {
+  return false;
+}
+int cuda_device_count() {
+  return 0;
+}
 
-void* cuda_malloc_zeroed(size_t) { THROW_ERROR("this trainer was built without the CUDA backend"); }
+void* cuda_malloc_zeroed(size_t) {
+  THROW_ERROR("this trainer was built without the CUDA backend");
+}
 void cuda_free(void*) noexcept {}
-void cuda_memset_zero(void*, size_t) { THROW_ERROR("this trainer was built without the CUDA backend"); }
+void cuda_memset_zero(void*, size_t) {
+  THROW_ERROR("this trainer was built without the CUDA backend");
+}
 void cuda_copy(void*, const void*, size_t) {
   THROW_ERROR("this trainer was built without the CUDA backend");
 }

@@ -8,7 +8,9 @@ namespace trainer {
 
 enum class Device : uint8_t { cpu, cuda };
 
-constexpr std::string_view device_name(Device d) { return d == Device::cpu ? "cpu" : "cuda"; }
+constexpr std::string_view device_name(Device d) {
+  return d == Device::cpu ? "cpu" : "cuda";
+}
 
 // True when this binary was built with the CUDA backend.
 bool cuda_built();

@@ -13,10 +13,14 @@ enum class DType : uint8_t { f32, bf16, i32, u16 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
-    case DType::f32: return 4;
-    case DType::i32: return 4;
-    case DType::bf16: return 2;
-    case DType::u16: return 2;
+    case DType::f32:
+      return 4;
+    case DType::i32:
+      return 4;
+    case DType::bf16:
+      return 2;
+    case DType::u16:
+      return 2;
   }
   return 0;
 }
@@ -24,10 +28,14 @@ constexpr size_t dtype_size(DType t) {
 // The safetensors spelling of a dtype ("F32", "BF16", "I32", "U16").
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "F32";
-    case DType::i32: return "I32";
-    case DType::bf16: return "BF16";
-    case DType::u16: return "U16";
+    case DType::f32:
+      return "F32";
+    case DType::i32:
+      return "I32";
+    case DType::bf16:
+      return "BF16";
+    case DType::u16:
+      return "U16";
   }
   return "?";
 }
@@ -43,6 +51,8 @@ inline bf16 to_bf16(float f) {
   return bf16{uint16_t(u >> 16)};
 }
 
-inline float to_float(bf16 h) { return std::bit_cast<float>(uint32_t(h.bits) << 16); }
+inline float to_float(bf16 h) {
+  return std::bit_cast<float>(uint32_t(h.bits) << 16);
+}
 
 }  // namespace trainer

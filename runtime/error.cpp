@@ -2,6 +2,8 @@
 
 namespace trainer::detail {
 
-void throw_error(std::string message) { throw Error(std::move(message)); }
+void throw_error(std::string message) {
+  throw Error(std::move(message));
+}
 
 }  // namespace trainer::detail

@@ -28,10 +28,10 @@ namespace detail {
 }  // namespace trainer
 
 // CHECK(cond, "format {}", args...): throws trainer::Error with the formatted message.
-#define CHECK(cond, ...)                                                 \
-  do {                                                                   \
-    if (!(cond)) [[unlikely]]                                            \
-      ::trainer::detail::throw_error(::fmt::format(__VA_ARGS__));        \
+#define CHECK(cond, ...)                                          \
+  do {                                                            \
+    if (!(cond)) [[unlikely]]                                     \
+      ::trainer::detail::throw_error(::fmt::format(__VA_ARGS__)); \
   } while (0)
 
 // THROW_ERROR("format {}", args...): unconditionally throws trainer::Error.

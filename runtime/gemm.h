@@ -9,9 +9,8 @@ namespace trainer {
 // C(M,N) = alpha * op(A)(M,K) * op(B)(K,N) + beta * C, all row-major with leading dimensions
 // lda/ldb/ldc; op(X) is X or its transpose. Threads internally unless called inside a
 // parallel region.
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-          int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 // Measures this machine's fp32 GEMM rate (GFLOP/s): the best single n x n x n product over
 // min_seconds of trials, using all threads. The peak against which CPU MFU is reported.

@@ -14,8 +14,12 @@ std::map<std::string, Entry>& entries() {
 }
 }  // namespace
 
-void set_enabled(bool on) { g_enabled = on; }
-void reset() { entries().clear(); }
+void set_enabled(bool on) {
+  g_enabled = on;
+}
+void reset() {
+  entries().clear();
+}
 
 void record(const char* name, double ms) {
   Entry& e = entries()[name];

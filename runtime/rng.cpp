@@ -31,7 +31,9 @@ uint64_t hash64(std::string_view s) {
 
 namespace {
 // (0, 1]: never zero, so log() below is finite.
-inline float unit_open(uint32_t x) { return (float(x >> 8) + 1.0f) * (1.0f / 16777216.0f); }
+inline float unit_open(uint32_t x) {
+  return (float(x >> 8) + 1.0f) * (1.0f / 16777216.0f);
+}
 }  // namespace
 
 void fill_normal(float* out, int64_t n, uint64_t key, float mean, float std) {
@@ -56,6 +58,8 @@ uint64_t Rng::next_u64() {
   return (uint64_t(r[0]) << 32) | r[1];
 }
 
-float Rng::uniform() { return float(next_u64() >> 40) * (1.0f / 16777216.0f); }
+float Rng::uniform() {
+  return float(next_u64() >> 40) * (1.0f / 16777216.0f);
+}
 
 }  // namespace trainer

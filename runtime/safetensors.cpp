@@ -96,7 +96,9 @@ SafetensorsFile::SafetensorsFile(const fs::path& path) : file_(path) {
   }
 }
 
-bool SafetensorsFile::contains(const std::string& name) const { return index_.count(name) > 0; }
+bool SafetensorsFile::contains(const std::string& name) const {
+  return index_.count(name) > 0;
+}
 
 const TensorEntry& SafetensorsFile::get(const std::string& name) const {
   auto it = index_.find(name);

@@ -8,8 +8,8 @@
 
 #include "nn/ops/attention.h"
 #include "nn/ops/vec_math.h"
-#include "runtime/profile.h"
 #include "runtime/gemm.h"
+#include "runtime/profile.h"
 
 namespace trainer::nn {
 
@@ -148,8 +148,7 @@ void attention_backward(float* dqkv, const float* dout, const float* out, const 
           }
           gemm(false, false, nq, hs, kend, scale, dp, kend, k, ld, 0.0f, dq + q0 * ld, ld);
           gemm(true, false, kend, hs, nq, scale, dp, kend, q + q0 * ld, ld, 1.0f, dk, ld);
-          gemm(true, false, kend, hs, nq, 1.0f, p, kend, dout_h + int64_t(q0) * C, C, 1.0f, dv,
-               ld);
+          gemm(true, false, kend, hs, nq, 1.0f, p, kend, dout_h + int64_t(q0) * C, C, 1.0f, dv, ld);
         }
       }
   }

@@ -7,8 +7,8 @@
 namespace trainer::nn {
 
 struct LossSum {
-  double sum = 0;      // summed negative log-likelihood over counted positions
-  int64_t count = 0;   // counted positions
+  double sum = 0;     // summed negative log-likelihood over counted positions
+  int64_t count = 0;  // counted positions
 };
 
 // Replaces logits(N,V) by their softmax in place and returns the summed loss of the targets.

@@ -4,8 +4,8 @@
 
 #include "nn/ops/cross_entropy.h"
 #include "nn/ops/vec_math.h"
-#include "runtime/profile.h"
 #include "runtime/error.h"
+#include "runtime/profile.h"
 
 namespace trainer::nn {
 

@@ -1,8 +1,8 @@
 #include <omp.h>
 
 #include "nn/ops/embedding.h"
-#include "runtime/profile.h"
 #include "runtime/error.h"
+#include "runtime/profile.h"
 
 namespace trainer::nn {
 
@@ -10,10 +10,10 @@ void embedding_forward(float* out, const int32_t* tokens, const int32_t* positio
                        const float* wte, const float* wpe, int64_t N, int C, int V, int P) {
   PROFILE_SCOPE("embedding_forward");
   for (int64_t n = 0; n < N; ++n) {
-    CHECK(tokens[n] >= 0 && tokens[n] < V, "token id {} at position {} is outside the vocab [0, {})",
-          tokens[n], n, V);
-    CHECK(positions[n] >= 0 && positions[n] < P,
-          "position {} exceeds the model's max_seq_len {}", positions[n], P);
+    CHECK(tokens[n] >= 0 && tokens[n] < V,
+          "token id {} at position {} is outside the vocab [0, {})", tokens[n], n, V);
+    CHECK(positions[n] >= 0 && positions[n] < P, "position {} exceeds the model's max_seq_len {}",
+          positions[n], P);
   }
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {

@@ -10,7 +10,9 @@ namespace {
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kCubic = 0.044715f;
 // tanh through exp, which vectorises: tanh(u) = 1 - 2 / (exp(2u) + 1).
-inline float fast_tanh(float u) { return 1.0f - 2.0f / (vec_exp(2.0f * u) + 1.0f); }
+inline float fast_tanh(float u) {
+  return 1.0f - 2.0f / (vec_exp(2.0f * u) + 1.0f);
+}
 }  // namespace
 
 void gelu_forward(float* out, const float* inp, int64_t n) {

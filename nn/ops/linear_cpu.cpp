@@ -3,8 +3,8 @@
 #include <vector>
 
 #include "nn/ops/linear.h"
-#include "runtime/profile.h"
 #include "runtime/gemm.h"
+#include "runtime/profile.h"
 
 namespace trainer::nn {
 

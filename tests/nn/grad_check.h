@@ -31,9 +31,9 @@ inline double weighted_sum(const float* out, const std::vector<float>& weights) 
 // atol covers float rounding in the loss, which grows with its magnitude over eps.
 // `loss` must recompute the forward from the current contents of x.
 inline void expect_gradient(const std::string& what, std::vector<float>& x,
-                            const std::vector<float>& analytic,
-                            const std::function<double()>& loss, int max_checks = 64,
-                            float eps = 1e-2f, double rtol = 3e-3, double atol = 1e-5) {
+                            const std::vector<float>& analytic, const std::function<double()>& loss,
+                            int max_checks = 64, float eps = 1e-2f, double rtol = 3e-3,
+                            double atol = 1e-5) {
   ASSERT_EQ(x.size(), analytic.size()) << what;
   double scale = 0;
   for (float g : analytic) scale = std::max(scale, std::abs(double(g)));
@@ -49,8 +49,7 @@ inline void expect_gradient(const std::string& what, std::vector<float>& x,
     double numeric = (up - down) / (2.0 * double(eps));
     double tol = rtol * (std::abs(numeric) + 1e-2 * scale) + atol;
     if (std::abs(numeric - analytic[i]) > tol && bad++ < 5)
-      ADD_FAILURE() << what << "[" << i << "]: analytic " << analytic[i] << " numeric "
-                    << numeric;
+      ADD_FAILURE() << what << "[" << i << "]: analytic " << analytic[i] << " numeric " << numeric;
   }
   EXPECT_EQ(bad, 0) << what << ": " << bad << " mismatches";
 }

@@ -20,8 +20,12 @@ namespace trainer::nn {
 
 namespace {
 
-fs::path source_dir() { return TRAINER_SOURCE_DIR; }
-std::string python() { return TRAINER_PYTHON; }
+fs::path source_dir() {
+  return TRAINER_SOURCE_DIR;
+}
+std::string python() {
+  return TRAINER_PYTHON;
+}
 
 }  // namespace
 
@@ -54,7 +58,11 @@ TEST_P(TorchParity, MatchesPyTorch) {
         targets[r * T + t] = -1;
       }
   }
-  BatchView batch{B, T, tokens.data(), targets.data(), segments.empty() ? nullptr : segments.data(),
+  BatchView batch{B,
+                  T,
+                  tokens.data(),
+                  targets.data(),
+                  segments.empty() ? nullptr : segments.data(),
                   lengths.empty() ? nullptr : lengths.data()};
 
   const fs::path dir = fs::temp_directory_path() / ("trainer_torch_parity_" + mode);
@@ -86,8 +94,8 @@ TEST_P(TorchParity, MatchesPyTorch) {
   std::vector<float> loss = {float(ls.sum / double(ls.count))};
 
   // Ten AdamW steps with clipping, recording the loss before each.
-  AdamW opt(model.layout(), {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
-            0, model.layout().total());
+  AdamW opt(model.layout(), {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}, 0,
+            model.layout().total());
   std::vector<float> step_losses;
   for (int step = 0; step < 10; ++step) {
     LossSum s = model.forward(batch);
@@ -105,9 +113,8 @@ TEST_P(TorchParity, MatchesPyTorch) {
   add_params(out, model.layout(), grads.data(), "grad.");
   out.write(dir / "trainer.safetensors");
 
-  const std::string cmd = fmt::format("{} {} {} 2>&1", python(),
-                                      (source_dir() / "tests/nn/torch_gpt.py").string(),
-                                      dir.string());
+  const std::string cmd = fmt::format(
+      "{} {} {} 2>&1", python(), (source_dir() / "tests/nn/torch_gpt.py").string(), dir.string());
   std::FILE* pipe = popen(cmd.c_str(), "r");
   ASSERT_NE(pipe, nullptr);
   std::string report;

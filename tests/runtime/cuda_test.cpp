@@ -10,7 +10,9 @@
 
 namespace trainer {
 
-TEST(Cuda, BuiltWithTheBackend) { EXPECT_TRUE(cuda_built()); }
+TEST(Cuda, BuiltWithTheBackend) {
+  EXPECT_TRUE(cuda_built());
+}
 
 TEST(Cuda, BufferRoundTrip) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";

@@ -1,0 +1,91 @@
+// Helpers for the app tests: a temporary working directory and a small synthetic prepared
+// corpus (train and val splits, vocabulary 64) with learnable structure, written through the
+// data layer's own shard writer.
+#pragma once
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "app/config.h"
+#include "data/manifest.h"
+#include "data/shard.h"
+
+namespace trainer::app::testing {
+
+namespace fs = std::filesystem;
+
+inline constexpr uint32_t kVocab = 64;
+inline constexpr uint64_t kTokenizerHash = 0x5eed5eed5eed5eedull;
+
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& tag) {
+    path = fs::temp_directory_path() / ("trainer_app_" + tag + "_" + std::to_string(::getpid()) +
+                                        "_" + std::to_string(std::random_device{}()));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+// Documents of varied length whose next token mostly follows from the current one.
+inline void write_corpus(const fs::path& dir, int train_docs = 120, int val_docs = 20) {
+  fs::create_directories(dir);
+  data::Manifest m;
+  m.tokenizer_file = "synthetic.model";
+  m.tokenizer_hash = kTokenizerHash;
+  m.vocab_size = kVocab;
+  m.token_bytes = data::token_bytes_for_vocab(kVocab);
+  m.eos_id = 2;
+  m.input_format = "synthetic";
+  std::mt19937 rng(42);
+  for (auto [split, n] :
+       {std::pair{std::string("train"), train_docs}, {std::string("val"), val_docs}}) {
+    data::SplitInfo& info = m.splits[split];
+    data::ShardWriter w(kVocab, kTokenizerHash);
+    for (int d = 0; d < n; ++d) {
+      std::vector<int32_t> doc;
+      int len = 5 + int(rng() % 40);
+      int32_t t = 3 + int32_t(rng() % 60);
+      for (int p = 0; p < len; ++p) {
+        doc.push_back(t);
+        t = 3 + (t * 5 + (rng() % 8 == 0 ? 1 : 0)) % 61;
+      }
+      doc.push_back(2);  // end of document
+      w.add_document(doc);
+      info.documents += 1;
+      info.tokens += doc.size();
+      info.utf8_bytes += doc.size() * 4;
+    }
+    const std::string file = split + "-00000.bin";
+    info.shards.push_back({file, w.num_docs(), w.num_tokens(), w.file_bytes()});
+    w.write(dir / file);
+  }
+  data::write_manifest(dir, m);
+}
+
+// A config for a tiny model on the corpus in `data_dir`, writing runs under `runs_dir`.
+inline Config tiny_config(const fs::path& data_dir, const fs::path& runs_dir,
+                          const std::string& name) {
+  Config c;
+  for (const std::string& s :
+       {"model.vocab_size=64", "model.max_seq_len=16", "model.n_layer=2", "model.n_head=2",
+        "model.n_embd=32", "data.batch_size=4", "data.seq_len=16", "train.steps=12",
+        "train.val_every=4", "train.val_batches=2", "checkpoint.every=5", "checkpoint.keep_last=10",
+        "log.every=1", "log.progress=off", "schedule.warmup_steps=3", "optimizer.lr=0.01",
+        "dist.timeout_s=30"})
+    c.apply_override(s);
+  c.set("data.path", data_dir.string());
+  c.set("data.tokenizer", (data_dir / "none.model").string());
+  c.set("run.dir", runs_dir.string());
+  c.set("run.name", name);
+  return c;
+}
+
+}  // namespace trainer::app::testing

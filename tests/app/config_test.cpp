@@ -1,0 +1,108 @@
+// The config schema: unknown keys, types, ranges, choices, overrides and their messages.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "app/config.h"
+#include "app/run_setup.h"
+#include "runtime/error.h"
+
+namespace trainer::app {
+
+namespace {
+
+// The UsageError message of merging `yaml` into a default config.
+std::string yaml_error(const std::string& yaml) {
+  Config c;
+  try {
+    c.merge_yaml(yaml, "test.yaml");
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::string override_error(const std::string& assignment) {
+  Config c;
+  try {
+    c.apply_override(assignment);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST(Config, UnknownKeyNamesItsLineAndSuggestsTheKey) {
+  std::string e = yaml_error("optimizer:\n  lr: 0.1\n  wieght_decay: 0.2\n");
+  EXPECT_NE(e.find("test.yaml:3"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown key 'optimizer.wieght_decay'"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean 'optimizer.weight_decay'"), std::string::npos) << e;
+  e = yaml_error("modle:\n  n_layer: 2\n");
+  EXPECT_NE(e.find("unknown key 'modle'"), std::string::npos) << e;
+}
+
+TEST(Config, WrongTypeNamesKeyValueAndLine) {
+  std::string e = yaml_error("model:\n  n_layer: six\n");
+  EXPECT_NE(e.find("test.yaml:2"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.n_layer = 'six' is not an integer"), std::string::npos) << e;
+  e = yaml_error("train:\n  freeze: wte.weight\n");
+  EXPECT_NE(e.find("is not a list of strings"), std::string::npos) << e;
+  e = yaml_error("data:\n  drop_last: maybe\n");
+  EXPECT_NE(e.find("true or false"), std::string::npos) << e;
+}
+
+TEST(Config, RangeAndChoices) {
+  EXPECT_NE(yaml_error("optimizer:\n  beta1: 2\n").find("out of range"), std::string::npos);
+  EXPECT_NE(yaml_error("data:\n  mode: packed\n").find("not one of stream, pack, bucket"),
+            std::string::npos);
+  EXPECT_NE(yaml_error("model: [1, 2\n").find("malformed YAML"), std::string::npos);
+}
+
+TEST(Config, OverridesApplyAfterTheFileAndAreChecked) {
+  Config c;
+  c.merge_yaml("optimizer:\n  lr: 0.5\n", "a.yaml");
+  c.apply_override("optimizer.lr=0.25");
+  c.apply_override("train.freeze=[wpe.weight, 'h.0.*']");
+  EXPECT_DOUBLE_EQ(c.real("optimizer.lr"), 0.25);
+  EXPECT_EQ(c.list("train.freeze").size(), 2u);
+  EXPECT_NE(override_error("optimizer.lr").find("expected key=value"), std::string::npos);
+  EXPECT_NE(override_error("=3").find("expected key=value"), std::string::npos);
+  EXPECT_NE(override_error("optimizer.lrr=3").find("did you mean 'optimizer.lr'"),
+            std::string::npos);
+  EXPECT_NE(override_error("model.n_head=two").find("model.n_head"), std::string::npos);
+}
+
+TEST(Config, ResolvedYamlRoundTrips) {
+  Config a;
+  a.apply_override("model.n_layer=3");
+  a.apply_override("train.grad_accum_schedule=['0:1', '100:2']");
+  Config b;
+  b.merge_yaml(a.to_yaml(), "resolved.yaml");
+  EXPECT_EQ(a.to_yaml(), b.to_yaml());
+  EXPECT_EQ(a.digest(), b.digest());
+  EXPECT_NE(a.digest(), Config().digest());
+}
+
+TEST(Config, SchedulesAndPatterns) {
+  Config c;
+  c.apply_override("train.grad_accum_schedule=['0:1', '10:2', '20:4']");
+  EXPECT_EQ(scheduled_value(c, "train.grad_accum_schedule", 5, 9), 1);
+  EXPECT_EQ(scheduled_value(c, "train.grad_accum_schedule", 10, 9), 2);
+  EXPECT_EQ(scheduled_value(c, "train.grad_accum_schedule", 99, 9), 4);
+  c.apply_override("train.seq_len_schedule=['5-64']");
+  EXPECT_THROW(scheduled_value(c, "train.seq_len_schedule", 0, 1), UsageError);
+  EXPECT_TRUE(matches_any("h.3.attn.c_attn.weight", {"h.*.attn.*"}));
+  EXPECT_TRUE(matches_any("wpe.weight", {"x", "wpe.weight"}));
+  EXPECT_FALSE(matches_any("h.3.mlp.c_fc.weight", {"h.*.attn.*"}));
+}
+
+TEST(Config, ModelShapeErrorsAreUsageErrors) {
+  Config c;
+  c.apply_override("model.n_embd=100");
+  c.apply_override("model.n_head=3");
+  EXPECT_THROW(model_config(c), UsageError);
+}
+
+}  // namespace trainer::app

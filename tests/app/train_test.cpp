@@ -1,0 +1,240 @@
+// The training loop end to end on a synthetic corpus: exact resume in every data mode,
+// checkpoint crash safety and validation, non-finite handling, freezing, and stop signals.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "app/checkpoint.h"
+#include "app/run_setup.h"
+#include "app/saved_model.h"
+#include "app/train_loop.h"
+#include "app_test_util.h"
+#include "runtime/error.h"
+#include "runtime/file_io.h"
+
+namespace trainer::app {
+
+using testing::TempDir;
+using testing::tiny_config;
+
+namespace {
+
+// metrics.jsonl without the timing fields, which legitimately differ between runs.
+std::vector<nlohmann::json> metrics_without_timings(const fs::path& run, int64_t after_step) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(run / "metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j["step"].get<int64_t>() <= after_step) continue;
+    for (const char* k : {"tokens_per_s", "mfu", "step_ms", "data_ms", "forward_ms", "backward_ms",
+                          "optimizer_ms", "comm_wait_ms", "comm_hidden", "rss_mib"})
+      j.erase(k);
+    out.push_back(j);
+  }
+  return out;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+class ExactResume : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ExactResume, StoppingAndResumingGivesBitIdenticalParametersAndMetrics) {
+  TempDir dir("resume_" + GetParam());
+  testing::write_corpus(dir.path / "data");
+  Config straight = tiny_config(dir.path / "data", dir.path / "runs", "straight");
+  straight.set("data.mode", GetParam());
+  straight.apply_override("train.grad_accum=2");
+  ASSERT_EQ(run_training(straight), 0);
+
+  // The second run starts from the straight run's step-5 checkpoint, as if stopped there.
+  Config resumed = straight;
+  resumed.set("run.name", "resumed");
+  resumed.set("train.resume", (dir.path / "runs/straight/checkpoints/step-5").string());
+  ASSERT_EQ(run_training(resumed), 0);
+
+  const fs::path a = dir.path / "runs/straight/checkpoints/step-12/model.safetensors";
+  const fs::path b = dir.path / "runs/resumed/checkpoints/step-12/model.safetensors";
+  EXPECT_EQ(read_file(a), read_file(b)) << "final parameters differ";
+  auto ma = metrics_without_timings(dir.path / "runs/straight", 5);
+  auto mb = metrics_without_timings(dir.path / "runs/resumed", 5);
+  ASSERT_EQ(ma.size(), 7u + 2u);  // steps 6..12 and validations at 8 and 12
+  EXPECT_EQ(ma, mb);
+  EXPECT_LT(ma.back().value("val_loss", 99.0), 4.0);  // it learns (ln 64 = 4.16)
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ExactResume, ::testing::Values("stream", "pack", "bucket"));
+
+TEST(Checkpoint, CorruptedOrTruncatedFileIsNamed) {
+  TempDir dir("corrupt");
+  testing::write_corpus(dir.path / "data");
+  Config c = tiny_config(dir.path / "data", dir.path / "runs", "r");
+  c.apply_override("train.steps=2");
+  c.apply_override("checkpoint.every=1");
+  ASSERT_EQ(run_training(c), 0);
+  const fs::path ckpt = dir.path / "runs/r/checkpoints/step-2";
+  {
+    std::fstream f(ckpt / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-5, std::ios::end);
+    f.put('\x7f');
+  }
+  std::string e = error_of([&] { open_checkpoint(ckpt); });
+  EXPECT_NE(e.find("model.safetensors"), std::string::npos) << e;
+  EXPECT_NE(e.find("checksum"), std::string::npos) << e;
+  const fs::path earlier = dir.path / "runs/r/checkpoints/step-1";
+  fs::resize_file(earlier / "optimizer.safetensors", 100);
+  e = error_of([&] { open_checkpoint(earlier); });
+  EXPECT_NE(e.find("optimizer.safetensors"), std::string::npos) << e;
+  EXPECT_NE(e.find("truncated"), std::string::npos) << e;
+}
+
+TEST(Checkpoint, AnotherModelShapeIsAClearError) {
+  TempDir dir("shape");
+  testing::write_corpus(dir.path / "data");
+  Config c = tiny_config(dir.path / "data", dir.path / "runs", "r");
+  c.apply_override("train.steps=2");
+  ASSERT_EQ(run_training(c), 0);
+  c.apply_override("model.n_embd=48");
+  c.apply_override("train.steps=4");
+  std::string e = error_of([&] { run_training(c); });
+  EXPECT_NE(e.find("wte.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("[64, 32]"), std::string::npos) << e;
+  EXPECT_NE(e.find("[64, 48]"), std::string::npos) << e;
+}
+
+// Starts the trainer binary on `cfg` with extra --set overrides; stdout goes to /dev/null.
+// (A fork that keeps running this process's code could deadlock in the OpenMP runtime.)
+pid_t spawn_trainer(const fs::path& cfg, const std::vector<std::string>& sets) {
+  const std::string trainer = std::string(TRAINER_BINARY_DIR) + "/trainer";
+  std::vector<std::string> args = {trainer, "--config", cfg.string()};
+  for (const std::string& s : sets) args.insert(args.end(), {"--set", s});
+  pid_t child = fork();
+  if (child == 0) {
+    int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, STDOUT_FILENO);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(trainer.c_str(), argv.data());
+    _exit(127);
+  }
+  return child;
+}
+
+TEST(Checkpoint, AKilledWriteLeavesTheLatestCheckpointLoadable) {
+  TempDir dir("kill");
+  testing::write_corpus(dir.path / "data");
+  const fs::path cfg = dir.path / "c.yaml";
+  write_file_atomic(cfg, tiny_config(dir.path / "data", dir.path / "runs", "r").to_yaml());
+  // A ~5M-parameter model (60 MB per checkpoint) saved after every step, killed mid-write.
+  pid_t child = spawn_trainer(
+      cfg, {"model.vocab_size=8192", "model.n_embd=256", "model.n_head=4", "train.steps=1000000",
+            "checkpoint.every=1", "checkpoint.keep_last=2", "train.val_every=0"});
+  ASSERT_GT(child, 0);
+  const fs::path run = dir.path / "runs/r", root = run / "checkpoints";
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  bool killed_mid_write = false;
+  while (std::chrono::steady_clock::now() < deadline && !killed_mid_write) {
+    std::error_code ec;
+    if (latest_checkpoint(run).empty()) continue;
+    for (const auto& e : fs::directory_iterator(root, ec))
+      if (e.path().filename().string().ends_with(".tmp")) {
+        killed_mid_write = ::kill(child, SIGKILL) == 0;
+        break;
+      }
+  }
+  if (!killed_mid_write) ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  ASSERT_TRUE(killed_mid_write) << "never saw a checkpoint being written";
+  const fs::path latest = latest_checkpoint(run);
+  ASSERT_FALSE(latest.empty());
+  EXPECT_FALSE(latest.string().ends_with(".tmp"));
+  SavedModel saved = open_saved_model(run);  // verifies every file, loads the weights
+  EXPECT_GT(saved.checkpoint.state.step, 0);
+}
+
+TEST(Training, NonFiniteLossStopsWithADiagnosticOrIsSkipped) {
+  TempDir dir("nan");
+  testing::write_corpus(dir.path / "data");
+  Config c = tiny_config(dir.path / "data", dir.path / "runs", "r");
+  c.apply_override("train.steps=2");
+  ASSERT_EQ(run_training(c), 0);
+  {  // poison one weight of the checkpoint, rewritten with a valid manifest
+    SavedModel saved = open_saved_model(dir.path / "runs/r");
+    saved.model->params()[saved.model->layout().find("ln_f.weight")->offset] = NAN;
+    nn::AdamW opt(saved.model->layout(), {}, 0, saved.model->layout().total());
+    load_checkpoint(saved.checkpoint, *saved.model, &opt);
+    saved.model->params()[saved.model->layout().find("ln_f.weight")->offset] = NAN;
+    save_checkpoint(dir.path / "runs/r", *saved.model, opt, saved.checkpoint.state,
+                    saved.checkpoint.config_yaml, {});
+  }
+  c.apply_override("train.steps=4");
+  std::string e = error_of([&] { run_training(c); });
+  EXPECT_NE(e.find("step 3: non-finite value in the loss"), std::string::npos) << e;
+  c.apply_override("train.on_nonfinite=skip");
+  ASSERT_EQ(run_training(c), 0);
+  auto m = metrics_without_timings(dir.path / "runs/r", 2);
+  ASSERT_FALSE(m.empty());
+  EXPECT_TRUE(m.front()["skipped"].get<bool>());
+}
+
+TEST(Training, FrozenParametersDoNotChange) {
+  TempDir dir("freeze");
+  testing::write_corpus(dir.path / "data");
+  Config c = tiny_config(dir.path / "data", dir.path / "runs", "r");
+  c.apply_override("train.steps=3");
+  c.apply_override("train.freeze=[wpe.weight, 'h.0.*']");
+  ASSERT_EQ(run_training(c), 0);
+  SavedModel saved = open_saved_model(dir.path / "runs/r");
+  nn::GPT init(saved.model->config(), 1, 8);
+  init.init_weights(uint64_t(c.integer("run.seed")));
+  for (const nn::ParamInfo& p : init.layout().params()) {
+    bool same = std::memcmp(init.params() + p.offset, saved.model->params() + p.offset,
+                            size_t(p.numel) * sizeof(float)) == 0;
+    bool frozen = p.name == "wpe.weight" || p.name.starts_with("h.0.");
+    EXPECT_EQ(same, frozen) << p.name;
+  }
+  c.apply_override("train.freeze=['h.9.*']");
+  EXPECT_THROW(run_training(c), UsageError);
+}
+
+TEST(Training, StopSignalSavesAtAStepBoundaryAndExitsZero) {
+  TempDir dir("signal");
+  testing::write_corpus(dir.path / "data");
+  const fs::path cfg = dir.path / "c.yaml";
+  write_file_atomic(cfg, tiny_config(dir.path / "data", dir.path / "runs", "r").to_yaml());
+  pid_t child = spawn_trainer(cfg, {"train.steps=1000000", "checkpoint.every=0"});
+  ASSERT_GT(child, 0);
+  const fs::path metrics = dir.path / "runs/r/metrics.jsonl";
+  for (int i = 0; i < 600 && (!fs::exists(metrics) || fs::file_size(metrics) == 0); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ::kill(child, SIGUSR1);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  const fs::path latest = latest_checkpoint(dir.path / "runs/r");
+  ASSERT_FALSE(latest.empty());
+  Checkpoint c = open_checkpoint(latest);
+  EXPECT_GT(c.state.step, 0);
+  EXPECT_LT(c.state.step, 1000000);
+}
+
+}  // namespace trainer::app

@@ -1,6 +1,7 @@
 #include "app/checkpoint.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 
 #include "nn/model_io.h"
@@ -47,20 +48,47 @@ uint32_t file_crc(const fs::path& p) {
   return crc32(m.data(), m.size());
 }
 
-void prune(const fs::path& ckpt_root, const CheckpointPolicy& policy) {
-  std::vector<std::pair<int64_t, fs::path>> steps;
-  for (const auto& e : fs::directory_iterator(ckpt_root)) {
+// The step of a directory named exactly "step-<digits>", or -1.
+int64_t step_of(const fs::path& dir) {
+  const std::string name = dir.filename().string();
+  if (!name.starts_with("step-")) return -1;
+  int64_t step = -1;
+  const char* first = name.data() + 5;
+  const char* last = name.data() + name.size();
+  auto [end, ec] = std::from_chars(first, last, step);
+  return ec == std::errc() && end == last && first != last ? step : -1;
+}
+
+// Points `latest` at `name` (a directory in root) atomically.
+void point_latest(const fs::path& root, const std::string& name) {
+  const fs::path link_tmp = root / "latest.tmp";
+  fs::remove(link_tmp);
+  fs::create_directory_symlink(name, link_tmp);
+  fs::rename(link_tmp, root / "latest");
+  fsync_path(root);
+}
+
+// Removes checkpoints older than `current` beyond the newest keep_last (sparing keep_every
+// multiples), and half-written ".tmp" directories left by a killed save. Never touches
+// `current`, anything newer, or what `latest` points at.
+void prune(const fs::path& root, int64_t current, const CheckpointPolicy& policy) {
+  std::vector<std::pair<int64_t, fs::path>> older;
+  for (const auto& e : fs::directory_iterator(root)) {
+    if (!e.is_directory() || e.is_symlink()) continue;
     const std::string name = e.path().filename().string();
-    if (!e.is_directory() || !name.starts_with("step-")) continue;
-    if (name.ends_with(".tmp")) continue;
-    steps.push_back({std::stoll(name.substr(5)), e.path()});
+    if (name.starts_with("step-") && name.ends_with(".tmp")) {
+      if (name != fs::read_symlink(root / "latest").string()) fs::remove_all(e.path());
+      continue;
+    }
+    const int64_t step = step_of(e.path());
+    if (step >= 0 && step < current) older.push_back({step, e.path()});
   }
-  std::sort(steps.begin(), steps.end());
-  const size_t keep_from =
-      steps.size() > size_t(policy.keep_last) ? steps.size() - size_t(policy.keep_last) : 0;
-  for (size_t i = 0; i < keep_from; ++i) {
-    if (policy.keep_every > 0 && steps[i].first % policy.keep_every == 0) continue;
-    fs::remove_all(steps[i].second);
+  std::sort(older.begin(), older.end());
+  const size_t keep_older = size_t(std::max<int64_t>(0, policy.keep_last - 1));
+  const size_t drop = older.size() > keep_older ? older.size() - keep_older : 0;
+  for (size_t i = 0; i < drop; ++i) {
+    if (policy.keep_every > 0 && older[i].first % policy.keep_every == 0) continue;
+    fs::remove_all(older[i].second);
   }
 }
 
@@ -114,22 +142,30 @@ fs::path save_checkpoint(const fs::path& run_dir, const nn::GPT& model, const nn
   write_file_atomic(tmp / kManifestFile, manifest.dump(2) + "\n");
   fsync_path(tmp);
 
-  fs::remove_all(final_dir);  // a rerun of the same step replaces it
+  // `latest` moves to the complete temporary first, then to its final name, so that from the
+  // first complete checkpoint on it always names a whole one (even when a checkpoint of the
+  // same step is being replaced).
+  point_latest(root, name + ".tmp");
+  fs::remove_all(final_dir);
   fs::rename(tmp, final_dir);
   fsync_path(root);
-  const fs::path link_tmp = root / "latest.tmp";
-  fs::remove(link_tmp);
-  fs::create_directory_symlink(name, link_tmp);
-  fs::rename(link_tmp, root / "latest");
-  fsync_path(root);
-  prune(root, policy);
+  point_latest(root, name);
+  prune(root, state.step, policy);
   return final_dir;
 }
 
 fs::path latest_checkpoint(const fs::path& run_dir) {
-  const fs::path link = run_dir / "checkpoints" / "latest";
+  const fs::path root = run_dir / "checkpoints", link = root / "latest";
   std::error_code ec;
-  if (!fs::is_symlink(link, ec)) return {};
+  if (!fs::is_symlink(link, ec)) {
+    if (fs::is_directory(root, ec))
+      for (const auto& e : fs::directory_iterator(root))
+        CHECK(step_of(e.path()) < 0,
+              "{} holds checkpoints but no 'latest' link; pass train.resume=<checkpoint dir> "
+              "(or none to start afresh)",
+              root.string());
+    return {};
+  }
   fs::path target = run_dir / "checkpoints" / fs::read_symlink(link);
   CHECK(fs::is_directory(target), "{} points at {}, which does not exist", link.string(),
         target.string());
@@ -150,18 +186,22 @@ Checkpoint open_checkpoint(const fs::path& dir) {
   CHECK(c.manifest.value("version", 0) == kFormatVersion,
         "{}: checkpoint format version {} (this trainer reads {})", (dir / kManifestFile).string(),
         c.manifest.value("version", 0), kFormatVersion);
-  for (auto& [file, info] : c.manifest.at("files").items()) {
-    const fs::path p = dir / file;
-    CHECK(fs::exists(p), "checkpoint file {} is missing", p.string());
-    CHECK(fs::file_size(p) == info.at("bytes").get<uint64_t>(),
-          "checkpoint file {} has {} bytes, the manifest says {} (truncated?)", p.string(),
-          fs::file_size(p), info.at("bytes").get<uint64_t>());
-    CHECK(file_crc(p) == info.at("crc32").get<uint32_t>(),
-          "checkpoint file {} fails its checksum (corrupted)", p.string());
+  try {
+    for (auto& [file, info] : c.manifest.at("files").items()) {
+      const fs::path p = dir / file;
+      CHECK(fs::exists(p), "checkpoint file {} is missing", p.string());
+      CHECK(fs::file_size(p) == info.at("bytes").get<uint64_t>(),
+            "checkpoint file {} has {} bytes, the manifest says {} (truncated?)", p.string(),
+            fs::file_size(p), info.at("bytes").get<uint64_t>());
+      CHECK(file_crc(p) == info.at("crc32").get<uint32_t>(),
+            "checkpoint file {} fails its checksum (corrupted)", p.string());
+    }
+  } catch (const json::exception& e) {
+    THROW_ERROR("{}: malformed checkpoint manifest: {}", (dir / kManifestFile).string(), e.what());
   }
   try {
     c.state = state_from_json(json::parse(read_file(dir / kStateFile)));
-  } catch (const json::exception& e) {
+  } catch (const std::exception& e) {  // json errors, and stoull on a bad hash
     THROW_ERROR("{}: malformed trainer state: {}", (dir / kStateFile).string(), e.what());
   }
   c.config_yaml = read_file(dir / kConfigFile);
@@ -173,15 +213,31 @@ void load_checkpoint(const Checkpoint& ckpt, nn::GPT& model, nn::AdamW* opt) {
   nn::load_params(weights, model.layout(), model.params());
   if (!opt) return;
   SafetensorsFile moments(ckpt.dir / kOptimizerFile);
-  const int64_t begin = std::stoll(moments.metadata().at("begin"));
-  const int64_t end = std::stoll(moments.metadata().at("end"));
+  auto metadata_int = [&](const char* key) {
+    auto it = moments.metadata().find(key);
+    int64_t v = 0;
+    bool ok = it != moments.metadata().end();
+    if (ok) {
+      const std::string& text = it->second;
+      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+      ok = ec == std::errc() && end == text.data() + text.size();
+    }
+    CHECK(ok, "{}: missing or malformed metadata '{}'", moments.path().string(), key);
+    return v;
+  };
+  const int64_t begin = metadata_int("begin"), end = metadata_int("end");
   CHECK(begin <= opt->begin() && opt->end() <= end,
         "{}: optimizer state covers [{}, {}) but this rank needs [{}, {})", moments.path().string(),
         begin, end, opt->begin(), opt->end());
+  for (const char* name : {"adamw.m", "adamw.v"}) {
+    const TensorEntry& t = moments.get(name);
+    CHECK(t.dtype == DType::f32 && t.shape == std::vector<int64_t>{end - begin},
+          "{}: tensor '{}' does not cover [{}, {})", moments.path().string(), name, begin, end);
+  }
   const auto* m = static_cast<const float*>(moments.get("adamw.m").data);
   const auto* v = static_cast<const float*>(moments.get("adamw.v").data);
   opt->import_moments(m + (opt->begin() - begin), v + (opt->begin() - begin));
-  opt->set_steps(std::stoll(moments.metadata().at("steps")));
+  opt->set_steps(metadata_int("steps"));
 }
 
 }  // namespace trainer::app

@@ -22,6 +22,7 @@ int cmd_eval(const Args& args) {
       "max-batches", po::value<int64_t>()->default_value(0), "stop after n batches (0 = all)");
   po::variables_map vm;
   if (!parse_options("eval", args, desc, vm)) return 0;
+  if (vm["max-batches"].as<int64_t>() < 0) throw UsageError("eval: --max-batches must be >= 0");
   SavedModel saved = open_saved_model(vm["checkpoint"].as<std::string>());
   if (vm.count("data")) saved.config.set("data.path", vm["data"].as<std::string>());
   data::LoaderConfig lc = loader_config(saved.config, vm["split"].as<std::string>());

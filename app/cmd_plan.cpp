@@ -22,8 +22,7 @@ int cmd_plan(const Args& args) {
   nn::ModelConfig mc = model_config(c);
   nn::ParamLayout layout(mc);
   data::LoaderConfig lc = loader_config(c, "train");
-  int rows = lc.mode == data::Mode::bucket ? int((lc.max_tokens + lc.seq_len - 1) / lc.seq_len)
-                                           : lc.batch_size;
+  const int rows = model_rows(lc);
   nn::ActivationLayout acts(mc, rows, lc.seq_len);
   int64_t trainable = 0;
   for (const nn::ParamInfo& p : layout.params())

@@ -50,6 +50,18 @@ std::string did_you_mean(const std::string& key) {
   return "";
 }
 
+std::string format_value(const Value& value) {
+  return std::visit(
+      [](const auto& v) -> std::string {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::vector<std::string>>)
+          return fmt::format("[{}]", fmt::join(v, ", "));
+        else
+          return fmt::format("{}", v);
+      },
+      value);
+}
+
 [[noreturn]] void usage_error(const std::string& msg) {
   throw UsageError(msg);
 }
@@ -79,6 +91,7 @@ Value parse_value(const KeySpec& spec, const YAML::Node& node, const std::string
   auto bad = [&](const std::string& shown) -> Value {
     usage_error(fmt::format("{}: {} = {} is not {}", at, spec.key, shown, kind_name(spec.kind)));
   };
+  if (node.IsNull()) return bad("an empty value");
   if (spec.kind == Kind::list) {
     if (!node.IsSequence()) return bad(node.IsScalar() ? node.Scalar() : "a mapping");
     std::vector<std::string> items;
@@ -111,7 +124,7 @@ Value parse_value(const KeySpec& spec, const YAML::Node& node, const std::string
   }
   if (spec.kind == Kind::integer || spec.kind == Kind::real) {
     double x = spec.kind == Kind::integer ? double(std::get<int64_t>(v)) : std::get<double>(v);
-    if (x < spec.min || x > spec.max)
+    if (!(x >= spec.min && x <= spec.max))
       usage_error(
           fmt::format("{}: {} = {} is out of range [{}, {}]", at, spec.key, s, spec.min,
                       spec.max == 1e300 ? std::string("inf") : fmt::format("{}", spec.max)));
@@ -223,6 +236,10 @@ void Config::set(const std::string& key, Value v) {
   values_[key] = std::move(v);
 }
 
+std::string Config::to_yaml_value(const std::string& key) const {
+  return format_value(values_.at(key));
+}
+
 std::string Config::to_yaml() const {
   YAML::Emitter out;
   out << YAML::BeginMap;
@@ -271,15 +288,7 @@ std::string schema_markdown() {
       md << "\n## " << sec << "\n\n| key | type | default | meaning |\n|---|---|---|---|\n";
       section = sec;
     }
-    std::string def = std::visit(
-        [](const auto& v) -> std::string {
-          using T = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<T, std::vector<std::string>>)
-            return fmt::format("[{}]", fmt::join(v, ", "));
-          else
-            return fmt::format("{}", v);
-        },
-        s.default_value);
+    std::string def = format_value(s.default_value);
     std::string type = kind_name(s.kind);
     if (!s.choices.empty()) type = fmt::format("one of {}", fmt::join(s.choices, ", "));
     md << "| `" << s.key << "` | " << type << " | `" << def << "` | " << s.doc << " |\n";

@@ -45,6 +45,8 @@ class Config {
   const std::vector<std::string>& list(const std::string& key) const;
   void set(const std::string& key, Value v);
 
+  // One key's value as it appears in the resolved YAML.
+  std::string to_yaml_value(const std::string& key) const;
   // The resolved config as YAML (every key, nested by section).
   std::string to_yaml() const;
   // A stable hash of the resolved values (ranks compare it at start-up).

@@ -57,6 +57,11 @@ data::LoaderConfig loader_config(const Config& c, const std::string& split) {
   return l;
 }
 
+int model_rows(const data::LoaderConfig& l) {
+  if (l.mode != data::Mode::bucket) return l.batch_size;
+  return int((l.max_tokens + l.seq_len - 1) / l.seq_len);
+}
+
 int64_t scheduled_value(const Config& c, const std::string& key, int64_t step, int64_t fallback) {
   int64_t value = fallback, last_step = -1;
   for (const std::string& entry : c.list(key)) {
@@ -64,9 +69,11 @@ int64_t scheduled_value(const Config& c, const std::string& key, int64_t step, i
     int64_t at = 0, v = 0;
     try {
       if (colon == std::string::npos) throw std::invalid_argument("no colon");
-      size_t used = 0;
-      at = std::stoll(entry.substr(0, colon), &used);
-      v = std::stoll(entry.substr(colon + 1));
+      size_t used_at = 0, used_v = 0;
+      at = std::stoll(entry.substr(0, colon), &used_at);
+      v = std::stoll(entry.substr(colon + 1), &used_v);
+      if (used_at != colon || colon + 1 + used_v != entry.size())
+        throw std::invalid_argument("trailing characters");
     } catch (const std::exception&) {
       throw UsageError(fmt::format("{}: entry '{}' is not step:value", key, entry));
     }

@@ -18,6 +18,8 @@ nn::ModelConfig model_config(const Config& c);
 nn::AdamWConfig adamw_config(const Config& c);
 nn::LrSchedule lr_schedule(const Config& c);
 data::LoaderConfig loader_config(const Config& c, const std::string& split);
+// The rows the model is sized for: batch_size, or the token budget over seq_len (bucket mode).
+int model_rows(const data::LoaderConfig& l);
 
 // A "step:value" schedule: the value in force at `step` (the last entry whose step <= it), or
 // `fallback` before the first entry. Throws a UsageError naming the key on a malformed entry.

@@ -62,11 +62,6 @@ nn::BatchView view_of(const data::Batch& b) {
           b.lengths.empty() ? nullptr : b.lengths.data()};
 }
 
-int model_rows(const data::LoaderConfig& l) {
-  if (l.mode != data::Mode::bucket) return l.batch_size;
-  return int((l.max_tokens + l.seq_len - 1) / l.seq_len);
-}
-
 struct StepStats {
   double loss = 0;     // mean over the global batch's tokens
   int64_t tokens = 0;  // loss tokens of the global batch
@@ -102,6 +97,7 @@ class TrainLoop {
   void save();
   void log_step(const StepStats& s, double step_s);
   int stop_early(const std::string& why);
+  fs::path resume_path();
 
   Config config_;
   dist::Communicator& comm_;
@@ -120,6 +116,7 @@ class TrainLoop {
   std::unique_ptr<MetricsLog> metrics_;
   std::unique_ptr<Progress> progress_;
   double gemm_peak_gflops_ = 0;
+  int64_t saved_step_ = -1;  // the step of the checkpoint written or resumed from last
   Timer run_timer_;
   int64_t first_step_ = 0;
 };
@@ -145,18 +142,48 @@ TrainLoop::TrainLoop(const Config& config, dist::Communicator& comm)
   }
 }
 
+// Rank 0 chooses the checkpoint to resume from and every rank opens that one, so ranks
+// without a shared view of `latest` cannot start from different states.
+fs::path TrainLoop::resume_path() {
+  std::string path;
+  if (leader_) {
+    const std::string& resume = config_.text("train.resume");
+    if (resume == "auto")
+      path = latest_checkpoint(run_dir_).string();
+    else if (resume != "none")
+      path = resume;
+  }
+  if (comm_.size() > 1) {
+    int64_t n = int64_t(path.size());
+    comm_.broadcast(&n, sizeof n);
+    path.resize(size_t(n));
+    if (n > 0) comm_.broadcast(path.data(), n);
+  }
+  return path;
+}
+
+// Keys that give the loader's saved position its meaning: changing them on resume would skip
+// or repeat data, so they must match the checkpoint's.
+void check_resumable(const Config& now, const Checkpoint& ckpt) {
+  Config then;
+  then.merge_yaml(ckpt.config_yaml, (ckpt.dir / "config.yaml").string());
+  for (const char* key : {"run.seed", "data.mode", "data.batch_size", "data.seq_len",
+                          "data.max_tokens", "data.drop_last"}) {
+    CHECK(then.to_yaml_value(key) == now.to_yaml_value(key),
+          "cannot resume from {}: {} was {} there but is {} now (it defines the data order)",
+          ckpt.dir.string(), key, then.to_yaml_value(key), now.to_yaml_value(key));
+  }
+}
+
 void TrainLoop::resume_or_init() {
-  const std::string& resume = config_.text("train.resume");
-  fs::path from;
-  if (resume == "auto")
-    from = latest_checkpoint(run_dir_);
-  else if (resume != "none")
-    from = resume;
+  const fs::path from = resume_path();
   std::optional<data::LoaderState> loader_state;
   if (!from.empty()) {
     Checkpoint ckpt = open_checkpoint(from);
+    check_resumable(config_, ckpt);
     load_checkpoint(ckpt, model_, &optimizer_);
     state_ = ckpt.state;
+    saved_step_ = state_.step;
     loader_state = ckpt.state.loader.get<data::LoaderState>();
     log::info("resumed from {} at step {}", from.string(), state_.step);
   } else {
@@ -173,7 +200,8 @@ void TrainLoop::resume_or_init() {
   state_.world_size = comm_.size();
   const data::Manifest& m = loader_->corpus().manifest();
   dist::check_consistency(
-      comm_, config_.to_yaml(), model_.layout().digest(),
+      comm_, fmt::format("{}\nresumed at step {}\n", config_.to_yaml(), state_.step),
+      model_.layout().digest(),
       m.tokenizer_hash ^ dist::hash_text(fmt::format("{}/{}", m.splits.at("train").tokens,
                                                      m.splits.at("train").documents)));
   dist::broadcast_parameters(comm_, model_.params(), model_.layout().total());
@@ -277,7 +305,8 @@ double TrainLoop::validate() {
 }
 
 void TrainLoop::save() {
-  if (!leader_) return;
+  if (!leader_ || state_.step == saved_step_) return;
+  saved_step_ = state_.step;
   state_.loader = loader_->state();
   CheckpointPolicy policy{config_.integer("checkpoint.keep_last"),
                           config_.integer("checkpoint.keep_every")};
@@ -368,6 +397,7 @@ int TrainLoop::run() {
     ++state_.step;
     state_.tokens_seen += s.tokens;
     log_step(s, step_timer.seconds());
+    if (s.stop_requested && state_.step < total) return stop_early("stop signal received");
     if (val_every > 0 && (state_.step % val_every == 0 || state_.step == total)) {
       double v = validate();
       if (leader_) {
@@ -376,7 +406,6 @@ int TrainLoop::run() {
         metrics_->write({{"step", state_.step}, {"val_loss", v}, {"val_perplexity", std::exp(v)}});
       }
     }
-    if (s.stop_requested && state_.step < total) return stop_early("stop signal received");
     if (ckpt_every > 0 && state_.step % ckpt_every == 0 && state_.step < total) {
       if (progress_) progress_->finish();
       save();

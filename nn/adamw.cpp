@@ -66,10 +66,18 @@ void AdamW::import_moments(const float* m_flat, const float* v_flat) {
 }
 
 double sum_squares(const float* x, int64_t n) {
-  double s = 0;
-#pragma omp parallel for simd schedule(static) reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += double(x[i]) * x[i];
-  return s;
+  // Fixed chunks summed in order: the same bits whatever the thread count or schedule.
+  constexpr int64_t kChunks = 256;
+  double partial[kChunks];
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < kChunks; ++c) {
+    double s = 0;
+    for (int64_t i = n * c / kChunks; i < n * (c + 1) / kChunks; ++i) s += double(x[i]) * x[i];
+    partial[c] = s;
+  }
+  double total = 0;
+  for (double p : partial) total += p;
+  return total;
 }
 
 float clip_scale(double norm, float max_norm) {

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "nn/ops/cross_entropy.h"
 #include "nn/ops/vec_math.h"
@@ -14,9 +15,8 @@ LossSum cross_entropy_forward(float* logits, const int32_t* targets, int64_t N, 
   for (int64_t n = 0; n < N; ++n)
     CHECK(targets[n] >= -1 && targets[n] < V,
           "target id {} at position {} is outside the vocab [0, {})", targets[n], n, V);
-  double sum = 0;
-  int64_t count = 0;
-#pragma omp parallel for schedule(static) reduction(+ : sum, count)
+  std::vector<double> row_loss(size_t(N), 0.0);  // summed in order below: deterministic
+#pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     float* row = logits + n * V;
     const float target_logit = targets[n] >= 0 ? row[targets[n]] : 0.0f;
@@ -33,12 +33,15 @@ LossSum cross_entropy_forward(float* logits, const int32_t* targets, int64_t N, 
     float inv = 1.0f / z;
 #pragma omp simd
     for (int v = 0; v < V; ++v) row[v] *= inv;
-    if (targets[n] >= 0) {  // -log p = log-sum-exp - logit, stable where p underflows
-      sum += double(mx) + std::log(double(z)) - double(target_logit);
-      ++count;
-    }
+    if (targets[n] >= 0)  // -log p = log-sum-exp - logit, stable where p underflows
+      row_loss[size_t(n)] = double(mx) + std::log(double(z)) - double(target_logit);
   }
-  return {sum, count};
+  LossSum out;
+  for (int64_t n = 0; n < N; ++n) {
+    out.sum += row_loss[size_t(n)];
+    out.count += targets[n] >= 0;
+  }
+  return out;
 }
 
 void cross_entropy_backward(float* probs, const int32_t* targets, int64_t N, int V, float scale) {

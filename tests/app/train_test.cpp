@@ -151,16 +151,21 @@ TEST(Checkpoint, AKilledWriteLeavesTheLatestCheckpointLoadable) {
   const fs::path run = dir.path / "runs/r", root = run / "checkpoints";
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   bool killed_mid_write = false;
+  int complete = 0;  // wait for a few complete checkpoints, then kill during the next write
+  std::string last;
   while (std::chrono::steady_clock::now() < deadline && !killed_mid_write) {
     std::error_code ec;
-    if (latest_checkpoint(run).empty()) continue;
+    const fs::path link = fs::read_symlink(root / "latest", ec);
+    if (ec) continue;
+    if (link.string() != last && !link.string().ends_with(".tmp")) ++complete, last = link.string();
+    if (complete < 3) continue;
     for (const auto& e : fs::directory_iterator(root, ec))
-      if (e.path().filename().string().ends_with(".tmp")) {
+      if (e.path().filename().string().ends_with(".tmp") && e.path().filename() != "latest.tmp") {
         killed_mid_write = ::kill(child, SIGKILL) == 0;
         break;
       }
   }
-  if (!killed_mid_write) ::kill(child, SIGKILL);
+  ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
   ASSERT_TRUE(killed_mid_write) << "never saw a checkpoint being written";
   const fs::path latest = latest_checkpoint(run);
@@ -227,7 +232,13 @@ TEST(Training, StopSignalSavesAtAStepBoundaryAndExitsZero) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ::kill(child, SIGUSR1);
   int status = 0;
-  ::waitpid(child, &status, 0);
+  for (int i = 0; i < 1200 && ::waitpid(child, &status, WNOHANG) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (::kill(child, 0) == 0) {  // still running after a minute: fail without hanging CTest
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+    FAIL() << "the trainer did not stop after SIGUSR1";
+  }
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
   const fs::path latest = latest_checkpoint(dir.path / "runs/r");

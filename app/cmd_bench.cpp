@@ -23,9 +23,15 @@ int cmd_bench(const Args& args) {
       "batch,B", po::value<int>()->default_value(8), "rows per step")(
       "seq,T", po::value<int>()->default_value(256), "row length")(
       "steps", po::value<int>()->default_value(10), "timed steps (after 2 warm-up steps)")(
-      "profile", "print a per-op time profile");
+      "profile", "print a per-op time profile")(
+      "gemm", "only measure the fp32 GEMM rate at a few square sizes");
   po::variables_map vm;
   if (!parse_options("bench", args, desc, vm)) return 0;
+  if (vm.count("gemm")) {
+    for (int64_t n : {256, 512, 1024, 2048})
+      std::printf("oneDNN sgemm %4ld^3: %.1f GFLOP/s\n", long(n), measure_gemm_gflops(n, 1.0));
+    return 0;
+  }
   nn::ModelConfig mc{.vocab_size = vm["vocab"].as<int>(),
                      .max_seq_len = vm["seq"].as<int>(),
                      .n_layer = vm["layers"].as<int>(),

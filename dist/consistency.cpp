@@ -6,16 +6,12 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/rng.h"
 
 namespace trainer::dist {
 
 uint64_t hash_text(std::string_view text) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
+  return hash64(text);
 }
 
 void check_consistency(Communicator& comm, std::string_view config_text, uint64_t layout_digest,

@@ -13,5 +13,5 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "test: building the CUDA backend (build-cuda/)"
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINER_CUDA=ON >/dev/null
   ninja -C build-cuda -j "$(nproc)" trainer runtime_cuda_test
-  build-cuda/tests/runtime/runtime_cuda_test
+  (cd build-cuda && ctest --output-on-failure -R Cuda)
 fi

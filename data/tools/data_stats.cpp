@@ -3,6 +3,7 @@
 // ranks, and loader throughput. Planning statistics come from the planner (no token reads).
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 
@@ -75,6 +76,24 @@ int main(int argc, char** argv) {
                 dir.c_str(), split.c_str(), (unsigned long long)docs.num_docs(),
                 (unsigned long long)docs.num_tokens(),
                 double(docs.num_tokens()) / double(docs.num_docs()), (unsigned long long)longest);
+
+    {  // the loss a model that ignores context can reach: the unigram entropy of the split
+      std::vector<uint64_t> counts(corpus.manifest().vocab_size, 0);
+      std::vector<int32_t> chunk(1 << 20);
+      for (uint64_t pos = 0; pos < docs.num_tokens(); pos += chunk.size()) {
+        const uint64_t n = std::min<uint64_t>(chunk.size(), docs.num_tokens() - pos);
+        corpus.read(pos, n, chunk.data());
+        for (uint64_t i = 0; i < n; ++i) ++counts[size_t(chunk[i])];
+      }
+      double entropy = 0;
+      for (uint64_t c : counts)
+        if (c > 0) {
+          const double p = double(c) / double(docs.num_tokens());
+          entropy -= p * std::log(p);
+        }
+      std::printf("unigram entropy: %.3f nats/token (perplexity %.1f)\n", entropy,
+                  std::exp(entropy));
+    }
 
     PlanConfig pack{Mode::pack, B, T, 0, 1234, false};
     EpochStats ps = epoch_stats(pack, docs, 1);

@@ -70,22 +70,7 @@ void attention_forward(float* out, float* lse, const float* qkv, const Attention
           float* sc = scores.data();
           gemm(false, true, nq, kend, hs, scale, q + q0 * ld, ld, k, ld, 0.0f, sc, kend);
           apply_mask(sc, q0, nq, kend, b, T, mask);
-          for (int r = 0; r < nq; ++r) {
-            float* row = sc + int64_t(r) * kend;
-            float mx = kNegInf;
-            for (int j = 0; j < kend; ++j) mx = std::max(mx, row[j]);
-            float sum = 0;
-#pragma omp simd reduction(+ : sum)
-            for (int j = 0; j < kend; ++j) {
-              float e = vec_exp(row[j] - mx);
-              row[j] = e;
-              sum += e;
-            }
-            float inv = 1.0f / sum;
-#pragma omp simd
-            for (int j = 0; j < kend; ++j) row[j] *= inv;
-            l[q0 + r] = mx + std::log(sum);
-          }
+          for (int r = 0; r < nq; ++r) l[q0 + r] = softmax_row(sc + int64_t(r) * kend, kend);
           gemm(false, false, nq, hs, kend, 1.0f, sc, kend, v, ld, 0.0f, o + int64_t(q0) * C, C);
           for (int i = q0 + nq; i < std::min(q0 + kTile, T); ++i) {  // padding inside the tile
             std::memset(o + int64_t(i) * C, 0, sizeof(float) * hs);

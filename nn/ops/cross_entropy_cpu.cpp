@@ -20,21 +20,9 @@ LossSum cross_entropy_forward(float* logits, const int32_t* targets, int64_t N, 
   for (int64_t n = 0; n < N; ++n) {
     float* row = logits + n * V;
     const float target_logit = targets[n] >= 0 ? row[targets[n]] : 0.0f;
-    float mx = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : mx)
-    for (int v = 0; v < V; ++v) mx = std::max(mx, row[v]);
-    float z = 0;
-#pragma omp simd reduction(+ : z)
-    for (int v = 0; v < V; ++v) {
-      float e = vec_exp(row[v] - mx);
-      row[v] = e;
-      z += e;
-    }
-    float inv = 1.0f / z;
-#pragma omp simd
-    for (int v = 0; v < V; ++v) row[v] *= inv;
+    const float lse = softmax_row(row, V);
     if (targets[n] >= 0)  // -log p = log-sum-exp - logit, stable where p underflows
-      row_loss[size_t(n)] = double(mx) + std::log(double(z)) - double(target_logit);
+      row_loss[size_t(n)] = double(lse) - double(target_logit);
   }
   LossSum out;
   for (int64_t n = 0; n < N; ++n) {

@@ -25,4 +25,23 @@ inline float vec_exp(float x) {
   return x < -87.3f ? 0.0f : p * scale;
 }
 
+// Replaces row[0, n) by its softmax in place and returns the row's log-sum-exp
+// (max + log(sum of exp)); -inf entries get probability 0. Shared by attention and the loss.
+inline float softmax_row(float* row, int64_t n) {
+  float mx = -__builtin_inff();
+#pragma omp simd reduction(max : mx)
+  for (int64_t i = 0; i < n; ++i) mx = row[i] > mx ? row[i] : mx;
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) {
+    const float e = vec_exp(row[i] - mx);
+    row[i] = e;
+    sum += e;
+  }
+  const float inv = 1.0f / sum;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) row[i] *= inv;
+  return mx + __builtin_logf(sum);
+}
+
 }  // namespace trainer::nn

@@ -20,9 +20,9 @@ const std::vector<KeySpec>& schema() {
       {"model.n_embd", Kind::integer, int64_t(384), "Channels C (a multiple of n_head)", 1,
        1 << 16},
 
-      {"data.path", Kind::text, std::string("data/brown"),
+      {"data.path", Kind::text, std::string("corpora/brown"),
        "Directory written by `trainer prepare`"},
-      {"data.tokenizer", Kind::text, std::string("data/brown/tok.model"),
+      {"data.tokenizer", Kind::text, std::string("corpora/brown/tok.model"),
        "SentencePiece model the shards were made with (for sampling and checks)"},
       {"data.mode", Kind::text, std::string("stream"),
        "Batching: stream (contiguous windows), pack (documents packed into rows), bucket (length "

@@ -12,5 +12,5 @@ nice -n 10 ninja -C "$BUILD" -j1 shard_fuzz
 CORPUS="$BUILD/shard_fuzz_corpus"
 mkdir -p "$CORPUS"
 # Seed with real shards when a prepared corpus exists (small ones only).
-find "$ROOT/data/brown" -name 'val-*.bin' -size -200k -exec cp {} "$CORPUS/" \; 2>/dev/null || true
+find "$ROOT/corpora/brown" -name 'val-*.bin' -size -200k -exec cp {} "$CORPUS/" \; 2>/dev/null || true
 "$BUILD/data/shard_fuzz" -max_total_time="$SECONDS_LIMIT" -max_len=65536 -rss_limit_mb=2048 "$CORPUS"

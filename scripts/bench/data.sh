@@ -6,7 +6,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 DATA_STATS="${DATA_STATS:-$ROOT/build/data/data_stats}"
-DATA="${DATA:-$ROOT/data/brown}"
+DATA="${DATA:-$ROOT/corpora/brown}"
 [[ -x "$DATA_STATS" ]] || { echo "bench/data: no data_stats at $DATA_STATS (set \$DATA_STATS)" >&2; exit 1; }
 [[ -f "$DATA/manifest.json" ]] || { echo "bench/data: no corpus in $DATA (run scripts/prepare_data.sh)" >&2; exit 1; }
 exec "$DATA_STATS" --data "$DATA" --batch-size 8 --seq-len 1024 --max-tokens 8192 "$@"

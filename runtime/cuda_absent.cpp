@@ -1,4 +1,4 @@
-// The CUDA entry points of a CPU-only build: they report that the backend is absent.
+// The CUDA entry points of a CPU-only build: each reports that the backend is absent.
 #include "runtime/cuda_memory.h"
 #include "runtime/device.h"
 #include "runtime/error.h"

@@ -54,7 +54,7 @@ int cmd_bench(const Args& args) {
     model.backward(1.0f / float(ls.count));
     opt.step(model.params(), model.grads(), 1e-4f, 1.0f);
   };
-  const double peak = measure_gemm_gflops(2048, 1.0);
+  const double peak = measure_gemm_peak(2.0);
   step();
   step();
   profile::set_enabled(vm.count("profile") > 0);

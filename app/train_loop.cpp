@@ -369,7 +369,7 @@ int TrainLoop::run() {
   }
   resume_or_init();
   const int64_t total = config_.integer("train.steps");
-  gemm_peak_gflops_ = measure_gemm_gflops(1024, 0.3);
+  gemm_peak_gflops_ = measure_gemm_peak(0.8);
   log::info("model: {} parameters, {:.1f} MiB activations; {} rank(s); GEMM peak {:.0f} GFLOP/s",
             model_.layout().total(), model_.activation_layout().bytes() / 1048576.0, comm_.size(),
             gemm_peak_gflops_);

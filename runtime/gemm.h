@@ -12,8 +12,12 @@ namespace trainer {
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
-// Measures this machine's fp32 GEMM rate (GFLOP/s): the best single n x n x n product over
-// min_seconds of trials, using all threads. The peak against which CPU MFU is reported.
-double measure_gemm_gflops(int64_t n = 2048, double min_seconds = 1.0);
+// This machine's fp32 GEMM rate (GFLOP/s) on n x n x n products: the best single product
+// over min_seconds of trials, using all threads.
+double measure_gemm_gflops(int64_t n, double min_seconds);
+
+// The peak against which CPU MFU is reported: the best measure_gemm_gflops over sizes 256 to
+// 2048 (smaller products can run faster from cache), taking about `seconds` in all.
+double measure_gemm_peak(double seconds = 1.0);
 
 }  // namespace trainer

@@ -32,4 +32,11 @@ double measure_gemm_gflops(int64_t n, double min_seconds) {
   return best;
 }
 
+double measure_gemm_peak(double seconds) {
+  double best = 0;
+  for (int64_t n : {256, 512, 1024, 2048})
+    best = std::max(best, measure_gemm_gflops(n, seconds / 4));
+  return best;
+}
+
 }  // namespace trainer

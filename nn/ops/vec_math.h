@@ -11,7 +11,8 @@ namespace trainer::nn {
 // saturating above. Range reduction x = n ln2 + r, then a degree-6 polynomial for e^r.
 inline float vec_exp(float x) {
   const float xc = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
-  const float n = __builtin_roundevenf(xc * 1.44269504088896341f);
+  // Round to nearest by adding and removing 1.5 * 2^23 (vectorises, unlike roundevenf).
+  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = xc - n * 0.693359375f;  // ln2 split in two for an exact product
   r = r + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;

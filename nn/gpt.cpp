@@ -97,8 +97,11 @@ LossSum GPT::forward(const BatchView& batch) {
                     act(a.residual[size_t(config_.n_layer)]), p + layout_.lnf_w(),
                     p + layout_.lnf_b(), N, C);
   // logits(N,V) = lnf(N,C) @ wte(V,C)^T: the head is tied to the token embedding.
-  PROFILE_SCOPE("lm_head_forward");
-  gemm(false, true, N, V, C, 1.0f, act(a.lnf), C, p + layout_.wte(), C, 0.0f, act(a.logits), V);
+  {
+    PROFILE_SCOPE("lm_head_forward");
+    gemm(false, true, N, V, C, 1.0f, act(a.lnf), C, p + layout_.wte(), C, 0.0f, act(a.logits),
+         V);
+  }
   if (!has_targets_) return {};
   return cross_entropy_forward(act(a.logits), targets_.data(), N, V);
 }

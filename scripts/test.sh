@@ -6,7 +6,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 bash scripts/install_deps.sh
-bash scripts/build.sh build -DTRAINER_CUDA=OFF
+bash scripts/build.sh build -DTRAINER_CUDA=OFF -DTRAINER_TESTS=ON
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 (cd build && ctest --output-on-failure --timeout 600 -j 1)
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# End to end through the binary: tokenizer, prepare, training on 2 ranks under mpirun with a
+# checkpoint, then resuming that checkpoint on 1 rank. The data order is global, so the resumed
+# run must continue at the global batch the 2-rank run had reached (cursor 2 x 3 = 6), finish,
+# and its loss must keep falling.
+#   world_size_resume.sh <trainer> <mpiexec>
+set -euo pipefail
+TRAINER=$1
+MPIEXEC=$2
+DIR=$(mktemp -d /tmp/trainer_world_resume.XXXXXX)
+trap 'rm -rf "$DIR"' EXIT
+cd "$DIR"
+for i in $(seq 1 300); do
+  echo "the quick brown fox number $((i % 17)) jumps over the lazy dog near the river bank."
+  echo "a lazy dog sleeps while the fox runs $((i % 5)) times around the old red barn."
+  echo
+done > text.txt
+"$TRAINER" tokenizer train --input text.txt --vocab-size 320 --model-type bpe --out tok.model >/dev/null
+"$TRAINER" prepare --tokenizer tok.model --input text.txt --format text --out corpus \
+  --val-fraction 0.1 >/dev/null
+common=(--set data.path=corpus --set data.tokenizer=tok.model --set run.dir=runs
+        --set model.vocab_size=320 --set model.n_layer=2 --set model.n_head=2 --set model.n_embd=32
+        --set model.max_seq_len=32 --set data.seq_len=32 --set data.batch_size=4
+        --set train.steps=8 --set train.val_every=0 --set checkpoint.every=3 --set log.every=1
+        --set log.progress=off --set schedule.warmup_steps=2 --set optimizer.lr=0.01)
+OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np 2 \
+  "$TRAINER" train "${common[@]}" --set run.name=two >/dev/null
+"$TRAINER" train "${common[@]}" --set run.name=one \
+  --set train.resume=runs/two/checkpoints/step-3 >/dev/null
+
+/usr/bin/python3 - <<'PY'
+import json, sys
+state3 = json.load(open("runs/two/checkpoints/step-3/trainer_state.json"))
+state8 = json.load(open("runs/one/checkpoints/step-8/trainer_state.json"))
+lines = [json.loads(l) for l in open("runs/one/metrics.jsonl")]
+errors = []
+if state3["world_size"] != 2 or state3["loader"]["cursor"] != 6:
+    errors.append(f"2-rank checkpoint state {state3}")
+if state8["world_size"] != 1 or state8["loader"]["cursor"] != 6 + 5:
+    errors.append(f"resumed state {state8} (expected cursor 11: 6 + five 1-rank steps)")
+steps = [l["step"] for l in lines if "loss" in l]
+if steps[-5:] != [4, 5, 6, 7, 8]:
+    errors.append(f"resumed metrics steps {steps}")
+first = json.loads(open("runs/two/metrics.jsonl").readline())["loss"]
+if not lines[-1]["loss"] < first:
+    errors.append(f"loss did not fall: {first} -> {lines[-1]['loss']}")
+print("world-size resume:", "; ".join(errors) or
+      f"ok (cursor 6 at 2 ranks -> 11 at 1 rank, loss {first:.3f} -> {lines[-1]['loss']:.3f})")
+sys.exit(1 if errors else 0)
+PY

@@ -28,8 +28,7 @@ json state_to_json(const TrainerState& s) {
           {"tokens_seen", s.tokens_seen},
           {"world_size", s.world_size},
           {"tokenizer_hash", fmt::format("{:016x}", s.tokenizer_hash)},
-          {"loader", s.loader},
-          {"extra", s.extra}};
+          {"loader", s.loader}};
 }
 
 TrainerState state_from_json(const json& j) {
@@ -39,7 +38,6 @@ TrainerState state_from_json(const json& j) {
   s.world_size = j.at("world_size").get<int>();
   s.tokenizer_hash = std::stoull(j.at("tokenizer_hash").get<std::string>(), nullptr, 16);
   s.loader = j.at("loader");
-  s.extra = j.value("extra", json::object());
   return s;
 }
 

@@ -25,7 +25,6 @@ struct TrainerState {
   int world_size = 1;
   uint64_t tokenizer_hash = 0;
   nlohmann::json loader;  // data::LoaderState
-  nlohmann::json extra;   // anything else the loop keeps (schedule position, ...)
 };
 
 struct CheckpointPolicy {

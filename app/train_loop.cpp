@@ -21,6 +21,7 @@
 #include "runtime/file_io.h"
 #include "runtime/gemm.h"
 #include "runtime/log.h"
+#include "runtime/rng.h"
 #include "runtime/timer.h"
 
 #include <nlohmann/json.hpp>
@@ -202,8 +203,8 @@ void TrainLoop::resume_or_init() {
   dist::check_consistency(
       comm_, fmt::format("{}\nresumed at step {}\n", config_.to_yaml(), state_.step),
       model_.layout().digest(),
-      m.tokenizer_hash ^ dist::hash_text(fmt::format("{}/{}", m.splits.at("train").tokens,
-                                                     m.splits.at("train").documents)));
+      m.tokenizer_hash ^ hash64(fmt::format("{}/{}", m.splits.at("train").tokens,
+                                            m.splits.at("train").documents)));
   dist::broadcast_parameters(comm_, model_.params(), model_.layout().total());
   first_step_ = state_.step;
   if (leader_)

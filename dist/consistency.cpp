@@ -10,15 +10,11 @@
 
 namespace trainer::dist {
 
-uint64_t hash_text(std::string_view text) {
-  return hash64(text);
-}
-
 void check_consistency(Communicator& comm, std::string_view config_text, uint64_t layout_digest,
                        uint64_t data_manifest_hash) {
   constexpr int kItems = 3;
   const char* names[kItems] = {"the resolved config", "the parameter layout", "the data manifest"};
-  const std::vector<int64_t> mine = {int64_t(hash_text(config_text)), int64_t(layout_digest),
+  const std::vector<int64_t> mine = {int64_t(hash64(config_text)), int64_t(layout_digest),
                                      int64_t(data_manifest_hash)};
   const std::vector<int64_t> all = comm.all_gather(mine);
   for (int item = 0; item < kItems; ++item) {

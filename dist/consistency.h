@@ -10,10 +10,7 @@
 
 namespace trainer::dist {
 
-// FNV-1a, 64-bit: a stable hash of text (identical on every platform and run).
-uint64_t hash_text(std::string_view text);
-
-// Compares hash_text(config_text), layout_digest and data_manifest_hash across ranks; throws
+// Compares hash64(config_text), layout_digest and data_manifest_hash across ranks; throws
 // trainer::Error on every rank naming the first differing item and the ranks that differ from
 // rank 0. A collective: every rank must call it.
 void check_consistency(Communicator& comm, std::string_view config_text, uint64_t layout_digest,

@@ -76,7 +76,6 @@ void OutputFile::write(const void* data, size_t bytes) {
     CHECK(n > 0, "write to {} failed: {}", path_.string(), std::strerror(errno));
     p += n;
     bytes -= size_t(n);
-    written_ += uint64_t(n);
   }
 }
 

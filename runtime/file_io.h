@@ -35,12 +35,10 @@ class OutputFile {
   void write(const void* data, size_t bytes);
   // Flushes and fsyncs; the file stays.
   void commit();
-  uint64_t bytes_written() const { return written_; }
 
  private:
   fs::path path_;
   int fd_ = -1;
-  uint64_t written_ = 0;
 };
 
 // A read-only memory map of a whole file. Pages load on demand, so resident memory follows

@@ -11,28 +11,17 @@
 #include <vector>
 
 #include "app/config.h"
+#include "common/temp_dir.h"
 #include "data/manifest.h"
 #include "data/shard.h"
 
 namespace trainer::app::testing {
 
 namespace fs = std::filesystem;
+using trainer::testing::TempDir;
 
 inline constexpr uint32_t kVocab = 64;
 inline constexpr uint64_t kTokenizerHash = 0x5eed5eed5eed5eedull;
-
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() / ("trainer_app_" + tag + "_" + std::to_string(::getpid()) +
-                                        "_" + std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 // Documents of varied length whose next token mostly follows from the current one.
 inline void write_corpus(const fs::path& dir, int train_docs = 120, int val_docs = 20) {

@@ -43,6 +43,16 @@ std::vector<nlohmann::json> metrics_without_timings(const fs::path& run, int64_t
   return out;
 }
 
+// A tiny run "r" on a fresh synthetic corpus in `dir`, trained with the overrides; returns
+// its config for a follow-up run.
+Config train_tiny(const TempDir& dir, std::initializer_list<const char*> overrides) {
+  testing::write_corpus(dir.path / "data");
+  Config c = tiny_config(dir.path / "data", dir.path / "runs", "r");
+  for (const char* o : overrides) c.apply_override(o);
+  if (run_training(c) != 0) throw std::runtime_error("the tiny training run failed");
+  return c;
+}
+
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
@@ -84,11 +94,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, ExactResume, ::testing::Values("stream", "pack",
 
 TEST(Checkpoint, CorruptedOrTruncatedFileIsNamed) {
   TempDir dir("corrupt");
-  testing::write_corpus(dir.path / "data");
-  Config c = tiny_config(dir.path / "data", dir.path / "runs", "r");
-  c.apply_override("train.steps=2");
-  c.apply_override("checkpoint.every=1");
-  ASSERT_EQ(run_training(c), 0);
+  train_tiny(dir, {"train.steps=2", "checkpoint.every=1"});
   const fs::path ckpt = dir.path / "runs/r/checkpoints/step-2";
   {
     std::fstream f(ckpt / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
@@ -107,10 +113,7 @@ TEST(Checkpoint, CorruptedOrTruncatedFileIsNamed) {
 
 TEST(Checkpoint, AnotherModelShapeIsAClearError) {
   TempDir dir("shape");
-  testing::write_corpus(dir.path / "data");
-  Config c = tiny_config(dir.path / "data", dir.path / "runs", "r");
-  c.apply_override("train.steps=2");
-  ASSERT_EQ(run_training(c), 0);
+  Config c = train_tiny(dir, {"train.steps=2"});
   c.apply_override("model.n_embd=48");
   c.apply_override("train.steps=4");
   std::string e = error_of([&] { run_training(c); });
@@ -177,10 +180,7 @@ TEST(Checkpoint, AKilledWriteLeavesTheLatestCheckpointLoadable) {
 
 TEST(Training, NonFiniteLossStopsWithADiagnosticOrIsSkipped) {
   TempDir dir("nan");
-  testing::write_corpus(dir.path / "data");
-  Config c = tiny_config(dir.path / "data", dir.path / "runs", "r");
-  c.apply_override("train.steps=2");
-  ASSERT_EQ(run_training(c), 0);
+  Config c = train_tiny(dir, {"train.steps=2"});
   {  // poison one weight of the checkpoint, rewritten with a valid manifest
     SavedModel saved = open_saved_model(dir.path / "runs/r");
     saved.model->params()[saved.model->layout().find("ln_f.weight")->offset] = NAN;
@@ -202,11 +202,7 @@ TEST(Training, NonFiniteLossStopsWithADiagnosticOrIsSkipped) {
 
 TEST(Training, FrozenParametersDoNotChange) {
   TempDir dir("freeze");
-  testing::write_corpus(dir.path / "data");
-  Config c = tiny_config(dir.path / "data", dir.path / "runs", "r");
-  c.apply_override("train.steps=3");
-  c.apply_override("train.freeze=[wpe.weight, 'h.0.*']");
-  ASSERT_EQ(run_training(c), 0);
+  Config c = train_tiny(dir, {"train.steps=3", "train.freeze=[wpe.weight, 'h.0.*']"});
   SavedModel saved = open_saved_model(dir.path / "runs/r");
   nn::GPT init(saved.model->config(), 1, 8);
   init.init_weights(uint64_t(c.integer("run.seed")));

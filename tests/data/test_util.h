@@ -9,12 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "common/temp_dir.h"
 #include "data/manifest.h"
 #include "data/shard.h"
 
 namespace trainer::data::testing {
 
 namespace fs = std::filesystem;
+using trainer::testing::TempDir;
 
 inline constexpr uint32_t kVocab = 65536;
 inline constexpr uint64_t kHash = 0x1234abcd5678ef90ull;
@@ -23,21 +25,6 @@ inline constexpr uint64_t kHash = 0x1234abcd5678ef90ull;
 inline int32_t token_of(uint64_t doc, uint64_t pos) {
   return int32_t(((doc * 256 + pos) % (kVocab - 1)) + 1);
 }
-
-// A fresh, empty directory under the system temp dir, removed by the destructor.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() / ("trainer_data_" + tag + "_" + std::to_string(::getpid()) +
-                                        "_" + std::to_string(std::random_device{}()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 // Writes a "train" split with the given document lengths (docs_per_shard per shard).
 inline void write_corpus(const fs::path& dir, const std::vector<uint64_t>& lengths,

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "common/temp_dir.h"
 #include "runtime/error.h"
 #include "runtime/file_io.h"
 
@@ -9,15 +10,8 @@ namespace trainer {
 
 class FileIo : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("trainer_fileio_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
-            "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
+  testing::TempDir tmp_{"fileio"};
+  const fs::path& dir_ = tmp_.path;
 };
 
 TEST_F(FileIo, AtomicWriteReplacesAndLeavesNoTemporary) {

@@ -117,7 +117,8 @@ class TrainLoop {
   std::unique_ptr<MetricsLog> metrics_;
   std::unique_ptr<Progress> progress_;
   double gemm_peak_gflops_ = 0;
-  int64_t saved_step_ = -1;  // the step of the checkpoint written or resumed from last
+  int64_t saved_step_ = -1;
+  bool val_verified_ = false;  // the step of the checkpoint written or resumed from last
   Timer run_timer_;
   int64_t first_step_ = 0;
 };
@@ -291,7 +292,9 @@ std::string TrainLoop::first_nonfinite_gradient() const {
 double TrainLoop::validate() {
   data::LoaderConfig vc = loader_config(config_, "val");
   vc.max_epochs = 1;
+  vc.verify_checksums = !val_verified_;  // the shards are checksummed at the first validation
   data::Loader val(vc, comm_.rank(), comm_.size());
+  val_verified_ = true;
   std::vector<double> sums = {0, 0};  // loss, tokens: each rank takes its share of the batches
   for (int64_t i = 0; i < config_.integer("train.val_batches"); i += comm_.size()) {
     std::optional<data::Batch> b = val.next();

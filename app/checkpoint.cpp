@@ -8,6 +8,7 @@
 #include "runtime/error.h"
 #include "runtime/file_io.h"
 #include "runtime/log.h"
+#include "runtime/memory.h"
 #include "runtime/safetensors.h"
 
 namespace trainer::app {
@@ -90,9 +91,17 @@ void prune(const fs::path& root, int64_t current, const CheckpointPolicy& policy
   }
 }
 
+// The fp32 masters in host memory: the model's own buffer on the CPU, else a copy.
+const float* host_params(nn::Model& model, std::vector<float>& staging) {
+  const Tensor p = model.params();
+  if (p.device == Device::cpu) return p.as<float>();
+  staging = read_as_f32(model.context(), p);
+  return staging.data();
+}
+
 }  // namespace
 
-fs::path save_checkpoint(const fs::path& run_dir, const nn::GPT& model, const nn::AdamW& opt,
+fs::path save_checkpoint(const fs::path& run_dir, nn::Model& model, const nn::AdamW& opt,
                          const TrainerState& state, const std::string& config_yaml,
                          const CheckpointPolicy& policy) {
   const fs::path root = run_dir / "checkpoints";
@@ -108,7 +117,8 @@ fs::path save_checkpoint(const fs::path& run_dir, const nn::GPT& model, const nn
   };
   {
     SafetensorsWriter w;
-    nn::add_params(w, model.layout(), model.params());
+    std::vector<float> staging;
+    nn::add_params(w, model.layout(), host_params(model, staging));
     w.set_metadata("format", "pt");
     record(kModelFile, w.write(tmp / kModelFile));
   }
@@ -206,9 +216,14 @@ Checkpoint open_checkpoint(const fs::path& dir) {
   return c;
 }
 
-void load_checkpoint(const Checkpoint& ckpt, nn::GPT& model, nn::AdamW* opt) {
+void load_checkpoint(const Checkpoint& ckpt, nn::Model& model, nn::AdamW* opt) {
   SafetensorsFile weights(ckpt.dir / kModelFile);
-  nn::load_params(weights, model.layout(), model.params());
+  const Tensor params = model.params();
+  std::vector<float> host(params.device == Device::cpu ? 0 : size_t(params.numel()));
+  nn::load_params(weights, model.layout(), host.empty() ? params.as<float>() : host.data());
+  if (!host.empty())
+    copy(model.context(), params, make_tensor(host.data(), DType::f32, {params.numel()}));
+  model.sync_working_params();
   if (!opt) return;
   SafetensorsFile moments(ckpt.dir / kOptimizerFile);
   auto metadata_int = [&](const char* key) {

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nn/adamw.h"
-#include "nn/gpt.h"
+#include "nn/model.h"
 
 namespace trainer::app {
 
@@ -34,7 +34,7 @@ struct CheckpointPolicy {
 
 // Writes step-<state.step>/ under `run_dir`/checkpoints, repoints `latest`, prunes old ones.
 // Returns the checkpoint directory.
-fs::path save_checkpoint(const fs::path& run_dir, const nn::GPT& model, const nn::AdamW& opt,
+fs::path save_checkpoint(const fs::path& run_dir, nn::Model& model, const nn::AdamW& opt,
                          const TrainerState& state, const std::string& config_yaml,
                          const CheckpointPolicy& policy);
 
@@ -48,9 +48,9 @@ struct Checkpoint {
 };
 Checkpoint open_checkpoint(const fs::path& dir);
 
-// Loads the weights into `model` (throws naming the tensor on a shape mismatch) and, when
-// `opt` is given, the moments of its range.
-void load_checkpoint(const Checkpoint& ckpt, nn::GPT& model, nn::AdamW* opt);
+// Loads the weights into `model` (throws naming the tensor on a shape mismatch), refreshes its
+// working copy and, when `opt` is given, loads the moments of its range.
+void load_checkpoint(const Checkpoint& ckpt, nn::Model& model, nn::AdamW* opt);
 
 // The checkpoint `latest` points at under run_dir, or an empty path.
 fs::path latest_checkpoint(const fs::path& run_dir);

@@ -1,18 +1,34 @@
 // `trainer bench`: training-step speed on synthetic tokens (no data files needed): ms per
-// step, tokens/s, achieved GFLOP/s and MFU against this machine's GEMM rate measured in the
-// same run, plus a per-op profile of where the time goes.
+// step, tokens/s, achieved GFLOP/s and MFU against this machine's GEMM rate for the precision
+// measured in the same run, activation memory, plus a per-op profile of where the time goes.
 #include <cstdio>
 #include <vector>
 
 #include "app/options.h"
 #include "nn/adamw.h"
-#include "nn/gpt.h"
+#include "nn/transformer.h"
 #include "runtime/gemm.h"
 #include "runtime/profile.h"
 #include "runtime/rng.h"
 #include "runtime/timer.h"
 
 namespace trainer::app {
+
+namespace {
+
+DType parse_precision(const std::string& p) {
+  if (p == "fp32") return DType::f32;
+  if (p == "bf16") return DType::bf16;
+  throw UsageError(fmt::format("bench: --precision must be fp32 or bf16, got '{}'", p));
+}
+
+void check_positive(const po::variables_map& vm, const char* name) {
+  if (vm[name].as<int>() < 1)
+    throw UsageError(
+        fmt::format("bench: --{} must be at least 1, got {}", name, vm[name].as<int>()));
+}
+
+}  // namespace
 
 int cmd_bench(const Args& args) {
   po::options_description desc("bench options");
@@ -23,13 +39,29 @@ int cmd_bench(const Args& args) {
       "batch,B", po::value<int>()->default_value(8), "rows per step")(
       "seq,T", po::value<int>()->default_value(256), "row length")(
       "steps", po::value<int>()->default_value(10), "timed steps (after 2 warm-up steps)")(
-      "profile", "print a per-op time profile")(
-      "gemm", "only measure the fp32 GEMM rate at a few square sizes");
+      "precision", po::value<std::string>()->default_value("fp32"), "fp32 or bf16")(
+      "checkpointing", po::value<std::string>()->default_value("none"),
+      "activation checkpointing: none, selective or full")("profile",
+                                                           "print a per-op time profile")(
+      "gemm", "only measure the GEMM rate (of --precision) at a few square sizes");
   po::variables_map vm;
   if (!parse_options("bench", args, desc, vm)) return 0;
+  for (const char* k : {"layers", "embd", "heads", "vocab", "batch", "seq", "steps"})
+    check_positive(vm, k);
+  nn::ExecConfig exec;
+  exec.compute = parse_precision(vm["precision"].as<std::string>());
+  try {
+    exec.recompute = nn::parse_recompute(vm["checkpointing"].as<std::string>());
+  } catch (const Error& e) {
+    throw UsageError(std::string("bench: ") + e.what());
+  }
+  Context ctx;
+  ctx.bf16_math = detect_cpu_bf16_math();
   if (vm.count("gemm")) {
     for (int64_t n : {256, 512, 1024, 2048})
-      std::printf("oneDNN sgemm %4ld^3: %.1f GFLOP/s\n", long(n), measure_gemm_gflops(n, 1.0));
+      std::printf("oneDNN %s GEMM %4ld^3: %.1f GFLOP/s\n",
+                  std::string(float_dtype_name(exec.compute)).c_str(), long(n),
+                  measure_gemm_gflops(ctx, exec.compute, n, 1.0));
     return 0;
   }
   nn::ModelConfig mc{.vocab_size = vm["vocab"].as<int>(),
@@ -37,8 +69,15 @@ int cmd_bench(const Args& args) {
                      .n_layer = vm["layers"].as<int>(),
                      .n_head = vm["heads"].as<int>(),
                      .n_embd = vm["embd"].as<int>()};
+  try {
+    mc.validate();
+  } catch (const Error& e) {
+    throw UsageError(std::string("bench: ") + e.what());
+  }
   const int B = vm["batch"].as<int>(), T = vm["seq"].as<int>(), steps = vm["steps"].as<int>();
-  nn::GPT model(mc, B, T);
+  exec.max_rows = B;
+  exec.max_seq_len = T;
+  nn::Transformer model(mc, exec);
   model.init_weights(1);
   nn::AdamW opt(model.layout(), {}, 0, model.layout().total());
   std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T);
@@ -47,14 +86,17 @@ int cmd_bench(const Args& args) {
     tokens[i] = int32_t(rng.next_u64() % uint64_t(mc.vocab_size));
     targets[i] = int32_t(rng.next_u64() % uint64_t(mc.vocab_size));
   }
-  nn::BatchView batch{B, T, tokens.data(), targets.data(), nullptr, nullptr};
+  const nn::BatchView batch{B, T, tokens.data(), targets.data(), nullptr, nullptr};
+  // The step as earlier versions measured it (comparable across commits): forward, backward
+  // and AdamW, without gradient clipping.
   auto step = [&] {
-    nn::LossSum ls = model.forward(batch);
     model.zero_grads();
-    model.backward(1.0f / float(ls.count));
-    opt.step(model.params(), model.grads(), 1e-4f, 1.0f);
+    model.reset_loss();
+    const int64_t count = model.forward(batch);
+    model.backward(1.0f / float(count));
+    opt.step(model.context(), model.params(), model.grads(), model.working_copy(), 1e-4f, 1.0f);
   };
-  const double peak = measure_gemm_peak(2.0);
+  const double peak = measure_gemm_peak(ctx, exec.compute, 2.0);
   step();
   step();
   profile::set_enabled(vm.count("profile") > 0);
@@ -65,10 +107,12 @@ int cmd_bench(const Args& args) {
   const double tok_s = double(B) * T / s;
   const double gflops = mc.flops_per_token(T) * tok_s / 1e9;
   std::printf(
-      "bench L=%d C=%d H=%d V=%d B=%d T=%d: %.1f ms/step | %.0f tok/s | %.1f GFLOP/s | "
-      "GEMM peak %.1f GFLOP/s | MFU %.1f%%\n",
-      mc.n_layer, mc.n_embd, mc.n_head, mc.vocab_size, B, T, s * 1e3, tok_s, gflops, peak,
-      100 * gflops / peak);
+      "bench L=%d C=%d H=%d V=%d B=%d T=%d %s %s: %.1f ms/step | %.0f tok/s | %.1f GFLOP/s | "
+      "GEMM peak %.1f GFLOP/s | MFU %.1f%% | activations %.1f MiB\n",
+      mc.n_layer, mc.n_embd, mc.n_head, mc.vocab_size, B, T,
+      std::string(float_dtype_name(exec.compute)).c_str(), nn::recompute_name(exec.recompute),
+      s * 1e3, tok_s, gflops, peak, 100 * gflops / peak,
+      double(model.memory().activations) / 1048576.0);
   if (vm.count("profile")) {
     double total = 0;
     for (const auto& e : profile::report()) total += e.ms;

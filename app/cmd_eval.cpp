@@ -33,19 +33,19 @@ int cmd_eval(const Args& args) {
         "{} was made with another tokenizer than checkpoint {}", lc.data_dir.string(),
         saved.checkpoint.dir.string());
   const int64_t max_batches = vm["max-batches"].as<int64_t>();
-  double sum = 0;
   int64_t tokens = 0, batches = 0;
   Timer t;
+  nn::Model& model = *saved.model;
+  model.reset_loss();
   while (max_batches == 0 || batches < max_batches) {
     auto b = loader.next();
     if (!b) break;
-    nn::LossSum ls = saved.model->forward({b->B, b->T, b->tokens.data(), b->targets.data(),
-                                           b->segments.empty() ? nullptr : b->segments.data(),
-                                           b->lengths.empty() ? nullptr : b->lengths.data()});
-    sum += ls.sum;
-    tokens += ls.count;
+    tokens += model.forward({b->B, b->T, b->tokens.data(), b->targets.data(),
+                             b->segments.empty() ? nullptr : b->segments.data(),
+                             b->lengths.empty() ? nullptr : b->lengths.data()});
     ++batches;
   }
+  const double sum = model.read_step_scalars(0, 0).loss_sum;
   CHECK(tokens > 0, "split '{}' of {} has no complete batch to evaluate", lc.split,
         lc.data_dir.string());
   const data::SplitInfo& split = loader.corpus().split();

@@ -6,6 +6,8 @@
 
 #include "app/options.h"
 #include "app/saved_model.h"
+#include "nn/model_io.h"
+#include "nn/ops/cast.h"
 #include "runtime/error.h"
 #include "runtime/file_io.h"
 #include "runtime/log.h"
@@ -17,16 +19,32 @@ int cmd_export(const Args& args) {
   desc.add_options()("checkpoint", po::value<std::string>()->required(),
                      "checkpoint directory (or a run directory: its latest)")(
       "out", po::value<std::string>()->required(), "output folder (created; must not exist)")(
-      "tokenizer", po::value<std::string>(), "SentencePiece model (default: the run's)");
+      "tokenizer", po::value<std::string>(), "SentencePiece model (default: the run's)")(
+      "dtype", po::value<std::string>()->default_value("fp32"),
+      "weights as fp32 (the master weights) or bf16 (rounded to nearest even)");
   po::variables_map vm;
   if (!parse_options("export", args, desc, vm)) return 0;
+  const std::string dtype = vm["dtype"].as<std::string>();
+  if (dtype != "fp32" && dtype != "bf16")
+    throw UsageError(fmt::format("export: --dtype must be fp32 or bf16, got '{}'", dtype));
   SavedModel saved = open_saved_model(vm["checkpoint"].as<std::string>(), 1, 1);
   const fs::path out = vm["out"].as<std::string>();
   CHECK(!fs::exists(out), "{} already exists", out.string());
   const fs::path tmp = out.string() + ".tmp";
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-  fs::copy_file(saved.checkpoint.dir / "model.safetensors", tmp / "model.safetensors");
+  if (dtype == "fp32") {
+    fs::copy_file(saved.checkpoint.dir / "model.safetensors", tmp / "model.safetensors");
+  } else {
+    nn::Model& model = *saved.model;
+    const Tensor masters = model.params();
+    std::vector<bf16> weights(size_t(masters.numel()));
+    nn::cast(model.context(), make_tensor(weights.data(), DType::bf16, {masters.numel()}), masters);
+    SafetensorsWriter w;
+    nn::add_params(w, model.layout(), weights.data(), DType::bf16);
+    w.set_metadata("format", "pt");
+    w.write(tmp / "model.safetensors");
+  }
   const std::string tok = vm.count("tokenizer") ? vm["tokenizer"].as<std::string>()
                                                 : saved.config.text("data.tokenizer");
   CHECK(fs::exists(tok), "tokenizer {} not found (pass --tokenizer)", tok);
@@ -43,6 +61,7 @@ int cmd_export(const Args& args) {
                        {"activation_function", "gelu_new"},
                        {"layer_norm_epsilon", 1e-5},
                        {"tie_word_embeddings", true},
+                       {"torch_dtype", dtype == "bf16" ? "bfloat16" : "float32"},
                        {"trainer_step", saved.checkpoint.state.step}};
   write_file_atomic(tmp / "config.json", hf.dump(2) + "\n");
   write_file_atomic(tmp / "trainer_config.yaml", saved.checkpoint.config_yaml);

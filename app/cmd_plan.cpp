@@ -1,11 +1,13 @@
-// `trainer plan`: the bytes per rank a config needs, from the same layouts the trainer
-// allocates (parameters, gradients, AdamW moments, activations).
+// `trainer plan`: the bytes per rank a config needs, from the same plans the trainer allocates
+// by (parameters, working copy, gradients, AdamW moments, activations under the checkpointing
+// policy, op workspace), without allocating them.
 #include <cstdio>
 
 #include "app/options.h"
 #include "app/run_setup.h"
-#include "nn/activations.h"
+#include "nn/activation_plan.h"
 #include "nn/param_layout.h"
+#include "nn/transformer.h"
 #include "runtime/error.h"
 
 namespace trainer::app {
@@ -16,30 +18,42 @@ int cmd_plan(const Args& args) {
   desc.add_options()("world-size", po::value<int>()->default_value(1), "ranks (DDP replicas)");
   po::variables_map vm;
   if (!parse_options("plan", args, desc, vm)) return 0;
-  Config c = config_from(vm);
+  const Config c = config_from(vm);
   const int world = vm["world-size"].as<int>();
   if (world < 1) throw UsageError("plan: --world-size must be at least 1");
-  nn::ModelConfig mc = model_config(c);
-  nn::ParamLayout layout(mc);
-  data::LoaderConfig lc = loader_config(c, "train");
-  const int rows = model_rows(lc);
-  nn::ActivationLayout acts(mc, rows, lc.seq_len);
+  const RunConfig rc = resolve_run(c);
+  const nn::ParamLayout layout(rc.model);
   int64_t trainable = 0;
   for (const nn::ParamInfo& p : layout.params())
-    if (!matches_any(p.name, c.list("train.freeze"))) trainable += p.numel;
-  const double MiB = 1048576.0;
-  const double params = double(layout.total()) * 4, grads = params;
-  const double optim = double(trainable) * 8, activ = double(acts.bytes());
+    if (!matches_any(p.name, rc.freeze)) trainable += p.numel;
+  const nn::Transformer::Memory m = nn::Transformer::planned_memory(rc.model, rc.exec);
+  const nn::ActivationPlan acts(rc.model, rc.exec);
+  const double MiB = 1048576.0, optim = double(trainable) * 8;
+  const nn::ExecConfig& e = rc.exec;
   std::printf("plan for %s: %d layers, C=%d, V=%d, %ld parameters (%ld trainable)\n",
-              vm["config"].as<std::string>().c_str(), mc.n_layer, mc.n_embd, mc.vocab_size,
-              long(layout.total()), long(trainable));
-  std::printf("micro-batch %d x %d tokens, world size %d (DDP: every rank holds a full replica)\n",
-              rows, lc.seq_len, world);
-  std::printf("  %-28s %10.1f MiB\n", "parameters (fp32)", params / MiB);
-  std::printf("  %-28s %10.1f MiB\n", "gradients (fp32)", grads / MiB);
-  std::printf("  %-28s %10.1f MiB\n", "optimizer state (AdamW m, v)", optim / MiB);
-  std::printf("  %-28s %10.1f MiB\n", "activations", activ / MiB);
-  std::printf("  %-28s %10.1f MiB per rank\n", "total", (params + grads + optim + activ) / MiB);
+              vm["config"].as<std::string>().c_str(), rc.model.n_layer, rc.model.n_embd,
+              rc.model.vocab_size, long(layout.total()), long(trainable));
+  std::printf(
+      "precision %s, gradients %s, activation checkpointing %s; micro-batch %d x %d tokens; "
+      "world size %d (DDP: every rank holds a full replica)\n",
+      std::string(float_dtype_name(e.compute)).c_str(),
+      std::string(float_dtype_name(e.grad)).c_str(), nn::recompute_name(e.recompute), e.max_rows,
+      e.max_seq_len, world);
+  auto row = [&](const char* what, double bytes) {
+    std::printf("  %-32s %10.1f MiB\n", what, bytes / MiB);
+  };
+  row("parameters (fp32 masters)", double(m.params));
+  if (m.working) row("working copy (bf16)", double(m.working));
+  row(e.grad == DType::bf16 ? "gradients (bf16)" : "gradients (fp32)", double(m.grads));
+  row("optimizer state (AdamW m, v)", optim);
+  row("activations", double(m.activations));
+  int64_t kept = 0;
+  for (int l = 0; l < rc.model.n_layer; ++l) kept += acts.kept_bytes(l);
+  row("  of which kept by blocks", double(kept));
+  row("  of which logits / block scratch", double(acts.shared_bytes()));
+  row("op workspace", double(m.workspace));
+  row("batch inputs", double(m.inputs));
+  std::printf("  %-32s %10.1f MiB per rank\n", "total", (double(m.total()) + optim) / MiB);
   return 0;
 }
 

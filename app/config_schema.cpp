@@ -19,6 +19,16 @@ const std::vector<KeySpec>& schema() {
       {"model.n_head", Kind::integer, int64_t(6), "Attention heads H", 1, 1024},
       {"model.n_embd", Kind::integer, int64_t(384), "Channels C (a multiple of n_head)", 1,
        1 << 16},
+      {"model.precision", Kind::text, std::string("fp32"),
+       "fp32, or bf16 mixed precision: bf16 matmul inputs and saved activations, fp32 master "
+       "weights, optimizer state, statistics and loss",
+       -1e300, 1e300, L{"fp32", "bf16"}},
+      {"model.activation_checkpointing", Kind::text, std::string("none"),
+       "Recompute activations in backward to save memory: none, selective (norms and GELU) or "
+       "full (the whole block from its input)",
+       -1e300, 1e300, L{"none", "selective", "full"}},
+      {"model.checkpoint_layers", Kind::list, L{},
+       "Blocks the checkpointing applies to: [\"0-5\", \"9\"] (empty = all)"},
 
       {"data.path", Kind::text, std::string("corpora/brown"),
        "Directory written by `trainer prepare`"},
@@ -83,6 +93,10 @@ const std::vector<KeySpec>& schema() {
        "Live progress bar: auto (on a terminal), on, off", -1e300, 1e300, L{"auto", "on", "off"}},
 
       {"dist.bucket_mb", Kind::real, 25.0, "DDP gradient bucket size in MiB", 0.001, 1e6},
+      {"dist.grad_dtype", Kind::text, std::string("fp32"),
+       "Gradient buffer dtype: fp32, or bf16 (needs model.precision bf16; halves gradient memory "
+       "and all-reduce bytes; sums are computed in fp32 and rounded)",
+       -1e300, 1e300, L{"fp32", "bf16"}},
       {"dist.timeout_s", Kind::real, 300.0,
        "A collective waiting longer than this fails every rank", 0.1, 1e6},
       {"dist.join", Kind::text, std::string("true"),

@@ -85,3 +85,15 @@ double resident_mib() {
 }
 
 }  // namespace trainer::app
+
+namespace trainer::app {
+
+double peak_resident_mib() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // kB
+  return 0;
+}
+
+}  // namespace trainer::app

@@ -42,7 +42,8 @@ class Progress {
   int64_t total_;
 };
 
-// Resident set size of this process in MiB.
+// Resident set size of this process in MiB: now, and the most it has been (VmHWM).
 double resident_mib();
+double peak_resident_mib();
 
 }  // namespace trainer::app

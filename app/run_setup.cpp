@@ -1,8 +1,37 @@
 #include "app/run_setup.h"
 
+#include <charconv>
+
 #include "runtime/error.h"
 
 namespace trainer::app {
+
+namespace {
+
+// model.checkpoint_layers: entries "l" or "a-b" (inclusive).
+std::vector<int> checkpoint_layers(const Config& c) {
+  std::vector<int> layers;
+  for (const std::string& entry : c.list("model.checkpoint_layers")) {
+    int a = -1, b = -1;
+    const char* end = entry.data() + entry.size();
+    std::from_chars_result r = std::from_chars(entry.data(), end, a);
+    if (r.ec == std::errc() && r.ptr != end && *r.ptr == '-')
+      r = std::from_chars(r.ptr + 1, end, b);
+    else
+      b = a;
+    if (r.ec != std::errc() || r.ptr != end || a < 0 || b < a)
+      throw UsageError(fmt::format(
+          "model.checkpoint_layers: entry '{}' is not a block index or a range like 0-5", entry));
+    for (int l = a; l <= b; ++l) layers.push_back(l);
+  }
+  return layers;
+}
+
+DType dtype_choice(const Config& c, const std::string& key) {
+  return c.text(key) == "bf16" ? DType::bf16 : DType::f32;
+}
+
+}  // namespace
 
 nn::ModelConfig model_config(const Config& c) {
   nn::ModelConfig m;
@@ -17,6 +46,22 @@ nn::ModelConfig model_config(const Config& c) {
     throw UsageError(e.what());
   }
   return m;
+}
+
+nn::ExecConfig exec_config(const Config& c, int max_rows, int max_seq_len) {
+  nn::ExecConfig e;
+  e.compute = dtype_choice(c, "model.precision");
+  e.grad = dtype_choice(c, "dist.grad_dtype");
+  e.recompute = nn::parse_recompute(c.text("model.activation_checkpointing"));
+  e.recompute_layers = checkpoint_layers(c);
+  e.max_rows = max_rows;
+  e.max_seq_len = max_seq_len;
+  try {
+    e.validate(model_config(c));
+  } catch (const Error& err) {
+    throw UsageError(err.what());
+  }
+  return e;
 }
 
 nn::AdamWConfig adamw_config(const Config& c) {
@@ -62,28 +107,76 @@ int model_rows(const data::LoaderConfig& l) {
   return int((l.max_tokens + l.seq_len - 1) / l.seq_len);
 }
 
-int64_t scheduled_value(const Config& c, const std::string& key, int64_t step, int64_t fallback) {
-  int64_t value = fallback, last_step = -1;
+int64_t StepSchedule::at(int64_t step, int64_t fallback) const {
+  int64_t value = fallback;
+  for (const auto& [from, v] : entries)
+    if (from <= step) value = v;
+  return value;
+}
+
+StepSchedule parse_schedule(const Config& c, const std::string& key) {
+  StepSchedule s;
+  int64_t last_step = -1;
   for (const std::string& entry : c.list(key)) {
-    size_t colon = entry.find(':');
+    const size_t colon = entry.find(':');
     int64_t at = 0, v = 0;
-    try {
-      if (colon == std::string::npos) throw std::invalid_argument("no colon");
-      size_t used_at = 0, used_v = 0;
-      at = std::stoll(entry.substr(0, colon), &used_at);
-      v = std::stoll(entry.substr(colon + 1), &used_v);
-      if (used_at != colon || colon + 1 + used_v != entry.size())
-        throw std::invalid_argument("trailing characters");
-    } catch (const std::exception&) {
-      throw UsageError(fmt::format("{}: entry '{}' is not step:value", key, entry));
+    bool ok = colon != std::string::npos;
+    if (ok) {
+      auto [p1, e1] = std::from_chars(entry.data(), entry.data() + colon, at);
+      auto [p2, e2] = std::from_chars(entry.data() + colon + 1, entry.data() + entry.size(), v);
+      ok = e1 == std::errc() && p1 == entry.data() + colon && e2 == std::errc() &&
+           p2 == entry.data() + entry.size() && colon > 0;
     }
-    if (at <= last_step || v <= 0)
+    if (!ok) throw UsageError(fmt::format("{}: entry '{}' is not step:value", key, entry));
+    if (at <= last_step || at < 0 || v <= 0)
       throw UsageError(
           fmt::format("{}: entry '{}': steps must increase and values be positive", key, entry));
     last_step = at;
-    if (at <= step) value = v;
+    s.entries.push_back({at, v});
   }
-  return value;
+  return s;
+}
+
+RunConfig resolve_run(const Config& c) {
+  RunConfig r;
+  r.run_dir = std::filesystem::path(c.text("run.dir")) / c.text("run.name");
+  r.seed = uint64_t(c.integer("run.seed"));
+  r.model = model_config(c);
+  r.train_data = loader_config(c, "train");
+  r.val_data = loader_config(c, "val");
+  r.val_data.max_epochs = 1;
+  r.exec = exec_config(c, model_rows(r.train_data), r.train_data.seq_len);
+  r.adamw = adamw_config(c);
+  r.schedule = lr_schedule(c);
+  r.grad_clip = float(c.real("optimizer.grad_clip"));
+  r.steps = c.integer("train.steps");
+  r.grad_accum = c.integer("train.grad_accum");
+  r.grad_accum_schedule = parse_schedule(c, "train.grad_accum_schedule");
+  r.seq_len_schedule = parse_schedule(c, "train.seq_len_schedule");
+  for (const auto& [step, v] : r.seq_len_schedule.entries)
+    if (v > r.train_data.seq_len)
+      throw UsageError(fmt::format(
+          "train.seq_len_schedule: entry '{}:{}' exceeds data.seq_len = {} (rows are at most that "
+          "long)",
+          step, v, r.train_data.seq_len));
+  for (const auto& [step, v] : r.grad_accum_schedule.entries)
+    if (v > (1 << 16))
+      throw UsageError(fmt::format(
+          "train.grad_accum_schedule: entry '{}:{}' exceeds 65536 micro-batches", step, v));
+  r.freeze = c.list("train.freeze");
+  r.on_nonfinite = c.text("train.on_nonfinite") == "skip" ? NonFinite::skip : NonFinite::stop;
+  r.resume = c.text("train.resume");
+  r.val_every = c.integer("train.val_every");
+  r.val_batches = c.integer("train.val_batches");
+  r.checkpoint_every = c.integer("checkpoint.every");
+  r.keep_last = c.integer("checkpoint.keep_last");
+  r.keep_every = c.integer("checkpoint.keep_every");
+  r.log_every = c.integer("log.every");
+  r.progress = c.text("log.progress");
+  r.bucket_mb = c.real("dist.bucket_mb");
+  r.timeout_s = c.real("dist.timeout_s");
+  r.join = dist::parse_join_mode(c.text("dist.join"));
+  return r;
 }
 
 bool matches_any(const std::string& name, const std::vector<std::string>& patterns) {

@@ -1,29 +1,71 @@
-// Turns the resolved Config into the structs each layer takes, so that no layer below app/
-// knows about YAML keys.
+// The resolved configuration as typed structs, built once at start-up from the Config (which
+// stays the source of truth for YAML, overrides and the copy saved with each run): no layer
+// below app/, and no step of the training loop, reads a key by name.
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "app/config.h"
 #include "data/loader.h"
+#include "dist/join.h"
 #include "nn/adamw.h"
 #include "nn/lr_schedule.h"
 #include "nn/model_config.h"
 
 namespace trainer::app {
 
+// A "step:value" schedule: from each listed step on, the value in force.
+struct StepSchedule {
+  std::vector<std::pair<int64_t, int64_t>> entries;  // (step, value), steps increasing
+  // The value in force at `step` (the last entry whose step <= it), or `fallback` before the
+  // first entry.
+  int64_t at(int64_t step, int64_t fallback) const;
+};
+
+enum class NonFinite { stop, skip };
+
+struct RunConfig {
+  std::filesystem::path run_dir;  // run.dir / run.name
+  uint64_t seed = 0;
+  nn::ModelConfig model;
+  nn::ExecConfig exec;  // sized for the training micro-batch
+  data::LoaderConfig train_data, val_data;
+  nn::AdamWConfig adamw;
+  nn::LrSchedule schedule;
+  float grad_clip = 0;
+  int64_t steps = 0, grad_accum = 1;
+  StepSchedule grad_accum_schedule, seq_len_schedule;
+  std::vector<std::string> freeze;
+  NonFinite on_nonfinite = NonFinite::stop;
+  std::string resume;  // "auto", "none" or a checkpoint directory
+  int64_t val_every = 0, val_batches = 0;
+  int64_t checkpoint_every = 0, keep_last = 0, keep_every = 0;
+  int64_t log_every = 1;
+  std::string progress;
+  double bucket_mb = 0, timeout_s = 0;
+  dist::JoinMode join = dist::JoinMode::enabled;
+};
+
+// Everything the training job needs from `c`, checked; throws UsageError naming the key.
+RunConfig resolve_run(const Config& c);
+
 nn::ModelConfig model_config(const Config& c);
+// How the model runs (precision, gradient dtype, checkpointing) for batches of up to
+// max_rows x max_seq_len tokens.
+nn::ExecConfig exec_config(const Config& c, int max_rows, int max_seq_len);
 nn::AdamWConfig adamw_config(const Config& c);
 nn::LrSchedule lr_schedule(const Config& c);
 data::LoaderConfig loader_config(const Config& c, const std::string& split);
 // The rows the model is sized for: batch_size, or the token budget over seq_len (bucket mode).
 int model_rows(const data::LoaderConfig& l);
 
-// A "step:value" schedule: the value in force at `step` (the last entry whose step <= it), or
-// `fallback` before the first entry. Throws a UsageError naming the key on a malformed entry.
-int64_t scheduled_value(const Config& c, const std::string& key, int64_t step, int64_t fallback);
+// The schedule under `key` ("step:value" entries). Throws a UsageError naming the key on a
+// malformed entry, steps that do not increase, or a value that is not positive.
+StepSchedule parse_schedule(const Config& c, const std::string& key);
 
 // True when `name` matches one of the glob patterns (only '*' is special).
 bool matches_any(const std::string& name, const std::vector<std::string>& patterns);

@@ -1,23 +1,25 @@
 // A trained model opened from a checkpoint directory for eval, sample and export: its config
-// (from the checkpoint itself) and weights, verified by the checkpoint's manifest.
+// (from the checkpoint itself) and weights, verified by the checkpoint's manifest, in a
+// forward-only model.
 #pragma once
 
 #include <memory>
 
 #include "app/checkpoint.h"
 #include "app/config.h"
-#include "nn/gpt.h"
+#include "nn/transformer.h"
 
 namespace trainer::app {
 
 struct SavedModel {
   Checkpoint checkpoint;
   Config config;
-  std::unique_ptr<nn::GPT> model;
+  std::unique_ptr<nn::Transformer> model;
 };
 
 // Opens `dir` (a step directory, or a run directory whose `latest` is used) with activations
-// for batches of up to rows x seq_len (0 = the config's data.batch_size / data.seq_len).
+// for batches of up to rows x seq_len (0 = the config's data.batch_size / data.seq_len), in
+// the run's precision.
 SavedModel open_saved_model(const fs::path& dir, int rows = 0, int seq_len = 0);
 
 }  // namespace trainer::app

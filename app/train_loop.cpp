@@ -16,11 +16,12 @@
 #include "dist/launch.h"
 #include "dist/step_stats.h"
 #include "nn/adamw.h"
-#include "nn/gpt.h"
+#include "nn/transformer.h"
 #include "runtime/error.h"
 #include "runtime/file_io.h"
 #include "runtime/gemm.h"
 #include "runtime/log.h"
+#include "runtime/memory.h"
 #include "runtime/rng.h"
 #include "runtime/timer.h"
 
@@ -29,6 +30,8 @@
 namespace trainer::app {
 
 namespace {
+
+constexpr double kMiB = 1048576.0;
 
 volatile std::sig_atomic_t g_stop_signal = 0;
 extern "C" void on_stop_signal(int sig) {
@@ -92,22 +95,23 @@ class TrainLoop {
   std::optional<std::vector<data::Batch>> next_step_batches(int micro);
   StepStats train_step(const std::optional<std::vector<data::Batch>>& batches,
                        const dist::StepCounts& counts);
-  void finish_gradients(StepStats& s, double loss_sum);
-  std::string first_nonfinite_gradient() const;
+  void finish_gradients(StepStats& s);
+  std::string first_nonfinite_gradient();
   double validate();
   void save();
   void log_step(const StepStats& s, double step_s);
   int stop_early(const std::string& why);
   fs::path resume_path();
+  void log_setup();
+  double optimizer_bytes() const;
+  double planned_mib() const;
 
-  Config config_;
+  Config config_;  // as given: saved with the run and compared across ranks
+  RunConfig rc_;   // the same, resolved once
   dist::Communicator& comm_;
   bool leader_;  // rank 0 writes metrics, logs and checkpoints
-  fs::path run_dir_;
-  data::LoaderConfig loader_config_;
-  nn::LrSchedule schedule_;
-  nn::GPT model_;
-  std::vector<std::string> frozen_patterns_;
+  nn::Transformer transformer_;
+  nn::Model& model_;  // what the loop uses of it
   std::vector<dist::Range> frozen_;
   nn::AdamW optimizer_;
   dist::DDP ddp_;
@@ -125,19 +129,19 @@ class TrainLoop {
 
 TrainLoop::TrainLoop(const Config& config, dist::Communicator& comm)
     : config_(config),
+      rc_(resolve_run(config)),
       comm_(comm),
       leader_(comm.rank() == 0),
-      run_dir_(fs::path(config.text("run.dir")) / config.text("run.name")),
-      loader_config_(loader_config(config, "train")),
-      schedule_(lr_schedule(config)),
-      model_(model_config(config), model_rows(loader_config_), loader_config_.seq_len),
-      frozen_patterns_(config.list("train.freeze")),
-      frozen_(frozen_ranges(model_.layout(), frozen_patterns_)),
-      optimizer_(model_.layout(), adamw_config(config), 0, model_.layout().total(),
-                 [this](const std::string& name) { return matches_any(name, frozen_patterns_); }),
-      ddp_(comm, model_, {.bucket_mb = config.real("dist.bucket_mb"), .frozen = frozen_}),
-      join_(dist::parse_join_mode(config.text("dist.join"))) {
-  for (const std::string& p : frozen_patterns_) {
+      transformer_(rc_.model, rc_.exec),
+      model_(transformer_),
+      frozen_(frozen_ranges(model_.layout(), rc_.freeze)),
+      optimizer_(
+          model_.layout(), rc_.adamw, 0, model_.layout().total(),
+          [this](const std::string& name) { return matches_any(name, rc_.freeze); },
+          rc_.exec.device),
+      ddp_(comm, model_, {.bucket_mb = rc_.bucket_mb, .frozen = frozen_}),
+      join_(rc_.join) {
+  for (const std::string& p : rc_.freeze) {
     bool any = false;
     for (const nn::ParamInfo& info : model_.layout().params()) any |= matches_any(info.name, {p});
     if (!any) throw UsageError(fmt::format("train.freeze: pattern '{}' matches no parameter", p));
@@ -149,11 +153,10 @@ TrainLoop::TrainLoop(const Config& config, dist::Communicator& comm)
 fs::path TrainLoop::resume_path() {
   std::string path;
   if (leader_) {
-    const std::string& resume = config_.text("train.resume");
-    if (resume == "auto")
-      path = latest_checkpoint(run_dir_).string();
-    else if (resume != "none")
-      path = resume;
+    if (rc_.resume == "auto")
+      path = latest_checkpoint(rc_.run_dir).string();
+    else if (rc_.resume != "none")
+      path = rc_.resume;
   }
   if (comm_.size() > 1) {
     int64_t n = int64_t(path.size());
@@ -189,15 +192,15 @@ void TrainLoop::resume_or_init() {
     loader_state = ckpt.state.loader.get<data::LoaderState>();
     log::info("resumed from {} at step {}", from.string(), state_.step);
   } else {
-    model_.init_weights(uint64_t(config_.integer("run.seed")));
+    transformer_.init_weights(rc_.seed);
   }
   loader_ =
-      std::make_unique<data::Loader>(loader_config_, comm_.rank(), comm_.size(), loader_state);
+      std::make_unique<data::Loader>(rc_.train_data, comm_.rank(), comm_.size(), loader_state);
   const uint64_t data_tokenizer = loader_->corpus().manifest().tokenizer_hash;
   if (!from.empty())
     CHECK(state_.tokenizer_hash == data_tokenizer,
           "checkpoint {} was trained with tokenizer {:016x} but {} was made with {:016x}",
-          from.string(), state_.tokenizer_hash, loader_config_.data_dir.string(), data_tokenizer);
+          from.string(), state_.tokenizer_hash, rc_.train_data.data_dir.string(), data_tokenizer);
   state_.tokenizer_hash = data_tokenizer;
   state_.world_size = comm_.size();
   const data::Manifest& m = loader_->corpus().manifest();
@@ -206,21 +209,23 @@ void TrainLoop::resume_or_init() {
       model_.layout().digest(),
       m.tokenizer_hash ^ hash64(fmt::format("{}/{}", m.splits.at("train").tokens,
                                             m.splits.at("train").documents)));
-  dist::broadcast_parameters(comm_, model_.params(), model_.layout().total());
+  if (comm_.size() > 1) {
+    dist::broadcast_parameters(comm_, model_.params());
+    model_.sync_working_params();
+  }
   first_step_ = state_.step;
   if (leader_)
-    metrics_ =
-        std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", from.empty() ? -1 : state_.step);
+    metrics_ = std::make_unique<MetricsLog>(rc_.run_dir / "metrics.jsonl",
+                                            from.empty() ? -1 : state_.step);
 }
 
 std::optional<std::vector<data::Batch>> TrainLoop::next_step_batches(int micro) {
   std::vector<data::Batch> batches;
-  const int64_t seq =
-      scheduled_value(config_, "train.seq_len_schedule", state_.step, loader_config_.seq_len);
+  const int64_t seq = rc_.seq_len_schedule.at(state_.step, rc_.train_data.seq_len);
   for (int i = 0; i < micro; ++i) {
     std::optional<data::Batch> b = loader_->next();
     if (!b) return std::nullopt;
-    truncate_batch(*b, int(std::min<int64_t>(seq, loader_config_.seq_len)));
+    truncate_batch(*b, int(seq));
     batches.push_back(std::move(*b));
   }
   return batches;
@@ -232,26 +237,26 @@ StepStats TrainLoop::train_step(const std::optional<std::vector<data::Batch>>& b
                                 const dist::StepCounts& counts) {
   StepStats s;
   s.tokens = counts.global_tokens;
-  double loss_sum = 0;
   model_.zero_grads();
+  model_.reset_loss();
   if (batches) {
     for (size_t m = 0; m < batches->size(); ++m) {
       const data::Batch& b = (*batches)[m];
       ddp_.set_sync(m + 1 == batches->size());
       Timer t;
-      loss_sum += model_.forward(view_of(b)).sum;
+      model_.forward(view_of(b));
       s.times.forward_s += t.seconds();
       t.reset();
       model_.backward(1.0f / float(counts.global_tokens));
       s.times.backward_s += t.seconds();
     }
   }
-  finish_gradients(s, loss_sum);
+  finish_gradients(s);
   Timer t;
-  s.lr = schedule_.at(state_.step);
+  s.lr = rc_.schedule.at(state_.step);
   if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
     const std::string culprit = std::isfinite(s.loss) ? first_nonfinite_gradient() : "the loss";
-    if (config_.text("train.on_nonfinite") == "stop")
+    if (rc_.on_nonfinite == NonFinite::stop)
       THROW_ERROR(
           "step {}: non-finite value in {} (loss {}, grad norm {}); set "
           "train.on_nonfinite=skip to skip such steps",
@@ -259,50 +264,51 @@ StepStats TrainLoop::train_step(const std::optional<std::vector<data::Batch>>& b
     log::warn("step {}: non-finite value in {}; step skipped", state_.step + 1, culprit);
     s.skipped = true;
   } else {
-    float clip = nn::clip_scale(s.grad_norm, float(config_.real("optimizer.grad_clip")));
-    optimizer_.step(model_.params(), model_.grads(), s.lr, clip);
+    const float clip = nn::clip_scale(s.grad_norm, rc_.grad_clip);
+    optimizer_.step(model_.context(), model_.params(), model_.grads(), model_.working_copy(), s.lr,
+                    clip);
   }
   s.times.optimizer_s = t.seconds();
   return s;
 }
 
 // Completes the gradient sum over ranks and agrees on the loss, the norm and whether a signal
-// asked to stop, so that every rank takes the same decisions.
-void TrainLoop::finish_gradients(StepStats& s, double loss_sum) {
-  Timer t;
+// asked to stop, so that every rank takes the same decisions. The loss and the norm come back
+// from the device here, once per step.
+void TrainLoop::finish_gradients(StepStats& s) {
   ddp_.finish();
   s.times.comm_wait_s = ddp_.last_wait_seconds();
   s.times.comm_busy_s = ddp_.last_comm_seconds();
   for (const dist::Range& r : frozen_)  // never communicated: keep them out of the norm
-    std::fill(model_.grads() + r.begin, model_.grads() + r.end, 0.0f);
-  std::vector<double> agreed = {loss_sum, g_stop_signal ? 1.0 : 0.0};
+    fill_zero(model_.context(), model_.grads().flat(r.begin, r.size()));
+  const nn::StepScalars local = model_.read_step_scalars(0, model_.layout().total());
+  std::vector<double> agreed = {local.loss_sum, g_stop_signal ? 1.0 : 0.0};
   if (comm_.size() > 1) comm_.all_reduce(agreed);
   s.loss = agreed[0] / double(s.tokens);
   s.stop_requested = agreed[1] > 0;
-  s.grad_norm = std::sqrt(nn::sum_squares(model_.grads(), model_.layout().total()));
+  s.grad_norm = std::sqrt(local.grad_norm_sq);
 }
 
-std::string TrainLoop::first_nonfinite_gradient() const {
+std::string TrainLoop::first_nonfinite_gradient() {
   for (const nn::ParamInfo& p : model_.layout().params())
-    for (int64_t i = 0; i < p.numel; ++i)
-      if (!std::isfinite(model_.grads()[p.offset + i])) return "the gradient of " + p.name;
+    for (float g : read_as_f32(model_.context(), model_.grads().flat(p.offset, p.numel)))
+      if (!std::isfinite(g)) return "the gradient of " + p.name;
   return "the gradients";
 }
 
 double TrainLoop::validate() {
-  data::LoaderConfig vc = loader_config(config_, "val");
-  vc.max_epochs = 1;
+  data::LoaderConfig vc = rc_.val_data;
   vc.verify_checksums = !val_verified_;  // the shards are checksummed at the first validation
   data::Loader val(vc, comm_.rank(), comm_.size());
   val_verified_ = true;
+  model_.reset_loss();
   std::vector<double> sums = {0, 0};  // loss, tokens: each rank takes its share of the batches
-  for (int64_t i = 0; i < config_.integer("train.val_batches"); i += comm_.size()) {
+  for (int64_t i = 0; i < rc_.val_batches; i += comm_.size()) {
     std::optional<data::Batch> b = val.next();
     if (!b) break;
-    nn::LossSum ls = model_.forward(view_of(*b));
-    sums[0] += ls.sum;
-    sums[1] += double(ls.count);
+    sums[1] += double(model_.forward(view_of(*b)));
   }
+  sums[0] = model_.read_step_scalars(0, 0).loss_sum;
   if (comm_.size() > 1) comm_.all_reduce(sums);
   CHECK(sums[1] > 0, "validation split of {} yielded no tokens", vc.data_dir.string());
   return sums[0] / sums[1];
@@ -312,22 +318,22 @@ void TrainLoop::save() {
   if (!leader_ || state_.step == saved_step_) return;
   saved_step_ = state_.step;
   state_.loader = loader_->state();
-  CheckpointPolicy policy{config_.integer("checkpoint.keep_last"),
-                          config_.integer("checkpoint.keep_every")};
-  fs::path dir = save_checkpoint(run_dir_, model_, optimizer_, state_, config_.to_yaml(), policy);
+  const CheckpointPolicy policy{rc_.keep_last, rc_.keep_every};
+  fs::path dir =
+      save_checkpoint(rc_.run_dir, model_, optimizer_, state_, config_.to_yaml(), policy);
   log::info("saved {}", dir.string());
 }
 
 void TrainLoop::log_step(const StepStats& s, double step_s) {
-  const int64_t total = config_.integer("train.steps");
-  const bool line = state_.step % config_.integer("log.every") == 0 || state_.step == total;
+  const int64_t total = rc_.steps;
+  const bool line = state_.step % rc_.log_every == 0 || state_.step == total;
   // Every rank takes part in the straggler report on the same steps (it is a collective).
   std::optional<dist::StragglerReport> ranks;
   if (line && comm_.size() > 1) ranks = dist::gather_step_times(comm_, s.times);
   if (!leader_) return;
   if (ranks && ranks->straggler) log::warn("step {}: {}", state_.step, ranks->message);
   const double tok_s = double(s.tokens) / step_s;
-  const double flops = model_.config().flops_per_token(int(loader_config_.seq_len)) * tok_s;
+  const double flops = rc_.model.flops_per_token(rc_.train_data.seq_len) * tok_s;
   const double mfu = flops / (gemm_peak_gflops_ * 1e9 * comm_.size());
   const double eta =
       run_timer_.seconds() / double(state_.step - first_step_) * double(total - state_.step);
@@ -365,27 +371,52 @@ int TrainLoop::stop_early(const std::string& why) {
   return 0;
 }
 
+// Says what runs: model size, precision and its CPU path, checkpointing, memory against the
+// plan, the MFU reference.
+void TrainLoop::log_setup() {
+  const nn::Transformer::Memory mem = transformer_.memory();
+  std::string bf16_path;
+  detect_cpu_bf16_math(&bf16_path);
+  const nn::ExecConfig& e = rc_.exec;
+  log::info(
+      "model: {} parameters; precision {}{}; gradients {}; activation checkpointing {}{}",
+      model_.layout().total(), float_dtype_name(e.compute),
+      e.compute == DType::bf16 ? " (" + bf16_path + ")" : "", float_dtype_name(e.grad),
+      nn::recompute_name(e.recompute),
+      e.recompute_layers.empty() ? "" : fmt::format(" on {} blocks", e.recompute_layers.size()));
+  log::info(
+      "memory plan per rank: {:.1f} MiB (parameters {:.1f}, working copy {:.1f}, gradients "
+      "{:.1f}, optimizer {:.1f}, activations {:.1f}, workspace {:.1f}); {} rank(s)",
+      planned_mib(), mem.params / kMiB, mem.working / kMiB, mem.grads / kMiB,
+      optimizer_bytes() / kMiB, mem.activations / kMiB, mem.workspace / kMiB, comm_.size());
+  log::info("MFU against a {} GEMM peak of {:.0f} GFLOP/s measured at start-up",
+            float_dtype_name(e.compute), gemm_peak_gflops_);
+}
+
+double TrainLoop::optimizer_bytes() const {
+  return 2.0 * double(optimizer_.state_size()) * sizeof(float);
+}
+
+double TrainLoop::planned_mib() const {
+  return (double(transformer_.memory().total()) + optimizer_bytes()) / kMiB;
+}
+
 int TrainLoop::run() {
   if (leader_) {
-    fs::create_directories(run_dir_);
-    log::set_file((run_dir_ / "train.log").string());
-    write_file_atomic(run_dir_ / "config.yaml", config_.to_yaml());
+    fs::create_directories(rc_.run_dir);
+    log::set_file((rc_.run_dir / "train.log").string());
+    write_file_atomic(rc_.run_dir / "config.yaml", config_.to_yaml());
   }
   resume_or_init();
-  const int64_t total = config_.integer("train.steps");
-  gemm_peak_gflops_ = measure_gemm_peak(0.8);
-  log::info("model: {} parameters, {:.1f} MiB activations; {} rank(s); GEMM peak {:.0f} GFLOP/s",
-            model_.layout().total(), model_.activation_layout().bytes() / 1048576.0, comm_.size(),
-            gemm_peak_gflops_);
-  progress_ = std::make_unique<Progress>(leader_ ? config_.text("log.progress") : "off", total);
+  const int64_t total = rc_.steps;
+  gemm_peak_gflops_ = measure_gemm_peak(model_.context(), rc_.exec.compute, 0.8);
+  log_setup();
+  progress_ = std::make_unique<Progress>(leader_ ? rc_.progress : "off", total);
   for (int sig : {SIGINT, SIGTERM, SIGUSR1}) std::signal(sig, on_stop_signal);
-  const int64_t val_every = config_.integer("train.val_every");
-  const int64_t ckpt_every = config_.integer("checkpoint.every");
   run_timer_.reset();
   while (state_.step < total) {
     Timer step_timer;
-    const int micro = int(scheduled_value(config_, "train.grad_accum_schedule", state_.step,
-                                          config_.integer("train.grad_accum")));
+    const int micro = int(rc_.grad_accum_schedule.at(state_.step, rc_.grad_accum));
     auto batches = next_step_batches(micro);
     const double data_s = step_timer.seconds();
     int64_t my_tokens = 0;
@@ -393,7 +424,7 @@ int TrainLoop::run() {
       for (const data::Batch& b : *batches) my_tokens += b.loss_tokens;
     const dist::StepCounts counts = dist::exchange_counts(comm_, batches.has_value(), my_tokens);
     if (join_.decide(counts, batches.has_value(), state_.step) == dist::StepAction::stop)
-      return stop_early(fmt::format("data.epochs = {} reached", loader_config_.max_epochs));
+      return stop_early(fmt::format("data.epochs = {} reached", rc_.train_data.max_epochs));
     CHECK(counts.global_tokens > 0, "step {}: the global batch has no loss tokens",
           state_.step + 1);
     StepStats s = train_step(batches, counts);
@@ -402,7 +433,7 @@ int TrainLoop::run() {
     state_.tokens_seen += s.tokens;
     log_step(s, step_timer.seconds());
     if (s.stop_requested && state_.step < total) return stop_early("stop signal received");
-    if (val_every > 0 && (state_.step % val_every == 0 || state_.step == total)) {
+    if (rc_.val_every > 0 && (state_.step % rc_.val_every == 0 || state_.step == total)) {
       double v = validate();
       if (leader_) {
         progress_->finish();
@@ -410,15 +441,18 @@ int TrainLoop::run() {
         metrics_->write({{"step", state_.step}, {"val_loss", v}, {"val_perplexity", std::exp(v)}});
       }
     }
-    if (ckpt_every > 0 && state_.step % ckpt_every == 0 && state_.step < total) {
+    if (rc_.checkpoint_every > 0 && state_.step % rc_.checkpoint_every == 0 &&
+        state_.step < total) {
       if (progress_) progress_->finish();
       save();
     }
   }
   progress_->finish();
   save();
-  log::info("done: {} steps, {} tokens in {:.1f} s", state_.step, state_.tokens_seen,
-            run_timer_.seconds());
+  log::info(
+      "done: {} steps, {} tokens in {:.1f} s; peak resident memory {:.1f} MiB (the plan: "
+      "{:.1f} MiB for the model, gradients, optimizer and activations)",
+      state_.step, state_.tokens_seen, run_timer_.seconds(), peak_resident_mib(), planned_mib());
   return 0;
 }
 

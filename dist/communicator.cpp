@@ -8,20 +8,6 @@
 
 namespace trainer::dist {
 
-size_t dtype_size(DataType t) {
-  switch (t) {
-    case DataType::f32:
-      return 4;
-    case DataType::f64:
-      return 8;
-    case DataType::i64:
-      return 8;
-    case DataType::u8:
-      return 1;
-  }
-  return 1;
-}
-
 void Work::wait() {
   if (!state_) return;
   std::unique_lock lock(state_->mu);
@@ -43,7 +29,7 @@ double Work::busy_seconds() const {
 
 std::vector<int64_t> Communicator::all_gather(const std::vector<int64_t>& mine) {
   std::vector<int64_t> all(mine.size() * size_t(size()));
-  all_gather_async(mine.data(), all.data(), int64_t(mine.size()), DataType::i64).wait();
+  all_gather_async(mine.data(), all.data(), int64_t(mine.size()), DType::i64).wait();
   return all;
 }
 
@@ -60,12 +46,12 @@ class SingleProcessCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string backend() const override { return "single"; }
-  Work all_reduce_async(void*, int64_t, DataType) override { return done_work(); }
-  Work reduce_scatter_async(const void* send, void* recv, int64_t count, DataType type) override {
+  Work all_reduce_async(void*, int64_t, DType) override { return done_work(); }
+  Work reduce_scatter_async(const void* send, void* recv, int64_t count, DType type) override {
     if (send != recv) std::memmove(recv, send, size_t(count) * dtype_size(type));
     return done_work();
   }
-  Work all_gather_async(const void* send, void* recv, int64_t count, DataType type) override {
+  Work all_gather_async(const void* send, void* recv, int64_t count, DType type) override {
     if (send != recv) std::memmove(recv, send, size_t(count) * dtype_size(type));
     return done_work();
   }

@@ -1,8 +1,9 @@
 // The one interface every collective goes through: sum all-reduce, reduce-scatter,
-// all-gather, broadcast and barrier over CPU buffers, each with an async variant returning a
-// Work handle. Implementations: MPI (one communication thread owns every MPI call; every
-// operation has a deadline) and a single process (copies and no-ops). Every rank must issue
-// the same collectives in the same order; each one gets a sequence number used in errors.
+// all-gather, broadcast and barrier over buffers of any DType (bf16 sums add pairs in fp32 and
+// round once), each with an async variant returning a Work handle. Implementations: MPI (one
+// communication thread owns every MPI call; every operation has a deadline) and a single process
+// (copies and no-ops). Every rank must issue the same collectives in the same order; each one gets
+// a sequence number used in errors.
 #pragma once
 
 #include <cstdint>
@@ -11,12 +12,9 @@
 #include <vector>
 
 #include "dist/launch.h"
+#include "runtime/dtype.h"
 
 namespace trainer::dist {
-
-enum class DataType : uint8_t { f32, f64, i64, u8 };
-
-size_t dtype_size(DataType t);
 
 // The shared state of one queued operation; implementations complete it.
 struct WorkState;
@@ -50,30 +48,28 @@ class Communicator {
   virtual std::string backend() const = 0;
 
   // data[0, count) = sum over ranks, in place.
-  virtual Work all_reduce_async(void* data, int64_t count, DataType type) = 0;
+  virtual Work all_reduce_async(void* data, int64_t count, DType type) = 0;
   // recv[0, count) = the sum over ranks of send[rank*count, (rank+1)*count).
-  virtual Work reduce_scatter_async(const void* send, void* recv, int64_t count, DataType type) = 0;
+  virtual Work reduce_scatter_async(const void* send, void* recv, int64_t count, DType type) = 0;
   // recv[r*count, (r+1)*count) = rank r's send[0, count).
-  virtual Work all_gather_async(const void* send, void* recv, int64_t count, DataType type) = 0;
+  virtual Work all_gather_async(const void* send, void* recv, int64_t count, DType type) = 0;
   // data[0, bytes) = root's data[0, bytes).
   virtual Work broadcast_async(void* data, int64_t bytes, int root) = 0;
   virtual Work barrier_async() = 0;
 
   // Blocking forms.
-  void all_reduce(float* data, int64_t count) {
-    all_reduce_async(data, count, DataType::f32).wait();
-  }
+  void all_reduce(float* data, int64_t count) { all_reduce_async(data, count, DType::f32).wait(); }
   void all_reduce(std::vector<double>& v) {
-    all_reduce_async(v.data(), int64_t(v.size()), DataType::f64).wait();
+    all_reduce_async(v.data(), int64_t(v.size()), DType::f64).wait();
   }
   void all_reduce(std::vector<int64_t>& v) {
-    all_reduce_async(v.data(), int64_t(v.size()), DataType::i64).wait();
+    all_reduce_async(v.data(), int64_t(v.size()), DType::i64).wait();
   }
   void reduce_scatter(const float* send, float* recv, int64_t count) {
-    reduce_scatter_async(send, recv, count, DataType::f32).wait();
+    reduce_scatter_async(send, recv, count, DType::f32).wait();
   }
   void all_gather(const float* send, float* recv, int64_t count) {
-    all_gather_async(send, recv, count, DataType::f32).wait();
+    all_gather_async(send, recv, count, DType::f32).wait();
   }
   // One value per rank, gathered to every rank.
   std::vector<int64_t> all_gather(const std::vector<int64_t>& mine);

@@ -32,8 +32,8 @@ void check_consistency(Communicator& comm, std::string_view config_text, uint64_
   }
 }
 
-void broadcast_parameters(Communicator& comm, float* params, int64_t count) {
-  comm.broadcast(params, count * int64_t(sizeof(float)), 0);
+void broadcast_parameters(Communicator& comm, const Tensor& params) {
+  comm.broadcast(params.data, params.bytes(), 0);
 }
 
 }  // namespace trainer::dist

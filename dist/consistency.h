@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "dist/communicator.h"
+#include "runtime/tensor.h"
 
 namespace trainer::dist {
 
@@ -16,7 +17,7 @@ namespace trainer::dist {
 void check_consistency(Communicator& comm, std::string_view config_text, uint64_t layout_digest,
                        uint64_t data_manifest_hash);
 
-// params[0, count) = rank 0's values on every rank.
-void broadcast_parameters(Communicator& comm, float* params, int64_t count);
+// params = rank 0's values on every rank (a contiguous tensor in host memory).
+void broadcast_parameters(Communicator& comm, const Tensor& params);
 
 }  // namespace trainer::dist

@@ -45,9 +45,11 @@ std::vector<Range> plan_buckets(int64_t total, int64_t bucket_elems,
   return buckets;
 }
 
-DDP::DDP(Communicator& comm, nn::GPT& model, const DdpConfig& config) : comm_(comm), model_(model) {
+DDP::DDP(Communicator& comm, nn::Model& model, const DdpConfig& config)
+    : comm_(comm), model_(model) {
   CHECK(config.bucket_mb > 0, "ddp bucket_mb must be positive, got {}", config.bucket_mb);
-  const int64_t elems = std::max<int64_t>(1, int64_t(config.bucket_mb * 1024 * 1024 / 4));
+  const double elem_bytes = double(dtype_size(model.grads().dtype));
+  const int64_t elems = std::max<int64_t>(1, int64_t(config.bucket_mb * 1024 * 1024 / elem_bytes));
   buckets_ = plan_buckets(model.layout().total(), elems, config.frozen);
   ready_from_ = model.layout().total();
   model_.on_grads_ready = [this](int64_t begin, int64_t end) { on_ready(begin, end); };
@@ -81,7 +83,8 @@ void DDP::on_ready(int64_t begin, int64_t end) {
 void DDP::launch_ready() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= ready_from_) {
     const Range& b = buckets_[next_bucket_++];
-    inflight_.push_back(comm_.all_reduce_async(model_.grads() + b.begin, b.size(), DataType::f32));
+    const Tensor grads = model_.grads().flat(b.begin, b.size());
+    inflight_.push_back(comm_.all_reduce_async(grads.data, b.size(), grads.dtype));
   }
 }
 

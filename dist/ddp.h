@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "dist/communicator.h"
-#include "nn/gpt.h"
+#include "nn/model.h"
 
 namespace trainer::dist {
 
@@ -22,7 +22,7 @@ struct Range {
 };
 
 struct DdpConfig {
-  double bucket_mb = 25;      // bucket capacity in MiB of fp32 gradients
+  double bucket_mb = 25;      // bucket capacity in MiB of gradients (in their dtype)
   std::vector<Range> frozen;  // parameter ranges that are not trained, never communicated
 };
 
@@ -34,7 +34,7 @@ std::vector<Range> plan_buckets(int64_t total, int64_t bucket_elems,
 class DDP {
  public:
   // Attaches to model.on_grads_ready (replacing any previous hook); detaches on destruction.
-  DDP(Communicator& comm, nn::GPT& model, const DdpConfig& config = {});
+  DDP(Communicator& comm, nn::Model& model, const DdpConfig& config = {});
   ~DDP();
   DDP(const DDP&) = delete;
   DDP& operator=(const DDP&) = delete;
@@ -61,7 +61,7 @@ class DDP {
   void launch_ready();
 
   Communicator& comm_;
-  nn::GPT& model_;
+  nn::Model& model_;
   std::vector<Range> buckets_;
   std::vector<Work> inflight_;
   size_t next_bucket_ = 0;  // first bucket not yet started

@@ -37,32 +37,30 @@ constexpr int kArriveTag = 7;
 constexpr int kAllToAllArrivals = 64;
 constexpr int64_t kMaxChunk = int64_t(1) << 30;  // elements per MPI call (counts are int)
 
-MPI_Datatype mpi_type(DataType t) {
+MPI_Datatype mpi_type(DType t) {
   switch (t) {
-    case DataType::f32:
+    case DType::f32:
       return MPI_FLOAT;
-    case DataType::f64:
+    case DType::bf16:
+      return MPI_UINT16_T;  // summed by the bf16 op below
+    case DType::f64:
       return MPI_DOUBLE;
-    case DataType::i64:
+    case DType::i32:
+      return MPI_INT32_T;
+    case DType::i64:
       return MPI_INT64_T;
-    case DataType::u8:
+    case DType::u8:
       return MPI_BYTE;
   }
   return MPI_BYTE;
 }
 
-const char* dtype_name(DataType t) {
-  switch (t) {
-    case DataType::f32:
-      return "f32";
-    case DataType::f64:
-      return "f64";
-    case DataType::i64:
-      return "i64";
-    case DataType::u8:
-      return "u8";
-  }
-  return "?";
+// MPI has no bf16: sums of bf16 buffers go through this user-defined op, which adds each pair
+// in fp32 and rounds the result once (what NCCL's bf16 sum does).
+extern "C" void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const bf16* a = static_cast<const bf16*>(in);
+  bf16* b = static_cast<bf16*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = to_bf16(to_float(a[i]) + to_float(b[i]));
 }
 
 std::string mpi_error_string(int code) {
@@ -95,7 +93,7 @@ struct Op {
   const void* send = nullptr;
   void* data = nullptr;
   int64_t count = 0;
-  DataType type = DataType::u8;
+  DType type = DType::u8;
   int root = 0;
   int64_t seq = 0;
   std::shared_ptr<WorkState> state;
@@ -146,6 +144,7 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_dup(MPI_COMM_WORLD, &arrive_comm_);
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(arrive_comm_, MPI_ERRORS_RETURN);
+    MPI_Op_create(&bf16_sum, /*commute=*/1, &bf16_sum_op_);
     arrived_.assign(size_t(size_), -1);
     arrive_buf_.assign(size_t(size_), -1);
     arrive_recv_.assign(size_t(size_), MPI_REQUEST_NULL);
@@ -166,6 +165,7 @@ class MpiCommunicator final : public Communicator {
       g_abort_at_exit = true;
       return;
     }
+    MPI_Op_free(&bf16_sum_op_);
     MPI_Finalize();
   }
 
@@ -173,20 +173,20 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
 
-  Work all_reduce_async(void* data, int64_t count, DataType type) override {
+  Work all_reduce_async(void* data, int64_t count, DType type) override {
     return enqueue(Kind::all_reduce, data, data, count, type);
   }
-  Work reduce_scatter_async(const void* send, void* recv, int64_t count, DataType type) override {
+  Work reduce_scatter_async(const void* send, void* recv, int64_t count, DType type) override {
     CHECK(count * size_ <= INT_MAX, "reduce_scatter of {} elements per rank is too large", count);
     return enqueue(Kind::reduce_scatter, send, recv, count, type);
   }
-  Work all_gather_async(const void* send, void* recv, int64_t count, DataType type) override {
+  Work all_gather_async(const void* send, void* recv, int64_t count, DType type) override {
     CHECK(count * size_ <= INT_MAX, "all_gather of {} elements per rank is too large", count);
     return enqueue(Kind::all_gather, send, recv, count, type);
   }
   Work broadcast_async(void* data, int64_t bytes, int root) override {
     CHECK(root >= 0 && root < size_, "broadcast from rank {} of {}", root, size_);
-    return enqueue(Kind::broadcast, data, data, bytes, DataType::u8, root);
+    return enqueue(Kind::broadcast, data, data, bytes, DType::u8, root);
   }
   Work barrier_async() override { return enqueue(Kind::barrier); }
 
@@ -194,7 +194,7 @@ class MpiCommunicator final : public Communicator {
 
  private:
   Work enqueue(Kind kind, const void* send = nullptr, void* data = nullptr, int64_t count = 0,
-               DataType type = DataType::u8, int root = 0) {
+               DType type = DType::u8, int root = 0) {
     Op op;
     op.kind = kind;
     op.send = send;
@@ -317,6 +317,7 @@ class MpiCommunicator final : public Communicator {
     announce(op.seq);
     MPI_Request req = MPI_REQUEST_NULL;
     const MPI_Datatype type = mpi_type(op.type);
+    const MPI_Op sum = op.type == DType::bf16 ? bf16_sum_op_ : MPI_SUM;
     const size_t esize = dtype_size(op.type);
     auto check = [&](int rc) {
       if (rc != MPI_SUCCESS)
@@ -328,7 +329,7 @@ class MpiCommunicator final : public Communicator {
         for (int64_t off = 0; off < op.count; off += kMaxChunk) {
           const int n = int(std::min(kMaxChunk, op.count - off));
           check(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(op.data) + size_t(off) * esize, n,
-                               type, MPI_SUM, comm_, &req));
+                               type, sum, comm_, &req));
           progress(req, op, start);
         }
         break;
@@ -341,7 +342,7 @@ class MpiCommunicator final : public Communicator {
         break;
       case Kind::reduce_scatter:
         check(MPI_Ireduce_scatter_block(op.send == op.data ? MPI_IN_PLACE : op.send, op.data,
-                                        int(op.count), type, MPI_SUM, comm_, &req));
+                                        int(op.count), type, sum, comm_, &req));
         progress(req, op, start);
         break;
       case Kind::all_gather: {
@@ -415,6 +416,7 @@ class MpiCommunicator final : public Communicator {
   CommOptions options_;
   int rank_ = 0, size_ = 1;
   MPI_Comm comm_ = MPI_COMM_NULL, arrive_comm_ = MPI_COMM_NULL;
+  MPI_Op bf16_sum_op_ = MPI_OP_NULL;
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -33,15 +33,19 @@ using Clock = std::chrono::steady_clock;
     CHECK(e_ == cudaSuccess, "CUDA error in {}: {}", #call, cudaGetErrorString(e_)); \
   } while (0)
 
-ncclDataType_t nccl_type(DataType t) {
+ncclDataType_t nccl_type(DType t) {
   switch (t) {
-    case DataType::f32:
+    case DType::f32:
       return ncclFloat32;
-    case DataType::f64:
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::i32:
+      return ncclInt32;
+    case DType::f64:
       return ncclFloat64;
-    case DataType::i64:
+    case DType::i64:
       return ncclInt64;
-    case DataType::u8:
+    case DType::u8:
       return ncclUint8;
   }
   return ncclUint8;
@@ -91,20 +95,20 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return bootstrap_.size(); }
   std::string backend() const override { return "nccl"; }
 
-  Work all_reduce_async(void* data, int64_t count, DataType type) override {
+  Work all_reduce_async(void* data, int64_t count, DType type) override {
     if (!on_device(data)) return bootstrap_.all_reduce_async(data, count, type);
     return launch("all_reduce", [&] {
       NCCL_CALL(ncclAllReduce(data, data, size_t(count), nccl_type(type), ncclSum, comm_, stream_));
     });
   }
-  Work reduce_scatter_async(const void* send, void* recv, int64_t count, DataType type) override {
+  Work reduce_scatter_async(const void* send, void* recv, int64_t count, DType type) override {
     if (!on_device(recv)) return bootstrap_.reduce_scatter_async(send, recv, count, type);
     return launch("reduce_scatter", [&] {
       NCCL_CALL(
           ncclReduceScatter(send, recv, size_t(count), nccl_type(type), ncclSum, comm_, stream_));
     });
   }
-  Work all_gather_async(const void* send, void* recv, int64_t count, DataType type) override {
+  Work all_gather_async(const void* send, void* recv, int64_t count, DType type) override {
     if (!on_device(recv)) return bootstrap_.all_gather_async(send, recv, count, type);
     return launch("all_gather", [&] {
       NCCL_CALL(ncclAllGather(send, recv, size_t(count), nccl_type(type), comm_, stream_));

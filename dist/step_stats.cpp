@@ -12,7 +12,7 @@ StragglerReport gather_step_times(Communicator& comm, const StepTimes& mine, dou
   const double fields[kFields] = {mine.data_wait_s, mine.forward_s,   mine.backward_s,
                                   mine.comm_wait_s, mine.optimizer_s, mine.comm_busy_s};
   std::vector<double> all(size_t(kFields * comm.size()));
-  comm.all_gather_async(fields, all.data(), kFields, DataType::f64).wait();
+  comm.all_gather_async(fields, all.data(), kFields, DType::f64).wait();
   StragglerReport rep;
   std::vector<double> own;
   for (int r = 0; r < comm.size(); ++r) {

@@ -1,14 +1,23 @@
-// The shape of a GPT model: everything needed to size its parameters and activations.
+// What a model is (ModelConfig: architecture and shape, which fix its parameters) and how it
+// runs (ExecConfig: device, precision, activation checkpointing and the largest batch, which
+// change memory and speed but not the parameters).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "runtime/device.h"
+#include "runtime/dtype.h"
 
 namespace trainer::nn {
 
+enum class Arch : uint8_t { gpt2 };
+
 struct ModelConfig {
+  Arch arch = Arch::gpt2;
   int vocab_size = 8192;  // V: embedding rows (pad to a multiple of 64 for speed)
-  int max_seq_len = 256;  // learned positions available
+  int max_seq_len = 256;  // positions available
   int n_layer = 6;        // L
   int n_head = 6;         // H
   int n_embd = 384;       // C; head size C / H
@@ -21,6 +30,32 @@ struct ModelConfig {
   int64_t matmul_params() const;
   // Model FLOPs per token for training: 6N + 12 L C T (PaLM appendix B).
   double flops_per_token(int seq_len) const;
+};
+
+// Activation checkpointing: none keeps every activation backward needs; selective keeps the
+// matmul outputs and recomputes the cheap parts (norms, GELU) in backward; full keeps only each
+// block's input and reruns the block's forward inside its backward.
+enum class Recompute : uint8_t { none, selective, full };
+
+// Parses "none", "selective" or "full"; throws naming the value otherwise.
+Recompute parse_recompute(const std::string& name);
+const char* recompute_name(Recompute r);
+
+struct ExecConfig {
+  Device device = Device::cpu;
+  int device_index = 0;
+  DType compute = DType::f32;  // activations and the working copy of the weights
+  DType grad = DType::f32;     // the gradient buffer (bf16 only with bf16 compute)
+  Recompute recompute = Recompute::none;
+  std::vector<int> recompute_layers;  // blocks the policy applies to; empty = all
+  int max_rows = 1;                   // the largest batch: up to max_rows * max_seq_len
+  int max_seq_len = 1;                // tokens, in rows of at most max_seq_len
+  bool training = true;               // false: forward only (no gradients, no backward memory)
+
+  // The policy for block l.
+  Recompute policy(int layer) const;
+  // Throws trainer::Error when the dtypes or layers do not fit `model`.
+  void validate(const ModelConfig& model) const;
 };
 
 }  // namespace trainer::nn

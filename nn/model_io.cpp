@@ -9,10 +9,11 @@
 
 namespace trainer::nn {
 
-void add_params(SafetensorsWriter& writer, const ParamLayout& layout, const float* flat,
+void add_params(SafetensorsWriter& writer, const ParamLayout& layout, const void* flat, DType dtype,
                 const std::string& prefix) {
   for (const ParamInfo& p : layout.params())
-    writer.add(prefix + p.name, DType::f32, p.shape, flat + p.offset);
+    writer.add(prefix + p.name, dtype, p.shape,
+               static_cast<const char*>(flat) + size_t(p.offset) * dtype_size(dtype));
 }
 
 void load_params(const SafetensorsFile& file, const ParamLayout& layout, float* flat,

@@ -1,29 +1,36 @@
-// Named layout of every parameter inside one flat fp32 buffer. Gradients and optimizer state
-// use the same offsets, so DDP buckets, ZeRO shards and checkpoints address any tensor as a
-// (offset, numel) range. Names follow Hugging Face's GPT-2 layout ("h.0.attn.c_attn.weight").
+// Named layout of every parameter inside one flat buffer, built from the architecture's
+// specification. Parameters, gradients and optimizer state use the same offsets, so DDP
+// buckets, shards and checkpoints address any tensor as an (offset, numel) range. The buffer
+// is cut into units (the embedding, each block, the final unit) that are contiguous ranges.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "nn/arch.h"
 #include "nn/model_config.h"
 
 namespace trainer::nn {
 
+enum class UnitKind : uint8_t { embedding, block, final };
+
 struct ParamInfo {
   std::string name;
   std::vector<int64_t> shape;
-  int64_t offset = 0;  // in elements, 16-element aligned
+  int64_t offset = 0;  // in elements, 16-element (64-byte fp32) aligned
   int64_t numel = 0;
-  bool decay = false;  // matrices decay; biases, norms and embeddings do not (by default)
-  int block = -1;      // transformer block index; -1 for embeddings, n_layer for the final norm
+  bool decay = false;
+  Init init = Init::zeros;
+  Role role = Role::kCount;
+  int unit = 0;
 };
 
-// Offsets of one block's tensors, in elements from the start of the flat buffer.
-struct BlockParams {
-  int64_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
-  int64_t begin, end;  // the block's whole range
+struct Unit {
+  UnitKind kind;
+  int64_t begin, end;                           // the unit's range of the flat buffer
+  std::array<int, size_t(Role::kCount)> param;  // index into params() by role, -1 if absent
 };
 
 class ParamLayout {
@@ -35,20 +42,22 @@ class ParamLayout {
   // The parameter called `name`, or nullptr.
   const ParamInfo* find(const std::string& name) const;
 
-  int64_t wte() const { return wte_; }
-  int64_t wpe() const { return wpe_; }
-  int64_t lnf_w() const { return lnf_w_; }
-  int64_t lnf_b() const { return lnf_b_; }
-  const BlockParams& block(int i) const { return blocks_[size_t(i)]; }
+  // Units in buffer order: the embedding, blocks 0..L-1, the final unit.
+  const std::vector<Unit>& units() const { return units_; }
+  int embedding_unit() const { return 0; }
+  int block_unit(int layer) const { return 1 + layer; }
+  int final_unit() const { return int(units_.size()) - 1; }
+  // The parameter with `role` in unit `u`; an internal error when the unit has none.
+  const ParamInfo& get(int u, Role role) const;
+  bool has(int u, Role role) const { return units_[size_t(u)].param[size_t(role)] >= 0; }
   // A digest of names, shapes and offsets: equal layouts have equal digests.
   uint64_t digest() const;
 
  private:
-  int64_t add(std::string name, std::vector<int64_t> shape, bool decay, int block);
+  void add_unit(UnitKind kind, const std::vector<ParamSpec>& specs, const std::string& prefix);
   std::vector<ParamInfo> params_;
-  std::vector<BlockParams> blocks_;
+  std::vector<Unit> units_;
   int64_t total_ = 0;
-  int64_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
 };
 
 }  // namespace trainer::nn

@@ -1,5 +1,6 @@
 #include "runtime/buffer.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -7,6 +8,20 @@
 #include "runtime/error.h"
 
 namespace trainer {
+
+namespace {
+std::atomic<size_t> g_live[2];  // per Device
+}  // namespace
+
+size_t Buffer::live_bytes(Device device) {
+  return g_live[size_t(device)].load();
+}
+
+Tensor Buffer::view(DType dtype, int64_t count) const {
+  TRAINER_ASSERT(size_t(count) * dtype_size(dtype) <= bytes_, "view of {} {} in {} bytes", count,
+                 dtype_name(dtype), bytes_);
+  return make_tensor(data_, dtype, {count}, device_);
+}
 
 Buffer::Buffer(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   if (bytes == 0) return;
@@ -22,6 +37,7 @@ Buffer::Buffer(size_t bytes, Device device) : bytes_(bytes), device_(device) {
       data_ = cuda_malloc_zeroed(bytes);
       break;
   }
+  g_live[size_t(device)] += bytes;
 }
 
 Buffer::~Buffer() {
@@ -34,6 +50,7 @@ Buffer::~Buffer() {
       cuda_free(data_);
       break;
   }
+  g_live[size_t(device_)] -= bytes_;
 }
 
 void Buffer::zero() {

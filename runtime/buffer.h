@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "runtime/device.h"
+#include "runtime/tensor.h"
 
 namespace trainer {
 
@@ -36,6 +37,11 @@ class Buffer {
   Device device() const { return device_; }
   // Sets every byte to zero.
   void zero();
+  // A view of the whole buffer as `count` elements of `dtype` (count * size <= bytes()).
+  Tensor view(DType dtype, int64_t count) const;
+
+  // Bytes currently held by all Buffers on `device` (for checking memory plans).
+  static size_t live_bytes(Device device);
 
  private:
   void swap(Buffer& o) noexcept {

@@ -1,5 +1,6 @@
-// Element types and bf16 conversion. bf16 is the top half of an IEEE fp32; conversion from
-// fp32 rounds to nearest, ties to even, and keeps NaN a (quiet) NaN.
+// Element types: the one vocabulary runtime, nn and dist use for buffers, tensors, files and
+// collectives. bf16 is the top half of an IEEE fp32; conversion from fp32 rounds to nearest,
+// ties to even, and keeps NaN a (quiet) NaN.
 #pragma once
 
 #include <bit>
@@ -9,35 +10,46 @@
 
 namespace trainer {
 
-enum class DType : uint8_t { f32, bf16, i32, u16 };
+enum class DType : uint8_t { f32, bf16, f64, i32, i64, u8 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
     case DType::f32:
-      return 4;
     case DType::i32:
       return 4;
     case DType::bf16:
       return 2;
-    case DType::u16:
-      return 2;
+    case DType::f64:
+    case DType::i64:
+      return 8;
+    case DType::u8:
+      return 1;
   }
   return 0;
 }
 
-// The safetensors spelling of a dtype ("F32", "BF16", "I32", "U16").
+// The safetensors spelling of a dtype ("F32", "BF16", "F64", "I32", "I64", "U8").
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
     case DType::f32:
       return "F32";
-    case DType::i32:
-      return "I32";
     case DType::bf16:
       return "BF16";
-    case DType::u16:
-      return "U16";
+    case DType::f64:
+      return "F64";
+    case DType::i32:
+      return "I32";
+    case DType::i64:
+      return "I64";
+    case DType::u8:
+      return "U8";
   }
   return "?";
+}
+
+// The config spelling of a floating-point dtype ("fp32", "bf16").
+constexpr std::string_view float_dtype_name(DType t) {
+  return t == DType::bf16 ? "bf16" : t == DType::f32 ? "fp32" : dtype_name(t);
 }
 
 struct bf16 {
@@ -46,13 +58,57 @@ struct bf16 {
 
 inline bf16 to_bf16(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{uint16_t((u >> 16) | 0x40)};  // NaN stays NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
-  return bf16{uint16_t(u >> 16)};
+  // NaN stays NaN (quiet); otherwise round to nearest, ties to even. Written as one select so
+  // that loops over it vectorise.
+  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  uint32_t nan = (u >> 16) | 0x40u;
+  return bf16{uint16_t((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded)};
 }
 
 inline float to_float(bf16 h) {
   return std::bit_cast<float>(uint32_t(h.bits) << 16);
+}
+
+// Uniform element access for kernels templated on float or bf16 storage.
+inline float load(float x) {
+  return x;
+}
+inline float load(bf16 x) {
+  return to_float(x);
+}
+inline void store(float& dst, float v) {
+  dst = v;
+}
+inline void store(bf16& dst, float v) {
+  dst = to_bf16(v);
+}
+
+// The DType of a C++ element type.
+template <typename T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
+template <>
+constexpr DType dtype_of<bf16>() {
+  return DType::bf16;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::f64;
+}
+template <>
+constexpr DType dtype_of<int32_t>() {
+  return DType::i32;
+}
+template <>
+constexpr DType dtype_of<int64_t>() {
+  return DType::i64;
+}
+template <>
+constexpr DType dtype_of<uint8_t>() {
+  return DType::u8;
 }
 
 }  // namespace trainer

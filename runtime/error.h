@@ -1,5 +1,6 @@
 // Errors: one exception type for every user-facing failure, raised by CHECK with a formatted
-// message. `main` catches it once and prints its message as a single line; bugs use assert.
+// message, and an always-on internal assertion for bugs. `main` catches once and prints the
+// message as a single line.
 #pragma once
 
 #include <fmt/format.h>
@@ -21,13 +22,22 @@ class UsageError : public Error {
   using Error::Error;
 };
 
+// A broken invariant: a bug in the trainer, not something the user did. Names file and line.
+class InternalError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 [[noreturn]] void throw_error(std::string message);
+[[noreturn]] void throw_internal(const char* file, int line, const char* condition,
+                                 std::string message);
 }  // namespace detail
 
 }  // namespace trainer
 
-// CHECK(cond, "format {}", args...): throws trainer::Error with the formatted message.
+// CHECK(cond, "format {}", args...): throws trainer::Error with the formatted message. For what
+// a user can cause (input, files, peers); bugs use TRAINER_ASSERT.
 #define CHECK(cond, ...)                                          \
   do {                                                            \
     if (!(cond)) [[unlikely]]                                     \
@@ -36,3 +46,11 @@ namespace detail {
 
 // THROW_ERROR("format {}", args...): unconditionally throws trainer::Error.
 #define THROW_ERROR(...) ::trainer::detail::throw_error(::fmt::format(__VA_ARGS__))
+
+// TRAINER_ASSERT(cond, "format {}", args...): an invariant, checked in every build; throws
+// trainer::InternalError naming the source file, line and condition.
+#define TRAINER_ASSERT(cond, ...)                                                               \
+  do {                                                                                          \
+    if (!(cond)) [[unlikely]]                                                                   \
+      ::trainer::detail::throw_internal(__FILE__, __LINE__, #cond, ::fmt::format(__VA_ARGS__)); \
+  } while (0)

@@ -1,23 +1,40 @@
-// Row-major fp32 matrix multiply on the CPU through oneDNN's GEMM, the fastest library
-// measured on the target machines (scripts/bench/gemm.sh prints the comparison).
+// Matrix products. `matmul` is what ops call: fp32 or bf16 operands with fp32 accumulation,
+// on the context's device (CPU: oneDNN; see Note [CPU bf16 matmul]). `sgemm` is the plain fp32
+// kernel on host pointers, for kernels that multiply small tiles inside their own threads.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+
+#include "runtime/context.h"
+#include "runtime/dtype.h"
+#include "runtime/tensor.h"
 
 namespace trainer {
 
 // C(M,N) = alpha * op(A)(M,K) * op(B)(K,N) + beta * C, all row-major with leading dimensions
 // lda/ldb/ldc; op(X) is X or its transpose. Threads internally unless called inside a
 // parallel region.
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
-// This machine's fp32 GEMM rate (GFLOP/s) on n x n x n products: the best single product
-// over min_seconds of trials, using all threads.
-double measure_gemm_gflops(int64_t n, double min_seconds);
+// C(M,N) = alpha * op(A) op(B) + beta * C, plus bias(N) added to every row when given (then
+// beta must be 0). A and B are both fp32 or both bf16, each a matrix (rows, cols) with a row
+// stride: op(A) is A, or A transposed when trans_a (likewise B). C is fp32 or bf16 (bf16 C
+// needs bf16 A and B); the bias has C's dtype or fp32. Accumulation is fp32 throughout; a bf16
+// C is rounded once. The shapes must agree (an internal error otherwise).
+void matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B,
+            bool trans_b, float alpha = 1.0f, float beta = 0.0f, const Tensor* bias = nullptr);
+
+// Scratch `matmul` takes from ctx.workspace for an (M,N,K) product of `ab` operands.
+size_t matmul_workspace_bytes(const Context& ctx, int64_t M, int64_t N, int64_t K, DType ab);
+
+// This machine's GEMM rate (GFLOP/s) for n x n x n products in `dtype` (fp32 or bf16) on
+// `ctx`'s path: the best single product over min_seconds of trials, using all threads.
+double measure_gemm_gflops(const Context& ctx, DType dtype, int64_t n, double min_seconds);
 
 // The peak against which CPU MFU is reported: the best measure_gemm_gflops over sizes 256 to
 // 2048 (smaller products can run faster from cache), taking about `seconds` in all.
-double measure_gemm_peak(double seconds = 1.0);
+double measure_gemm_peak(const Context& ctx, DType dtype, double seconds = 1.0);
 
 }  // namespace trainer

@@ -12,7 +12,7 @@ using nlohmann::json;
 namespace {
 
 DType parse_dtype(const std::string& s, const fs::path& path) {
-  for (DType t : {DType::f32, DType::bf16, DType::i32, DType::u16})
+  for (DType t : {DType::f32, DType::bf16, DType::f64, DType::i32, DType::i64, DType::u8})
     if (dtype_name(t) == s) return t;
   THROW_ERROR("{}: unsupported safetensors dtype '{}'", path.string(), s);
 }

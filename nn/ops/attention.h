@@ -1,33 +1,53 @@
-// Causal multi-head self-attention on a packed qkv tensor, computed in query tiles so that no
-// (T, T) score matrix is ever held: a tile keeps (tile, T) scores for one head at a time.
-// Letters: B rows, T row length, C channels, H heads, hs = C / H head size.
+// Causal multi-head self-attention, computed in query tiles so that no (T, T) score matrix is
+// ever held: a tile keeps (tile, Tk) scores for one head at a time. Letters: B rows, Tq
+// queries and Tk keys per row, C channels, H heads, hs = C / H head size.
 //
 // Note [Attention masks]
-// Key j is visible to query i in row b when j <= i and, where given, segments[b,j] ==
-// segments[b,i] (packed rows: no attention across documents) and j < lengths[b] (padded rows).
-// Queries at padding positions (i >= lengths[b]) produce zeros and receive no gradient.
+// Key j is visible to query i (at position q_pos + i) in row b when j <= q_pos + i and, where
+// given, segments[b,j] == segments[b,i] (packed rows: no attention across documents) and
+// j < lengths[b] (padded rows). Queries at padding positions (i >= lengths[b]) produce zeros
+// and receive no gradient. Masks apply to training batches (Tq == Tk, q_pos == 0); a KV cache
+// (q_pos > 0) is one unmasked sequence.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+
+#include "runtime/context.h"
+#include "runtime/tensor.h"
 
 namespace trainer::nn {
 
 struct AttentionMask {
-  const int32_t* segments = nullptr;  // (B, T) or null
-  const int32_t* lengths = nullptr;   // (B) or null
+  Tensor segments;  // (B, T) int32, or empty
+  Tensor lengths;   // (B) int32, or empty
 };
 
-struct AttentionShape {
-  int B, T, C, H;
-};
+// out(B,Tq,C) = softmax(q k^T / sqrt(hs) + mask) v per head. q (B,Tq,C), k and v (B,Tk,C) may
+// be strided views (of a packed qkv tensor, or of a KV cache). lse(B,H,Tq) fp32 keeps each
+// query's log-sum-exp for backward. Activations fp32 or bf16 (all the same); fp32 arithmetic.
+void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& q,
+                       const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head,
+                       int q_pos = 0);
 
-// out(B,T,C) = softmax(q k^T / sqrt(hs) + mask) v per head; lse(B,H,T) keeps each query's
-// log-sum-exp of scores for the backward pass.
-void attention_forward(float* out, float* lse, const float* qkv, const AttentionMask& mask,
-                       const AttentionShape& s);
+// dq, dk, dv (strided views allowed) are overwritten with the gradients of q, k and v, from
+// dout(B,T,C) and the forward's out and lse.
+void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& q,
+                        const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head);
 
-// dqkv(B,T,3C) is overwritten with the gradient of q, k and v.
-void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse,
-                        const float* qkv, const AttentionMask& mask, const AttentionShape& s);
+// Scratch attention_forward (or attention_backward) takes for these sizes.
+size_t attention_workspace(const Context& ctx, int64_t Tq, int64_t Tk, int64_t head_size, DType act,
+                           bool backward);
+
+namespace cpu {
+void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& q,
+                       const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head,
+                       int q_pos);
+void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& q,
+                        const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head);
+size_t attention_workspace(int64_t Tq, int64_t Tk, int64_t head_size, DType act, bool backward);
+}  // namespace cpu
 
 }  // namespace trainer::nn

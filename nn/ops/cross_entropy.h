@@ -1,22 +1,39 @@
-// Softmax cross-entropy over the vocabulary, fused with the softmax. Letters: N rows (B*T),
-// V vocab. A target of -1 marks a position that is not counted (padding, document ends).
+// Softmax cross-entropy over the vocabulary, fused with the softmax: forward keeps each row's
+// max and log-sum of exponentials, backward recomputes the probabilities from them, so the
+// probabilities are never stored. Letters: N rows, V vocab. A target of -1 marks a position
+// that is not counted (padding, document ends); targets were validated where the batch
+// entered the model.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+
+#include "runtime/context.h"
+#include "runtime/tensor.h"
 
 namespace trainer::nn {
 
-struct LossSum {
-  double sum = 0;     // summed negative log-likelihood over counted positions
-  int64_t count = 0;  // counted positions
-};
+// loss_sum(1) fp64 += the summed negative log-likelihood of the targets(N) int32 under
+// logits(N,V) (fp32 or bf16); stats(N,2) fp32 receives each counted row's max and log-sum-exp
+// offset for backward. The loss is exact for any finite logits: -log p = (max - logit) +
+// log(sum exp(x - max)), evaluated in double. Rows are summed in order (deterministic).
+void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Tensor& stats,
+                           const Tensor& logits, const Tensor& targets);
 
-// Replaces logits(N,V) by their softmax in place and returns the summed loss of the targets.
-// Throws naming the position when a target lies outside [-1, V).
-LossSum cross_entropy_forward(float* logits, const int32_t* targets, int64_t N, int V);
+// dlogits(N,V) = scale * (softmax(logits) - onehot(target)); rows with target -1 become zero.
+// dlogits may be the logits tensor itself.
+void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const Tensor& logits,
+                            const Tensor& stats, const Tensor& targets, float scale);
 
-// Turns probs(N,V) (from forward) into dlogits = scale * (probs - onehot(target)) in place;
-// rows with target -1 become zero.
-void cross_entropy_backward(float* probs, const int32_t* targets, int64_t N, int V, float scale);
+// Scratch cross_entropy_forward takes for N rows.
+size_t cross_entropy_workspace(const Context& ctx, int64_t N);
+
+namespace cpu {
+void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Tensor& stats,
+                           const Tensor& logits, const Tensor& targets);
+void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const Tensor& logits,
+                            const Tensor& stats, const Tensor& targets, float scale);
+size_t cross_entropy_workspace(int64_t N);
+}  // namespace cpu
 
 }  // namespace trainer::nn

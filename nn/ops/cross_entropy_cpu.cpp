@@ -1,50 +1,93 @@
-#include <algorithm>
 #include <cmath>
-#include <limits>
-#include <vector>
 
+#include "nn/ops/cpu_dtype.h"
 #include "nn/ops/cross_entropy.h"
 #include "nn/ops/vec_math.h"
-#include "runtime/error.h"
 #include "runtime/profile.h"
+#include "runtime/workspace.h"
 
-namespace trainer::nn {
+namespace trainer::nn::cpu {
 
-LossSum cross_entropy_forward(float* logits, const int32_t* targets, int64_t N, int V) {
-  PROFILE_SCOPE("cross_entropy_forward");
-  for (int64_t n = 0; n < N; ++n)
-    CHECK(targets[n] >= -1 && targets[n] < V,
-          "target id {} at position {} is outside the vocab [0, {})", targets[n], n, V);
-  std::vector<double> row_loss(size_t(N), 0.0);  // summed in order below: deterministic
+namespace {
+
+template <typename T>
+void forward_rows(double* row_loss, float* stats, const T* logits, const int32_t* targets,
+                  int64_t N, int64_t V) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
-    float* row = logits + n * V;
-    const float target_logit = targets[n] >= 0 ? row[targets[n]] : 0.0f;
-    const float lse = softmax_row(row, V);
-    if (targets[n] >= 0)  // -log p = log-sum-exp - logit, stable where p underflows
-      row_loss[size_t(n)] = double(lse) - double(target_logit);
+    row_loss[n] = 0.0;
+    if (targets[n] < 0) continue;
+    const T* row = logits + n * V;
+    float mx = -__builtin_inff();
+#pragma omp simd reduction(max : mx)
+    for (int64_t i = 0; i < V; ++i) mx = load(row[i]) > mx ? load(row[i]) : mx;
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < V; ++i) sum += vec_exp(load(row[i]) - mx);
+    const float log_sum = __builtin_logf(sum);
+    stats[2 * n] = mx;
+    stats[2 * n + 1] = log_sum;
+    // -log p = (max - logit) + log(sum exp(x - max)): exact in double for any finite logits.
+    row_loss[n] = (double(mx) - double(load(row[targets[n]]))) + double(log_sum);
   }
-  LossSum out;
-  for (int64_t n = 0; n < N; ++n) {
-    out.sum += row_loss[size_t(n)];
-    out.count += targets[n] >= 0;
-  }
-  return out;
 }
 
-void cross_entropy_backward(float* probs, const int32_t* targets, int64_t N, int V, float scale) {
-  PROFILE_SCOPE("cross_entropy_backward");
+template <typename T>
+void backward_rows(T* dlogits, const T* logits, const float* stats, const int32_t* targets,
+                   int64_t N, int64_t V, float scale) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
-    float* row = probs + n * V;
+    T* d = dlogits + n * V;
     if (targets[n] < 0) {
-      std::fill(row, row + V, 0.0f);
+#pragma omp simd
+      for (int64_t i = 0; i < V; ++i) store(d[i], 0.0f);
       continue;
     }
+    const T* row = logits + n * V;
+    const float mx = stats[2 * n], log_sum = stats[2 * n + 1];
+    const float target_p = vec_exp((load(row[targets[n]]) - mx) - log_sum);
 #pragma omp simd
-    for (int v = 0; v < V; ++v) row[v] *= scale;
-    row[targets[n]] -= scale;
+    for (int64_t i = 0; i < V; ++i) store(d[i], scale * vec_exp((load(row[i]) - mx) - log_sum));
+    store(d[targets[n]], scale * (target_p - 1.0f));
   }
 }
 
-}  // namespace trainer::nn
+}  // namespace
+
+void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Tensor& stats,
+                           const Tensor& logits, const Tensor& targets) {
+  PROFILE_SCOPE("cross_entropy_forward");
+  const int64_t N = logits.rows(), V = logits.cols();
+  TRAINER_ASSERT(logits.contiguous() && targets.numel() == N && stats.numel() >= 2 * N &&
+                     loss_sum.numel() == 1,
+                 "cross_entropy_forward shapes");
+  Workspace::Scope scratch(ctx.workspace);
+  double* row_loss = scratch.take<double>(N);
+  with_float(logits.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    forward_rows(row_loss, stats.as<float>(), logits.as<T>(), targets.as<int32_t>(), N, V);
+  });
+  double sum = 0;  // in row order: deterministic
+  for (int64_t n = 0; n < N; ++n) sum += row_loss[n];
+  loss_sum.as<double>()[0] += sum;
+}
+
+void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const Tensor& logits,
+                            const Tensor& stats, const Tensor& targets, float scale) {
+  PROFILE_SCOPE("cross_entropy_backward");
+  const int64_t N = logits.rows(), V = logits.cols();
+  TRAINER_ASSERT(dlogits.contiguous() && dlogits.numel() == N * V &&
+                     dlogits.dtype == logits.dtype && targets.numel() == N,
+                 "cross_entropy_backward shapes");
+  with_float(logits.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    backward_rows(dlogits.as<T>(), logits.as<T>(), stats.as<float>(), targets.as<int32_t>(), N, V,
+                  scale);
+  });
+}
+
+size_t cross_entropy_workspace(int64_t N) {
+  return Workspace::bytes_for<double>(N);
+}
+
+}  // namespace trainer::nn::cpu

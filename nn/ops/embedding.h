@@ -1,17 +1,34 @@
-// Token + position embedding. Letters: B batch rows, T row length, C channels, V vocab.
+// Token + position embedding. Letters: N tokens (B*T), C channels, V vocab, P positions.
+// Ids and positions were validated where the batch entered the model.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+
+#include "runtime/context.h"
+#include "runtime/tensor.h"
 
 namespace trainer::nn {
 
-// out(B*T, C) = wte[tokens] + wpe[positions]. Throws naming the token when an id is outside
-// [0, V) or a position outside [0, P).
-void embedding_forward(float* out, const int32_t* tokens, const int32_t* positions,
-                       const float* wte, const float* wpe, int64_t N, int C, int V, int P);
+// out(N,C) fp32 = wte[tokens] + wpe[positions]; tokens, positions (N) int32; wte (V,C) and wpe
+// (P,C) in fp32 or bf16. wpe may be empty (no learned positions).
+void embedding_forward(const Context& ctx, const Tensor& out, const Tensor& tokens,
+                       const Tensor& positions, const Tensor& wte, const Tensor& wpe);
 
-// dwte[tokens] += dout; dwpe[positions] += dout (accumulating, deterministic order).
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                        const int32_t* positions, int64_t N, int C);
+// dwte[tokens] += dout; dwpe[positions] += dout. dout (N,C) fp32; dwte, dwpe in the gradient
+// dtype (dwpe may be empty). Deterministic: rows are summed in order.
+void embedding_backward(const Context& ctx, const Tensor& dwte, const Tensor& dwpe,
+                        const Tensor& dout, const Tensor& tokens, const Tensor& positions);
+
+// Scratch embedding_backward takes for N tokens of C channels.
+size_t embedding_backward_workspace(const Context& ctx, int64_t N, int64_t C);
+
+namespace cpu {
+void embedding_forward(const Context& ctx, const Tensor& out, const Tensor& tokens,
+                       const Tensor& positions, const Tensor& wte, const Tensor& wpe);
+void embedding_backward(const Context& ctx, const Tensor& dwte, const Tensor& dwpe,
+                        const Tensor& dout, const Tensor& tokens, const Tensor& positions);
+size_t embedding_backward_workspace(int64_t N, int64_t C);
+}  // namespace cpu
 
 }  // namespace trainer::nn

@@ -1,50 +1,98 @@
 #include <omp.h>
 
+#include <algorithm>
+
+#include "nn/ops/cpu_dtype.h"
 #include "nn/ops/embedding.h"
-#include "runtime/error.h"
 #include "runtime/profile.h"
+#include "runtime/workspace.h"
 
-namespace trainer::nn {
+namespace trainer::nn::cpu {
 
-void embedding_forward(float* out, const int32_t* tokens, const int32_t* positions,
-                       const float* wte, const float* wpe, int64_t N, int C, int V, int P) {
-  PROFILE_SCOPE("embedding_forward");
-  for (int64_t n = 0; n < N; ++n) {
-    CHECK(tokens[n] >= 0 && tokens[n] < V,
-          "token id {} at position {} is outside the vocab [0, {})", tokens[n], n, V);
-    CHECK(positions[n] >= 0 && positions[n] < P, "position {} exceeds the model's max_seq_len {}",
-          positions[n], P);
-  }
+namespace {
+
+template <typename T>
+void forward_rows(float* out, const int32_t* tokens, const int32_t* positions, const T* wte,
+                  const T* wpe, int64_t N, int64_t C) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
-    const float* e = wte + int64_t(tokens[n]) * C;
-    const float* p = wpe + int64_t(positions[n]) * C;
+    const T* e = wte + int64_t(tokens[n]) * C;
     float* o = out + n * C;
+    if (wpe) {
+      const T* p = wpe + int64_t(positions[n]) * C;
 #pragma omp simd
-    for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
-  }
-}
-
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                        const int32_t* positions, int64_t N, int C) {
-  PROFILE_SCOPE("embedding_backward");
-  // Rows may repeat, so threads split the channels, not the rows: each thread owns a channel
-  // slice of every embedding row and sums in row order (deterministic).
-#pragma omp parallel
-  {
-    int nt = omp_get_num_threads(), t = omp_get_thread_num();
-    int c0 = int(int64_t(C) * t / nt), c1 = int(int64_t(C) * (t + 1) / nt);
-    for (int64_t n = 0; n < N; ++n) {
-      const float* d = dout + n * C;
-      float* e = dwte + int64_t(tokens[n]) * C;
-      float* p = dwpe + int64_t(positions[n]) * C;
+      for (int64_t c = 0; c < C; ++c) o[c] = load(e[c]) + load(p[c]);
+    } else {
 #pragma omp simd
-      for (int c = c0; c < c1; ++c) {
-        e[c] += d[c];
-        p[c] += d[c];
-      }
+      for (int64_t c = 0; c < C; ++c) o[c] = load(e[c]);
     }
   }
 }
 
-}  // namespace trainer::nn
+// table[ids[n]] += dout[n] for every n. Rows sharing an id are summed in fp32 in row order and
+// added to the table once (one rounding for a bf16 table): the rows are first ordered by
+// (id, n) in `order`. Threads own channel slices, so no two write the same element.
+template <typename G>
+void accumulate_rows(G* table, const float* dout, const int32_t* ids, int64_t N, int64_t C,
+                     int64_t* order, float* acc) {
+  for (int64_t n = 0; n < N; ++n) order[n] = (int64_t(ids[n]) << 32) | n;
+  std::sort(order, order + N);
+#pragma omp parallel
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t c0 = C * t / nt, c1 = C * (t + 1) / nt;
+    for (int64_t i = 0; i < N;) {
+      const int64_t id = order[i] >> 32;
+      for (int64_t c = c0; c < c1; ++c) acc[c] = 0.0f;
+      for (; i < N && (order[i] >> 32) == id; ++i) {
+        const float* d = dout + (order[i] & 0xffffffff) * C;
+#pragma omp simd
+        for (int64_t c = c0; c < c1; ++c) acc[c] += d[c];
+      }
+      G* row = table + id * C;
+#pragma omp simd
+      for (int64_t c = c0; c < c1; ++c) store(row[c], load(row[c]) + acc[c]);
+    }
+  }
+}
+
+}  // namespace
+
+void embedding_forward(const Context& ctx, const Tensor& out, const Tensor& tokens,
+                       const Tensor& positions, const Tensor& wte, const Tensor& wpe) {
+  PROFILE_SCOPE("embedding_forward");
+  const int64_t N = out.rows(), C = out.cols();
+  TRAINER_ASSERT(out.contiguous() && tokens.numel() == N && positions.numel() == N &&
+                     wte.cols() == C &&
+                     (wpe.empty() || (wpe.cols() == C && wpe.dtype == wte.dtype)),
+                 "embedding_forward shapes");
+  with_float(wte.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    forward_rows(out.as<float>(), tokens.as<int32_t>(), positions.as<int32_t>(), wte.as<T>(),
+                 wpe.empty() ? nullptr : wpe.as<T>(), N, C);
+  });
+}
+
+void embedding_backward(const Context& ctx, const Tensor& dwte, const Tensor& dwpe,
+                        const Tensor& dout, const Tensor& tokens, const Tensor& positions) {
+  PROFILE_SCOPE("embedding_backward");
+  const int64_t N = dout.rows(), C = dout.cols();
+  TRAINER_ASSERT(dout.contiguous() && tokens.numel() == N && positions.numel() == N &&
+                     dwte.cols() == C && (dwpe.empty() || dwpe.cols() == C),
+                 "embedding_backward shapes");
+  Workspace::Scope scratch(ctx.workspace);
+  int64_t* order = scratch.take<int64_t>(N);
+  float* acc = scratch.take<float>(C);
+  with_float(dwte.dtype, [&](auto tag) {
+    using G = decltype(tag);
+    accumulate_rows(dwte.as<G>(), dout.as<float>(), tokens.as<int32_t>(), N, C, order, acc);
+    if (!dwpe.empty())
+      accumulate_rows(dwpe.as<G>(), dout.as<float>(), positions.as<int32_t>(), N, C, order, acc);
+  });
+}
+
+size_t embedding_backward_workspace(int64_t N, int64_t C) {
+  return Workspace::bytes_for<int64_t>(N) + Workspace::bytes_for<float>(C);
+}
+
+}  // namespace trainer::nn::cpu

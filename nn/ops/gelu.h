@@ -1,12 +1,19 @@
-// GELU with GPT-2's tanh approximation. n elements.
+// GELU with GPT-2's tanh approximation, elementwise over same-shaped tensors of one dtype
+// (fp32 or bf16), computed in fp32.
 #pragma once
 
-#include <cstdint>
+#include "runtime/context.h"
+#include "runtime/tensor.h"
 
 namespace trainer::nn {
 
-void gelu_forward(float* out, const float* inp, int64_t n);
+void gelu_forward(const Context& ctx, const Tensor& out, const Tensor& inp);
 // dinp = dout * gelu'(inp) (overwritten).
-void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
+void gelu_backward(const Context& ctx, const Tensor& dinp, const Tensor& dout, const Tensor& inp);
+
+namespace cpu {
+void gelu_forward(const Context& ctx, const Tensor& out, const Tensor& inp);
+void gelu_backward(const Context& ctx, const Tensor& dinp, const Tensor& dout, const Tensor& inp);
+}  // namespace cpu
 
 }  // namespace trainer::nn

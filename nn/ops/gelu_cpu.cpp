@@ -1,41 +1,65 @@
-#include <cmath>
-
+#include "nn/ops/cpu_dtype.h"
 #include "nn/ops/gelu.h"
 #include "nn/ops/vec_math.h"
 #include "runtime/profile.h"
 
-namespace trainer::nn {
+namespace trainer::nn::cpu {
 
 namespace {
+
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kCubic = 0.044715f;
+
 // tanh through exp, which vectorises: tanh(u) = 1 - 2 / (exp(2u) + 1).
 inline float fast_tanh(float u) {
   return 1.0f - 2.0f / (vec_exp(2.0f * u) + 1.0f);
 }
+
+template <typename T>
+void forward(T* out, const T* inp, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = load(inp[i]);
+    const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
+    store(out[i], 0.5f * x * (1.0f + fast_tanh(u)));
+  }
+}
+
+template <typename T>
+void backward(T* dinp, const T* dout, const T* inp, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = load(inp[i]);
+    const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
+    const float th = fast_tanh(u);
+    const float sech2 = 1.0f - th * th;
+    const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
+    store(dinp[i], load(dout[i]) * (0.5f * (1.0f + th) + 0.5f * x * sech2 * du));
+  }
+}
+
 }  // namespace
 
-void gelu_forward(float* out, const float* inp, int64_t n) {
+void gelu_forward(const Context& ctx, const Tensor& out, const Tensor& inp) {
   PROFILE_SCOPE("gelu_forward");
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    float x = inp[i];
-    float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-    out[i] = 0.5f * x * (1.0f + fast_tanh(u));
-  }
+  TRAINER_ASSERT(
+      out.contiguous() && inp.contiguous() && out.numel() == inp.numel() && out.dtype == inp.dtype,
+      "gelu_forward shapes");
+  with_float(inp.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    forward(out.as<T>(), inp.as<T>(), inp.numel());
+  });
 }
 
-void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
+void gelu_backward(const Context& ctx, const Tensor& dinp, const Tensor& dout, const Tensor& inp) {
   PROFILE_SCOPE("gelu_backward");
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    float x = inp[i];
-    float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-    float th = fast_tanh(u);
-    float sech2 = 1.0f - th * th;
-    float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
-    dinp[i] = dout[i] * (0.5f * (1.0f + th) + 0.5f * x * sech2 * du);
-  }
+  TRAINER_ASSERT(dinp.numel() == inp.numel() && dout.numel() == inp.numel() &&
+                     dinp.dtype == inp.dtype && dout.dtype == inp.dtype,
+                 "gelu_backward shapes");
+  with_float(inp.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    backward(dinp.as<T>(), dout.as<T>(), inp.as<T>(), inp.numel());
+  });
 }
 
-}  // namespace trainer::nn
+}  // namespace trainer::nn::cpu

@@ -1,16 +1,36 @@
-// LayerNorm over the last dimension. Letters: N rows (B*T), C channels.
+// LayerNorm over the last dimension. Letters: N rows, C channels. Statistics are fp32; the
+// input is the fp32 residual stream; the output, weights and gradients may be bf16.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+
+#include "runtime/context.h"
+#include "runtime/tensor.h"
 
 namespace trainer::nn {
 
-// out(N,C) = (inp - mean) * rstd * w + b; saves mean(N) and rstd(N) for backward.
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
-                       const float* b, int64_t N, int C);
+// out(N,C) = (inp - mean) * rstd * w + b; saves mean(N) and rstd(N) (fp32) for backward.
+// inp fp32; out, w(C), b(C) fp32 or bf16.
+void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean,
+                       const Tensor& rstd, const Tensor& inp, const Tensor& w, const Tensor& b);
 
-// dinp += ..., dw += ..., db += ... (all accumulate).
-void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                        const float* w, const float* mean, const float* rstd, int64_t N, int C);
+// dinp(N,C) fp32 += ...; dw(C), db(C) (gradient dtype) += ...; dout(N,C) in out's dtype.
+// Deterministic: per-thread partial sums added in thread order.
+void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& db,
+                        const Tensor& dout, const Tensor& inp, const Tensor& w, const Tensor& mean,
+                        const Tensor& rstd);
+
+// Scratch layernorm_backward takes for C channels.
+size_t layernorm_backward_workspace(const Context& ctx, int64_t C);
+
+namespace cpu {
+void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean,
+                       const Tensor& rstd, const Tensor& inp, const Tensor& w, const Tensor& b);
+void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& db,
+                        const Tensor& dout, const Tensor& inp, const Tensor& w, const Tensor& mean,
+                        const Tensor& rstd);
+size_t layernorm_backward_workspace(int64_t C);
+}  // namespace cpu
 
 }  // namespace trainer::nn

@@ -1,59 +1,62 @@
 #include <omp.h>
 
 #include <cmath>
-#include <vector>
 
+#include "nn/ops/cpu_dtype.h"
 #include "nn/ops/layernorm.h"
 #include "runtime/profile.h"
+#include "runtime/workspace.h"
 
-namespace trainer::nn {
+namespace trainer::nn::cpu {
+
+namespace {
 
 constexpr float kLayerNormEps = 1e-5f;
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
-                       const float* b, int64_t N, int C) {
-  PROFILE_SCOPE("layernorm_forward");
+template <typename T>
+void forward_rows(T* out, float* mean, float* rstd, const float* inp, const T* w, const T* b,
+                  int64_t N, int64_t C) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;
     float s = 0;
 #pragma omp simd reduction(+ : s)
-    for (int c = 0; c < C; ++c) s += x[c];
-    float m = s / float(C);
-    float v = 0;
-#pragma omp simd reduction(+ : v)
-    for (int c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
-    float r = 1.0f / std::sqrt(v / float(C) + kLayerNormEps);
-    float* o = out + n * C;
+    for (int64_t c = 0; c < C; ++c) s += x[c];
+    const float m = s / float(C);
+    float var = 0;
+#pragma omp simd reduction(+ : var)
+    for (int64_t c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
+    const float r = 1.0f / std::sqrt(var / float(C) + kLayerNormEps);
+    T* o = out + n * C;
 #pragma omp simd
-    for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * r * w[c] + b[c];
+    for (int64_t c = 0; c < C; ++c) store(o[c], (x[c] - m) * r * load(w[c]) + load(b[c]));
     mean[n] = m;
     rstd[n] = r;
   }
 }
 
-void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                        const float* w, const float* mean, const float* rstd, int64_t N, int C) {
-  PROFILE_SCOPE("layernorm_backward");
-  // Each thread sums its rows' dw/db into a private row; the partial rows are then added in
-  // thread order, so the result does not depend on scheduling.
-  int threads = omp_get_max_threads();
-  std::vector<float> partial(size_t(threads) * 2 * C, 0.0f);
+// Each thread sums its rows' dw/db into a private fp32 row of `partial`; the partial rows are
+// then added in thread order, so the result does not depend on scheduling.
+template <typename T, typename G>
+void backward_rows(float* dinp, G* dw, G* db, const T* dout, const float* inp, const T* w,
+                   const float* mean, const float* rstd, int64_t N, int64_t C, float* partial,
+                   int threads) {
 #pragma omp parallel num_threads(threads)
   {
-    int t = omp_get_thread_num();
-    float* pdw = partial.data() + size_t(t) * 2 * C;
+    const int t = omp_get_thread_num();
+    float* pdw = partial + int64_t(t) * 2 * C;
     float* pdb = pdw + C;
-    int64_t n0 = N * t / threads, n1 = N * (t + 1) / threads;
+    for (int64_t c = 0; c < 2 * C; ++c) pdw[c] = 0.0f;
+    const int64_t n0 = N * t / threads, n1 = N * (t + 1) / threads;
     for (int64_t n = n0; n < n1; ++n) {
       const float* x = inp + n * C;
-      const float* d = dout + n * C;
-      float m = mean[n], r = rstd[n];
+      const T* d = dout + n * C;
+      const float m = mean[n], r = rstd[n];
       float dnorm_mean = 0, dnorm_norm_mean = 0;
 #pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
-      for (int c = 0; c < C; ++c) {
-        float xhat = (x[c] - m) * r;
-        float dn = w[c] * d[c];
+      for (int64_t c = 0; c < C; ++c) {
+        const float xhat = (x[c] - m) * r;
+        const float dn = load(w[c]) * load(d[c]);
         dnorm_mean += dn;
         dnorm_norm_mean += dn * xhat;
       }
@@ -61,21 +64,64 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
       dnorm_norm_mean /= float(C);
       float* di = dinp + n * C;
 #pragma omp simd
-      for (int c = 0; c < C; ++c) {
-        float xhat = (x[c] - m) * r;
-        pdb[c] += d[c];
-        pdw[c] += xhat * d[c];
-        di[c] += (w[c] * d[c] - dnorm_mean - xhat * dnorm_norm_mean) * r;
+      for (int64_t c = 0; c < C; ++c) {
+        const float xhat = (x[c] - m) * r;
+        const float dc = load(d[c]);
+        pdb[c] += dc;
+        pdw[c] += xhat * dc;
+        di[c] += (load(w[c]) * dc - dnorm_mean - xhat * dnorm_norm_mean) * r;
       }
     }
   }
-  for (int t = 0; t < threads; ++t) {
-    const float* pdw = partial.data() + size_t(t) * 2 * C;
-    for (int c = 0; c < C; ++c) {
-      dw[c] += pdw[c];
-      db[c] += pdw[C + c];
+  for (int64_t c = 0; c < C; ++c) {
+    float w_acc = load(dw[c]), b_acc = load(db[c]);
+    for (int t = 0; t < threads; ++t) {
+      w_acc += partial[int64_t(t) * 2 * C + c];
+      b_acc += partial[int64_t(t) * 2 * C + C + c];
     }
+    store(dw[c], w_acc);
+    store(db[c], b_acc);
   }
 }
 
-}  // namespace trainer::nn
+}  // namespace
+
+void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean,
+                       const Tensor& rstd, const Tensor& inp, const Tensor& w, const Tensor& b) {
+  PROFILE_SCOPE("layernorm_forward");
+  const int64_t N = inp.rows(), C = inp.cols();
+  TRAINER_ASSERT(inp.contiguous() && out.contiguous() && out.numel() == N * C &&
+                     mean.numel() == N && rstd.numel() == N && w.numel() == C && b.numel() == C &&
+                     w.dtype == out.dtype && b.dtype == out.dtype,
+                 "layernorm_forward shapes");
+  with_float(out.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    forward_rows(out.as<T>(), mean.as<float>(), rstd.as<float>(), inp.as<float>(), w.as<T>(),
+                 b.as<T>(), N, C);
+  });
+}
+
+void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& db,
+                        const Tensor& dout, const Tensor& inp, const Tensor& w, const Tensor& mean,
+                        const Tensor& rstd) {
+  PROFILE_SCOPE("layernorm_backward");
+  const int64_t N = inp.rows(), C = inp.cols();
+  TRAINER_ASSERT(dinp.numel() == N * C && dout.numel() == N * C && dw.numel() == C &&
+                     db.numel() == C && dw.dtype == db.dtype && w.dtype == dout.dtype,
+                 "layernorm_backward shapes");
+  const int threads = omp_get_max_threads();
+  Workspace::Scope scratch(ctx.workspace);
+  float* partial = scratch.take<float>(int64_t(threads) * 2 * C);
+  with_floats(dout.dtype, dw.dtype, [&](auto ttag, auto gtag) {
+    using T = decltype(ttag);
+    using G = decltype(gtag);
+    backward_rows(dinp.as<float>(), dw.as<G>(), db.as<G>(), dout.as<T>(), inp.as<float>(),
+                  w.as<T>(), mean.as<float>(), rstd.as<float>(), N, C, partial, threads);
+  });
+}
+
+size_t layernorm_backward_workspace(int64_t C) {
+  return Workspace::bytes_for<float>(int64_t(omp_get_max_threads()) * 2 * C);
+}
+
+}  // namespace trainer::nn::cpu

@@ -1,21 +1,34 @@
 // Fully connected layer in Hugging Face GPT-2's Conv1D orientation: the weight is stored
-// (in, out). Letters: N rows (B*T), I inputs, O outputs.
+// (in, out). Letters: N rows, I inputs, O outputs. Activations and weights share one dtype
+// (fp32 or bf16); weight gradients have the gradient dtype; accumulation is fp32.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+
+#include "runtime/context.h"
+#include "runtime/tensor.h"
 
 namespace trainer::nn {
 
-// out(N,O) = inp(N,I) @ w(I,O) + bias(O); bias may be null.
-void linear_forward(float* out, const float* inp, const float* w, const float* bias, int64_t N,
-                    int I, int O);
+// out(N,O) = inp(N,I) @ w(I,O) + bias(O); bias may be empty.
+void linear_forward(const Context& ctx, const Tensor& out, const Tensor& inp, const Tensor& w,
+                    const Tensor& bias);
 
-// dinp(N,I) = dout @ w^T (overwritten; skipped when dinp is null);
-// dw(I,O) += inp^T @ dout and dbias(O) += sum of dout rows (accumulated; dbias may be null).
-void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
-                     const float* w, int64_t N, int I, int O);
+// dinp(N,I) = dout @ w^T (overwritten; skipped when dinp is empty); dw(I,O) += inp^T @ dout;
+// dbias(O) += the column sums of dout (skipped when empty; deterministic).
+void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dbias,
+                     const Tensor& dout, const Tensor& inp, const Tensor& w);
 
-// Column sums: out(O) += sum over rows of x(N,O), deterministic.
-void add_column_sums(float* out, const float* x, int64_t N, int O);
+// Scratch linear_forward and linear_backward take for these sizes and dtypes.
+size_t linear_workspace(const Context& ctx, int64_t N, int64_t I, int64_t O, DType act);
+
+namespace cpu {
+void linear_forward(const Context& ctx, const Tensor& out, const Tensor& inp, const Tensor& w,
+                    const Tensor& bias);
+void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dbias,
+                     const Tensor& dout, const Tensor& inp, const Tensor& w);
+size_t linear_workspace(const Context& ctx, int64_t N, int64_t I, int64_t O, DType act);
+}  // namespace cpu
 
 }  // namespace trainer::nn

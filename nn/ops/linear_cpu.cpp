@@ -1,48 +1,64 @@
 #include <omp.h>
 
-#include <vector>
-
+#include "nn/ops/cpu_dtype.h"
 #include "nn/ops/linear.h"
 #include "runtime/gemm.h"
 #include "runtime/profile.h"
+#include "runtime/workspace.h"
 
-namespace trainer::nn {
+namespace trainer::nn::cpu {
 
-void linear_forward(float* out, const float* inp, const float* w, const float* bias, int64_t N,
-                    int I, int O) {
-  PROFILE_SCOPE("linear_forward");
-  if (bias) {
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; ++n) {
-      float* o = out + n * O;
-#pragma omp simd
-      for (int j = 0; j < O; ++j) o[j] = bias[j];
-    }
-  }
-  gemm(false, false, N, O, I, 1.0f, inp, I, w, O, bias ? 1.0f : 0.0f, out, O);
-}
+namespace {
 
-void add_column_sums(float* out, const float* x, int64_t N, int O) {
-  int threads = omp_get_max_threads();
-  // Threads own column slices: no partial buffers, rows summed in order.
-#pragma omp parallel num_threads(threads)
+// out(O) += the column sums of x(N,O), accumulated in fp32 in row order (threads own column
+// slices) and added to out once.
+template <typename T, typename G>
+void add_column_sums(G* out, const T* x, int64_t N, int64_t O, float* acc) {
+#pragma omp parallel
   {
-    int t = omp_get_thread_num();
-    int j0 = int(int64_t(O) * t / threads), j1 = int(int64_t(O) * (t + 1) / threads);
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t j0 = O * t / nt, j1 = O * (t + 1) / nt;
+    for (int64_t j = j0; j < j1; ++j) acc[j] = load(out[j]);
     for (int64_t n = 0; n < N; ++n) {
-      const float* row = x + n * O;
+      const T* row = x + n * O;
 #pragma omp simd
-      for (int j = j0; j < j1; ++j) out[j] += row[j];
+      for (int64_t j = j0; j < j1; ++j) acc[j] += load(row[j]);
     }
+    for (int64_t j = j0; j < j1; ++j) store(out[j], acc[j]);
   }
 }
 
-void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
-                     const float* w, int64_t N, int I, int O) {
-  PROFILE_SCOPE("linear_backward");
-  if (dinp) gemm(false, true, N, I, O, 1.0f, dout, O, w, O, 0.0f, dinp, I);
-  gemm(true, false, I, O, N, 1.0f, inp, I, dout, O, 1.0f, dw, O);
-  if (dbias) add_column_sums(dbias, dout, N, O);
+}  // namespace
+
+void linear_forward(const Context& ctx, const Tensor& out, const Tensor& inp, const Tensor& w,
+                    const Tensor& bias) {
+  PROFILE_SCOPE("linear_forward");
+  matmul(ctx, out, inp, false, w, false, 1.0f, 0.0f, bias.empty() ? nullptr : &bias);
 }
 
-}  // namespace trainer::nn
+void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dbias,
+                     const Tensor& dout, const Tensor& inp, const Tensor& w) {
+  PROFILE_SCOPE("linear_backward");
+  if (!dinp.empty()) matmul(ctx, dinp, dout, false, w, true);
+  matmul(ctx, dw, inp, true, dout, false, 1.0f, 1.0f);
+  if (dbias.empty()) return;
+  TRAINER_ASSERT(dout.contiguous() && dbias.numel() == dout.cols(), "linear_backward bias");
+  Workspace::Scope scratch(ctx.workspace);
+  float* acc = scratch.take<float>(dout.cols());
+  with_floats(dout.dtype, dbias.dtype, [&](auto ttag, auto gtag) {
+    using T = decltype(ttag);
+    using G = decltype(gtag);
+    add_column_sums(dbias.as<G>(), dout.as<T>(), dout.rows(), dout.cols(), acc);
+  });
+}
+
+size_t linear_workspace(const Context& ctx, int64_t N, int64_t I, int64_t O, DType act) {
+  size_t gemm = 0;
+  for (size_t b : {matmul_workspace_bytes(ctx, N, O, I, act),   // forward
+                   matmul_workspace_bytes(ctx, N, I, O, act),   // dinp
+                   matmul_workspace_bytes(ctx, I, O, N, act)})  // dw
+    gemm = std::max(gemm, b);
+  return std::max(gemm, Workspace::bytes_for<float>(O));
+}
+
+}  // namespace trainer::nn::cpu

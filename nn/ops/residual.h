@@ -1,11 +1,17 @@
-// Residual connection: out = a + b, n elements. Its backward is the identity on both inputs,
-// so the model passes the residual stream's gradient straight to each branch (no op needed).
+// Residual connection: out = a + b over n elements, where a and out are the fp32 residual
+// stream and b a branch's output (fp32 or bf16). Its backward is the identity on both inputs,
+// so the model hands the residual stream's gradient to each branch (no op needed).
 #pragma once
 
-#include <cstdint>
+#include "runtime/context.h"
+#include "runtime/tensor.h"
 
 namespace trainer::nn {
 
-void residual_forward(float* out, const float* a, const float* b, int64_t n);
+void residual_forward(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b);
+
+namespace cpu {
+void residual_forward(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b);
+}  // namespace cpu
 
 }  // namespace trainer::nn

@@ -1,12 +1,22 @@
+#include "nn/ops/cpu_dtype.h"
 #include "nn/ops/residual.h"
 #include "runtime/profile.h"
 
-namespace trainer::nn {
+namespace trainer::nn::cpu {
 
-void residual_forward(float* out, const float* a, const float* b, int64_t n) {
+void residual_forward(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b) {
   PROFILE_SCOPE("residual_forward");
+  TRAINER_ASSERT(out.numel() == a.numel() && b.numel() == a.numel() && b.contiguous(),
+                 "residual_forward shapes");
+  float* o = out.as<float>();
+  const float* x = a.as<float>();
+  const int64_t n = a.numel();
+  with_float(b.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* y = b.as<T>();
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+    for (int64_t i = 0; i < n; ++i) o[i] = x[i] + load(y[i]);
+  });
 }
 
-}  // namespace trainer::nn
+}  // namespace trainer::nn::cpu

@@ -3,11 +3,11 @@
 # default GPT (L=6, C=384, H=6, V=8192, B=8 per rank, T=256) on synthetic tokens, printing the
 # throughput ratio (target >= 1.8x) and the fraction of all-reduce time hidden behind backward
 # (target >= 80%, with 4+ buckets). Figures are per-step means after warm-up.
-#   DDP_BENCH=build/dist/trainer_ddp_bench scripts/bench/ddp.sh [bench options...]
+#   DDP_BENCH=build/app/trainer_ddp_bench scripts/bench/ddp.sh [bench options...]
 # Options go to both runs, e.g. --steps 6 --bucket-mb 10 --layers 2; DDP_BIND=core pins ranks.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-BENCH="${DDP_BENCH:-$ROOT/build/dist/trainer_ddp_bench}"
+BENCH="${DDP_BENCH:-$ROOT/build/app/trainer_ddp_bench}"
 [[ -x "$BENCH" ]] || { echo "bench/ddp: no trainer_ddp_bench at $BENCH (set \$DDP_BENCH)" >&2; exit 1; }
 MPIRUN=(mpirun --oversubscribe -x OMP_NUM_THREADS=1)
 [[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)

@@ -87,12 +87,17 @@ TEST(Config, ResolvedYamlRoundTrips) {
 
 TEST(Config, SchedulesAndPatterns) {
   Config c;
-  c.apply_override("train.grad_accum_schedule=['0:1', '10:2', '20:4']");
-  EXPECT_EQ(scheduled_value(c, "train.grad_accum_schedule", 5, 9), 1);
-  EXPECT_EQ(scheduled_value(c, "train.grad_accum_schedule", 10, 9), 2);
-  EXPECT_EQ(scheduled_value(c, "train.grad_accum_schedule", 99, 9), 4);
+  c.apply_override("train.grad_accum_schedule=['10:2', '20:4']");
+  const StepSchedule s = parse_schedule(c, "train.grad_accum_schedule");
+  EXPECT_EQ(s.at(5, 9), 9);
+  EXPECT_EQ(s.at(10, 9), 2);
+  EXPECT_EQ(s.at(99, 9), 4);
   c.apply_override("train.seq_len_schedule=['5-64']");
-  EXPECT_THROW(scheduled_value(c, "train.seq_len_schedule", 0, 1), UsageError);
+  EXPECT_THROW(parse_schedule(c, "train.seq_len_schedule"), UsageError);
+  c.apply_override("train.seq_len_schedule=['5:64', '3:32']");  // steps must increase
+  EXPECT_THROW(parse_schedule(c, "train.seq_len_schedule"), UsageError);
+  c.apply_override("train.seq_len_schedule=['5:9999']");  // beyond data.seq_len: an error
+  EXPECT_THROW(resolve_run(c), UsageError);
   EXPECT_TRUE(matches_any("h.3.attn.c_attn.weight", {"h.*.attn.*"}));
   EXPECT_TRUE(matches_any("wpe.weight", {"x", "wpe.weight"}));
   EXPECT_FALSE(matches_any("h.3.mlp.c_fc.weight", {"h.*.attn.*"}));

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -13,12 +14,14 @@
 #include <thread>
 
 #include "app/checkpoint.h"
+#include "app/commands.h"
 #include "app/run_setup.h"
 #include "app/saved_model.h"
 #include "app/train_loop.h"
 #include "app_test_util.h"
 #include "runtime/error.h"
 #include "runtime/file_io.h"
+#include "runtime/safetensors.h"
 
 namespace trainer::app {
 
@@ -64,14 +67,24 @@ std::string error_of(const std::function<void()>& f) {
 
 }  // namespace
 
+// Param: the data mode, optionally followed by "+bf16" (mixed precision, bf16 gradients) and
+// "+full" (full activation checkpointing).
 class ExactResume : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ExactResume, StoppingAndResumingGivesBitIdenticalParametersAndMetrics) {
-  TempDir dir("resume_" + GetParam());
+  const std::string param = GetParam();
+  const std::string mode = param.substr(0, param.find('+'));
+  TempDir dir("resume_" + mode);
   testing::write_corpus(dir.path / "data");
   Config straight = tiny_config(dir.path / "data", dir.path / "runs", "straight");
-  straight.set("data.mode", GetParam());
+  straight.set("data.mode", mode);
   straight.apply_override("train.grad_accum=2");
+  if (param.find("+bf16") != std::string::npos) {
+    straight.apply_override("model.precision=bf16");
+    straight.apply_override("dist.grad_dtype=bf16");
+  }
+  if (param.find("+full") != std::string::npos)
+    straight.apply_override("model.activation_checkpointing=full");
   ASSERT_EQ(run_training(straight), 0);
 
   // The second run starts from the straight run's step-5 checkpoint, as if stopped there.
@@ -90,7 +103,14 @@ TEST_P(ExactResume, StoppingAndResumingGivesBitIdenticalParametersAndMetrics) {
   EXPECT_LT(ma.back().value("val_loss", 99.0), 4.0);  // it learns (ln 64 = 4.16)
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, ExactResume, ::testing::Values("stream", "pack", "bucket"));
+INSTANTIATE_TEST_SUITE_P(Modes, ExactResume,
+                         ::testing::Values("stream", "pack", "bucket", "stream+bf16+full",
+                                           "pack+full"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '+', '_');
+                           return n;
+                         });
 
 TEST(Checkpoint, CorruptedOrTruncatedFileIsNamed) {
   TempDir dir("corrupt");
@@ -183,10 +203,9 @@ TEST(Training, NonFiniteLossStopsWithADiagnosticOrIsSkipped) {
   Config c = train_tiny(dir, {"train.steps=2"});
   {  // poison one weight of the checkpoint, rewritten with a valid manifest
     SavedModel saved = open_saved_model(dir.path / "runs/r");
-    saved.model->params()[saved.model->layout().find("ln_f.weight")->offset] = NAN;
     nn::AdamW opt(saved.model->layout(), {}, 0, saved.model->layout().total());
     load_checkpoint(saved.checkpoint, *saved.model, &opt);
-    saved.model->params()[saved.model->layout().find("ln_f.weight")->offset] = NAN;
+    saved.model->params().as<float>()[saved.model->layout().find("ln_f.weight")->offset] = NAN;
     save_checkpoint(dir.path / "runs/r", *saved.model, opt, saved.checkpoint.state,
                     saved.checkpoint.config_yaml, {});
   }
@@ -200,14 +219,43 @@ TEST(Training, NonFiniteLossStopsWithADiagnosticOrIsSkipped) {
   EXPECT_TRUE(m.front()["skipped"].get<bool>());
 }
 
+TEST(Export, Bf16WritesTheMastersRounded) {
+  TempDir dir("export");
+  train_tiny(dir, {"train.steps=2"});
+  const fs::path out = dir.path / "exported";
+  ASSERT_EQ(
+      cmd_export({"--checkpoint", (dir.path / "runs/r").string(), "--out", out.string(), "--dtype",
+                  "bf16", "--tokenizer", (dir.path / "runs/r/config.yaml").string()}),
+      0);
+  SafetensorsFile exported(out / "model.safetensors");
+  SafetensorsFile masters(dir.path / "runs/r/checkpoints/step-2/model.safetensors");
+  ASSERT_EQ(exported.tensors().size(), masters.tensors().size());
+  for (const TensorEntry& m : masters.tensors()) {
+    const TensorEntry& e = exported.get(m.name);
+    ASSERT_EQ(e.dtype, DType::bf16) << m.name;
+    ASSERT_EQ(e.shape, m.shape) << m.name;
+    const float* w = static_cast<const float*>(m.data);
+    const bf16* h = static_cast<const bf16*>(e.data);
+    for (int64_t i = 0; i < m.numel(); ++i) ASSERT_EQ(h[i].bits, to_bf16(w[i]).bits) << m.name;
+  }
+  const auto cfg = nlohmann::json::parse(read_file(out / "config.json"));
+  EXPECT_EQ(cfg["torch_dtype"], "bfloat16");
+  EXPECT_THROW(cmd_export({"--checkpoint", (dir.path / "runs/r").string(), "--out",
+                           (dir.path / "x").string(), "--dtype", "fp16"}),
+               UsageError);
+}
+
 TEST(Training, FrozenParametersDoNotChange) {
   TempDir dir("freeze");
   Config c = train_tiny(dir, {"train.steps=3", "train.freeze=[wpe.weight, 'h.0.*']"});
   SavedModel saved = open_saved_model(dir.path / "runs/r");
-  nn::GPT init(saved.model->config(), 1, 8);
+  nn::ExecConfig exec;
+  exec.max_seq_len = 8;
+  nn::Transformer init(saved.model->config(), exec);
   init.init_weights(uint64_t(c.integer("run.seed")));
   for (const nn::ParamInfo& p : init.layout().params()) {
-    bool same = std::memcmp(init.params() + p.offset, saved.model->params() + p.offset,
+    bool same = std::memcmp(init.params().as<float>() + p.offset,
+                            saved.model->params().as<float>() + p.offset,
                             size_t(p.numel) * sizeof(float)) == 0;
     bool frozen = p.name == "wpe.weight" || p.name.starts_with("h.0.");
     EXPECT_EQ(same, frozen) << p.name;

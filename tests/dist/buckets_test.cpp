@@ -33,7 +33,7 @@ TEST(Buckets, SkipFrozenRangesEvenWhenTheyOverlap) {
 }
 
 TEST(Buckets, ModelBucketsCoverEveryParameterOnce) {
-  nn::GPT model(testing::small_config(), 1, 16);
+  nn::Transformer model(testing::small_config(), testing::exec_for(1, 16));
   auto comm = make_single_process_communicator();
   DDP ddp(*comm, model, {.bucket_mb = 0.01, .frozen = {}});
   const auto& b = ddp.buckets();
@@ -44,7 +44,7 @@ TEST(Buckets, ModelBucketsCoverEveryParameterOnce) {
 }
 
 TEST(Ddp, SingleProcessLeavesGradientsAlone) {
-  nn::GPT model(testing::small_config(), 2, 16);
+  nn::Transformer model(testing::small_config(), testing::exec_for(2, 16));
   model.init_weights(1);
   auto comm = make_single_process_communicator();
   DDP ddp(*comm, model, {.bucket_mb = 0.01, .frozen = {}});
@@ -52,9 +52,9 @@ TEST(Ddp, SingleProcessLeavesGradientsAlone) {
   model.zero_grads();
   model.forward(rows.view());
   model.backward(1.0f);
-  std::vector<float> before(model.grads(), model.grads() + model.layout().total());
+  const std::vector<float> before = testing::host_grads(model);
   ddp.finish();
-  EXPECT_EQ(0, std::memcmp(before.data(), model.grads(), before.size() * 4));
+  EXPECT_EQ(before, testing::host_grads(model));
   EXPECT_EQ(ddp.last_comm_seconds(), 0);
 }
 

@@ -6,7 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "nn/gpt.h"
+#include "nn/transformer.h"
+#include "runtime/memory.h"
 
 namespace trainer::dist::testing {
 
@@ -18,6 +19,25 @@ inline nn::ModelConfig small_config() {
   c.n_head = 2;
   c.n_embd = 32;
   return c;
+}
+
+// Sizes a model for up to rows x T tokens.
+inline nn::ExecConfig exec_for(int rows, int T, nn::Recompute recompute = nn::Recompute::none,
+                               DType compute = DType::f32, DType grad = DType::f32) {
+  nn::ExecConfig e;
+  e.max_rows = rows;
+  e.max_seq_len = T;
+  e.recompute = recompute;
+  e.compute = compute;
+  e.grad = grad;
+  return e;
+}
+
+inline std::vector<float> host_params(nn::Model& m) {
+  return read_as_f32(m.context(), m.params());
+}
+inline std::vector<float> host_grads(nn::Model& m) {
+  return read_as_f32(m.context(), m.grads());
 }
 
 struct Rows {

@@ -23,12 +23,12 @@ void run(const std::string& mode) {
   log::configure(launch.rank, launch.world_size);
   std::unique_ptr<Communicator> comm = make_communicator(launch, {.timeout_s = kTimeoutS});
   const int R = comm->rank(), T = 16, B = 2;
-  nn::GPT model(testing::small_config(), B, T);
+  nn::Transformer model(testing::small_config(), testing::exec_for(B, T));
   model.init_weights(1);
   const bool odd = R == 1;
   check_consistency(*comm, mode == "mismatch" && odd ? "lr: 0.2" : "lr: 0.1",
                     model.layout().digest(), 1234);
-  broadcast_parameters(*comm, model.params(), model.layout().total());
+  broadcast_parameters(*comm, model.params());
   DDP ddp(*comm, model, {.bucket_mb = 0.02, .frozen = {}});
   for (int step = 0; step < 50; ++step) {
     if (odd && step == 3) {

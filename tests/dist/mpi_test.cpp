@@ -38,12 +38,11 @@ constexpr float kMaxNorm = 1.0f;
 // shared by a row's scores), so in fp32 it is rounding noise, which AdamW normalises into
 // updates of +-lr whose sign depends on summation order. Those elements are compared with an
 // absolute bound of the updates they could take; every other element within 1e-5 relative.
-double params_diff(const nn::GPT& a, const nn::GPT& b) {
-  std::vector<float> x(a.params(), a.params() + a.layout().total());
-  std::vector<float> y(b.params(), b.params() + b.layout().total());
+double params_diff(nn::Transformer& a, nn::Transformer& b) {
+  std::vector<float> x = testing::host_params(a), y = testing::host_params(b);
   const int C = a.config().n_embd;
   for (int l = 0; l < a.config().n_layer; ++l) {
-    const int64_t kb = a.layout().block(l).qkv_b + C;
+    const int64_t kb = a.layout().get(a.layout().block_unit(l), nn::Role::qkv_b).offset + C;
     for (int64_t k = kb; k < kb + C; ++k) {
       EXPECT_LE(std::fabs(x[size_t(k)] - y[size_t(k)]), 2 * 20 * kLr) << "key bias " << k;
       x[size_t(k)] = y[size_t(k)];
@@ -53,14 +52,14 @@ double params_diff(const nn::GPT& a, const nn::GPT& b) {
 }
 
 // Clipping by the global norm and one AdamW step, as the training loop does it.
-void optimizer_step(nn::GPT& model, nn::AdamW& opt) {
-  const int64_t n = model.layout().total();
-  const float scale = nn::clip_scale(std::sqrt(nn::sum_squares(model.grads(), n)), kMaxNorm);
-  opt.step(model.params(), model.grads(), kLr, scale);
+void optimizer_step(nn::Model& model, nn::AdamW& opt) {
+  const nn::StepScalars s = model.read_step_scalars(0, model.layout().total());
+  const float scale = nn::clip_scale(std::sqrt(s.grad_norm_sq), kMaxNorm);
+  opt.step(model.context(), model.params(), model.grads(), model.working_copy(), kLr, scale);
 }
 
 // The single-process reference: one step on the union of `parts`.
-void reference_step(nn::GPT& ref, nn::AdamW& opt, const std::vector<Rows>& parts) {
+void reference_step(nn::Model& ref, nn::AdamW& opt, const std::vector<Rows>& parts) {
   Rows all = concat(parts);
   ref.zero_grads();
   ref.forward(all.view());
@@ -98,11 +97,22 @@ TEST(Collectives, SumGatherScatterBroadcast) {
   c.barrier();
 }
 
+TEST(Collectives, Bf16SumsAddInFp32AndRoundOnce) {
+  Communicator& c = *g_comm;
+  const int N = c.size();
+  // Small integers and halves are exact in bf16, so the sums must be too.
+  std::vector<bf16> x = {to_bf16(float(c.rank() + 1)), to_bf16(3.0f), to_bf16(-1.5f)};
+  c.all_reduce_async(x.data(), 3, DType::bf16).wait();
+  EXPECT_EQ(to_float(x[0]), float(N * (N + 1) / 2));
+  EXPECT_EQ(to_float(x[1]), 3.0f * float(N));
+  EXPECT_EQ(to_float(x[2]), -1.5f * float(N));
+}
+
 TEST(Collectives, ManyAsyncInFlightCompleteInOrder) {
   Communicator& c = *g_comm;
   std::vector<std::vector<float>> bufs(8, std::vector<float>(1000, 1.0f));
   std::vector<Work> works;
-  for (auto& b : bufs) works.push_back(c.all_reduce_async(b.data(), 1000, DataType::f32));
+  for (auto& b : bufs) works.push_back(c.all_reduce_async(b.data(), 1000, DType::f32));
   for (int k = 7; k >= 0; --k) works[size_t(k)].wait();
   for (auto& b : bufs) EXPECT_EQ(b[999], float(c.size()));
 }
@@ -112,12 +122,13 @@ TEST(Collectives, ManyAsyncInFlightCompleteInOrder) {
 TEST(Ddp, MatchesOneProcessOnTheWholeBatch) {
   Communicator& c = *g_comm;
   const int N = c.size(), R = c.rank(), B = 2, kMicro = 2, kSteps = 20;
-  nn::GPT model(testing::small_config(), B, T), ref(testing::small_config(), N * B * kMicro, T);
+  nn::Transformer model(testing::small_config(), testing::exec_for(B, T));
+  nn::Transformer ref(testing::small_config(), testing::exec_for(N * B * kMicro, T));
   model.init_weights(7);
   ref.init_weights(7);
   const int64_t total = model.layout().total();
-  if (R != 0) model.params()[5] += 1.0f;  // the broadcast must repair this
-  broadcast_parameters(c, model.params(), total);
+  if (R != 0) model.params().as<float>()[5] += 1.0f;  // the broadcast must repair this
+  broadcast_parameters(c, model.params());
   DDP ddp(c, model, {.bucket_mb = 0.02, .frozen = {}});  // ~6 buckets on this model
   ASSERT_GE(ddp.buckets().size(), 4u);
   nn::AdamW opt(model.layout(), {}, 0, total), ref_opt(ref.layout(), {}, 0, total);
@@ -141,14 +152,64 @@ TEST(Ddp, MatchesOneProcessOnTheWholeBatch) {
   const double diff = params_diff(model, ref);
   EXPECT_LT(diff, 1e-5) << "rank " << R;
   // Every rank holds the same parameters, bit for bit.
-  std::vector<float> p0(model.params(), model.params() + total);
+  std::vector<float> p0 = testing::host_params(model);
   c.broadcast(p0.data(), total * 4, 0);
-  EXPECT_EQ(0, std::memcmp(p0.data(), model.params(), size_t(total) * 4));
+  EXPECT_EQ(p0, testing::host_params(model));
+}
+
+// Activation checkpointing under DDP: the summed gradients are bit for bit those of keeping
+// every activation, with buckets started at the same points.
+TEST(Ddp, CheckpointingGivesBitIdenticalGradients) {
+  Communicator& c = *g_comm;
+  const int B = 2;
+  std::vector<std::vector<float>> grads;
+  for (nn::Recompute r : {nn::Recompute::none, nn::Recompute::selective, nn::Recompute::full}) {
+    nn::Transformer model(testing::small_config(), testing::exec_for(B, T, r));
+    model.init_weights(13);
+    DDP ddp(c, model, {.bucket_mb = 0.02, .frozen = {}});
+    Rows mine = make_rows(4, c.rank() * B, B, T);
+    const StepCounts counts = exchange_counts(c, true, mine.loss_tokens());
+    model.zero_grads();
+    model.forward(mine.view());
+    model.backward(1.0f / float(counts.global_tokens));
+    ddp.finish();
+    EXPECT_EQ(ddp.last_overlapped_buckets(), c.size() > 1 ? int(ddp.buckets().size()) : 0);
+    grads.push_back(testing::host_grads(model));
+  }
+  EXPECT_TRUE(grads[1] == grads[0]) << "selective differs";
+  EXPECT_TRUE(grads[2] == grads[0]) << "full differs";
+}
+
+// bf16 gradients, summed over ranks in bf16: one process on the whole batch (bf16 compute,
+// fp32 gradients) within bf16's rounding.
+TEST(Ddp, Bf16GradientsMatchOneProcessWithinBf16Rounding) {
+  Communicator& c = *g_comm;
+  const int N = c.size(), B = 2;
+  nn::Transformer model(testing::small_config(),
+                        testing::exec_for(B, T, nn::Recompute::none, DType::bf16, DType::bf16));
+  nn::Transformer ref(testing::small_config(),
+                      testing::exec_for(N * B, T, nn::Recompute::none, DType::bf16));
+  model.init_weights(5);
+  ref.init_weights(5);
+  DDP ddp(c, model, {.bucket_mb = 0.02, .frozen = {}});
+  std::vector<Rows> everyone;
+  for (int r = 0; r < N; ++r) everyone.push_back(make_rows(8, r * B, B, T));
+  const Rows all = concat(everyone);
+  const StepCounts counts = exchange_counts(c, true, everyone[size_t(c.rank())].loss_tokens());
+  model.zero_grads();
+  model.forward(everyone[size_t(c.rank())].view());
+  model.backward(1.0f / float(counts.global_tokens));
+  ddp.finish();
+  ref.zero_grads();
+  ref.forward(all.view());
+  ref.backward(1.0f / float(all.loss_tokens()));
+  const std::vector<float> got = testing::host_grads(model), want = testing::host_grads(ref);
+  EXPECT_LT(testing::norm_relative_diff(got.data(), want.data(), int64_t(got.size())), 2e-2);
 }
 
 TEST(Ddp, FrozenRangesAreNotCommunicated) {
   Communicator& c = *g_comm;
-  nn::GPT model(testing::small_config(), 2, T);
+  nn::Transformer model(testing::small_config(), testing::exec_for(2, T));
   model.init_weights(3);
   const nn::ParamInfo* wpe = model.layout().find("wpe.weight");
   ASSERT_NE(wpe, nullptr);
@@ -161,13 +222,14 @@ TEST(Ddp, FrozenRangesAreNotCommunicated) {
   model.backward(1.0f);
   ddp.set_sync(true);
   const int64_t total = model.layout().total();
-  std::vector<float> local(model.grads(), model.grads() + total);
+  std::vector<float> local = testing::host_grads(model);
   ddp.finish();
   std::vector<float> summed = local;
   c.all_reduce(summed.data(), total);
+  const std::vector<float> after = testing::host_grads(model);
   for (int64_t k = 0; k < total; ++k) {
     const bool is_frozen = k >= frozen.begin && k < frozen.end;
-    ASSERT_FLOAT_EQ(model.grads()[k], is_frozen ? local[size_t(k)] : summed[size_t(k)])
+    ASSERT_FLOAT_EQ(after[size_t(k)], is_frozen ? local[size_t(k)] : summed[size_t(k)])
         << "element " << k;
   }
 }
@@ -177,7 +239,8 @@ TEST(Join, UnevenInputsMatchTheUnion) {
   Communicator& c = *g_comm;
   const int N = c.size(), R = c.rank(), B = 2;
   auto batches_of = [&](int r) { return 3 + 2 * (N - 1 - r); };  // rank N-1 runs out first
-  nn::GPT model(testing::small_config(), B, T), ref(testing::small_config(), N * B, T);
+  nn::Transformer model(testing::small_config(), testing::exec_for(B, T));
+  nn::Transformer ref(testing::small_config(), testing::exec_for(N * B, T));
   model.init_weights(5);
   ref.init_weights(5);
   const int64_t total = model.layout().total();

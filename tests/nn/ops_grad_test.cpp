@@ -1,9 +1,10 @@
-// Every op's backward against finite differences of its forward.
+// Every op's backward against finite differences of its forward (CPU, fp32).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
+#include "common/op_env.h"
 #include "grad_check.h"
 #include "nn/ops/attention.h"
 #include "nn/ops/cross_entropy.h"
@@ -11,112 +12,143 @@
 #include "nn/ops/gelu.h"
 #include "nn/ops/layernorm.h"
 #include "nn/ops/linear.h"
+#include "nn/ops/vec_math.h"
 
 namespace trainer::nn {
 
 using testing::expect_gradient;
 using testing::random_vector;
 using testing::weighted_sum;
+using trainer::testing::OpEnv;
+using trainer::testing::view;
 
 TEST(OpsGrad, LayerNorm) {
+  OpEnv env;
   const int N = 5, C = 24;
   auto x = random_vector(N * C, 1), w = random_vector(C, 2), b = random_vector(C, 3);
   auto r = random_vector(N * C, 4);
   std::vector<float> out(N * C), mean(N), rstd(N);
   auto loss = [&] {
-    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    layernorm_forward(env.ctx, view(out, {N, C}), view(mean, {N}), view(rstd, {N}), view(x, {N, C}),
+                      view(w, {C}), view(b, {C}));
     return weighted_sum(out.data(), r);
   };
   loss();
   std::vector<float> dx(N * C, 0), dw(C, 0), db(C, 0);
-  layernorm_backward(dx.data(), dw.data(), db.data(), r.data(), x.data(), w.data(), mean.data(),
-                     rstd.data(), N, C);
+  layernorm_backward(env.ctx, view(dx, {N, C}), view(dw, {C}), view(db, {C}), view(r, {N, C}),
+                     view(x, {N, C}), view(w, {C}), view(mean, {N}), view(rstd, {N}));
   expect_gradient("dx", x, dx, loss);
   expect_gradient("dw", w, dw, loss);
   expect_gradient("db", b, db, loss);
 }
 
 TEST(OpsGrad, Linear) {
+  OpEnv env;
   const int N = 6, I = 10, O = 7;
   auto x = random_vector(N * I, 1), w = random_vector(I * O, 2), b = random_vector(O, 3);
   auto r = random_vector(N * O, 4);
   std::vector<float> out(N * O);
   auto loss = [&] {
-    linear_forward(out.data(), x.data(), w.data(), b.data(), N, I, O);
+    linear_forward(env.ctx, view(out, {N, O}), view(x, {N, I}), view(w, {I, O}), view(b, {O}));
     return weighted_sum(out.data(), r);
   };
   std::vector<float> dx(N * I), dw(I * O, 0), db(O, 0);
-  linear_backward(dx.data(), dw.data(), db.data(), r.data(), x.data(), w.data(), N, I, O);
+  linear_backward(env.ctx, view(dx, {N, I}), view(dw, {I, O}), view(db, {O}), view(r, {N, O}),
+                  view(x, {N, I}), view(w, {I, O}));
   expect_gradient("dx", x, dx, loss);
   expect_gradient("dw", w, dw, loss);
   expect_gradient("db", b, db, loss);
 }
 
 TEST(OpsGrad, Gelu) {
+  OpEnv env;
   const int n = 200;
   auto x = random_vector(n, 1, 2.0f), r = random_vector(n, 2);
   std::vector<float> out(n), dx(n);
   auto loss = [&] {
-    gelu_forward(out.data(), x.data(), n);
+    gelu_forward(env.ctx, view(out, {n}), view(x, {n}));
     return weighted_sum(out.data(), r);
   };
-  gelu_backward(dx.data(), r.data(), x.data(), n);
+  gelu_backward(env.ctx, view(dx, {n}), view(r, {n}), view(x, {n}));
   expect_gradient("dx", x, dx, loss, 200);
 }
 
 TEST(OpsGrad, Embedding) {
+  OpEnv env;
   const int N = 7, C = 6, V = 5, P = 8;
   std::vector<int32_t> tok = {0, 3, 3, 1, 4, 0, 3}, pos = {0, 1, 2, 0, 1, 2, 3};
   auto wte = random_vector(V * C, 1), wpe = random_vector(P * C, 2), r = random_vector(N * C, 3);
   std::vector<float> out(N * C);
   auto loss = [&] {
-    embedding_forward(out.data(), tok.data(), pos.data(), wte.data(), wpe.data(), N, C, V, P);
+    embedding_forward(env.ctx, view(out, {N, C}), view(tok, {N}), view(pos, {N}), view(wte, {V, C}),
+                      view(wpe, {P, C}));
     return weighted_sum(out.data(), r);
   };
   std::vector<float> dwte(V * C, 0), dwpe(P * C, 0);
-  embedding_backward(dwte.data(), dwpe.data(), r.data(), tok.data(), pos.data(), N, C);
+  embedding_backward(env.ctx, view(dwte, {V, C}), view(dwpe, {P, C}), view(r, {N, C}),
+                     view(tok, {N}), view(pos, {N}));
   expect_gradient("dwte", wte, dwte, loss, 100);
   expect_gradient("dwpe", wpe, dwpe, loss, 100);
 }
 
 TEST(OpsGrad, CrossEntropy) {
+  OpEnv env;
   const int N = 6, V = 11;
   auto logits = random_vector(N * V, 1, 2.0f);
   std::vector<int32_t> targets = {3, -1, 0, 10, 5, -1};
-  std::vector<float> work(N * V);
+  std::vector<float> stats(2 * N);
   auto loss = [&] {
-    work = logits;
-    return cross_entropy_forward(work.data(), targets.data(), N, V).sum;
+    std::vector<double> sum = {0};
+    cross_entropy_forward(env.ctx, view(sum, {1}), view(stats, {N, 2}), view(logits, {N, V}),
+                          view(targets, {N}));
+    return sum[0];
   };
-  LossSum ls = [&] {
-    work = logits;
-    return cross_entropy_forward(work.data(), targets.data(), N, V);
-  }();
-  EXPECT_EQ(ls.count, 4);
-  cross_entropy_backward(work.data(), targets.data(), N, V, 1.0f);
-  std::vector<float> dlogits = work;
+  loss();
+  std::vector<float> dlogits(N * V);
+  cross_entropy_backward(env.ctx, view(dlogits, {N, V}), view(logits, {N, V}), view(stats, {N, 2}),
+                         view(targets, {N}), 1.0f);
   expect_gradient("dlogits", logits, dlogits, loss, 66);
+  for (int v = 0; v < V; ++v) EXPECT_EQ(dlogits[1 * V + v], 0.0f);  // uncounted row
 }
 
-// Attention under each kind of mask: causal only, packed segments, padded lengths.
+TEST(CrossEntropy, ExactForHugeFiniteLogits) {
+  // Two equal huge logits: the loss is log 2, though max + log(sum) rounds to max in fp32.
+  OpEnv env;
+  std::vector<float> logits = {1e10f, 1e10f, -1e10f};
+  std::vector<int32_t> target = {0};
+  std::vector<float> stats(2);
+  std::vector<double> sum = {0};
+  cross_entropy_forward(env.ctx, view(sum, {1}), view(stats, {1, 2}), view(logits, {1, 3}),
+                        view(target, {1}));
+  EXPECT_NEAR(sum[0], std::log(2.0), 1e-6);
+}
+
+// Attention under each kind of mask: causal only, packed segments, padded lengths. The
+// backward is checked on strided views of a packed qkv tensor, as the model uses it.
 class AttentionGrad : public ::testing::TestWithParam<int> {};
 
 TEST_P(AttentionGrad, MatchesFiniteDifferences) {
+  OpEnv env;
   const int B = 2, T = 9, C = 8, H = 2;
-  AttentionShape shape{B, T, C, H};
   std::vector<int32_t> segments = {0, 0, 0, 1, 1, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1, 1, 1, 1};
   std::vector<int32_t> lengths = {9, 6};
   AttentionMask mask;
-  if (GetParam() == 1) mask.segments = segments.data();
-  if (GetParam() == 2) mask.lengths = lengths.data();
+  if (GetParam() == 1) mask.segments = view(segments, {B, T});
+  if (GetParam() == 2) mask.lengths = view(lengths, {B});
   auto qkv = random_vector(B * T * 3 * C, 1), r = random_vector(B * T * C, 2);
   std::vector<float> out(B * T * C), lse(B * H * T), dqkv(B * T * 3 * C);
+  auto part = [&](std::vector<float>& v, int i) {
+    return view(v, {B, T, 3 * C}).col_range(i * C, C);
+  };
   auto loss = [&] {
-    attention_forward(out.data(), lse.data(), qkv.data(), mask, shape);
+    attention_forward(env.ctx, view(out, {B, T, C}), view(lse, {B * H * T}), part(qkv, 0),
+                      part(qkv, 1), part(qkv, 2), mask, H);
     return weighted_sum(out.data(), r);
   };
   loss();
-  attention_backward(dqkv.data(), r.data(), out.data(), lse.data(), qkv.data(), mask, shape);
+  attention_backward(env.ctx, part(dqkv, 0), part(dqkv, 1), part(dqkv, 2), view(r, {B, T, C}),
+                     view(out, {B, T, C}), view(lse, {B * H * T}), part(qkv, 0), part(qkv, 1),
+                     part(qkv, 2), mask, H);
   expect_gradient("dqkv", qkv, dqkv, loss, 200);
 }
 
@@ -124,10 +156,13 @@ INSTANTIATE_TEST_SUITE_P(Masks, AttentionGrad, ::testing::Values(0, 1, 2));
 
 TEST(Attention, LongSequencesSpanSeveralTiles) {
   // T > the 64-query tile, against a direct softmax reference for one head.
+  OpEnv env;
   const int B = 1, T = 150, C = 4, H = 1;
   auto qkv = random_vector(B * T * 3 * C, 5);
   std::vector<float> out(T * C), lse(T);
-  attention_forward(out.data(), lse.data(), qkv.data(), {}, {B, T, C, H});
+  const Tensor packed = view(qkv, {B, T, 3 * C});
+  attention_forward(env.ctx, view(out, {B, T, C}), view(lse, {T}), packed.col_range(0, C),
+                    packed.col_range(C, C), packed.col_range(2 * C, C), {}, H);
   for (int i : {0, 63, 64, 100, 149}) {
     std::vector<double> p(i + 1);
     double mx = -1e30, z = 0;
@@ -148,25 +183,43 @@ TEST(Attention, LongSequencesSpanSeveralTiles) {
 
 TEST(Attention, NoAttentionAcrossSegments) {
   // Changing a token of document 0 must leave every output of document 1 untouched.
+  OpEnv env;
   const int B = 1, T = 10, C = 4, H = 2;
   std::vector<int32_t> seg = {0, 0, 0, 0, 1, 1, 1, 1, 1, 1};
-  AttentionMask mask{seg.data(), nullptr};
+  AttentionMask mask{view(seg, {B, T}), {}};
   auto qkv = random_vector(T * 3 * C, 7);
   std::vector<float> a(T * C), b(T * C), lse(H * T);
-  attention_forward(a.data(), lse.data(), qkv.data(), mask, {B, T, C, H});
+  auto run = [&](std::vector<float>& out) {
+    const Tensor packed = view(qkv, {B, T, 3 * C});
+    attention_forward(env.ctx, view(out, {B, T, C}), view(lse, {H * T}), packed.col_range(0, C),
+                      packed.col_range(C, C), packed.col_range(2 * C, C), mask, H);
+  };
+  run(a);
   for (int c = 0; c < 3 * C; ++c) qkv[2 * 3 * C + c] += 1.0f;
-  attention_forward(b.data(), lse.data(), qkv.data(), mask, {B, T, C, H});
+  run(b);
   for (int i = 4 * C; i < T * C; ++i) EXPECT_EQ(a[i], b[i]);
   bool changed = false;
   for (int i = 2 * C; i < 4 * C; ++i) changed |= a[i] != b[i];
   EXPECT_TRUE(changed);
 }
 
-}  // namespace trainer::nn
-
-#include "nn/ops/vec_math.h"
-
-namespace trainer::nn {
+TEST(Attention, QueriesAtAnOffsetMatchTheFullSequence) {
+  // The KV-cache form: the last 3 queries at q_pos = 7 against all 10 keys equal the last 3
+  // rows of the full causal attention.
+  OpEnv env;
+  const int T = 10, C = 8, H = 2, Tq = 3, q_pos = T - Tq;
+  auto qkv = random_vector(T * 3 * C, 9);
+  std::vector<float> full(T * C), lse(H * T), tail(Tq * C), lse_tail(H * Tq);
+  const Tensor packed = view(qkv, {1, T, 3 * C});
+  attention_forward(env.ctx, view(full, {1, T, C}), view(lse, {H * T}), packed.col_range(0, C),
+                    packed.col_range(C, C), packed.col_range(2 * C, C), {}, H);
+  Tensor q_tail = packed.col_range(0, C);  // (1, Tq, C) from row q_pos, stride 3C
+  q_tail.data = qkv.data() + q_pos * 3 * C;
+  q_tail.shape[1] = Tq;
+  attention_forward(env.ctx, view(tail, {1, Tq, C}), view(lse_tail, {H * Tq}), q_tail,
+                    packed.col_range(C, C), packed.col_range(2 * C, C), {}, H, q_pos);
+  for (int i = 0; i < Tq * C; ++i) EXPECT_NEAR(tail[i], full[q_pos * C + i], 1e-6) << i;
+}
 
 TEST(VecMath, ExpIsAccurateAndExactAtTheEdges) {
   for (float x = -87.0f; x < 88.0f; x += 0.37f) {

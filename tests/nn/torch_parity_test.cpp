@@ -11,9 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "model_test_util.h"
 #include "nn/adamw.h"
-#include "nn/gpt.h"
 #include "nn/model_io.h"
+#include "nn/transformer.h"
 #include "runtime/safetensors.h"
 
 namespace trainer::nn {
@@ -35,10 +36,10 @@ TEST_P(TorchParity, MatchesPyTorch) {
   const std::string mode = GetParam();
   ModelConfig cfg{.vocab_size = 67, .max_seq_len = 24, .n_layer = 2, .n_head = 4, .n_embd = 32};
   const int B = 3, T = 20;
-  GPT model(cfg, B, T);
+  Transformer model(cfg, testing::exec_for(B, T));
   model.init_weights(1234);
   // Larger-than-init weights make every gradient substantial.
-  for (int64_t i = 0; i < model.layout().total(); ++i) model.params()[i] *= 3.0f;
+  for (int64_t i = 0; i < model.layout().total(); ++i) model.params().as<float>()[i] *= 3.0f;
 
   std::vector<int32_t> tokens(B * T), targets(B * T), segments, lengths;
   for (int i = 0; i < B * T; ++i) {
@@ -70,7 +71,7 @@ TEST_P(TorchParity, MatchesPyTorch) {
   fs::create_directories(dir);
   {
     SafetensorsWriter w;
-    add_params(w, model.layout(), model.params());
+    add_params(w, model.layout(), model.params().data);
     w.set_metadata("config", fmt::format("{} {} {} {} {}", cfg.vocab_size, cfg.max_seq_len,
                                          cfg.n_layer, cfg.n_head, cfg.n_embd));
     w.write(dir / "weights.safetensors");
@@ -86,11 +87,9 @@ TEST_P(TorchParity, MatchesPyTorch) {
   BatchView no_targets = batch;
   no_targets.targets = nullptr;
   model.forward(no_targets);
-  std::vector<float> logits(model.logits(), model.logits() + B * T * cfg.vocab_size);
-  LossSum ls = model.forward(batch);
-  model.zero_grads();
-  model.backward(1.0f / float(ls.count));
-  std::vector<float> grads(model.grads(), model.grads() + model.layout().total());
+  std::vector<float> logits = read_as_f32(model.context(), model.logits());
+  const testing::LossSum ls = testing::forward_backward(model, batch);
+  std::vector<float> grads = testing::host_grads(model);
   std::vector<float> loss = {float(ls.sum / double(ls.count))};
 
   // Ten AdamW steps with clipping, recording the loss before each.
@@ -98,19 +97,16 @@ TEST_P(TorchParity, MatchesPyTorch) {
             model.layout().total());
   std::vector<float> step_losses;
   for (int step = 0; step < 10; ++step) {
-    LossSum s = model.forward(batch);
+    const testing::LossSum s = testing::forward_backward(model, batch);
     step_losses.push_back(float(s.sum / double(s.count)));
-    model.zero_grads();
-    model.backward(1.0f / float(s.count));
-    double norm = std::sqrt(sum_squares(model.grads(), model.layout().total()));
-    opt.step(model.params(), model.grads(), 1e-3f, clip_scale(norm, 1.0f));
+    testing::optimizer_step(model, opt, 1e-3f, 1.0f);
   }
 
   SafetensorsWriter out;
   out.add("logits", DType::f32, {B, T, cfg.vocab_size}, logits.data());
   out.add("loss", DType::f32, {1}, loss.data());
   out.add("step_losses", DType::f32, {10}, step_losses.data());
-  add_params(out, model.layout(), grads.data(), "grad.");
+  add_params(out, model.layout(), grads.data(), DType::f32, "grad.");
   out.write(dir / "trainer.safetensors");
 
   const std::string cmd = fmt::format(

@@ -12,13 +12,15 @@
 #include "dist/join.h"
 #include "dist/step_stats.h"
 #include "nn/adamw.h"
-#include "nn/gpt.h"
+#include "nn/transformer.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 #include "runtime/timer.h"
 
-namespace trainer::dist {
+namespace trainer::app {
 namespace {
+
+using namespace dist;
 
 struct Args {
   nn::ModelConfig model;
@@ -63,11 +65,14 @@ void run(int argc, char** argv) {
   log::configure(launch.rank, launch.world_size);
   auto comm = make_communicator(launch, {.timeout_s = 600});
   const int R = comm->rank(), N = comm->size();
-  nn::GPT model(a.model, a.B, a.T);
+  nn::ExecConfig exec;
+  exec.max_rows = a.B;
+  exec.max_seq_len = a.T;
+  nn::Transformer model(a.model, exec);
   model.init_weights(1);
   const int64_t total = model.layout().total();
   check_consistency(*comm, "bench", model.layout().digest(), 0);
-  broadcast_parameters(*comm, model.params(), total);
+  broadcast_parameters(*comm, model.params());
   DDP ddp(*comm, model, {.bucket_mb = a.bucket_mb, .frozen = {}});
   nn::AdamW opt(model.layout(), {}, 0, total);
   std::vector<int32_t> tokens(size_t(a.B) * a.T), targets(tokens.size());
@@ -85,6 +90,7 @@ void run(int argc, char** argv) {
     StepTimes st;
     const StepCounts counts = exchange_counts(*comm, true, int64_t(tokens.size()));
     model.zero_grads();
+    model.reset_loss();
     model.forward({a.B, a.T, tokens.data(), targets.data(), nullptr, nullptr});
     st.forward_s = t.seconds();
     t.reset();
@@ -95,8 +101,9 @@ void run(int argc, char** argv) {
     st.comm_wait_s = ddp.last_wait_seconds();
     st.comm_busy_s = ddp.last_comm_seconds();
     t.reset();
-    const float scale = nn::clip_scale(std::sqrt(nn::sum_squares(model.grads(), total)), 1.0f);
-    opt.step(model.params(), model.grads(), 6e-4f, scale);
+    const nn::StepScalars sc = model.read_step_scalars(0, total);
+    const float scale = nn::clip_scale(std::sqrt(sc.grad_norm_sq), 1.0f);
+    opt.step(model.context(), model.params(), model.grads(), model.working_copy(), 6e-4f, scale);
     st.optimizer_s = t.seconds();
     const double step_s = step_timer.seconds();
     StragglerReport rep = gather_step_times(*comm, st, 0.2);
@@ -121,11 +128,11 @@ void run(int argc, char** argv) {
 }
 
 }  // namespace
-}  // namespace trainer::dist
+}  // namespace trainer::app
 
 int main(int argc, char** argv) {
   try {
-    trainer::dist::run(argc, argv);
+    trainer::app::run(argc, argv);
   } catch (const trainer::Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;

@@ -1,0 +1,89 @@
+#include "nn/activation_plan.h"
+
+#include <algorithm>
+
+#include "runtime/error.h"
+
+namespace trainer::nn {
+
+namespace {
+
+bool keeps(Recompute policy, ActKind kind) {
+  switch (policy) {
+    case Recompute::none:
+      return kind != ActKind::scratch;
+    case Recompute::selective:
+      return kind == ActKind::stat || kind == ActKind::expensive;
+    case Recompute::full:
+      return false;
+  }
+  return false;
+}
+
+int64_t aligned(int64_t bytes) {
+  return (bytes + 63) / 64 * 64;
+}
+
+}  // namespace
+
+ActivationPlan::ActivationPlan(const ModelConfig& m, const ExecConfig& e) {
+  const ArchSpec spec = arch_spec(m);
+  const int64_t N = int64_t(e.max_rows) * e.max_seq_len, C = m.n_embd, V = m.vocab_size;
+  capacity_ = N;
+  int64_t next = 0;
+  auto take = [&](int64_t& cursor, int64_t per_token, DType t) {
+    ActSlot s{cursor, t, per_token};
+    cursor += aligned(N * per_token * int64_t(dtype_size(t)));
+    return s;
+  };
+  auto type = [&](bool fp32) { return fp32 ? DType::f32 : e.compute; };
+
+  for (int l = 0; l <= m.n_layer; ++l) residual_.push_back(take(next, C, DType::f32));
+  kind_.assign(size_t(Act::kCount), ActKind::scratch);
+  for (const ActSpec& a : spec.block_acts) kind_[size_t(a.act)] = a.kind;
+  for (int l = 0; l < m.n_layer; ++l) {
+    policy_.push_back(e.policy(l));
+    BlockSlots slots;
+    const int64_t start = next;
+    for (const ActSpec& a : spec.block_acts)
+      if (keeps(policy_.back(), a.kind))
+        slots[size_t(a.act)] = take(next, a.per_token, type(a.fp32));
+    blocks_.push_back(slots);
+    kept_bytes_.push_back(next - start);
+  }
+  lnf = take(next, C, e.compute);
+  lnf_mean = take(next, 1, DType::f32);
+  lnf_rstd = take(next, 1, DType::f32);
+  ce_stats = take(next, 2, DType::f32);
+  if (e.training) {
+    d_res = take(next, C, DType::f32);
+    d_ln = take(next, C, e.compute);
+  }
+
+  // The time-shared region (Note [Activation memory]).
+  const int64_t region = next;
+  int64_t cursor = region;
+  for (const ActSpec& a : spec.block_acts) {
+    if (a.kind == ActKind::scratch && !e.training) continue;
+    bool dropped = false;
+    for (Recompute p : policy_) dropped |= !keeps(p, a.kind);
+    if (dropped) shared_[size_t(a.act)] = take(cursor, a.per_token, type(a.fp32));
+  }
+  tmp = take(cursor, C, e.compute);
+  if (e.compute != DType::f32 && e.training) d_branch = take(cursor, C, e.compute);
+  logits = ActSlot{region, e.compute, V};
+  shared_bytes_ = std::max(cursor - region, aligned(N * V * int64_t(dtype_size(e.compute))));
+  bytes_ = region + shared_bytes_;
+}
+
+bool ActivationPlan::kept(int layer, Act a) const {
+  return keeps(policy_[size_t(layer)], kind_[size_t(a)]);
+}
+
+const ActSlot& ActivationPlan::block(int layer, Act a) const {
+  const ActSlot& s = kept(layer, a) ? blocks_[size_t(layer)][size_t(a)] : shared_[size_t(a)];
+  TRAINER_ASSERT(s.offset >= 0, "activation {} of block {} has no slot", int(a), layer);
+  return s;
+}
+
+}  // namespace trainer::nn

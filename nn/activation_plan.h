@@ -1,0 +1,67 @@
+// Where every activation of one forward/backward lives: byte offsets into one buffer, planned
+// from (model, exec) before the first step, so that the step allocates nothing and `trainer
+// plan` reports exactly what is allocated. See Note [Activation memory].
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "nn/arch.h"
+#include "nn/model_config.h"
+#include "runtime/dtype.h"
+
+namespace trainer::nn {
+
+// Note [Activation memory]
+// Kept across forward and backward: the residual stream at each block's input and at the
+// end (fp32), the block activations the checkpointing policy keeps, the final norm's output
+// and statistics, the loss statistics. Backward's residual-stream gradient and the gradient at
+// the final norm's output live beside them. One region is shared in time: the logits (live
+// from the head's forward to its backward) overlap every block's scratch (the activations the
+// policy drops, recomputed into one shared copy, and backward's per-block temporaries, live
+// only inside one block's forward or backward), so checkpointing shrinks memory to the
+// residual stream plus the larger of the logits and one block's working set.
+
+struct ActSlot {
+  int64_t offset = -1;  // bytes from the buffer's start
+  DType dtype = DType::f32;
+  int64_t per_token = 0;  // elements per token
+};
+
+class ActivationPlan {
+ public:
+  ActivationPlan(const ModelConfig& model, const ExecConfig& exec);
+
+  int64_t bytes() const { return bytes_; }
+  int64_t capacity() const { return capacity_; }  // tokens
+  // Block l's activation `a`: its own slot when the policy keeps it, else the shared one.
+  const ActSlot& block(int layer, Act a) const;
+  bool kept(int layer, Act a) const;
+  // The residual stream at block l's input (l < L) or at the end (l == L): fp32, (N, C).
+  const ActSlot& residual(int layer) const { return residual_[size_t(layer)]; }
+
+  ActSlot lnf, lnf_mean, lnf_rstd;  // final norm (N,C) (N) (N)
+  ActSlot ce_stats;                 // (N,2) fp32: per-row max and log-sum-exp offset
+  ActSlot d_res;                    // (N,C) fp32: gradient of the residual stream
+  ActSlot d_ln;                     // (N,C): gradient at a norm's output
+  ActSlot logits;                   // (N,V), shared in time with the scratch below
+  ActSlot tmp;                      // (N,C): a branch's output before the residual add
+  ActSlot d_branch;                 // (N,C): d_res in the compute dtype (bf16 only)
+
+  // Bytes kept per block for block l (0 under full) and of the time-shared region.
+  int64_t kept_bytes(int layer) const { return kept_bytes_[size_t(layer)]; }
+  int64_t shared_bytes() const { return shared_bytes_; }
+
+ private:
+  using BlockSlots = std::array<ActSlot, size_t(Act::kCount)>;
+  std::vector<ActSlot> residual_;
+  std::vector<BlockSlots> blocks_;
+  BlockSlots shared_;
+  std::vector<Recompute> policy_;
+  std::vector<ActKind> kind_;  // by Act
+  std::vector<int64_t> kept_bytes_;
+  int64_t capacity_ = 0, bytes_ = 0, shared_bytes_ = 0;
+};
+
+}  // namespace trainer::nn

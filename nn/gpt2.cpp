@@ -1,0 +1,145 @@
+// GPT-2: learned token and position embeddings, pre-LayerNorm blocks (causal multi-head
+// attention, GELU MLP), a final LayerNorm and a head tied to the token embedding. Names and
+// orientations follow Hugging Face's GPT2LMHeadModel (Conv1D weights stored (in, out)).
+#include "nn/arch.h"
+#include "nn/block.h"
+#include "nn/ops/attention.h"
+#include "nn/ops/cast.h"
+#include "nn/ops/gelu.h"
+#include "nn/ops/layernorm.h"
+#include "nn/ops/linear.h"
+#include "nn/ops/residual.h"
+#include "runtime/error.h"
+
+namespace trainer::nn {
+
+namespace {
+
+ArchSpec gpt2_spec(const ModelConfig& m) {
+  const int64_t C = m.n_embd, V = m.vocab_size, P = m.max_seq_len, H = m.n_head;
+  ArchSpec s;
+  s.block_prefix = "h.";
+  s.embedding = {{"wte.weight", Role::tok_embedding, {V, C}, false, Init::normal},
+                 {"wpe.weight", Role::pos_embedding, {P, C}, false, Init::normal}};
+  s.block = {{"ln_1.weight", Role::norm1_w, {C}, false, Init::ones},
+             {"ln_1.bias", Role::norm1_b, {C}, false, Init::zeros},
+             {"attn.c_attn.weight", Role::qkv_w, {C, 3 * C}, true, Init::normal},
+             {"attn.c_attn.bias", Role::qkv_b, {3 * C}, false, Init::zeros},
+             {"attn.c_proj.weight", Role::attn_proj_w, {C, C}, true, Init::normal_residual},
+             {"attn.c_proj.bias", Role::attn_proj_b, {C}, false, Init::zeros},
+             {"ln_2.weight", Role::norm2_w, {C}, false, Init::ones},
+             {"ln_2.bias", Role::norm2_b, {C}, false, Init::zeros},
+             {"mlp.c_fc.weight", Role::fc_w, {C, 4 * C}, true, Init::normal},
+             {"mlp.c_fc.bias", Role::fc_b, {4 * C}, false, Init::zeros},
+             {"mlp.c_proj.weight", Role::fc_proj_w, {4 * C, C}, true, Init::normal_residual},
+             {"mlp.c_proj.bias", Role::fc_proj_b, {C}, false, Init::zeros}};
+  s.final = {{"ln_f.weight", Role::final_norm_w, {C}, false, Init::ones},
+             {"ln_f.bias", Role::final_norm_b, {C}, false, Init::zeros}};
+  using K = ActKind;
+  s.block_acts = {
+      {Act::ln1, C, false, K::cheap},         {Act::ln1_mean, 1, true, K::stat},
+      {Act::ln1_rstd, 1, true, K::stat},      {Act::qkv, 3 * C, false, K::expensive},
+      {Act::atty, C, false, K::expensive},    {Act::att_lse, H, true, K::stat},
+      {Act::res_mid, C, true, K::expensive},  {Act::ln2, C, false, K::cheap},
+      {Act::ln2_mean, 1, true, K::stat},      {Act::ln2_rstd, 1, true, K::stat},
+      {Act::fch, 4 * C, false, K::expensive}, {Act::fch_gelu, 4 * C, false, K::cheap},
+      {Act::d_qkv, 3 * C, false, K::scratch}, {Act::d_atty, C, false, K::scratch},
+      {Act::d_fch, 4 * C, false, K::scratch}, {Act::d_fch_gelu, 4 * C, false, K::scratch}};
+  return s;
+}
+
+// Columns [i*C, (i+1)*C) of the packed (B,T,3C) qkv tensor: q (0), k (1) or v (2).
+Tensor qkv_part(const Tensor& qkv, int B, int T, int i) {
+  const int64_t C = qkv.cols() / 3;
+  return qkv.reshape({B, T, 3 * C}).col_range(i * C, C);
+}
+
+// The gradient the branches receive: d_res itself, or its bf16 copy in a bf16 model.
+const Tensor& branch_grad(const Context& ctx, const BlockTensors& t) {
+  if (t.d_branch.empty()) return t.d_res;
+  cast(ctx, t.d_branch, t.d_res);
+  return t.d_branch;
+}
+
+const Tensor& A(const BlockTensors& t, Act a) {
+  return t.a[size_t(a)];
+}
+const Tensor& W(const BlockTensors& t, Role r) {
+  return t.w[size_t(r)];
+}
+const Tensor& G(const BlockTensors& t, Role r) {
+  return t.g[size_t(r)];
+}
+
+}  // namespace
+
+ArchSpec arch_spec(const ModelConfig& model) {
+  switch (model.arch) {
+    case Arch::gpt2:
+      return gpt2_spec(model);
+  }
+  TRAINER_ASSERT(false, "architecture {}", int(model.arch));
+}
+
+void gpt2_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pass) {
+  using enum Act;
+  using R = Role;
+  if (pass == BlockPass::recompute_cheap) {
+    layernorm_forward(ctx, A(t, ln1), A(t, ln1_mean), A(t, ln1_rstd), t.x, W(t, R::norm1_w),
+                      W(t, R::norm1_b));
+    layernorm_forward(ctx, A(t, ln2), A(t, ln2_mean), A(t, ln2_rstd), A(t, res_mid),
+                      W(t, R::norm2_w), W(t, R::norm2_b));
+    gelu_forward(ctx, A(t, fch_gelu), A(t, fch));
+    return;
+  }
+  const int64_t C = t.x.cols();
+  layernorm_forward(ctx, A(t, ln1), A(t, ln1_mean), A(t, ln1_rstd), t.x, W(t, R::norm1_w),
+                    W(t, R::norm1_b));
+  linear_forward(ctx, A(t, qkv), A(t, ln1), W(t, R::qkv_w), W(t, R::qkv_b));
+  Tensor k = qkv_part(A(t, qkv), t.B, t.T, 1), v = qkv_part(A(t, qkv), t.B, t.T, 2);
+  if (!t.k_cache.empty()) {  // append this batch's keys and values, attend to the whole cache
+    const int64_t seen = t.q_pos + t.T;
+    cast(ctx, t.k_cache.row_range(t.q_pos, t.T), k);
+    cast(ctx, t.v_cache.row_range(t.q_pos, t.T), v);
+    k = t.k_cache.row_range(0, seen).reshape({1, seen, C});
+    v = t.v_cache.row_range(0, seen).reshape({1, seen, C});
+  }
+  attention_forward(ctx, A(t, atty).reshape({t.B, t.T, C}), A(t, att_lse),
+                    qkv_part(A(t, qkv), t.B, t.T, 0), k, v, t.mask, t.n_head, t.q_pos);
+  linear_forward(ctx, t.tmp, A(t, atty), W(t, R::attn_proj_w), W(t, R::attn_proj_b));
+  residual_forward(ctx, A(t, res_mid), t.x, t.tmp);
+  layernorm_forward(ctx, A(t, ln2), A(t, ln2_mean), A(t, ln2_rstd), A(t, res_mid), W(t, R::norm2_w),
+                    W(t, R::norm2_b));
+  linear_forward(ctx, A(t, fch), A(t, ln2), W(t, R::fc_w), W(t, R::fc_b));
+  gelu_forward(ctx, A(t, fch_gelu), A(t, fch));
+  linear_forward(ctx, t.tmp, A(t, fch_gelu), W(t, R::fc_proj_w), W(t, R::fc_proj_b));
+  if (pass == BlockPass::train) residual_forward(ctx, t.out, A(t, res_mid), t.tmp);
+}
+
+void gpt2_block_backward(const Context& ctx, const BlockTensors& t) {
+  using enum Act;
+  using R = Role;
+  const int64_t C = t.x.cols();
+  // MLP branch.
+  linear_backward(ctx, A(t, d_fch_gelu), G(t, R::fc_proj_w), G(t, R::fc_proj_b),
+                  branch_grad(ctx, t), A(t, fch_gelu), W(t, R::fc_proj_w));
+  gelu_backward(ctx, A(t, d_fch), A(t, d_fch_gelu), A(t, fch));
+  linear_backward(ctx, t.d_ln, G(t, R::fc_w), G(t, R::fc_b), A(t, d_fch), A(t, ln2), W(t, R::fc_w));
+  layernorm_backward(ctx, t.d_res, G(t, R::norm2_w), G(t, R::norm2_b), t.d_ln, A(t, res_mid),
+                     W(t, R::norm2_w), A(t, ln2_mean), A(t, ln2_rstd));
+  // Attention branch.
+  linear_backward(ctx, A(t, d_atty), G(t, R::attn_proj_w), G(t, R::attn_proj_b),
+                  branch_grad(ctx, t), A(t, atty), W(t, R::attn_proj_w));
+  const Tensor& q3 = A(t, qkv);
+  const Tensor& d3 = A(t, d_qkv);
+  attention_backward(ctx, qkv_part(d3, t.B, t.T, 0), qkv_part(d3, t.B, t.T, 1),
+                     qkv_part(d3, t.B, t.T, 2), A(t, d_atty).reshape({t.B, t.T, C}),
+                     A(t, atty).reshape({t.B, t.T, C}), A(t, att_lse), qkv_part(q3, t.B, t.T, 0),
+                     qkv_part(q3, t.B, t.T, 1), qkv_part(q3, t.B, t.T, 2), t.mask, t.n_head);
+  linear_backward(ctx, t.d_ln, G(t, R::qkv_w), G(t, R::qkv_b), A(t, d_qkv), A(t, ln1),
+                  W(t, R::qkv_w));
+  layernorm_backward(ctx, t.d_res, G(t, R::norm1_w), G(t, R::norm1_b), t.d_ln, t.x,
+                     W(t, R::norm1_w), A(t, ln1_mean), A(t, ln1_rstd));
+}
+
+}  // namespace trainer::nn

@@ -1,0 +1,78 @@
+// The model as dist/ and app/ see it: a parameter layout over flat buffers, forward and
+// backward on a batch, and two hooks. Data-parallel and sharded training, the training loop
+// and checkpoints depend on this interface only, never on an architecture.
+//
+// Note [Asynchronous step]
+// Nothing here returns a device value to the host except read_step_scalars(): forward adds
+// the loss to a device-side accumulator, backward adds to the gradient buffer, and the loss
+// and gradient norm come back together once per step. On a GPU the whole step can queue
+// without waiting.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "nn/param_layout.h"
+#include "runtime/context.h"
+#include "runtime/tensor.h"
+
+namespace trainer::nn {
+
+// One batch as the model sees it, in host memory. Rows are B x T.
+struct BatchView {
+  int B = 0, T = 0;
+  const int32_t* tokens = nullptr;    // (B,T)
+  const int32_t* targets = nullptr;   // (B,T), -1 = not counted; null = no loss (inference)
+  const int32_t* segments = nullptr;  // (B,T) or null: packed documents; positions restart
+  const int32_t* lengths = nullptr;   // (B) or null: real tokens per row, the rest is padding
+};
+
+// What the parameter hook is told: a unit's parameters are about to be read for its forward
+// (also when a checkpointed block's forward is rerun in backward, as part of backward) or its
+// backward.
+enum class ParamUse : uint8_t { forward, backward };
+
+struct StepScalars {
+  double loss_sum = 0;      // summed loss of every forward since reset_loss()
+  double grad_norm_sq = 0;  // squared L2 norm of the requested gradient range
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  virtual const ParamLayout& layout() const = 0;
+  virtual const Context& context() const = 0;
+  // The fp32 master parameters (layout().total() elements), on the model's device.
+  virtual Tensor params() = 0;
+  // The gradient buffer (layout().total() elements, the gradient dtype).
+  virtual Tensor grads() = 0;
+  // The bf16 working copy of the weights that forward and backward read (layout().total()
+  // elements), which the optimizer refreshes as it updates params(); empty in an fp32 model.
+  virtual Tensor working_copy() = 0;
+  // Refreshes the working copy from params(); call after writing params() other than through
+  // the optimizer (initialisation, loading, broadcast).
+  virtual void sync_working_params() = 0;
+
+  // Runs the model on a batch (validated here: token ids, targets, shapes; throws a one-line
+  // trainer::Error on bad input). With targets, adds the batch's summed loss to the loss
+  // accumulator, keeps what backward needs and returns the number of counted targets.
+  virtual int64_t forward(const BatchView& batch) = 0;
+  // Gradients of loss_scale * (the last forward's summed loss), added to grads().
+  virtual void backward(float loss_scale) = 0;
+  virtual void zero_grads() = 0;
+  virtual void reset_loss() = 0;
+  // The loss accumulated since reset_loss() and the squared norm of grads()[begin, end), read
+  // back together: the step's one device synchronisation (Note [Asynchronous step]).
+  virtual StepScalars read_step_scalars(int64_t grad_begin, int64_t grad_end) = 0;
+
+  // Called during backward each time a range [begin, end) of grads() is final for this
+  // micro-batch, from the end of the flat buffer towards its start (the final unit, block
+  // L-1, ..., block 0, then the embedding unit).
+  std::function<void(int64_t begin, int64_t end)> on_grads_ready;
+  // Called before a unit's parameters are read (see ParamUse), with the unit's index in
+  // layout().units(). Sharding gathers the unit here.
+  std::function<void(int unit, ParamUse use)> on_params_needed;
+};
+
+}  // namespace trainer::nn

@@ -1,0 +1,68 @@
+#include "nn/model_config.h"
+
+#include <algorithm>
+
+#include "runtime/error.h"
+
+namespace trainer::nn {
+
+void ModelConfig::validate() const {
+  CHECK(vocab_size > 0, "model.vocab_size must be positive, got {}", vocab_size);
+  CHECK(max_seq_len > 0, "model.max_seq_len must be positive, got {}", max_seq_len);
+  CHECK(n_layer > 0, "model.n_layer must be positive, got {}", n_layer);
+  CHECK(n_head > 0, "model.n_head must be positive, got {}", n_head);
+  CHECK(n_embd > 0 && n_embd % n_head == 0,
+        "model.n_embd ({}) must be a positive multiple of model.n_head ({})", n_embd, n_head);
+}
+
+int64_t ModelConfig::matmul_params() const {
+  const int64_t C = n_embd;
+  return int64_t(vocab_size) * C + int64_t(n_layer) * (12 * C * C);
+}
+
+double ModelConfig::flops_per_token(int seq_len) const {
+  return 6.0 * double(matmul_params()) + 12.0 * n_layer * n_embd * double(seq_len);
+}
+
+Recompute parse_recompute(const std::string& name) {
+  for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
+    if (name == recompute_name(r)) return r;
+  THROW_ERROR("activation checkpointing must be none, selective or full, got '{}'", name);
+}
+
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::none:
+      return "none";
+    case Recompute::selective:
+      return "selective";
+    case Recompute::full:
+      return "full";
+  }
+  return "?";
+}
+
+Recompute ExecConfig::policy(int layer) const {
+  if (recompute_layers.empty()) return recompute;
+  const bool listed =
+      std::find(recompute_layers.begin(), recompute_layers.end(), layer) != recompute_layers.end();
+  return listed ? recompute : Recompute::none;
+}
+
+void ExecConfig::validate(const ModelConfig& model) const {
+  CHECK(compute == DType::f32 || compute == DType::bf16,
+        "model.precision must be fp32 or bf16, got {}", dtype_name(compute));
+  CHECK(grad == DType::f32 || grad == DType::bf16, "dist.grad_dtype must be fp32 or bf16, got {}",
+        dtype_name(grad));
+  CHECK(grad == DType::f32 || compute == DType::bf16,
+        "dist.grad_dtype = bf16 needs model.precision = bf16");
+  for (int l : recompute_layers)
+    CHECK(l >= 0 && l < model.n_layer,
+          "model.checkpoint_layers names block {}, but the model has blocks 0..{}", l,
+          model.n_layer - 1);
+  CHECK(max_rows > 0 && max_seq_len > 0, "a model sized for {} x {} tokens", max_rows, max_seq_len);
+  CHECK(max_seq_len <= model.max_seq_len, "sequence length {} exceeds model.max_seq_len {}",
+        max_seq_len, model.max_seq_len);
+}
+
+}  // namespace trainer::nn

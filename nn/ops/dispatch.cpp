@@ -1,0 +1,132 @@
+// The one dispatch point: every op's device switch, in one file. The CPU kernels live in
+// <op>_cpu.cpp; the CUDA kernels (<op>_cuda.cu, the CUDA backend issue) plug into the cuda
+// cases, which today report that this build has no kernel for the op.
+#include "nn/ops/adamw.h"
+#include "nn/ops/attention.h"
+#include "nn/ops/cast.h"
+#include "nn/ops/cross_entropy.h"
+#include "nn/ops/embedding.h"
+#include "nn/ops/gelu.h"
+#include "nn/ops/layernorm.h"
+#include "nn/ops/linear.h"
+#include "nn/ops/residual.h"
+#include "nn/ops/sum_squares.h"
+#include "runtime/error.h"
+
+namespace trainer::nn {
+
+namespace {
+[[noreturn]] void no_kernel(const char* op) {
+  THROW_ERROR("{} has no CUDA kernel in this build; train on device cpu", op);
+}
+}  // namespace
+
+#define TRAINER_DISPATCH(op, ...)  \
+  switch (ctx.device) {            \
+    case Device::cpu:              \
+      return cpu::op(__VA_ARGS__); \
+    case Device::cuda:             \
+      no_kernel(#op);              \
+  }                                \
+  TRAINER_ASSERT(false, "device {}", int(ctx.device))
+
+void embedding_forward(const Context& ctx, const Tensor& out, const Tensor& tokens,
+                       const Tensor& positions, const Tensor& wte, const Tensor& wpe) {
+  TRAINER_DISPATCH(embedding_forward, ctx, out, tokens, positions, wte, wpe);
+}
+
+void embedding_backward(const Context& ctx, const Tensor& dwte, const Tensor& dwpe,
+                        const Tensor& dout, const Tensor& tokens, const Tensor& positions) {
+  TRAINER_DISPATCH(embedding_backward, ctx, dwte, dwpe, dout, tokens, positions);
+}
+
+size_t embedding_backward_workspace(const Context& ctx, int64_t N, int64_t C) {
+  TRAINER_DISPATCH(embedding_backward_workspace, N, C);
+}
+
+void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean,
+                       const Tensor& rstd, const Tensor& inp, const Tensor& w, const Tensor& b) {
+  TRAINER_DISPATCH(layernorm_forward, ctx, out, mean, rstd, inp, w, b);
+}
+
+void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& db,
+                        const Tensor& dout, const Tensor& inp, const Tensor& w, const Tensor& mean,
+                        const Tensor& rstd) {
+  TRAINER_DISPATCH(layernorm_backward, ctx, dinp, dw, db, dout, inp, w, mean, rstd);
+}
+
+size_t layernorm_backward_workspace(const Context& ctx, int64_t C) {
+  TRAINER_DISPATCH(layernorm_backward_workspace, C);
+}
+
+void linear_forward(const Context& ctx, const Tensor& out, const Tensor& inp, const Tensor& w,
+                    const Tensor& bias) {
+  TRAINER_DISPATCH(linear_forward, ctx, out, inp, w, bias);
+}
+
+void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dbias,
+                     const Tensor& dout, const Tensor& inp, const Tensor& w) {
+  TRAINER_DISPATCH(linear_backward, ctx, dinp, dw, dbias, dout, inp, w);
+}
+
+size_t linear_workspace(const Context& ctx, int64_t N, int64_t I, int64_t O, DType act) {
+  TRAINER_DISPATCH(linear_workspace, ctx, N, I, O, act);
+}
+
+void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& q,
+                       const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head,
+                       int q_pos) {
+  TRAINER_DISPATCH(attention_forward, ctx, out, lse, q, k, v, mask, n_head, q_pos);
+}
+
+void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& q,
+                        const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head) {
+  TRAINER_DISPATCH(attention_backward, ctx, dq, dk, dv, dout, out, lse, q, k, v, mask, n_head);
+}
+
+size_t attention_workspace(const Context& ctx, int64_t Tq, int64_t Tk, int64_t head_size, DType act,
+                           bool backward) {
+  TRAINER_DISPATCH(attention_workspace, Tq, Tk, head_size, act, backward);
+}
+
+void gelu_forward(const Context& ctx, const Tensor& out, const Tensor& inp) {
+  TRAINER_DISPATCH(gelu_forward, ctx, out, inp);
+}
+
+void gelu_backward(const Context& ctx, const Tensor& dinp, const Tensor& dout, const Tensor& inp) {
+  TRAINER_DISPATCH(gelu_backward, ctx, dinp, dout, inp);
+}
+
+void residual_forward(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b) {
+  TRAINER_DISPATCH(residual_forward, ctx, out, a, b);
+}
+
+void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Tensor& stats,
+                           const Tensor& logits, const Tensor& targets) {
+  TRAINER_DISPATCH(cross_entropy_forward, ctx, loss_sum, stats, logits, targets);
+}
+
+void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const Tensor& logits,
+                            const Tensor& stats, const Tensor& targets, float scale) {
+  TRAINER_DISPATCH(cross_entropy_backward, ctx, dlogits, logits, stats, targets, scale);
+}
+
+size_t cross_entropy_workspace(const Context& ctx, int64_t N) {
+  TRAINER_DISPATCH(cross_entropy_workspace, N);
+}
+
+void cast(const Context& ctx, const Tensor& dst, const Tensor& src) {
+  TRAINER_DISPATCH(cast, ctx, dst, src);
+}
+
+void adamw_update(const Context& ctx, const Tensor& params, const Tensor& grads, const Tensor& m,
+                  const Tensor& v, const Tensor& working, const AdamWHyper& h) {
+  TRAINER_DISPATCH(adamw_update, ctx, params, grads, m, v, working, h);
+}
+
+void sum_squares(const Context& ctx, const Tensor& out, const Tensor& x) {
+  TRAINER_DISPATCH(sum_squares, ctx, out, x);
+}
+
+}  // namespace trainer::nn

@@ -1,0 +1,388 @@
+#include "nn/transformer.h"
+
+#include <cmath>
+#include <vector>
+
+#include "nn/kv_cache.h"
+#include "nn/ops/attention.h"
+#include "nn/ops/cast.h"
+#include "nn/ops/cross_entropy.h"
+#include "nn/ops/embedding.h"
+#include "nn/ops/layernorm.h"
+#include "nn/ops/linear.h"
+#include "nn/ops/sum_squares.h"
+#include "runtime/error.h"
+#include "runtime/gemm.h"
+#include "runtime/memory.h"
+#include "runtime/profile.h"
+#include "runtime/rng.h"
+
+namespace trainer::nn {
+
+namespace {
+
+Context make_context(const ExecConfig& e) {
+  Context c;
+  c.device = e.device;
+  c.device_index = e.device_index;
+  c.bf16_math = detect_cpu_bf16_math();
+  return c;
+}
+
+// A view of `flat` elements [offset, offset + numel) with the given shape.
+Tensor shaped(const Tensor& flat, int64_t offset, const std::vector<int64_t>& shape) {
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  Tensor t = flat.flat(offset, numel);
+  TRAINER_ASSERT(shape.size() <= size_t(Tensor::kMaxDims), "{}-d parameter", shape.size());
+  t.ndim = int(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) t.shape[i] = shape[i];
+  return t;
+}
+
+void block_forward(Arch arch, const Context& ctx, const BlockTensors& t, BlockPass pass) {
+  switch (arch) {
+    case Arch::gpt2:
+      return gpt2_block_forward(ctx, t, pass);
+  }
+}
+
+void block_backward(Arch arch, const Context& ctx, const BlockTensors& t) {
+  switch (arch) {
+    case Arch::gpt2:
+      return gpt2_block_backward(ctx, t);
+  }
+}
+
+}  // namespace
+
+int64_t Transformer::workspace_bytes(const ModelConfig& m, const ExecConfig& e,
+                                     const Context& ctx) {
+  const int64_t N = int64_t(e.max_rows) * e.max_seq_len, C = m.n_embd, V = m.vocab_size;
+  const DType act = e.compute;
+  size_t most = 0;
+  for (size_t b :
+       {embedding_backward_workspace(ctx, N, C), layernorm_backward_workspace(ctx, C),
+        linear_workspace(ctx, N, C, 3 * C, act), linear_workspace(ctx, N, C, C, act),
+        linear_workspace(ctx, N, C, 4 * C, act), linear_workspace(ctx, N, 4 * C, C, act),
+        attention_workspace(ctx, e.max_seq_len, m.max_seq_len, m.head_size(), act, false),
+        attention_workspace(ctx, e.max_seq_len, e.max_seq_len, m.head_size(), act, true),
+        cross_entropy_workspace(ctx, N), matmul_workspace_bytes(ctx, N, V, C, act),
+        matmul_workspace_bytes(ctx, N, C, V, act), matmul_workspace_bytes(ctx, V, C, N, act)})
+    most = std::max(most, b);
+  return int64_t(most);
+}
+
+Transformer::Memory Transformer::planned_memory(const ModelConfig& m, const ExecConfig& e) {
+  const int64_t total = ParamLayout(m).total(), N = int64_t(e.max_rows) * e.max_seq_len;
+  Memory mem;
+  mem.params = total * 4;
+  mem.working = e.compute == DType::f32 ? 0 : total * int64_t(dtype_size(e.compute));
+  mem.grads = e.training ? total * int64_t(dtype_size(e.grad)) : 0;
+  mem.activations = ActivationPlan(m, e).bytes();
+  mem.workspace = workspace_bytes(m, e, make_context(e));
+  mem.inputs = 5 * N * 4 + 2 * 8;  // tokens, targets, positions, segments, lengths; scalars
+  return mem;
+}
+
+Transformer::Transformer(const ModelConfig& config, const ExecConfig& exec)
+    : config_(config),
+      exec_(exec),
+      spec_(arch_spec(config)),
+      layout_(config),
+      plan_(config, exec),
+      ctx_(make_context(exec)) {
+  exec.validate(config);
+  const Memory mem = planned_memory(config, exec);
+  const Device dev = exec.device;
+  workspace_ = Workspace(size_t(mem.workspace), dev);
+  ctx_.workspace = &workspace_;
+  params_ = Buffer(size_t(mem.params), dev);
+  working_ = Buffer(size_t(mem.working), dev);
+  grads_ = Buffer(size_t(mem.grads), dev);
+  acts_ = Buffer(size_t(mem.activations), dev);
+  const size_t N = size_t(plan_.capacity());
+  for (Buffer* b : {&tokens_, &targets_, &positions_, &segments_, &lengths_})
+    *b = Buffer(N * sizeof(int32_t), dev);
+  scalars_ = Buffer(2 * sizeof(double), dev);
+  host_positions_.resize(N);
+}
+
+Transformer::Memory Transformer::memory() const {
+  return {int64_t(params_.bytes()),
+          int64_t(working_.bytes()),
+          int64_t(grads_.bytes()),
+          int64_t(acts_.bytes()),
+          int64_t(workspace_.capacity()),
+          int64_t(tokens_.bytes() + targets_.bytes() + positions_.bytes() + segments_.bytes() +
+                  lengths_.bytes() + scalars_.bytes())};
+}
+
+void Transformer::init_weights(uint64_t seed) {
+  const ArchSpec spec = arch_spec(config_);
+  const float residual_std = spec.init_std / std::sqrt(2.0f * float(config_.n_layer));
+  std::vector<float> host;
+  for (const ParamInfo& p : layout_.params()) {
+    host.resize(size_t(p.numel));
+    switch (p.init) {
+      case Init::zeros:
+        std::fill(host.begin(), host.end(), 0.0f);
+        break;
+      case Init::ones:
+        std::fill(host.begin(), host.end(), 1.0f);
+        break;
+      case Init::normal:
+      case Init::normal_residual:
+        fill_normal(host.data(), p.numel, seed ^ hash64(p.name), 0.0f,
+                    p.init == Init::normal ? spec.init_std : residual_std);
+        break;
+    }
+    copy(ctx_, params().flat(p.offset, p.numel), make_tensor(host.data(), DType::f32, {p.numel}));
+  }
+  sync_working_params();
+}
+
+Tensor Transformer::params() {
+  return params_.view(DType::f32, layout_.total());
+}
+
+Tensor Transformer::grads() {
+  TRAINER_ASSERT(exec_.training, "gradients of a forward-only model");
+  return grads_.view(exec_.grad, layout_.total());
+}
+
+Tensor Transformer::working_copy() {
+  return working_.bytes() ? working_.view(exec_.compute, layout_.total()) : Tensor{};
+}
+
+Tensor Transformer::working_params() {
+  return working_.bytes() ? working_copy() : params();
+}
+
+void Transformer::sync_working_params() {
+  if (working_.bytes()) cast(ctx_, working_params(), params());
+}
+
+Tensor Transformer::act(const ActSlot& slot) const {
+  TRAINER_ASSERT(slot.offset >= 0, "an activation without a slot");
+  const int64_t N = int64_t(B_) * T_;
+  return make_tensor(static_cast<char*>(acts_.data()) + slot.offset, slot.dtype,
+                     {N, slot.per_token}, exec_.device);
+}
+
+Tensor Transformer::logits() const {
+  return act(plan_.logits);
+}
+
+Tensor Transformer::param(const Tensor& flat, int unit, Role role) const {
+  const ParamInfo& p = layout_.get(unit, role);
+  return shaped(flat, p.offset, p.shape);
+}
+
+BlockTensors Transformer::block_tensors(int l) {
+  BlockTensors t;
+  t.B = B_;
+  t.T = T_;
+  t.n_head = config_.n_head;
+  const int u = layout_.block_unit(l);
+  const Tensor w = working_params();
+  for (size_t r = 0; r < size_t(Role::kCount); ++r)
+    if (layout_.has(u, Role(r))) {
+      t.w[r] = param(w, u, Role(r));
+      if (exec_.training) t.g[r] = param(grads(), u, Role(r));
+    }
+  for (const ActSpec& a : spec_.block_acts)
+    if (exec_.training || a.kind != ActKind::scratch)
+      t.a[size_t(a.act)] = act(plan_.block(l, a.act));
+  t.x = act(plan_.residual(l));
+  t.out = act(plan_.residual(l + 1));
+  t.tmp = act(plan_.tmp);
+  if (exec_.training) {
+    t.d_res = act(plan_.d_res);
+    t.d_ln = act(plan_.d_ln);
+  }
+  if (plan_.d_branch.offset >= 0) t.d_branch = act(plan_.d_branch);
+  const int64_t N = int64_t(B_) * T_;
+  if (has_segments_) t.mask.segments = segments_.view(DType::i32, N).reshape({B_, T_});
+  if (has_lengths_) t.mask.lengths = lengths_.view(DType::i32, B_);
+  return t;
+}
+
+int64_t Transformer::stage_batch(const BatchView& b, int first_position) {
+  CHECK(b.B > 0 && b.T > 0, "empty batch ({} x {})", b.B, b.T);
+  CHECK(int64_t(b.B) * b.T <= plan_.capacity() && b.T <= exec_.max_seq_len,
+        "batch {} x {} exceeds the {} x {} the model was sized for", b.B, b.T, exec_.max_rows,
+        exec_.max_seq_len);
+  const int64_t N = int64_t(b.B) * b.T;
+  const int V = config_.vocab_size;
+  for (int64_t n = 0; n < N; ++n)
+    CHECK(b.tokens[n] >= 0 && b.tokens[n] < V,
+          "token id {} at position {} is outside the vocab [0, {})", b.tokens[n], n, V);
+  int64_t counted = 0;
+  if (b.targets)
+    for (int64_t n = 0; n < N; ++n) {
+      CHECK(b.targets[n] >= -1 && b.targets[n] < V,
+            "target id {} at position {} is outside the vocab [0, {})", b.targets[n], n, V);
+      counted += b.targets[n] >= 0;
+    }
+  if (b.lengths)
+    for (int r = 0; r < b.B; ++r)
+      CHECK(b.lengths[r] >= 0 && b.lengths[r] <= b.T, "row {} has length {}, outside [0, {}]", r,
+            b.lengths[r], b.T);
+  // Positions count from each row's start (or first_position), restarting where the segment id
+  // changes.
+  for (int r = 0; r < b.B; ++r)
+    for (int t = 0; t < b.T; ++t) {
+      const int64_t i = int64_t(r) * b.T + t;
+      const bool restart = t == 0 || (b.segments && b.segments[i] != b.segments[i - 1]);
+      host_positions_[size_t(i)] =
+          restart ? (t == 0 ? first_position : 0) : host_positions_[size_t(i - 1)] + 1;
+    }
+  B_ = b.B;
+  T_ = b.T;
+  auto stage = [&](Buffer& dst, const int32_t* src, int64_t count) {
+    copy(ctx_, dst.view(DType::i32, count), make_tensor(src, DType::i32, {count}));
+  };
+  stage(tokens_, b.tokens, N);
+  stage(positions_, host_positions_.data(), N);
+  has_targets_ = b.targets != nullptr;
+  has_segments_ = b.segments != nullptr;
+  has_lengths_ = b.lengths != nullptr;
+  if (has_targets_) stage(targets_, b.targets, N);
+  if (has_segments_) stage(segments_, b.segments, N);
+  if (has_lengths_) stage(lengths_, b.lengths, b.B);
+  return counted;
+}
+
+void Transformer::needed(int unit, ParamUse use) {
+  if (on_params_needed) on_params_needed(unit, use);
+}
+
+int64_t Transformer::forward(const BatchView& batch) {
+  const int64_t counted = stage_batch(batch, 0);
+  forward_blocks_and_head(nullptr);
+  if (has_targets_)
+    cross_entropy_forward(ctx_, scalars_.view(DType::f64, 1), act(plan_.ce_stats), logits(),
+                          targets_.view(DType::i32, int64_t(B_) * T_));
+  return counted;
+}
+
+void Transformer::forward_cached(const int32_t* tokens, int count, KvCache& cache) {
+  CHECK(count > 0 && cache.length() + count <= config_.max_seq_len,
+        "the sequence is full ({} positions, model.max_seq_len)", config_.max_seq_len);
+  stage_batch({1, count, tokens, nullptr, nullptr, nullptr}, cache.length());
+  forward_blocks_and_head(&cache);
+  cache.length_ += count;
+}
+
+void Transformer::forward_blocks_and_head(KvCache* cache) {
+  const int E = layout_.embedding_unit(), F = layout_.final_unit(), L = config_.n_layer;
+  const int64_t N = int64_t(B_) * T_;
+  const Tensor w = working_params();
+  needed(E, ParamUse::forward);
+  embedding_forward(
+      ctx_, act(plan_.residual(0)), tokens_.view(DType::i32, N), positions_.view(DType::i32, N),
+      param(w, E, Role::tok_embedding),
+      layout_.has(E, Role::pos_embedding) ? param(w, E, Role::pos_embedding) : Tensor{});
+  for (int l = 0; l < L; ++l) {
+    needed(layout_.block_unit(l), ParamUse::forward);
+    BlockTensors t = block_tensors(l);
+    if (cache) {
+      t.k_cache = cache->keys(l);
+      t.v_cache = cache->values(l);
+      t.q_pos = cache->length();
+    }
+    block_forward(config_.arch, ctx_, t, BlockPass::train);
+  }
+  needed(F, ParamUse::forward);
+  needed(E, ParamUse::forward);  // the head is tied to the token embedding
+  layernorm_forward(ctx_, act(plan_.lnf), act(plan_.lnf_mean), act(plan_.lnf_rstd),
+                    act(plan_.residual(L)), param(w, F, Role::final_norm_w),
+                    param(w, F, Role::final_norm_b));
+  PROFILE_SCOPE("lm_head_forward");
+  matmul(ctx_, logits(), act(plan_.lnf), false, param(w, E, Role::tok_embedding), true);
+}
+
+void Transformer::backward(float loss_scale) {
+  TRAINER_ASSERT(has_targets_ && exec_.training,
+                 "backward needs a training model and a forward pass with targets");
+  const int E = layout_.embedding_unit(), F = layout_.final_unit(), L = config_.n_layer;
+  const int64_t N = int64_t(B_) * T_;
+  const Tensor w = working_params(), g = grads();
+  auto ready = [&](int unit) {
+    const Unit& u = layout_.units()[size_t(unit)];
+    if (on_grads_ready) on_grads_ready(u.begin, u.end);
+  };
+  needed(F, ParamUse::backward);
+  needed(E, ParamUse::backward);
+  const Tensor dlogits = logits();  // overwrites the logits in place
+  cross_entropy_backward(ctx_, dlogits, logits(), act(plan_.ce_stats), targets_.view(DType::i32, N),
+                         loss_scale);
+  {
+    // Through the tied head: d lnf = dlogits @ wte; d wte += dlogits^T @ lnf.
+    PROFILE_SCOPE("lm_head_backward");
+    const Tensor wte = param(w, E, Role::tok_embedding);
+    matmul(ctx_, act(plan_.d_ln), dlogits, false, wte, false);
+    matmul(ctx_, param(g, E, Role::tok_embedding), dlogits, true, act(plan_.lnf), false, 1.0f,
+           1.0f);
+  }
+  fill_zero(ctx_, act(plan_.d_res));
+  layernorm_backward(ctx_, act(plan_.d_res), param(g, F, Role::final_norm_w),
+                     param(g, F, Role::final_norm_b), act(plan_.d_ln), act(plan_.residual(L)),
+                     param(w, F, Role::final_norm_w), act(plan_.lnf_mean), act(plan_.lnf_rstd));
+  ready(F);
+  for (int l = L - 1; l >= 0; --l) {
+    needed(layout_.block_unit(l), ParamUse::backward);
+    backward_block(l);
+    ready(layout_.block_unit(l));
+  }
+  embedding_backward(
+      ctx_, param(g, E, Role::tok_embedding),
+      layout_.has(E, Role::pos_embedding) ? param(g, E, Role::pos_embedding) : Tensor{},
+      act(plan_.d_res), tokens_.view(DType::i32, N), positions_.view(DType::i32, N));
+  ready(E);
+}
+
+// On entry d_res holds the gradient of the block's output; on exit, of its input.
+void Transformer::backward_block(int l) {
+  const BlockTensors t = block_tensors(l);
+  switch (exec_.policy(l)) {
+    case Recompute::none:
+      break;
+    case Recompute::selective: {
+      PROFILE_SCOPE("recompute");
+      block_forward(config_.arch, ctx_, t, BlockPass::recompute_cheap);
+      break;
+    }
+    case Recompute::full: {
+      PROFILE_SCOPE("recompute");
+      block_forward(config_.arch, ctx_, t, BlockPass::recompute_all);
+      break;
+    }
+  }
+  block_backward(config_.arch, ctx_, t);
+}
+
+void Transformer::zero_grads() {
+  PROFILE_SCOPE("zero_grads");
+  fill_zero(ctx_, grads());
+}
+
+void Transformer::reset_loss() {
+  fill_zero(ctx_, scalars_.view(DType::f64, 1));
+}
+
+StepScalars Transformer::read_step_scalars(int64_t begin, int64_t end) {
+  TRAINER_ASSERT(0 <= begin && begin <= end && end <= layout_.total(), "gradient range [{}, {})",
+                 begin, end);
+  const Tensor scalars = scalars_.view(DType::f64, 2);
+  if (end > begin)
+    sum_squares(ctx_, scalars.flat(1, 1), grads().flat(begin, end - begin));
+  else
+    fill_zero(ctx_, scalars.flat(1, 1));
+  double host[2];
+  copy(ctx_, make_tensor(host, DType::f64, {2}), scalars);
+  return {host[0], host[1]};
+}
+
+}  // namespace trainer::nn

@@ -1,0 +1,99 @@
+// The decoder-only transformer over flat buffers: parameters laid out by the architecture's
+// specification (ParamLayout), activations by the checkpointing policy (ActivationPlan),
+// blocks run by the architecture's block functions. Owns its memory, all planned at
+// construction: fp32 master parameters, their bf16 working copy (bf16 models), gradients,
+// activations, op workspace and the device-side loss and norm scalars.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "nn/activation_plan.h"
+#include "nn/block.h"
+#include "nn/model.h"
+#include "nn/model_config.h"
+#include "runtime/buffer.h"
+#include "runtime/workspace.h"
+
+namespace trainer::nn {
+
+class KvCache;
+
+class Transformer final : public Model {
+ public:
+  // Plans and allocates everything for batches of up to exec.max_rows * exec.max_seq_len tokens
+  // in rows of at most exec.max_seq_len. Parameters start at zero: call init_weights or load.
+  Transformer(const ModelConfig& config, const ExecConfig& exec);
+  Transformer(const Transformer&) = delete;  // ctx_ points into the object
+  Transformer& operator=(const Transformer&) = delete;
+
+  // Initialises every parameter by its specification's rule; each tensor's values depend only
+  // on (seed, its name). Refreshes the working copy.
+  void init_weights(uint64_t seed);
+
+  // Model.
+  const ParamLayout& layout() const override { return layout_; }
+  const Context& context() const override { return ctx_; }
+  Tensor params() override;
+  Tensor grads() override;
+  Tensor working_copy() override;
+  void sync_working_params() override;
+  int64_t forward(const BatchView& batch) override;
+  void backward(float loss_scale) override;
+  void zero_grads() override;
+  void reset_loss() override;
+  StepScalars read_step_scalars(int64_t grad_begin, int64_t grad_end) override;
+
+  const ModelConfig& config() const { return config_; }
+  const ExecConfig& exec() const { return exec_; }
+  const ActivationPlan& activation_plan() const { return plan_; }
+  // (rows, V) logits of the last forward (compute dtype).
+  Tensor logits() const;
+  // Bytes this model allocated, by purpose.
+  struct Memory {
+    int64_t params, working, grads, activations, workspace, inputs;
+    int64_t total() const { return params + working + grads + activations + workspace + inputs; }
+  };
+  Memory memory() const;
+  // What a model of this config allocates, computed without allocating (`trainer plan`).
+  static Memory planned_memory(const ModelConfig& config, const ExecConfig& exec);
+  // Workspace bytes the ops need, for these sizes (what the constructor allocates).
+  static int64_t workspace_bytes(const ModelConfig& config, const ExecConfig& exec,
+                                 const Context& ctx);
+
+  // Decoding: runs `count` tokens of one sequence (host ids, validated) at positions
+  // cache.length().. attending to every earlier position in `cache`, and appends their keys
+  // and values to it; logits() then holds their (count, V) logits. The model must be sized
+  // for one row of `count` tokens.
+  void forward_cached(const int32_t* tokens, int count, KvCache& cache);
+
+ private:
+  // The weights forward reads (compute dtype): params() itself in an fp32 model.
+  Tensor working_params();
+  Tensor act(const ActSlot& slot) const;
+  Tensor param(const Tensor& flat, int unit, Role role) const;
+  BlockTensors block_tensors(int layer);
+  // Validates the batch and copies it to the device; positions start at first_position.
+  // Returns the number of counted targets.
+  int64_t stage_batch(const BatchView& b, int first_position);
+  void needed(int unit, ParamUse use);
+  void forward_blocks_and_head(KvCache* cache);
+  void backward_block(int layer);
+
+  ModelConfig config_;
+  ExecConfig exec_;
+  ArchSpec spec_;
+  ParamLayout layout_;
+  ActivationPlan plan_;
+  Workspace workspace_;
+  Context ctx_;
+  Buffer params_, working_, grads_, acts_;
+  // Device copies of the last forward's inputs: (N) tokens, targets, positions, segments and
+  // (rows) lengths; and [loss_sum, grad_norm_sq] fp64 on the device.
+  Buffer tokens_, targets_, positions_, segments_, lengths_, scalars_;
+  std::vector<int32_t> host_positions_;
+  int B_ = 0, T_ = 0;
+  bool has_targets_ = false, has_segments_ = false, has_lengths_ = false;
+};
+
+}  // namespace trainer::nn

@@ -1,0 +1,35 @@
+// Where an op runs and what it may use: the device (with its index), the stream its work is
+// queued on, the scratch workspace, and how the CPU does bf16 arithmetic. Every op takes one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/device.h"
+
+namespace trainer {
+
+class Workspace;
+
+// How bf16 matrix products run on the CPU: oneDNN's bf16 kernels (AVX-512 BF16 or AMX), or the
+// bf16 operands converted to fp32 for the fp32 kernels (CPUs without bf16 arithmetic). Both
+// accumulate in fp32; only the speed differs (and the summation order).
+enum class CpuBf16Math : uint8_t { native, via_fp32 };
+
+struct Context {
+  Device device = Device::cpu;
+  int device_index = 0;
+  void* stream = nullptr;  // cudaStream_t on CUDA; unused on the CPU
+  Workspace* workspace = nullptr;
+  CpuBf16Math bf16_math = CpuBf16Math::via_fp32;
+};
+
+// The CPU bf16 path for this machine: native where oneDNN finds AVX-512 BF16 or AMX, else
+// via_fp32. The environment variable TRAINER_CPU_BF16=native|fp32 overrides the choice (for
+// tests and benchmarks); `why` receives a phrase for the log.
+CpuBf16Math detect_cpu_bf16_math(std::string* why = nullptr);
+
+// Whether oneDNN has bf16 kernels for this CPU (AVX-512 BF16 or AMX), whatever the override.
+bool cpu_has_bf16_arithmetic();
+
+}  // namespace trainer

@@ -1,0 +1,47 @@
+#include "runtime/memory.h"
+
+#include <cstring>
+
+#include "runtime/cuda_memory.h"
+#include "runtime/error.h"
+
+namespace trainer {
+
+void copy(const Context& ctx, const Tensor& dst, const Tensor& src) {
+  TRAINER_ASSERT(dst.dtype == src.dtype && dst.numel() == src.numel(), "copy of {} {} into {} {}",
+                 src.numel(), dtype_name(src.dtype), dst.numel(), dtype_name(dst.dtype));
+  const size_t bytes = size_t(src.bytes());
+  if (bytes == 0 || dst.data == src.data) return;
+  if (dst.device == Device::cpu && src.device == Device::cpu)
+    std::memmove(dst.data, src.data, bytes);
+  else
+    cuda_copy(dst.data, src.data, bytes);
+}
+
+std::vector<float> read_as_f32(const Context& ctx, const Tensor& t) {
+  std::vector<float> out(size_t(t.numel()));
+  if (t.dtype == DType::f32) {
+    copy(ctx, make_tensor(out.data(), DType::f32, {t.numel()}), t);
+    return out;
+  }
+  TRAINER_ASSERT(t.dtype == DType::bf16, "read_as_f32 of {}", dtype_name(t.dtype));
+  std::vector<bf16> raw(out.size());
+  copy(ctx, make_tensor(raw.data(), DType::bf16, {t.numel()}), t);
+  for (size_t i = 0; i < raw.size(); ++i) out[i] = to_float(raw[i]);
+  return out;
+}
+
+void fill_zero(const Context& ctx, const Tensor& t) {
+  const size_t bytes = size_t(t.bytes());
+  if (bytes == 0) return;
+  switch (t.device) {
+    case Device::cpu:
+      std::memset(t.data, 0, bytes);
+      break;
+    case Device::cuda:
+      cuda_memset_zero(t.data, bytes);
+      break;
+  }
+}
+
+}  // namespace trainer

@@ -1,0 +1,23 @@
+// Moving and clearing tensor memory on any device: the only place the model's buffers cross
+// between host and device.
+#pragma once
+
+#include <vector>
+
+#include "runtime/context.h"
+#include "runtime/tensor.h"
+
+namespace trainer {
+
+// dst = src, element for element: same dtype and element count, both contiguous, on any pair
+// of devices (host <-> device copies complete before this returns).
+void copy(const Context& ctx, const Tensor& dst, const Tensor& src);
+
+// The elements of a contiguous fp32 or bf16 tensor, on the host as fp32 (a copy; for
+// diagnostics and tests, not the step).
+std::vector<float> read_as_f32(const Context& ctx, const Tensor& t);
+
+// Every element of the contiguous tensor `t` set to zero.
+void fill_zero(const Context& ctx, const Tensor& t);
+
+}  // namespace trainer

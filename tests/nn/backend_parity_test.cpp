@@ -1,0 +1,412 @@
+// The backend parity harness: every op, in each dtype, on a few shapes (odd sizes, every mask
+// kind), on every backend that was built, forward and backward, against the CPU fp32
+// reference, by normalised error ||got - want|| / ||want|| with a tolerance per dtype; and one
+// whole training step per backend. A backend whose device or instructions are absent is
+// reported as skipped, never as passed.
+//
+// The reference runs on the same inputs as the case under test (rounded to bf16 first when
+// the case is bf16), so the error measured is the op's own: its arithmetic and the rounding of
+// its outputs. The CPU fp32 kernels themselves are checked against finite differences
+// (ops_grad_test) and the whole model against PyTorch (torch_parity_test).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "grad_check.h"
+#include "model_test_util.h"
+#include "nn/ops/adamw.h"
+#include "nn/ops/attention.h"
+#include "nn/ops/cast.h"
+#include "nn/ops/cross_entropy.h"
+#include "nn/ops/embedding.h"
+#include "nn/ops/gelu.h"
+#include "nn/ops/layernorm.h"
+#include "nn/ops/linear.h"
+#include "nn/ops/residual.h"
+#include "nn/ops/sum_squares.h"
+#include "nn/transformer.h"
+#include "runtime/buffer.h"
+#include "runtime/memory.h"
+#include "runtime/workspace.h"
+
+namespace trainer::nn {
+namespace {
+
+// ---- backends ---------------------------------------------------------------------------------
+
+struct Backend {
+  std::string name;
+  Device device;
+  CpuBf16Math math;
+};
+
+const std::vector<Backend>& backends() {
+  static const std::vector<Backend> all = {{"cpu_native", Device::cpu, CpuBf16Math::native},
+                                           {"cpu_via_fp32", Device::cpu, CpuBf16Math::via_fp32},
+                                           {"cuda", Device::cuda, CpuBf16Math::via_fp32}};
+  return all;
+}
+
+// Why `b` cannot run here, or "" when it can.
+std::string unavailable(const Backend& b) {
+  if (b.device == Device::cuda) {
+    if (!cuda_built()) return "this build has no CUDA backend";
+    if (cuda_device_count() == 0) return "no CUDA device";
+    return "";
+  }
+  if (b.math == CpuBf16Math::native && !cpu_has_bf16_arithmetic())
+    return "this CPU has no bf16 arithmetic (AVX-512 BF16 or AMX)";
+  return "";
+}
+
+// ---- buffers on a backend ---------------------------------------------------------------------
+
+// Tensors on one backend's device, made from host fp32 values: inputs are first rounded to
+// `round_to` (so a reference sees exactly the values the case under test sees).
+class Arena {
+ public:
+  Arena(const Backend& b, DType round_to) : device_(b.device), round_to_(round_to) {
+    ctx.device = b.device;
+    ctx.bf16_math = b.math;
+    ctx.workspace = &workspace_;
+    workspace_ = Workspace(size_t(64) << 20, b.device);
+  }
+  Context ctx;
+
+  Tensor input(std::vector<float> host, DType dt, std::initializer_list<int64_t> shape) {
+    if (round_to_ == DType::bf16)
+      for (float& x : host) x = to_float(to_bf16(x));
+    Tensor t = alloc(dt, shape);
+    if (dt == DType::f32) {
+      copy(ctx, t, make_tensor(host.data(), DType::f32, {t.numel()}).reshape(shape));
+    } else {
+      std::vector<bf16> h;
+      for (float x : host) h.push_back(to_bf16(x));
+      copy(ctx, t, make_tensor(h.data(), DType::bf16, {t.numel()}).reshape(shape));
+    }
+    return t;
+  }
+  Tensor random(uint64_t seed, DType dt, std::initializer_list<int64_t> shape, float std = 1) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return input(trainer::testing::random_vector(size_t(n), seed, std), dt, shape);
+  }
+  Tensor ints(const std::vector<int32_t>& host, std::initializer_list<int64_t> shape) {
+    Tensor t = alloc(DType::i32, shape);
+    copy(ctx, t, make_tensor(host.data(), DType::i32, shape));
+    return t;
+  }
+  Tensor zeros(DType dt, std::initializer_list<int64_t> shape) { return alloc(dt, shape); }
+  std::vector<float> read(const Tensor& t) { return read_as_f32(ctx, t); }
+  std::vector<float> read_f64(const Tensor& t) {
+    std::vector<double> h(size_t(t.numel()));
+    copy(ctx, make_tensor(h.data(), DType::f64, {t.numel()}), t);
+    return std::vector<float>(h.begin(), h.end());
+  }
+
+ private:
+  Tensor alloc(DType dt, std::initializer_list<int64_t> shape) {
+    Tensor t = make_tensor(static_cast<void*>(nullptr), dt, shape, device_);
+    buffers_.emplace_back(size_t(t.numel()) * dtype_size(dt), device_);
+    t.data = buffers_.back().data();
+    return t;
+  }
+  Device device_;
+  DType round_to_;
+  Workspace workspace_;
+  std::vector<Buffer> buffers_;
+};
+
+// ---- the op cases -----------------------------------------------------------------------------
+
+using Outputs = std::map<std::string, std::vector<float>>;
+// Runs one op (forward and backward) with activations of dtype `act` and gradients of `grad`.
+using CaseFn = std::function<Outputs(Arena&, DType act, DType grad)>;
+
+struct Case {
+  std::string name;
+  CaseFn run;
+};
+
+Outputs embedding_case(Arena& a, DType act, DType grad) {
+  const int N = 37, C = 24, V = 29, P = 16;
+  std::vector<int32_t> tok, pos;
+  for (int n = 0; n < N; ++n) {
+    tok.push_back((n * 7 + 3) % V);
+    pos.push_back(n % P);
+  }
+  const Tensor t = a.ints(tok, {N}), p = a.ints(pos, {N});
+  const Tensor wte = a.random(1, act, {V, C}), wpe = a.random(2, act, {P, C});
+  const Tensor out = a.zeros(DType::f32, {N, C});
+  embedding_forward(a.ctx, out, t, p, wte, wpe);
+  const Tensor dout = a.random(3, DType::f32, {N, C});
+  const Tensor dwte = a.random(4, grad, {V, C}), dwpe = a.random(5, grad, {P, C});
+  embedding_backward(a.ctx, dwte, dwpe, dout, t, p);
+  return {{"out", a.read(out)}, {"dwte", a.read(dwte)}, {"dwpe", a.read(dwpe)}};
+}
+
+Outputs layernorm_case(Arena& a, DType act, DType grad) {
+  const int N = 13, C = 40;
+  const Tensor x = a.random(1, DType::f32, {N, C}, 2.0f), w = a.random(2, act, {C});
+  const Tensor b = a.random(3, act, {C});
+  const Tensor out = a.zeros(act, {N, C}), mean = a.zeros(DType::f32, {N}),
+               rstd = a.zeros(DType::f32, {N});
+  layernorm_forward(a.ctx, out, mean, rstd, x, w, b);
+  const Tensor dout = a.random(4, act, {N, C}), dx = a.random(5, DType::f32, {N, C});
+  const Tensor dw = a.random(6, grad, {C}), db = a.random(7, grad, {C});
+  layernorm_backward(a.ctx, dx, dw, db, dout, x, w, mean, rstd);
+  return {{"out", a.read(out)}, {"mean", a.read(mean)}, {"rstd", a.read(rstd)},
+          {"dx", a.read(dx)},   {"dw", a.read(dw)},     {"db", a.read(db)}};
+}
+
+Outputs linear_case(Arena& a, DType act, DType grad, int N, int I, int O, bool bias) {
+  const Tensor x = a.random(1, act, {N, I}), w = a.random(2, act, {I, O});
+  const Tensor b = bias ? a.random(3, act, {O}) : Tensor{};
+  const Tensor out = a.zeros(act, {N, O});
+  linear_forward(a.ctx, out, x, w, b);
+  const Tensor dout = a.random(4, act, {N, O}), dx = a.zeros(act, {N, I});
+  const Tensor dw = a.random(5, grad, {I, O}), db = bias ? a.random(6, grad, {O}) : Tensor{};
+  linear_backward(a.ctx, dx, dw, db, dout, x, w);
+  Outputs o = {{"out", a.read(out)}, {"dx", a.read(dx)}, {"dw", a.read(dw)}};
+  if (bias) o["db"] = a.read(db);
+  return o;
+}
+
+Outputs gelu_case(Arena& a, DType act, DType) {
+  const int n = 301;
+  const Tensor x = a.random(1, act, {n}, 2.0f), out = a.zeros(act, {n});
+  gelu_forward(a.ctx, out, x);
+  const Tensor dout = a.random(2, act, {n}), dx = a.zeros(act, {n});
+  gelu_backward(a.ctx, dx, dout, x);
+  return {{"out", a.read(out)}, {"dx", a.read(dx)}};
+}
+
+Outputs residual_case(Arena& a, DType act, DType) {
+  const int n = 257;
+  const Tensor x = a.random(1, DType::f32, {n}), y = a.random(2, act, {n});
+  const Tensor out = a.zeros(DType::f32, {n});
+  residual_forward(a.ctx, out, x, y);
+  return {{"out", a.read(out)}};
+}
+
+// mask: 0 causal only, 1 packed segments, 2 padded lengths.
+Outputs attention_case(Arena& a, DType act, DType, int B, int T, int C, int H, int mask_kind) {
+  std::vector<int32_t> seg, len;
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) seg.push_back(t < T / 3 ? 0 : t < T / 2 ? 1 : 2);
+  for (int b = 0; b < B; ++b) len.push_back(b == 0 ? T : T / 2 + 1);
+  AttentionMask mask;
+  if (mask_kind == 1) mask.segments = a.ints(seg, {B, T});
+  if (mask_kind == 2) mask.lengths = a.ints(len, {B});
+  const Tensor qkv = a.random(1, act, {B, T, 3 * C});
+  auto part = [&](const Tensor& t, int i) { return t.col_range(i * C, C); };
+  const Tensor out = a.zeros(act, {B, T, C}), lse = a.zeros(DType::f32, {B * H * T});
+  attention_forward(a.ctx, out, lse, part(qkv, 0), part(qkv, 1), part(qkv, 2), mask, H);
+  const Tensor dout = a.random(2, act, {B, T, C}), dqkv = a.zeros(act, {B, T, 3 * C});
+  attention_backward(a.ctx, part(dqkv, 0), part(dqkv, 1), part(dqkv, 2), dout, out, lse,
+                     part(qkv, 0), part(qkv, 1), part(qkv, 2), mask, H);
+  return {{"out", a.read(out)}, {"lse", a.read(lse)}, {"dqkv", a.read(dqkv)}};
+}
+
+Outputs cross_entropy_case(Arena& a, DType act, DType) {
+  const int N = 11, V = 53;
+  std::vector<int32_t> tgt;
+  for (int n = 0; n < N; ++n) tgt.push_back(n % 4 == 1 ? -1 : (n * 13 + 2) % V);
+  const Tensor logits = a.random(1, act, {N, V}, 3.0f), t = a.ints(tgt, {N});
+  const Tensor sum = a.zeros(DType::f64, {1}), stats = a.zeros(DType::f32, {N, 2});
+  cross_entropy_forward(a.ctx, sum, stats, logits, t);
+  const Tensor dlogits = a.zeros(act, {N, V});
+  cross_entropy_backward(a.ctx, dlogits, logits, stats, t, 0.25f);
+  return {{"loss", a.read_f64(sum)}, {"dlogits", a.read(dlogits)}};
+}
+
+Outputs cast_case(Arena& a, DType act, DType) {
+  const int R = 9, Cn = 30;
+  const Tensor src = a.random(1, DType::f32, {R, Cn});
+  const Tensor mid = a.zeros(act, {R, 2 * Cn}), out = a.zeros(DType::f32, {R, Cn});
+  cast(a.ctx, mid.col_range(Cn / 2, Cn), src);  // into a strided view
+  cast(a.ctx, out, mid.col_range(Cn / 2, Cn));
+  return {{"out", a.read(out)}};
+}
+
+Outputs adamw_case(Arena& a, DType act, DType grad) {
+  const int n = 1000;
+  const Tensor p = a.random(1, DType::f32, {n}), g = a.random(2, grad, {n});
+  const Tensor m = a.random(3, DType::f32, {n}, 0.1f), v = a.random(4, DType::f32, {n}, 0.1f);
+  // Second moments must be non-negative.
+  std::vector<float> vh = a.read(v);
+  for (float& x : vh) x = x * x;
+  const Tensor v2 = a.input(vh, DType::f32, {n});
+  const Tensor working = act == DType::bf16 ? a.zeros(DType::bf16, {n}) : Tensor{};
+  adamw_update(a.ctx, p, g, m, v2, working,
+               {.lr = 1e-2f, .weight_decay = 0.1f, .grad_scale = 0.5f, .step = 3});
+  // The working copy is the updated params rounded: the reference's are its fp32 params.
+  return {{"p", a.read(p)},
+          {"m", a.read(m)},
+          {"v", a.read(v2)},
+          {"working", a.read(working.empty() ? p : working)}};
+}
+
+Outputs sum_squares_case(Arena& a, DType, DType grad) {
+  const Tensor x = a.random(1, grad, {4099}), out = a.zeros(DType::f64, {1});
+  sum_squares(a.ctx, out, x);
+  return {{"sum", a.read_f64(out)}};
+}
+
+std::vector<Case> make_cases() {
+  std::vector<Case> c = {
+      {"embedding", embedding_case},
+      {"layernorm", layernorm_case},
+      {"linear_bias",
+       [](Arena& a, DType t, DType g) { return linear_case(a, t, g, 19, 24, 40, true); }},
+      {"linear_odd",
+       [](Arena& a, DType t, DType g) { return linear_case(a, t, g, 5, 7, 3, false); }},
+      {"gelu", gelu_case},
+      {"residual", residual_case},
+      {"cross_entropy", cross_entropy_case},
+      {"cast", cast_case},
+      {"adamw", adamw_case},
+      {"sum_squares", sum_squares_case},
+  };
+  for (int mask = 0; mask < 3; ++mask) {
+    const char* kind[] = {"causal", "segments", "lengths"};
+    c.push_back({std::string("attention_") + kind[mask], [mask](Arena& a, DType t, DType g) {
+                   return attention_case(a, t, g, 2, 13, 16, 2, mask);
+                 }});
+  }
+  c.push_back({"attention_tiles",
+               [](Arena& a, DType t, DType g) { return attention_case(a, t, g, 1, 70, 8, 1, 1); }});
+  return c;
+}
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> all = make_cases();
+  return all;
+}
+
+// Stated tolerances of normalised error: fp32 differs from the reference only in summation
+// order; bf16 rounds each output once (2^-9 relative) and some intermediates.
+double tolerance(DType act) {
+  return act == DType::bf16 ? 1e-2 : 1e-5;
+}
+
+double normalised_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double d = 0, n = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    d += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    n += double(want[i]) * want[i];
+  }
+  return n > 0 ? std::sqrt(d / n) : std::sqrt(d);
+}
+
+// ---- the op harness ---------------------------------------------------------------------------
+
+struct Param {
+  size_t backend;
+  DType act, grad;
+  size_t op;
+};
+
+class OpParity : public ::testing::TestWithParam<Param> {};
+
+TEST_P(OpParity, MatchesTheCpuFp32Reference) {
+  const Param& p = GetParam();
+  const Backend& b = backends()[p.backend];
+  if (const std::string why = unavailable(b); !why.empty()) GTEST_SKIP() << why;
+  const Case& c = cases()[p.op];
+  Arena ref(Backend{"cpu", Device::cpu, CpuBf16Math::via_fp32}, p.act);
+  Arena under_test(b, p.act);
+  const Outputs want = c.run(ref, DType::f32, DType::f32);
+  const Outputs got = c.run(under_test, p.act, p.grad);
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, w] : want) {
+    ASSERT_EQ(got.at(name).size(), w.size()) << name;
+    const double err = normalised_error(got.at(name), w);
+    EXPECT_LT(err, tolerance(p.act)) << c.name << " " << name;
+    RecordProperty(name, std::to_string(err));
+  }
+}
+
+std::vector<Param> all_params() {
+  std::vector<Param> out;
+  for (size_t b = 0; b < backends().size(); ++b)
+    for (DType act : {DType::f32, DType::bf16})
+      for (DType grad : {DType::f32, DType::bf16}) {
+        if (grad == DType::bf16 && act != DType::bf16) continue;  // not a mode the model has
+        if (backends()[b].device == Device::cpu && act == DType::f32)
+          continue;  // CPU fp32 is the reference itself
+        for (size_t op = 0; op < cases().size(); ++op) out.push_back({b, act, grad, op});
+      }
+  return out;
+}
+
+std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+  const Param& p = info.param;
+  return cases()[p.op].name + "_" + backends()[p.backend].name + "_" +
+         std::string(float_dtype_name(p.act)) + "_grad_" + std::string(float_dtype_name(p.grad));
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryOp, OpParity, ::testing::ValuesIn(all_params()), param_name);
+
+// ---- one whole training step per backend ------------------------------------------------------
+
+class StepParity : public ::testing::TestWithParam<std::tuple<size_t, DType>> {};
+
+TEST_P(StepParity, OneTrainingStepMatchesCpuFp32) {
+  const auto [bi, act] = GetParam();
+  const Backend& b = backends()[bi];
+  if (const std::string why = unavailable(b); !why.empty()) GTEST_SKIP() << why;
+  ::setenv("TRAINER_CPU_BF16", b.math == CpuBf16Math::native ? "native" : "fp32", 1);
+  const ModelConfig cfg{
+      .vocab_size = 67, .max_seq_len = 24, .n_layer = 2, .n_head = 4, .n_embd = 32};
+  const int B = 3, T = 20;
+  std::vector<int32_t> tokens, targets, segments;
+  for (int i = 0; i < B * T; ++i) {
+    tokens.push_back((i * 13 + 5) % cfg.vocab_size);
+    targets.push_back(i % T == 6 ? -1 : (i * 29 + 3) % cfg.vocab_size);
+    segments.push_back((i % T) < 7 ? 0 : 1);
+  }
+  const BatchView batch{B, T, tokens.data(), targets.data(), segments.data(), nullptr};
+  auto run = [&](ExecConfig e) {
+    Transformer m(cfg, e);
+    m.init_weights(21);
+    AdamW opt(m.layout(), {}, 0, m.layout().total(), nullptr, e.device);
+    const testing::LossSum ls = testing::forward_backward(m, batch);
+    std::vector<float> grads = testing::host_grads(m);
+    testing::optimizer_step(m, opt, 1e-3f, 1.0f);
+    return std::tuple{ls.sum / double(ls.count), grads, testing::host_params(m)};
+  };
+  const auto [want_loss, want_grads, want_params] = run(testing::exec_for(B, T));
+  ExecConfig e = testing::exec_for(B, T, act);
+  e.device = b.device;
+  const auto [loss, grads, params] = run(e);
+  ::unsetenv("TRAINER_CPU_BF16");
+  EXPECT_NEAR(loss, want_loss, tolerance(act) * want_loss);
+  // bf16 activations perturb every gradient a little; AdamW moves each parameter by about lr
+  // (1e-3, against weights of about 0.02) in the direction of its gradient's sign, which
+  // flips for the smallest gradients.
+  EXPECT_LT(normalised_error(grads, want_grads), act == DType::bf16 ? 5e-2 : 1e-5);
+  EXPECT_LT(normalised_error(params, want_params), act == DType::bf16 ? 5e-3 : 1e-6);
+}
+
+std::vector<std::tuple<size_t, DType>> step_params() {
+  std::vector<std::tuple<size_t, DType>> out;
+  for (size_t b = 0; b < backends().size(); ++b)
+    for (DType act : {DType::f32, DType::bf16})
+      if (act == DType::bf16 || backends()[b].device != Device::cpu)  // CPU fp32: the reference
+        out.push_back({b, act});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryBackend, StepParity, ::testing::ValuesIn(step_params()),
+                         [](const auto& info) {
+                           return backends()[std::get<0>(info.param)].name + "_" +
+                                  std::string(float_dtype_name(std::get<1>(info.param)));
+                         });
+
+}  // namespace
+}  // namespace trainer::nn

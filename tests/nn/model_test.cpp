@@ -1,0 +1,351 @@
+// The whole model: gradients against finite differences, a batch it can memorise, masks seen
+// through the model, and the optimizer and schedule it trains with.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "grad_check.h"
+#include "model_test_util.h"
+#include "nn/adamw.h"
+#include "nn/kv_cache.h"
+#include "nn/lr_schedule.h"
+#include "nn/transformer.h"
+#include "runtime/error.h"
+
+namespace trainer::nn {
+
+namespace {
+
+using testing::exec_for;
+using testing::forward_backward;
+using testing::loss_of;
+
+ModelConfig tiny_config() {
+  ModelConfig c;
+  c.vocab_size = 31;
+  c.max_seq_len = 12;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 16;
+  return c;
+}
+
+struct TinyBatch {
+  int B = 2, T = 8;
+  std::vector<int32_t> tokens, targets;
+  TinyBatch() {
+    for (int i = 0; i < B * T; ++i) {
+      tokens.push_back((i * 7 + 3) % 31);
+      targets.push_back((i * 5 + 1) % 31);
+    }
+  }
+  BatchView view() const { return {B, T, tokens.data(), targets.data(), nullptr, nullptr}; }
+};
+
+}  // namespace
+
+TEST(Gpt, GradientsMatchFiniteDifferences) {
+  Transformer model(tiny_config(), exec_for(2, 8));
+  model.init_weights(11);
+  std::vector<float> params = testing::host_params(model);
+  TinyBatch batch;
+  auto loss = [&] {
+    std::copy(params.begin(), params.end(), model.params().as<float>());
+    return loss_of(model, batch.view()).sum;
+  };
+  loss();
+  model.zero_grads();
+  model.backward(1.0f);
+  std::vector<float> grads = testing::host_grads(model);
+  for (const ParamInfo& p : model.layout().params()) {
+    std::vector<float> x(params.begin() + p.offset, params.begin() + p.offset + p.numel);
+    std::vector<float> g(grads.begin() + p.offset, grads.begin() + p.offset + p.numel);
+    auto sub_loss = [&] {
+      std::copy(x.begin(), x.end(), params.begin() + p.offset);
+      return loss();
+    };
+    // Coarse: float rounding of a ~50-nat loss limits whole-model differences. Each op is
+    // checked strictly in ops_grad_test; the whole model strictly in the PyTorch parity test.
+    trainer::testing::expect_gradient(p.name, x, g, sub_loss, 12, 2e-3f, 3e-2, 6e-4);
+    std::copy(x.begin(), x.end(), params.begin() + p.offset);
+  }
+}
+
+TEST(Gpt, HooksReportEveryGradientRangeOnceFromTheEnd) {
+  Transformer model(tiny_config(), exec_for(2, 8));
+  model.init_weights(1);
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  model.on_grads_ready = [&](int64_t b, int64_t e) { ranges.push_back({b, e}); };
+  TinyBatch batch;
+  model.forward(batch.view());
+  model.backward(1.0f);
+  ASSERT_EQ(ranges.size(), size_t(tiny_config().n_layer + 2));
+  EXPECT_EQ(ranges.front().second, model.layout().total());
+  EXPECT_EQ(ranges.back().first, 0);
+  for (size_t i = 1; i < ranges.size(); ++i) EXPECT_EQ(ranges[i].second, ranges[i - 1].first);
+}
+
+TEST(Gpt, OverfitsOneBatch) {
+  Transformer model(tiny_config(), exec_for(2, 8));
+  model.init_weights(3);
+  AdamW opt(model.layout(), {.weight_decay = 0.0f}, 0, model.layout().total());
+  TinyBatch batch;
+  double first = 0, last = 0;
+  for (int step = 0; step < 300; ++step) {
+    const testing::LossSum ls = forward_backward(model, batch.view());
+    if (step == 0) first = ls.sum / double(ls.count);
+    last = ls.sum / double(ls.count);
+    opt.step(model.context(), model.params(), model.grads(), model.working_copy(), 1e-2f, 1.0f);
+  }
+  EXPECT_GT(first, 3.0);  // about ln(31) at init
+  EXPECT_LT(last, 0.05);
+}
+
+TEST(Gpt, PackedDocumentsDoNotSeeEachOther) {
+  // Row = document A (5 tokens) then document B (3 tokens). With segments, B's losses equal
+  // those of B alone at the start of a row; without, they differ.
+  Transformer model(tiny_config(), exec_for(1, 8));
+  model.init_weights(5);
+  std::vector<int32_t> tok = {1, 2, 3, 4, 5, 6, 7, 8}, seg = {0, 0, 0, 0, 0, 1, 1, 1};
+  std::vector<int32_t> tgt_b = {-1, -1, -1, -1, -1, 9, 10, 11};
+  double packed = loss_of(model, {1, 8, tok.data(), tgt_b.data(), seg.data(), nullptr}).sum;
+  double unmasked = loss_of(model, {1, 8, tok.data(), tgt_b.data(), nullptr, nullptr}).sum;
+  std::vector<int32_t> tok_alone = {6, 7, 8}, tgt_alone = {9, 10, 11};
+  double alone = loss_of(model, {1, 3, tok_alone.data(), tgt_alone.data(), nullptr, nullptr}).sum;
+  EXPECT_NEAR(packed, alone, 1e-5);
+  EXPECT_GT(std::abs(unmasked - alone), 1e-4);
+}
+
+TEST(Gpt, PaddingIsNeverCounted) {
+  // A padded row gives the loss and gradients of the same row unpadded.
+  Transformer model(tiny_config(), exec_for(1, 8));
+  model.init_weights(6);
+  std::vector<int32_t> tok = {1, 2, 3, 4, 5, 0, 0, 0}, tgt = {2, 3, 4, 5, 6, -1, -1, -1};
+  std::vector<int32_t> len = {5};
+  model.zero_grads();
+  const testing::LossSum padded = loss_of(model, {1, 8, tok.data(), tgt.data(), nullptr, len.data()});
+  model.backward(1.0f);
+  std::vector<float> g_padded = testing::host_grads(model);
+  model.zero_grads();
+  const testing::LossSum plain = loss_of(model, {1, 5, tok.data(), tgt.data(), nullptr, nullptr});
+  model.backward(1.0f);
+  EXPECT_EQ(padded.count, 5);
+  EXPECT_NEAR(padded.sum, plain.sum, 1e-5);
+  const std::vector<float> g_plain = testing::host_grads(model);
+  for (size_t i = 0; i < g_plain.size(); ++i) ASSERT_NEAR(g_padded[i], g_plain[i], 1e-6) << i;
+}
+
+TEST(Gpt, OutOfRangeTokenIsAClearError) {
+  Transformer model(tiny_config(), exec_for(1, 4));
+  std::vector<int32_t> tok = {1, 2, 31, 4}, tgt = {1, 1, 1, 1};
+  try {
+    model.forward({1, 4, tok.data(), tgt.data(), nullptr, nullptr});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 31"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LrSchedule, WarmupThenCosineToTheFloor) {
+  LrSchedule s{.max_lr = 1.0f, .min_lr = 0.1f, .warmup_steps = 10, .total_steps = 110};
+  EXPECT_FLOAT_EQ(s.at(0), 0.1f);
+  EXPECT_FLOAT_EQ(s.at(9), 1.0f);
+  EXPECT_FLOAT_EQ(s.at(10), 1.0f);
+  EXPECT_NEAR(s.at(60), 0.55f, 1e-6);
+  EXPECT_FLOAT_EQ(s.at(110), 0.1f);
+  s.decay = LrSchedule::Decay::linear;
+  EXPECT_NEAR(s.at(35), 0.775f, 1e-6);
+  EXPECT_THROW(LrSchedule::parse_decay("cosin"), Error);
+}
+
+TEST(AdamW, MatchesTheClosedFormFirstStep) {
+  // After one step from zero moments, the update is lr * g / (|g| + eps) (bias-corrected).
+  ModelConfig c = tiny_config();
+  ParamLayout layout(c);
+  AdamW opt(layout, {.weight_decay = 0.5f}, 0, layout.total());
+  std::vector<float> p(size_t(layout.total()), 1.0f), g(size_t(layout.total()), 0.25f);
+  const int64_t n = layout.total();
+  opt.step(Context{}, make_tensor(p.data(), DType::f32, {n}), make_tensor(g.data(), DType::f32, {n}),
+           Tensor{}, 0.1f, 2.0f);
+  const ParamInfo* w = layout.find("h.0.attn.c_attn.weight");
+  const ParamInfo* b = layout.find("h.0.attn.c_attn.bias");
+  EXPECT_NEAR(p[size_t(w->offset)], 1.0f * (1 - 0.1f * 0.5f) - 0.1f, 1e-6);  // decayed
+  EXPECT_NEAR(p[size_t(b->offset)], 1.0f - 0.1f, 1e-6);                      // not decayed
+  EXPECT_FLOAT_EQ(clip_scale(10.0, 1.0f), float(1.0 / (10.0 + 1e-6)));
+  EXPECT_FLOAT_EQ(clip_scale(0.5, 1.0f), 1.0f);
+}
+
+}  // namespace trainer::nn
+
+namespace trainer::nn {
+
+TEST(KvCache, MatchesTheFullForwardAtEveryPosition) {
+  ModelConfig c{.vocab_size = 31, .max_seq_len = 12, .n_layer = 2, .n_head = 2, .n_embd = 16};
+  Transformer model(c, exec_for(1, 12));
+  model.init_weights(9);
+  std::vector<int32_t> tokens = {4, 8, 15, 16, 23, 30, 1, 2, 3, 5};
+  const int T = int(tokens.size());
+  model.forward({1, T, tokens.data(), nullptr, nullptr, nullptr});
+  std::vector<float> full = read_as_f32(model.context(), model.logits());
+  ExecConfig one = exec_for(1, 1);
+  one.training = false;
+  Transformer decoder(c, one);
+  copy(decoder.context(), decoder.params(), model.params());
+  decoder.sync_working_params();
+  KvCacheDecoder dec(decoder);
+  for (int t = 0; t < T; ++t) {
+    const float* step = dec.push(tokens[size_t(t)]);
+    for (int v = 0; v < c.vocab_size; ++v)
+      ASSERT_NEAR(step[v], full[size_t(t) * c.vocab_size + v], 1e-4) << "position " << t;
+  }
+  for (int t = T; t < 12; ++t) dec.push(1);
+  EXPECT_THROW(dec.push(1), Error);
+}
+
+}  // namespace trainer::nn
+
+namespace trainer::nn {
+
+namespace {
+
+// A batch in one of the three shapes the data layer produces: plain rows, packed documents
+// (segment ids) or padded rows (lengths).
+struct MaskedBatch {
+  static constexpr int B = 2, T = 8;
+  std::vector<int32_t> tokens, targets, segments, lengths;
+  explicit MaskedBatch(int kind) {
+    for (int i = 0; i < B * T; ++i) {
+      tokens.push_back((i * 7 + 3) % 31);
+      targets.push_back((i * 5 + 1) % 31);
+    }
+    if (kind == 1)
+      for (int i = 0; i < B * T; ++i) segments.push_back(i % T < 3 ? 0 : 1);
+    if (kind == 2) {
+      lengths = {8, 5};
+      for (int t = 5; t < T; ++t) targets[size_t(T + t)] = -1;
+    }
+  }
+  BatchView view() const {
+    return {B, T, tokens.data(), targets.data(), segments.empty() ? nullptr : segments.data(),
+            lengths.empty() ? nullptr : lengths.data()};
+  }
+};
+
+struct Backward {
+  std::vector<float> grads;
+  double loss;
+  std::vector<std::pair<int64_t, int64_t>> ready;  // on_grads_ready, in order
+  std::vector<std::pair<int, ParamUse>> needed;    // on_params_needed, in order
+};
+
+Backward run_backward(ExecConfig exec, const BatchView& batch) {
+  Transformer model(tiny_config(), exec);
+  model.init_weights(17);
+  Backward out;
+  model.on_grads_ready = [&](int64_t b, int64_t e) { out.ready.push_back({b, e}); };
+  model.on_params_needed = [&](int u, ParamUse use) { out.needed.push_back({u, use}); };
+  out.loss = forward_backward(model, batch).sum;
+  out.grads = testing::host_grads(model);
+  return out;
+}
+
+}  // namespace
+
+// Activation checkpointing recomputes with the same kernels in the same order, so gradients
+// are bit for bit those of keeping everything, in every mask mode, and the hooks fire in the
+// same order (DDP's buckets start at the same points).
+class Checkpointing : public ::testing::TestWithParam<std::tuple<Recompute, int>> {};
+
+TEST_P(Checkpointing, GradientsAreBitIdenticalToKeepingEverything) {
+  const auto [policy, mask] = GetParam();
+  const MaskedBatch batch(mask);
+  const Backward want = run_backward(exec_for(2, 8), batch.view());
+  for (std::vector<int> layers : {std::vector<int>{}, std::vector<int>{1}}) {
+    ExecConfig e = exec_for(2, 8, DType::f32, policy);
+    e.recompute_layers = layers;
+    const Backward got = run_backward(e, batch.view());
+    EXPECT_EQ(got.loss, want.loss);
+    EXPECT_TRUE(got.grads == want.grads) << "gradients differ (layers " << layers.size() << ")";
+    EXPECT_EQ(got.ready, want.ready);
+    EXPECT_EQ(got.needed, want.needed);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(PoliciesAndMasks, Checkpointing,
+                         ::testing::Combine(::testing::Values(Recompute::selective, Recompute::full),
+                                            ::testing::Values(0, 1, 2)));
+
+TEST(Checkpointing, ParamsNeededFiresBeforeEveryUnitInOrder) {
+  const MaskedBatch batch(0);
+  const Backward b = run_backward(exec_for(2, 8, DType::f32, Recompute::full), batch.view());
+  // Forward: embedding, blocks 0..L-1, final, embedding again (tied head); backward: final,
+  // embedding (tied head), blocks L-1..0.
+  using P = std::pair<int, ParamUse>;
+  const ParamUse f = ParamUse::forward, k = ParamUse::backward;
+  const std::vector<P> want = {P{0, f}, P{1, f}, P{2, f}, P{3, f}, P{0, f},
+                               P{3, k}, P{0, k}, P{2, k}, P{1, k}};
+  EXPECT_EQ(b.needed, want);
+}
+
+TEST(Checkpointing, ActivationMemoryShrinksWithThePolicy) {
+  const ModelConfig c = tiny_config();
+  auto bytes = [&](Recompute r) { return ActivationPlan(c, exec_for(4, 12, DType::f32, r)).bytes(); };
+  EXPECT_LT(bytes(Recompute::full), bytes(Recompute::selective));
+  EXPECT_LT(bytes(Recompute::selective), bytes(Recompute::none));
+  // bf16 halves what is stored in the compute dtype.
+  EXPECT_LT(ActivationPlan(c, exec_for(4, 12, DType::bf16)).bytes(), bytes(Recompute::none));
+}
+
+// The plan `trainer plan` prints is what a model allocates, to the byte.
+TEST(Memory, PlannedBytesAreWhatIsAllocated) {
+  const ModelConfig c{.vocab_size = 97, .max_seq_len = 24, .n_layer = 3, .n_head = 2, .n_embd = 16};
+  for (DType compute : {DType::f32, DType::bf16})
+    for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
+      for (bool training : {true, false}) {
+        ExecConfig e = exec_for(3, 24, compute, r);
+        e.training = training;
+        if (compute == DType::bf16) e.grad = DType::bf16;
+        const size_t before = Buffer::live_bytes(Device::cpu);
+        Transformer model(c, e);
+        const int64_t allocated = int64_t(Buffer::live_bytes(Device::cpu) - before);
+        const Transformer::Memory plan = Transformer::planned_memory(c, e);
+        EXPECT_EQ(allocated, plan.total()) << float_dtype_name(compute) << " "
+                                           << recompute_name(r) << " training " << training;
+        EXPECT_EQ(model.memory().activations, ActivationPlan(c, e).bytes());
+        // A training step stays within the workspace it was given.
+        if (training) {
+          const MaskedBatch batch(1);
+          forward_backward(model, batch.view());
+          EXPECT_LE(model.context().workspace->peak(), size_t(plan.workspace));
+        }
+      }
+}
+
+TEST(Precision, Bf16StepTracksFp32) {
+  // Ten steps of overfitting one batch: bf16 follows the fp32 loss curve closely.
+  TinyBatch batch;
+  auto losses = [&](DType compute, DType grad) {
+    ExecConfig e = exec_for(2, 8, compute);
+    e.grad = grad;
+    Transformer model(tiny_config(), e);
+    model.init_weights(3);
+    AdamW opt(model.layout(), {}, 0, model.layout().total());
+    std::vector<double> out;
+    for (int step = 0; step < 10; ++step) {
+      const testing::LossSum ls = forward_backward(model, batch.view());
+      out.push_back(ls.sum / double(ls.count));
+      testing::optimizer_step(model, opt, 1e-2f, 1.0f);
+    }
+    return out;
+  };
+  const std::vector<double> fp32 = losses(DType::f32, DType::f32);
+  for (DType grad : {DType::f32, DType::bf16}) {
+    const std::vector<double> bf16 = losses(DType::bf16, grad);
+    for (size_t i = 0; i < fp32.size(); ++i)
+      EXPECT_NEAR(bf16[i], fp32[i], 0.02 * fp32[i]) << "step " << i;
+    EXPECT_LT(bf16.back(), bf16.front() - 0.5);  // it learns
+  }
+}
+
+}  // namespace trainer::nn

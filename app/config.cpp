@@ -139,8 +139,9 @@ Value parse_value(const KeySpec& spec, const YAML::Node& node, const std::string
 void merge_node(std::map<std::string, Value>& values, const YAML::Node& node,
                 const std::string& prefix, const std::string& source) {
   for (auto it = node.begin(); it != node.end(); ++it) {
-    const std::string key = prefix + it->first.as<std::string>();
-    const YAML::Node& child = it->second;
+    // Copies: the iterator's pair is a proxy, and references into it dangle.
+    const YAML::Node name = it->first, child = it->second;
+    const std::string key = prefix + name.as<std::string>();
     const KeySpec* spec = find_spec(key);
     if (!spec && child.IsMap()) {
       bool is_section = std::any_of(schema().begin(), schema().end(),
@@ -152,7 +153,7 @@ void merge_node(std::map<std::string, Value>& values, const YAML::Node& node,
     }
     if (!spec)
       usage_error(
-          fmt::format("{}: unknown key '{}'{}", where(source, it->first), key, did_you_mean(key)));
+          fmt::format("{}: unknown key '{}'{}", where(source, name), key, did_you_mean(key)));
     values[key] = parse_value(*spec, child, where(source, child));
   }
 }
@@ -209,7 +210,7 @@ void Config::apply_override(const std::string& assignment) {
 
 const Value& Config::get(const std::string& key, Kind kind) const {
   const KeySpec* spec = find_spec(key);
-  CHECK(spec && spec->kind == kind, "internal: config key '{}' read as the wrong type", key);
+  TRAINER_ASSERT(spec && spec->kind == kind, "config key '{}' read as the wrong type", key);
   return values_.at(key);
 }
 
@@ -231,8 +232,8 @@ const std::vector<std::string>& Config::list(const std::string& k) const {
 
 void Config::set(const std::string& key, Value v) {
   const KeySpec* spec = find_spec(key);
-  CHECK(spec && spec->kind == Kind(v.index()), "internal: config key '{}' set with the wrong type",
-        key);
+  TRAINER_ASSERT(spec && spec->kind == Kind(v.index()), "config key '{}' set with the wrong type",
+                 key);
   values_[key] = std::move(v);
 }
 

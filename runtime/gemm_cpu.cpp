@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/error.h"
@@ -90,6 +91,7 @@ using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, 
 struct Primitive {
   dnnl::matmul matmul;
   dnnl::memory a, b, c, bias;
+  std::unordered_map<int, dnnl::memory> args;  // the memories above, re-pointed per call
 };
 
 dnnl::engine& engine() {
@@ -129,8 +131,13 @@ Primitive make_primitive(const Shape& s, const Tensor& C, const Tensor& A, bool 
               dnnl::memory(a_md, engine(), nullptr),
               dnnl::memory(b_md, engine(), nullptr),
               dnnl::memory(c_md, engine(), nullptr),
+              {},
               {}};
-  if (bias) p.bias = dnnl::memory(bias_md, engine(), nullptr);
+  p.args = {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}};
+  if (bias) {
+    p.bias = dnnl::memory(bias_md, engine(), nullptr);
+    p.args.insert({DNNL_ARG_BIAS, p.bias});
+  }
   return p;
 }
 
@@ -158,13 +165,8 @@ void matmul_onednn(const Shape& s, const Tensor& C, const Tensor& A, bool ta, co
   p.a.set_data_handle(A.data);
   p.b.set_data_handle(B.data);
   p.c.set_data_handle(C.data);
-  std::unordered_map<int, dnnl::memory> args = {
-      {DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}};
-  if (bias) {
-    p.bias.set_data_handle(bias->data);
-    args.insert({DNNL_ARG_BIAS, p.bias});
-  }
-  p.matmul.execute(stream, args);
+  if (bias) p.bias.set_data_handle(bias->data);
+  p.matmul.execute(stream, p.args);
   stream.wait();
 }
 

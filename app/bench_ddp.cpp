@@ -71,7 +71,7 @@ void run(int argc, char** argv) {
   nn::Transformer model(a.model, exec);
   model.init_weights(1);
   const int64_t total = model.layout().total();
-  check_consistency(*comm, "bench", model.layout().digest(), 0);
+  check_consistency(*comm, {{"the parameter layout", std::to_string(model.layout().digest())}});
   broadcast_parameters(*comm, model.params());
   DDP ddp(*comm, model, {.bucket_mb = a.bucket_mb, .frozen = {}});
   nn::AdamW opt(model.layout(), {}, 0, total);

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstring>
 
+#include "data/tokenizer.h"
 #include "nn/model_io.h"
 #include "runtime/error.h"
 #include "runtime/file_io.h"
@@ -23,6 +24,7 @@ constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kConfigFile = "config.yaml";
 constexpr const char* kManifestFile = "manifest.json";
+constexpr const char* kTokenizerFile = "tokenizer.model";
 
 json state_to_json(const TrainerState& s) {
   return {{"step", s.step},
@@ -103,13 +105,14 @@ const float* host_params(nn::Model& model, std::vector<float>& staging) {
 
 fs::path save_checkpoint(const fs::path& run_dir, nn::Model& model, const nn::AdamW& opt,
                          const TrainerState& state, const std::string& config_yaml,
-                         const CheckpointPolicy& policy) {
+                         std::string_view tokenizer, const CheckpointPolicy& policy) {
   const fs::path root = run_dir / "checkpoints";
   fs::create_directories(root);
   const std::string name = fmt::format("step-{}", state.step);
   const fs::path tmp = root / (name + ".tmp"), final_dir = root / name;
   fs::remove_all(tmp);
   fs::create_directories(tmp);
+  RemoveUnlessKept litter(tmp);  // a failed write (a full disk) leaves no half checkpoint
 
   json files = json::object();
   auto record = [&](const char* file, uint32_t crc) {
@@ -135,8 +138,11 @@ fs::path save_checkpoint(const fs::path& run_dir, nn::Model& model, const nn::Ad
     w.set_metadata("steps", std::to_string(opt.steps()));
     record(kOptimizerFile, w.write(tmp / kOptimizerFile));
   }
-  for (auto [file, text] : {std::pair{kStateFile, state_to_json(state).dump(2) + "\n"},
-                            std::pair{kConfigFile, config_yaml}}) {
+  const std::string state_text = state_to_json(state).dump(2) + "\n";
+  for (auto [file, text] : {std::pair{kStateFile, std::string_view(state_text)},
+                            std::pair{kConfigFile, std::string_view(config_yaml)},
+                            std::pair{kTokenizerFile, tokenizer}}) {
+    if (file == kTokenizerFile && tokenizer.empty()) continue;
     OutputFile out(tmp / file);
     out.write(text.data(), text.size());
     out.commit();
@@ -153,6 +159,7 @@ fs::path save_checkpoint(const fs::path& run_dir, nn::Model& model, const nn::Ad
   // `latest` moves to the complete temporary first, then to its final name, so that from the
   // first complete checkpoint on it always names a whole one (even when a checkpoint of the
   // same step is being replaced).
+  litter.keep();
   point_latest(root, name + ".tmp");
   fs::remove_all(final_dir);
   fs::rename(tmp, final_dir);
@@ -207,10 +214,23 @@ Checkpoint open_checkpoint(const fs::path& dir) {
   } catch (const json::exception& e) {
     THROW_ERROR("{}: malformed checkpoint manifest: {}", (dir / kManifestFile).string(), e.what());
   }
+  const json& files = c.manifest.at("files");
+  for (const char* required : {kModelFile, kOptimizerFile, kStateFile, kConfigFile})
+    CHECK(files.contains(required), "{}: the manifest does not list {} (not a complete checkpoint)",
+          (dir / kManifestFile).string(), required);
   try {
     c.state = state_from_json(json::parse(read_file(dir / kStateFile)));
   } catch (const std::exception& e) {  // json errors, and stoull on a bad hash
     THROW_ERROR("{}: malformed trainer state: {}", (dir / kStateFile).string(), e.what());
+  }
+  CHECK(c.manifest.value("step", int64_t(-1)) == c.state.step && c.state.step >= 0,
+        "{}: the manifest is for step {} but {} says step {}", (dir / kManifestFile).string(),
+        c.manifest.value("step", int64_t(-1)), kStateFile, c.state.step);
+  if (files.contains(kTokenizerFile)) {
+    c.tokenizer = dir / kTokenizerFile;
+    CHECK(data::tokenizer_file_hash(c.tokenizer) == c.state.tokenizer_hash,
+          "{}: the tokenizer does not match the trainer state's tokenizer hash {:016x}",
+          c.tokenizer.string(), c.state.tokenizer_hash);
   }
   c.config_yaml = read_file(dir / kConfigFile);
   return c;
@@ -238,7 +258,14 @@ void load_checkpoint(const Checkpoint& ckpt, nn::Model& model, nn::AdamW* opt) {
     CHECK(ok, "{}: missing or malformed metadata '{}'", moments.path().string(), key);
     return v;
   };
-  const int64_t begin = metadata_int("begin"), end = metadata_int("end");
+  const int64_t begin = metadata_int("begin"), end = metadata_int("end"),
+                steps = metadata_int("steps");
+  CHECK(0 <= begin && begin <= end && end <= model.layout().total(),
+        "{}: optimizer range [{}, {}) lies outside the model's {} parameters",
+        moments.path().string(), begin, end, model.layout().total());
+  CHECK(0 <= steps && steps <= ckpt.state.step,
+        "{}: {} optimizer steps recorded at training step {}", moments.path().string(), steps,
+        ckpt.state.step);
   CHECK(begin <= opt->begin() && opt->end() <= end,
         "{}: optimizer state covers [{}, {}) but this rank needs [{}, {})", moments.path().string(),
         begin, end, opt->begin(), opt->end());
@@ -250,7 +277,7 @@ void load_checkpoint(const Checkpoint& ckpt, nn::Model& model, nn::AdamW* opt) {
   const auto* m = static_cast<const float*>(moments.get("adamw.m").data);
   const auto* v = static_cast<const float*>(moments.get("adamw.v").data);
   opt->import_moments(m + (opt->begin() - begin), v + (opt->begin() - begin));
-  opt->set_steps(metadata_int("steps"));
+  opt->set_steps(steps);
 }
 
 }  // namespace trainer::app

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -32,16 +33,20 @@ struct CheckpointPolicy {
   int64_t keep_every = 0;
 };
 
-// Writes step-<state.step>/ under `run_dir`/checkpoints, repoints `latest`, prunes old ones.
-// Returns the checkpoint directory.
+// Writes step-<state.step>/ under `run_dir`/checkpoints (the tokenizer's bytes too, so the
+// checkpoint is self-contained), repoints `latest`, prunes old ones. Returns the checkpoint
+// directory. On failure (a full disk) throws naming the file; `latest` still names the
+// previous checkpoint and the partial one is removed.
 fs::path save_checkpoint(const fs::path& run_dir, nn::Model& model, const nn::AdamW& opt,
                          const TrainerState& state, const std::string& config_yaml,
-                         const CheckpointPolicy& policy);
+                         std::string_view tokenizer, const CheckpointPolicy& policy);
 
-// A verified checkpoint directory: the manifest was read and every file's size and CRC-32
-// checked. Throws naming the file on any mismatch.
+// A verified checkpoint directory: the manifest was read, every file's size and CRC-32
+// checked, and the trainer state and tokenizer cross-checked against it. Throws naming the
+// file on any mismatch.
 struct Checkpoint {
   fs::path dir;
+  fs::path tokenizer;  // dir/tokenizer.model (checked against state.tokenizer_hash), or empty
   TrainerState state;
   std::string config_yaml;
   nlohmann::json manifest;

@@ -46,8 +46,10 @@ int cmd_bench(const Args& args) {
       "gemm", "only measure the GEMM rate (of --precision) at a few square sizes");
   po::variables_map vm;
   if (!parse_options("bench", args, desc, vm)) return 0;
-  for (const char* k : {"layers", "embd", "heads", "vocab", "batch", "seq", "steps"})
-    check_positive(vm, k);
+  for (const char* k : {"layers", "heads", "batch", "steps"})
+    require_range("bench", vm, k, 1, 4096);
+  for (const char* k : {"embd", "seq"}) require_range("bench", vm, k, 1, 1 << 16);
+  require_range("bench", vm, "vocab", 1, 1 << 24);
   nn::ExecConfig exec;
   exec.compute = parse_precision(vm["precision"].as<std::string>());
   try {

@@ -7,11 +7,12 @@ namespace trainer::app {
 
 int cmd_config(const Args& args) {
   po::options_description desc("config options");
-  add_config_options(desc);
+  po::positional_options_description pos;
+  add_config_options(desc, pos);
   desc.add_options()("print", "print the resolved config as YAML (the default)")(
       "schema", "print the reference of every key as Markdown (docs/config.md)");
   po::variables_map vm;
-  if (!parse_options("config", args, desc, vm)) return 0;
+  if (!parse_options("config", args, desc, vm, &pos)) return 0;
   if (vm.count("schema")) {
     std::cout << schema_markdown();
     return 0;

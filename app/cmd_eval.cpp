@@ -16,13 +16,15 @@ namespace trainer::app {
 int cmd_eval(const Args& args) {
   po::options_description desc("eval options");
   desc.add_options()("checkpoint", po::value<std::string>()->required(),
-                     "checkpoint directory (or a run directory: its latest)")(
+                     "checkpoint directory, or a run directory (its latest); also positional")(
       "data", po::value<std::string>(), "prepared data directory (default: the run's data.path)")(
       "split", po::value<std::string>()->default_value("val"), "split to evaluate")(
       "max-batches", po::value<int64_t>()->default_value(0), "stop after n batches (0 = all)");
   po::variables_map vm;
-  if (!parse_options("eval", args, desc, vm)) return 0;
-  if (vm["max-batches"].as<int64_t>() < 0) throw UsageError("eval: --max-batches must be >= 0");
+  po::positional_options_description pos;
+  pos.add("checkpoint", 1);
+  if (!parse_options("eval", args, desc, vm, &pos)) return 0;
+  require_range("eval", vm, "max-batches", int64_t(0), int64_t(1) << 40);
   SavedModel saved = open_saved_model(vm["checkpoint"].as<std::string>());
   if (vm.count("data")) saved.config.set("data.path", vm["data"].as<std::string>());
   data::LoaderConfig lc = loader_config(saved.config, vm["split"].as<std::string>());

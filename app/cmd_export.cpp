@@ -17,13 +17,15 @@ namespace trainer::app {
 int cmd_export(const Args& args) {
   po::options_description desc("export options");
   desc.add_options()("checkpoint", po::value<std::string>()->required(),
-                     "checkpoint directory (or a run directory: its latest)")(
+                     "checkpoint directory, or a run directory (its latest); also positional")(
       "out", po::value<std::string>()->required(), "output folder (created; must not exist)")(
       "tokenizer", po::value<std::string>(), "SentencePiece model (default: the run's)")(
       "dtype", po::value<std::string>()->default_value("fp32"),
       "weights as fp32 (the master weights) or bf16 (rounded to nearest even)");
   po::variables_map vm;
-  if (!parse_options("export", args, desc, vm)) return 0;
+  po::positional_options_description pos;
+  pos.add("checkpoint", 1);
+  if (!parse_options("export", args, desc, vm, &pos)) return 0;
   const std::string dtype = vm["dtype"].as<std::string>();
   if (dtype != "fp32" && dtype != "bf16")
     throw UsageError(fmt::format("export: --dtype must be fp32 or bf16, got '{}'", dtype));
@@ -31,8 +33,9 @@ int cmd_export(const Args& args) {
   const fs::path out = vm["out"].as<std::string>();
   CHECK(!fs::exists(out), "{} already exists", out.string());
   const fs::path tmp = out.string() + ".tmp";
-  fs::remove_all(tmp);
+  fs::remove_all(tmp);  // litter of an earlier run that was killed
   fs::create_directories(tmp);
+  RemoveUnlessKept guard(tmp);
   if (dtype == "fp32") {
     fs::copy_file(saved.checkpoint.dir / "model.safetensors", tmp / "model.safetensors");
   } else {
@@ -67,6 +70,7 @@ int cmd_export(const Args& args) {
   write_file_atomic(tmp / "trainer_config.yaml", saved.checkpoint.config_yaml);
   fsync_path(tmp);
   fs::rename(tmp, out);
+  guard.keep();
   log::info("exported {} (step {}) to {}", saved.checkpoint.dir.string(),
             saved.checkpoint.state.step, out.string());
   return 0;

@@ -14,13 +14,14 @@ namespace trainer::app {
 
 int cmd_plan(const Args& args) {
   po::options_description desc("plan options");
-  add_config_options(desc);
+  po::positional_options_description pos;
+  add_config_options(desc, pos);
   desc.add_options()("world-size", po::value<int>()->default_value(1), "ranks (DDP replicas)");
   po::variables_map vm;
-  if (!parse_options("plan", args, desc, vm)) return 0;
+  if (!parse_options("plan", args, desc, vm, &pos)) return 0;
   const Config c = config_from(vm);
+  require_range("plan", vm, "world-size", 1, 1 << 20);
   const int world = vm["world-size"].as<int>();
-  if (world < 1) throw UsageError("plan: --world-size must be at least 1");
   const RunConfig rc = resolve_run(c);
   const nn::ParamLayout layout(rc.model);
   int64_t trainable = 0;

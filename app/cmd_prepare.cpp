@@ -1,23 +1,18 @@
 // `trainer prepare`: tokenize text or JSON-lines input into train/val shards and a manifest.
 //   trainer prepare --tokenizer tok.model --input <files/globs>... --format text|jsonl[:field]
 //                   --out DIR [--val-fraction F] [--shard-mb 100] [--threads N]
-#include <boost/program_options.hpp>
-#include <iostream>
-
 #include "app/commands.h"
+#include "app/options.h"
 #include "data/prepare.h"
 #include "runtime/error.h"
 
 namespace trainer::app {
 
-namespace po = boost::program_options;
-
 int cmd_prepare(const Args& args) {
   data::PrepareOptions o;
   std::string tokenizer, out;
   po::options_description desc("trainer prepare");
-  desc.add_options()("help,h", "print this help")("tokenizer", po::value(&tokenizer)->required(),
-                                                  "tokenizer .model file")(
+  desc.add_options()("tokenizer", po::value(&tokenizer)->required(), "tokenizer .model file")(
       "input", po::value(&o.inputs)->multitoken()->required(), "input files or globs")(
       "format", po::value(&o.format)->default_value("text"),
       "text (documents separated by blank lines) | jsonl | jsonl:<field>")(
@@ -29,16 +24,10 @@ int cmd_prepare(const Args& args) {
       "no-eos", "do not end documents with the tokenizer's eos id")("no-progress",
                                                                     "no progress line");
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(desc).run(), vm);
-    if (vm.count("help")) {
-      std::cout << desc << "\n";
-      return 0;
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw UsageError(fmt::format("prepare: {} (see trainer prepare --help)", e.what()));
-  }
+  if (!parse_options("prepare", args, desc, vm)) return 0;
+  require_range("prepare", vm, "threads", 0, 1024);
+  require_range("prepare", vm, "shard-mb", 1e-3, 1e6);
+  require_range("prepare", vm, "val-fraction", 0.0, 0.999999);
   o.tokenizer = tokenizer;
   o.out = out;
   o.append_eos = !vm.count("no-eos");

@@ -50,7 +50,7 @@ int32_t draw(const float* logits, int V, const SamplingOptions& o, Rng& rng) {
 int cmd_sample(const Args& args) {
   po::options_description desc("sample options");
   desc.add_options()("checkpoint", po::value<std::string>()->required(),
-                     "checkpoint directory (or a run directory: its latest)")(
+                     "checkpoint directory, or a run directory (its latest); also positional")(
       "prompt", po::value<std::string>()->default_value(""), "text to continue")(
       "tokenizer", po::value<std::string>(), "SentencePiece model (default: the run's)")(
       "max-new-tokens", po::value<int>()->default_value(100), "tokens to generate")(
@@ -59,10 +59,14 @@ int cmd_sample(const Args& args) {
       "top-p", po::value<float>()->default_value(0.95f), "nucleus probability mass")(
       "seed", po::value<uint64_t>()->default_value(1), "sampling seed");
   po::variables_map vm;
-  if (!parse_options("sample", args, desc, vm)) return 0;
+  po::positional_options_description pos;
+  pos.add("checkpoint", 1);
+  if (!parse_options("sample", args, desc, vm, &pos)) return 0;
+  require_range("sample", vm, "max-new-tokens", 0, 1 << 20);
+  require_range("sample", vm, "top-k", 0, 1 << 24);
+  require_range("sample", vm, "temperature", 0.0f, 1e4f);
+  require_range("sample", vm, "top-p", 1e-6f, 1.0f);
   SamplingOptions o{vm["temperature"].as<float>(), vm["top-k"].as<int>(), vm["top-p"].as<float>()};
-  if (o.temperature < 0 || o.top_k < 0 || !(o.top_p > 0 && o.top_p <= 1))
-    throw UsageError("sample: need temperature >= 0, top-k >= 0 and 0 < top-p <= 1");
   SavedModel saved = open_saved_model(vm["checkpoint"].as<std::string>(), 1, 1);
   const std::string tok_path = vm.count("tokenizer") ? vm["tokenizer"].as<std::string>()
                                                      : saved.config.text("data.tokenizer");

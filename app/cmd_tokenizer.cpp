@@ -3,20 +3,18 @@
 //                           --out tok.model
 //   trainer tokenizer info --model tok.model
 //   trainer tokenizer encode --model tok.model [--text "..."]   (else reads stdin)
-#include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>
 #include <iterator>
 #include <sstream>
 
 #include "app/commands.h"
+#include "app/options.h"
 #include "data/tokenizer.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 
 namespace trainer::app {
-
-namespace po = boost::program_options;
 
 namespace {
 
@@ -25,18 +23,6 @@ constexpr const char* kUsage =
     " --out tok.model\n"
     "       trainer tokenizer info --model tok.model\n"
     "       trainer tokenizer encode --model tok.model [--text TEXT]\n";
-
-po::variables_map parse(const Args& args, const po::options_description& desc) {
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(desc).run(), vm);
-    if (vm.count("help")) return vm;
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw UsageError(fmt::format("tokenizer: {} (see trainer tokenizer --help)", e.what()));
-  }
-  return vm;
-}
 
 }  // namespace
 
@@ -52,9 +38,8 @@ int cmd_tokenizer(const Args& args) {
     data::TokenizerTrainOptions o;
     std::string out;
     po::options_description desc("trainer tokenizer train");
-    desc.add_options()("help,h", "print this help")(
-        "input", po::value(&o.inputs)->multitoken()->required(),
-        "text files or globs (one sentence or paragraph per line)")(
+    desc.add_options()("input", po::value(&o.inputs)->multitoken()->required(),
+                       "text files or globs (one sentence or paragraph per line)")(
         "vocab-size", po::value(&o.vocab_size)->default_value(8000), "vocabulary size")(
         "model-type", po::value(&o.model_type)->default_value("bpe"), "bpe or unigram")(
         "out", po::value(&out)->required(), "output .model file")(
@@ -64,11 +49,12 @@ int cmd_tokenizer(const Args& args) {
         "character-coverage", po::value(&o.character_coverage)->default_value(0.9995),
         "share of characters covered by pieces (the rest fall back to bytes)")(
         "seed", po::value(&o.seed)->default_value(0), "sampling seed");
-    po::variables_map vm = parse(rest, desc);
-    if (vm.count("help")) {
-      std::cout << desc << "\n";
-      return 0;
-    }
+    po::variables_map vm;
+    if (!parse_options("tokenizer train", rest, desc, vm)) return 0;
+    require_range("tokenizer train", vm, "vocab-size", 300, 1 << 24);
+    require_range("tokenizer train", vm, "threads", 0, 1024);
+    require_range("tokenizer train", vm, "max-sentences", int64_t(0), int64_t(1) << 40);
+    require_range("tokenizer train", vm, "character-coverage", 0.5, 1.0);
     o.out = out;
     data::train_tokenizer(o);
     data::Tokenizer tok(o.out);
@@ -79,14 +65,10 @@ int cmd_tokenizer(const Args& args) {
   if (action == "info" || action == "encode") {
     std::string model, text;
     po::options_description desc("trainer tokenizer " + action);
-    desc.add_options()("help,h", "print this help")("model", po::value(&model)->required(),
-                                                    "tokenizer .model file")(
+    desc.add_options()("model", po::value(&model)->required(), "tokenizer .model file")(
         "text", po::value(&text), "text to encode (default: stdin)");
-    po::variables_map vm = parse(rest, desc);
-    if (vm.count("help")) {
-      std::cout << desc << "\n";
-      return 0;
-    }
+    po::variables_map vm;
+    if (!parse_options("tokenizer " + action, rest, desc, vm)) return 0;
     data::Tokenizer tok(model);
     if (action == "info") {
       std::printf("model %s\nvocab_size %d\nhash %016llx\nbos_id %d\neos_id %d\n", model.c_str(),

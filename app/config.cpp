@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <sstream>
 
 #include <fmt/ranges.h>
@@ -151,6 +152,15 @@ void merge_node(std::map<std::string, Value>& values, const YAML::Node& node,
         continue;
       }
     }
+    if (!spec && child.IsMap()) {
+      // A misspelt section: suggest against the whole dotted keys it holds.
+      std::string hint;
+      for (auto sub = child.begin(); sub != child.end() && hint.empty(); ++sub) {
+        const YAML::Node sub_name = sub->first;
+        hint = did_you_mean(key + "." + sub_name.as<std::string>());
+      }
+      usage_error(fmt::format("{}: unknown section '{}'{}", where(source, name), key, hint));
+    }
     if (!spec)
       usage_error(
           fmt::format("{}: unknown key '{}'{}", where(source, name), key, did_you_mean(key)));
@@ -167,6 +177,8 @@ Config::Config() {
 Config Config::load(const std::string& yaml_path, const std::vector<std::string>& overrides) {
   Config c;
   if (!yaml_path.empty()) {
+    if (std::filesystem::is_directory(yaml_path))
+      usage_error(fmt::format("{}: is a directory, not a config file", yaml_path));
     std::string text;
     try {
       text = read_file(yaml_path);
@@ -186,9 +198,16 @@ void Config::merge_yaml(const std::string& text, const std::string& source) {
   } catch (const YAML::ParserException& e) {
     usage_error(fmt::format("{}:{}: malformed YAML: {}", source, e.mark.line + 1, e.msg));
   }
-  if (root.IsNull()) return;
+  if (root.IsNull())
+    usage_error(
+        fmt::format("{}: the config is empty (no sections; leave out --config for the "
+                    "defaults)",
+                    source));
   if (!root.IsMap())
-    usage_error(fmt::format("{}: the config must be a mapping of sections", source));
+    usage_error(
+        fmt::format("{}: the config must be a mapping of sections, like 'model: {{n_layer: "
+                    "4}}'",
+                    source));
   merge_node(values_, root, "", source);
 }
 

@@ -89,6 +89,10 @@ const std::vector<KeySpec>& schema() {
        "Also keep every checkpoint whose step is a multiple of this (0 = none)", 0},
 
       {"log.every", Kind::integer, int64_t(10), "Write a metrics line every N steps", 1},
+      {"log.peak_gflops", Kind::real, 0.0,
+       "The GEMM rate (GFLOP/s per rank) MFU is reported against; 0 = measured at start-up "
+       "until stable (the log says which)",
+       0},
       {"log.progress", Kind::text, std::string("auto"),
        "Live progress bar: auto (on a terminal), on, off", -1e300, 1e300, L{"auto", "on", "off"}},
 

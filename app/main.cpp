@@ -57,7 +57,10 @@ int main(int argc, char** argv) {
   }
   auto it = commands().find(name);
   if (it == commands().end()) {
-    std::fprintf(stderr, "error: unknown command '%s' (trainer --help lists them)\n", name.c_str());
+    const bool yaml = name.ends_with(".yaml") || name.ends_with(".yml");
+    std::fprintf(stderr, "error: unknown command '%s' (%s)\n", name.c_str(),
+                 yaml ? ("to train with this config: trainer train " + name).c_str()
+                      : "trainer --help lists them");
     return 2;
   }
   try {

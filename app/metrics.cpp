@@ -2,42 +2,50 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/file_io.h"
 #include "runtime/log.h"
 
 namespace trainer::app {
 
-MetricsLog::MetricsLog(const std::filesystem::path& path, int64_t keep_through) {
-  std::vector<std::string> kept;
+MetricsLog::MetricsLog(const std::filesystem::path& path, int64_t keep_through) : path_(path) {
+  std::string kept;
   if (keep_through >= 0) {
     std::ifstream in(path);
     std::string line;
     while (std::getline(in, line)) {
       try {
         auto j = nlohmann::json::parse(line);
-        if (j.value("step", int64_t(0)) <= keep_through) kept.push_back(line);
+        if (j.value("step", int64_t(0)) <= keep_through) kept += line + "\n";
       } catch (const nlohmann::json::exception&) {
         // A line torn by a crash: dropped.
       }
     }
   }
-  file_ = std::fopen(path.c_str(), "w");
-  CHECK(file_, "cannot write {}", path.string());
-  for (const std::string& l : kept) std::fprintf(file_, "%s\n", l.c_str());
-  std::fflush(file_);
+  write_file_atomic(path, kept);
+  file_ = std::fopen(path.c_str(), "a");
+  CHECK(file_, "cannot write {}: {}", path.string(), std::strerror(errno));
 }
 
 MetricsLog::~MetricsLog() {
   if (file_) std::fclose(file_);
 }
 
-void MetricsLog::write(const nlohmann::json& record) {
-  std::fprintf(file_, "%s\n", record.dump().c_str());
-  std::fflush(file_);
+bool MetricsLog::write(const nlohmann::json& record) {
+  const std::string line = record.dump() + "\n";
+  errno = 0;
+  if (std::fputs(line.c_str(), file_) < 0 || std::fflush(file_) != 0) {
+    why_ = std::strerror(errno ? errno : EIO);
+    std::clearerr(file_);
+    return false;
+  }
+  return true;
 }
 
 Progress::Progress(const std::string& mode, int64_t total_steps) : total_(total_steps) {

@@ -14,15 +14,21 @@ namespace trainer::app {
 class MetricsLog {
  public:
   // Opens `path` for appending, first dropping lines whose "step" exceeds `keep_through` (a
-  // resumed run rewrites the steps after its checkpoint). keep_through < 0 starts afresh.
+  // resumed run rewrites the steps after its checkpoint; the file is replaced atomically).
+  // keep_through < 0 starts afresh.
   MetricsLog(const std::filesystem::path& path, int64_t keep_through);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
-  void write(const nlohmann::json& record);
+  // Appends one line and flushes it; false when the write failed (a full disk), with why().
+  bool write(const nlohmann::json& record);
+  const std::string& why() const { return why_; }
+  const std::filesystem::path& path() const { return path_; }
 
  private:
+  std::filesystem::path path_;
   std::FILE* file_ = nullptr;
+  std::string why_;
 };
 
 class Progress {

@@ -78,6 +78,9 @@ nn::LrSchedule lr_schedule(const Config& c) {
   s.min_lr = float(c.real("optimizer.min_lr"));
   s.warmup_steps = c.integer("schedule.warmup_steps");
   s.total_steps = c.integer("train.steps");
+  if (s.min_lr > s.max_lr)
+    throw UsageError(
+        fmt::format("optimizer.min_lr = {} exceeds optimizer.lr = {}", s.min_lr, s.max_lr));
   s.decay = nn::LrSchedule::parse_decay(c.text("schedule.decay"));
   return s;
 }
@@ -145,6 +148,7 @@ RunConfig resolve_run(const Config& c) {
   r.train_data = loader_config(c, "train");
   r.val_data = loader_config(c, "val");
   r.val_data.max_epochs = 1;
+  r.tokenizer = c.text("data.tokenizer");
   r.exec = exec_config(c, model_rows(r.train_data), r.train_data.seq_len);
   r.adamw = adamw_config(c);
   r.schedule = lr_schedule(c);
@@ -173,6 +177,7 @@ RunConfig resolve_run(const Config& c) {
   r.keep_every = c.integer("checkpoint.keep_every");
   r.log_every = c.integer("log.every");
   r.progress = c.text("log.progress");
+  r.peak_gflops = c.real("log.peak_gflops");
   r.bucket_mb = c.real("dist.bucket_mb");
   r.timeout_s = c.real("dist.timeout_s");
   r.join = dist::parse_join_mode(c.text("dist.join"));

@@ -34,6 +34,7 @@ struct RunConfig {
   nn::ModelConfig model;
   nn::ExecConfig exec;  // sized for the training micro-batch
   data::LoaderConfig train_data, val_data;
+  std::filesystem::path tokenizer;  // data.tokenizer
   nn::AdamWConfig adamw;
   nn::LrSchedule schedule;
   float grad_clip = 0;
@@ -46,6 +47,7 @@ struct RunConfig {
   int64_t checkpoint_every = 0, keep_last = 0, keep_every = 0;
   int64_t log_every = 1;
   std::string progress;
+  double peak_gflops = 0;  // the MFU reference; 0 = measured at start-up
   double bucket_mb = 0, timeout_s = 0;
   dist::JoinMode join = dist::JoinMode::enabled;
 };

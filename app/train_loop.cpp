@@ -9,6 +9,7 @@
 #include "app/metrics.h"
 #include "app/run_setup.h"
 #include "data/loader.h"
+#include "data/tokenizer.h"
 #include "dist/communicator.h"
 #include "dist/consistency.h"
 #include "dist/ddp.h"
@@ -85,13 +86,34 @@ std::vector<dist::Range> frozen_ranges(const nn::ParamLayout& layout,
   return out;
 }
 
+// Keys that give the loader's saved position its meaning, and keys that define the model
+// without changing tensor shapes (n_head): changing either on resume is refused.
+void check_resumable(const Config& now, const Checkpoint& ckpt) {
+  Config then;
+  then.merge_yaml(ckpt.config_yaml, (ckpt.dir / "config.yaml").string());
+  for (const char* key : {"run.seed", "data.mode", "data.batch_size", "data.seq_len",
+                          "data.max_tokens", "data.drop_last"})
+    CHECK(then.to_yaml_value(key) == now.to_yaml_value(key),
+          "cannot resume from {}: {} was {} there but is {} now (it defines the data order)",
+          ckpt.dir.string(), key, then.to_yaml_value(key), now.to_yaml_value(key));
+  for (const char* key :
+       {"model.vocab_size", "model.max_seq_len", "model.n_layer", "model.n_head", "model.n_embd"})
+    CHECK(then.to_yaml_value(key) == now.to_yaml_value(key),
+          "cannot resume from {}: {} was {} there but is {} now (another model; start a new "
+          "run, or set train.resume=none with --force)",
+          ckpt.dir.string(), key, then.to_yaml_value(key), now.to_yaml_value(key));
+}
+
 class TrainLoop {
  public:
-  TrainLoop(const Config& config, dist::Communicator& comm);
+  TrainLoop(const Config& config, const TrainOptions& options, dist::Communicator& comm);
   int run();
 
  private:
-  void resume_or_init();
+  void start_up();
+  fs::path resume_path();
+  void refuse_to_overwrite();
+  void check_data();
   std::optional<std::vector<data::Batch>> next_step_batches(int micro);
   StepStats train_step(const std::optional<std::vector<data::Batch>>& batches,
                        const dist::StepCounts& counts);
@@ -100,16 +122,21 @@ class TrainLoop {
   double validate();
   void save();
   void log_step(const StepStats& s, double step_s);
+  void write_metrics(const nlohmann::json& record);
+  void check_writes();
   int stop_early(const std::string& why);
-  fs::path resume_path();
   void log_setup();
   double optimizer_bytes() const;
   double planned_mib() const;
 
-  Config config_;  // as given: saved with the run and compared across ranks
+  Config config_;  // as given (paths made absolute): saved with the run, compared across ranks
   RunConfig rc_;   // the same, resolved once
+  TrainOptions options_;
   dist::Communicator& comm_;
   bool leader_;  // rank 0 writes metrics, logs and checkpoints
+  std::unique_ptr<ExclusiveLock> lock_;
+  std::string tokenizer_;  // the tokenizer's bytes, kept in the run and every checkpoint
+  uint64_t tokenizer_hash_ = 0;
   nn::Transformer transformer_;
   nn::Model& model_;  // what the loop uses of it
   std::vector<dist::Range> frozen_;
@@ -120,16 +147,19 @@ class TrainLoop {
   TrainerState state_;
   std::unique_ptr<MetricsLog> metrics_;
   std::unique_ptr<Progress> progress_;
-  double gemm_peak_gflops_ = 0;
-  int64_t saved_step_ = -1;
-  bool val_verified_ = false;  // the step of the checkpoint written or resumed from last
+  double peak_gflops_ = 0;
+  std::string peak_source_;
+  int64_t saved_step_ = -1;  // the step of the checkpoint written or resumed from last
+  bool val_verified_ = false;
+  bool metrics_failed_ = false, write_failure_reported_ = false;
   Timer run_timer_;
   int64_t first_step_ = 0;
 };
 
-TrainLoop::TrainLoop(const Config& config, dist::Communicator& comm)
+TrainLoop::TrainLoop(const Config& config, const TrainOptions& options, dist::Communicator& comm)
     : config_(config),
       rc_(resolve_run(config)),
+      options_(options),
       comm_(comm),
       leader_(comm.rank() == 0),
       transformer_(rc_.model, rc_.exec),
@@ -167,67 +197,128 @@ fs::path TrainLoop::resume_path() {
   return path;
 }
 
-// Keys that give the loader's saved position its meaning: changing them on resume would skip
-// or repeat data, so they must match the checkpoint's.
-void check_resumable(const Config& now, const Checkpoint& ckpt) {
-  Config then;
-  then.merge_yaml(ckpt.config_yaml, (ckpt.dir / "config.yaml").string());
-  for (const char* key : {"run.seed", "data.mode", "data.batch_size", "data.seq_len",
-                          "data.max_tokens", "data.drop_last"}) {
-    CHECK(then.to_yaml_value(key) == now.to_yaml_value(key),
-          "cannot resume from {}: {} was {} there but is {} now (it defines the data order)",
-          ckpt.dir.string(), key, then.to_yaml_value(key), now.to_yaml_value(key));
-  }
+// A fresh start in a run directory that already holds a run would mix or destroy its results:
+// refused unless --force, which clears them first.
+void TrainLoop::refuse_to_overwrite() {
+  const fs::path metrics = rc_.run_dir / "metrics.jsonl", ckpts = rc_.run_dir / "checkpoints";
+  std::error_code ec;
+  const bool has_metrics = fs::exists(metrics, ec) && fs::file_size(metrics, ec) > 0;
+  const bool has_ckpts = fs::is_directory(ckpts, ec) && !fs::is_empty(ckpts, ec);
+  if (!has_metrics && !has_ckpts) return;
+  if (!options_.force)
+    throw UsageError(fmt::format(
+        "{} already holds a run ({}) and this one starts afresh (train.resume = {}): pass --force "
+        "to delete its checkpoints and metrics first, resume it (train.resume=auto), or choose "
+        "another run.name",
+        rc_.run_dir.string(), has_ckpts ? "checkpoints" : "metrics.jsonl", rc_.resume));
+  log::warn("--force: deleting the earlier run's checkpoints and metrics in {}",
+            rc_.run_dir.string());
+  fs::remove_all(ckpts);
+  fs::remove(metrics);
 }
 
-void TrainLoop::resume_or_init() {
+// Everything about the data that can fail later is checked before the first step.
+void TrainLoop::check_data() {
+  const data::Manifest& m = loader_->corpus().manifest();
+  CHECK(m.tokenizer_hash == tokenizer_hash_,
+        "data.tokenizer = {} is not the tokenizer {} was prepared with (hash {:016x}, the "
+        "manifest says {:016x}, {})",
+        rc_.tokenizer.string(), rc_.train_data.data_dir.string(), tokenizer_hash_, m.tokenizer_hash,
+        m.tokenizer_file);
+  if (rc_.val_every == 0) return;
+  std::optional<data::Batch> first;
+  try {
+    data::Loader val(rc_.val_data, comm_.rank(), comm_.size());
+    first = val.next();
+  } catch (const Error& e) {
+    throw UsageError(
+        fmt::format("train.val_every = {} but the validation data cannot be read: "
+                    "{} (set train.val_every=0 to train without validation)",
+                    rc_.val_every, e.what()));
+  }
+  CHECK(first.has_value(),
+        "train.val_every = {} but the val split of {} yields no batch of this shape on rank {} "
+        "(prepare with a larger --val-fraction, or set train.val_every=0)",
+        rc_.val_every, rc_.val_data.data_dir.string(), comm_.rank());
+  val_verified_ = true;  // its shards were checksummed just now
+}
+
+void TrainLoop::start_up() {
+  if (leader_) {
+    fs::create_directories(rc_.run_dir);
+    try {
+      lock_ = std::make_unique<ExclusiveLock>(rc_.run_dir / ".lock");
+    } catch (const Error& e) {
+      THROW_ERROR("run directory {} is in use: {}; one trainer per run directory",
+                  rc_.run_dir.string(), e.what());
+    }
+  }
+  const fs::path tokenizer_path = rc_.tokenizer;
+  CHECK(fs::is_regular_file(tokenizer_path), "data.tokenizer = {} does not exist",
+        tokenizer_path.string());
+  tokenizer_ = read_file(tokenizer_path);
+  tokenizer_hash_ = hash64(tokenizer_);
+
   const fs::path from = resume_path();
-  std::optional<data::LoaderState> loader_state;
+  std::optional<Checkpoint> ckpt;
   if (!from.empty()) {
-    Checkpoint ckpt = open_checkpoint(from);
-    check_resumable(config_, ckpt);
-    load_checkpoint(ckpt, model_, &optimizer_);
-    state_ = ckpt.state;
+    ckpt = open_checkpoint(from);
+    check_resumable(config_, *ckpt);
+    CHECK(ckpt->state.tokenizer_hash == tokenizer_hash_,
+          "cannot resume from {}: it was trained with tokenizer {:016x} but data.tokenizer = {} is "
+          "{:016x}",
+          from.string(), ckpt->state.tokenizer_hash, tokenizer_path.string(), tokenizer_hash_);
+  } else if (leader_) {
+    refuse_to_overwrite();
+  }
+  // Checks passed: only now is anything in the run directory written.
+  if (leader_) {
+    log::set_file((rc_.run_dir / "train.log").string());
+    write_file_atomic(rc_.run_dir / "config.yaml", config_.to_yaml());
+    write_file_atomic(rc_.run_dir / "tokenizer.model", tokenizer_);
+  }
+  std::optional<data::LoaderState> loader_state;
+  if (ckpt) {
+    load_checkpoint(*ckpt, model_, &optimizer_);
+    state_ = ckpt->state;
     saved_step_ = state_.step;
-    loader_state = ckpt.state.loader.get<data::LoaderState>();
+    loader_state = ckpt->state.loader.get<data::LoaderState>();
     log::info("resumed from {} at step {}", from.string(), state_.step);
   } else {
     transformer_.init_weights(rc_.seed);
   }
   loader_ =
       std::make_unique<data::Loader>(rc_.train_data, comm_.rank(), comm_.size(), loader_state);
-  const uint64_t data_tokenizer = loader_->corpus().manifest().tokenizer_hash;
-  if (!from.empty())
-    CHECK(state_.tokenizer_hash == data_tokenizer,
-          "checkpoint {} was trained with tokenizer {:016x} but {} was made with {:016x}",
-          from.string(), state_.tokenizer_hash, rc_.train_data.data_dir.string(), data_tokenizer);
-  state_.tokenizer_hash = data_tokenizer;
+  check_data();
+  state_.tokenizer_hash = tokenizer_hash_;
   state_.world_size = comm_.size();
-  const data::Manifest& m = loader_->corpus().manifest();
   dist::check_consistency(
-      comm_, fmt::format("{}\nresumed at step {}\n", config_.to_yaml(), state_.step),
-      model_.layout().digest(),
-      m.tokenizer_hash ^ hash64(fmt::format("{}/{}", m.splits.at("train").tokens,
-                                            m.splits.at("train").documents)));
+      comm_, {{"the resolved config",
+               fmt::format("{}resumed at step: {}\n", config_.to_yaml(), state_.step)},
+              {"the data manifest", read_file(rc_.train_data.data_dir / data::kManifestName)},
+              {"the tokenizer", tokenizer_},
+              {"the parameter layout", fmt::format("{:016x}", model_.layout().digest())}});
   if (comm_.size() > 1) {
     dist::broadcast_parameters(comm_, model_.params());
     model_.sync_working_params();
   }
   first_step_ = state_.step;
   if (leader_)
-    metrics_ = std::make_unique<MetricsLog>(rc_.run_dir / "metrics.jsonl",
-                                            from.empty() ? -1 : state_.step);
+    metrics_ = std::make_unique<MetricsLog>(rc_.run_dir / "metrics.jsonl", ckpt ? state_.step : -1);
 }
 
+// This rank's micro-batches for the step. At the end of the data (data.epochs) a step gets the
+// micro-batches that are left, fewer than asked for: none is dropped.
 std::optional<std::vector<data::Batch>> TrainLoop::next_step_batches(int micro) {
   std::vector<data::Batch> batches;
   const int64_t seq = rc_.seq_len_schedule.at(state_.step, rc_.train_data.seq_len);
   for (int i = 0; i < micro; ++i) {
     std::optional<data::Batch> b = loader_->next();
-    if (!b) return std::nullopt;
+    if (!b) break;
     truncate_batch(*b, int(seq));
     batches.push_back(std::move(*b));
   }
+  if (batches.empty()) return std::nullopt;
   return batches;
 }
 
@@ -254,8 +345,10 @@ StepStats TrainLoop::train_step(const std::optional<std::vector<data::Batch>>& b
   finish_gradients(s);
   Timer t;
   s.lr = rc_.schedule.at(state_.step);
-  if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
-    const std::string culprit = std::isfinite(s.loss) ? first_nonfinite_gradient() : "the loss";
+  // A negative mean loss is as impossible as a NaN: both mean broken numbers.
+  if (!std::isfinite(s.loss) || s.loss < 0 || !std::isfinite(s.grad_norm)) {
+    const std::string culprit =
+        std::isfinite(s.loss) && s.loss >= 0 ? first_nonfinite_gradient() : "the loss";
     if (rc_.on_nonfinite == NonFinite::stop)
       THROW_ERROR(
           "step {}: non-finite value in {} (loss {}, grad norm {}); set "
@@ -298,7 +391,7 @@ std::string TrainLoop::first_nonfinite_gradient() {
 
 double TrainLoop::validate() {
   data::LoaderConfig vc = rc_.val_data;
-  vc.verify_checksums = !val_verified_;  // the shards are checksummed at the first validation
+  vc.verify_checksums = !val_verified_;
   data::Loader val(vc, comm_.rank(), comm_.size());
   val_verified_ = true;
   model_.reset_loss();
@@ -319,9 +412,31 @@ void TrainLoop::save() {
   saved_step_ = state_.step;
   state_.loader = loader_->state();
   const CheckpointPolicy policy{rc_.keep_last, rc_.keep_every};
-  fs::path dir =
-      save_checkpoint(rc_.run_dir, model_, optimizer_, state_, config_.to_yaml(), policy);
+  const fs::path dir = save_checkpoint(rc_.run_dir, model_, optimizer_, state_, config_.to_yaml(),
+                                       tokenizer_, policy);
   log::info("saved {}", dir.string());
+}
+
+void TrainLoop::write_metrics(const nlohmann::json& record) {
+  if (!metrics_->write(record)) metrics_failed_ = true;
+}
+
+// Note [Write failures]: a metrics or log line that cannot be written (a full disk) is not
+// ignored: the first failure is reported at once and a checkpoint is saved there, so that a
+// run that is about to die loses nothing; a failing checkpoint write stops the run with an
+// error naming the file, and `latest` still names the previous checkpoint.
+void TrainLoop::check_writes() {
+  if (!leader_ || write_failure_reported_) return;
+  std::string failed;
+  if (metrics_failed_)
+    failed = fmt::format("{} ({})", metrics_->path().string(), metrics_->why());
+  else if (const std::string e = log::file_error(); !e.empty())
+    failed = fmt::format("{} ({})", (rc_.run_dir / "train.log").string(), e);
+  if (failed.empty()) return;
+  write_failure_reported_ = true;
+  if (progress_) progress_->finish();
+  log::warn("cannot write {}: saving a checkpoint at step {} now", failed, state_.step);
+  save();
 }
 
 void TrainLoop::log_step(const StepStats& s, double step_s) {
@@ -334,7 +449,7 @@ void TrainLoop::log_step(const StepStats& s, double step_s) {
   if (ranks && ranks->straggler) log::warn("step {}: {}", state_.step, ranks->message);
   const double tok_s = double(s.tokens) / step_s;
   const double flops = rc_.model.flops_per_token(rc_.train_data.seq_len) * tok_s;
-  const double mfu = flops / (gemm_peak_gflops_ * 1e9 * comm_.size());
+  const double mfu = flops / (peak_gflops_ * 1e9 * comm_.size());
   const double eta =
       run_timer_.seconds() / double(state_.step - first_step_) * double(total - state_.step);
   progress_->update(state_.step, s.loss, tok_s, mfu, eta, line);
@@ -360,7 +475,7 @@ void TrainLoop::log_step(const StepStats& s, double step_s) {
     j["slowest_rank"] = ranks->slowest_rank;
     j["slowest_lag"] = ranks->lag;
   }
-  metrics_->write(j);
+  write_metrics(j);
 }
 
 // Saves a checkpoint (rank 0) and says why the run stops here.
@@ -389,8 +504,7 @@ void TrainLoop::log_setup() {
       "{:.1f}, optimizer {:.1f}, activations {:.1f}, workspace {:.1f}); {} rank(s)",
       planned_mib(), mem.params / kMiB, mem.working / kMiB, mem.grads / kMiB,
       optimizer_bytes() / kMiB, mem.activations / kMiB, mem.workspace / kMiB, comm_.size());
-  log::info("MFU against a {} GEMM peak of {:.0f} GFLOP/s measured at start-up",
-            float_dtype_name(e.compute), gemm_peak_gflops_);
+  log::info("MFU against {}", peak_source_);
 }
 
 double TrainLoop::optimizer_bytes() const {
@@ -402,14 +516,22 @@ double TrainLoop::planned_mib() const {
 }
 
 int TrainLoop::run() {
-  if (leader_) {
-    fs::create_directories(rc_.run_dir);
-    log::set_file((rc_.run_dir / "train.log").string());
-    write_file_atomic(rc_.run_dir / "config.yaml", config_.to_yaml());
-  }
-  resume_or_init();
+  start_up();
   const int64_t total = rc_.steps;
-  gemm_peak_gflops_ = measure_gemm_peak(model_.context(), rc_.exec.compute, 0.8);
+  const std::string dtype(float_dtype_name(rc_.exec.compute));
+  if (rc_.peak_gflops > 0) {
+    peak_gflops_ = rc_.peak_gflops;
+    peak_source_ = fmt::format("log.peak_gflops = {:.0f} GFLOP/s (stated)", peak_gflops_);
+  } else {
+    const GemmPeak p = measure_gemm_peak_stable(model_.context(), rc_.exec.compute);
+    peak_gflops_ = p.gflops;
+    peak_source_ = fmt::format(
+        "a {} GEMM peak of {:.0f} GFLOP/s measured at start-up ({}; set log.peak_gflops to fix "
+        "it)",
+        dtype, p.gflops,
+        p.stable ? fmt::format("stable within 3% over {} rounds", p.rounds)
+                 : fmt::format("still changing after {} rounds: a busy machine?", p.rounds));
+  }
   log_setup();
   progress_ = std::make_unique<Progress>(leader_ ? rc_.progress : "off", total);
   for (int sig : {SIGINT, SIGTERM, SIGUSR1}) std::signal(sig, on_stop_signal);
@@ -438,9 +560,10 @@ int TrainLoop::run() {
       if (leader_) {
         progress_->finish();
         log::info("step {}: val loss {:.4f} (perplexity {:.2f})", state_.step, v, std::exp(v));
-        metrics_->write({{"step", state_.step}, {"val_loss", v}, {"val_perplexity", std::exp(v)}});
+        write_metrics({{"step", state_.step}, {"val_loss", v}, {"val_perplexity", std::exp(v)}});
       }
     }
+    check_writes();
     if (rc_.checkpoint_every > 0 && state_.step % rc_.checkpoint_every == 0 &&
         state_.step < total) {
       if (progress_) progress_->finish();
@@ -456,13 +579,23 @@ int TrainLoop::run() {
   return 0;
 }
 
+// Relative data paths are made absolute, so that the run's saved config (and eval, sample or
+// export of its checkpoints) works from any working directory.
+Config with_absolute_paths(Config c) {
+  for (const char* key : {"data.path", "data.tokenizer"}) {
+    const fs::path p = c.text(key);
+    if (!p.empty() && p.is_relative()) c.set(key, fs::absolute(p).lexically_normal().string());
+  }
+  return c;
+}
+
 }  // namespace
 
-int run_training(const Config& config) {
+int run_training(const Config& config, const TrainOptions& options) {
   const dist::LaunchInfo launch = dist::discover_launch();
   log::configure(launch.rank, launch.world_size);
   auto comm = dist::make_communicator(launch, {.timeout_s = config.real("dist.timeout_s")});
-  TrainLoop loop(config, *comm);
+  TrainLoop loop(with_absolute_paths(config), options, *comm);
   return loop.run();
 }
 

@@ -6,7 +6,13 @@
 
 namespace trainer::app {
 
+struct TrainOptions {
+  // Start afresh in a run directory that holds an earlier run, deleting its checkpoints and
+  // metrics (without it, that is refused).
+  bool force = false;
+};
+
 // Trains as `config` says; returns the process exit code.
-int run_training(const Config& config);
+int run_training(const Config& config, const TrainOptions& options = {});
 
 }  // namespace trainer::app

@@ -9,12 +9,14 @@
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "data/manifest.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "runtime/error.h"
+#include "runtime/file_io.h"
 #include "runtime/log.h"
 #include "runtime/rng.h"
 
@@ -100,17 +102,33 @@ class DocumentReader {
 };
 
 // One split's output: a shard writer rolled over at the size bound.
+// Note [Replacing a corpus]
+// A corpus directory is replaced without a moment in which it is broken: the new shards are
+// written beside the old ones under names the old manifest does not use ("train-00000.bin",
+// or "train-b00000.bin" when those are taken), the new manifest.json replaces the old one
+// atomically (the commit), and only then are shards the new manifest does not name removed.
+// A failure before the commit removes the new shards and leaves the old corpus as it was;
+// shard files a crash left behind are removed by the next successful prepare. Other files in
+// the directory (a tokenizer, say) are left alone.
+
+bool is_shard_name(const std::string& name) {
+  return (name.starts_with("train-") || name.starts_with("val-")) && name.ends_with(".bin");
+}
+
 struct SplitOutput {
   std::string name;
   ShardWriter writer;
   SplitInfo info;
   fs::path dir;
   uint64_t shard_bytes;
+  const char* generation;          // "" or "b": see Note [Replacing a corpus]
+  std::vector<fs::path>* written;  // every shard file written, for cleanup on failure
 
   void flush() {
     if (writer.num_docs() == 0) return;
-    std::string file = fmt::format("{}-{:05d}.bin", name, info.shards.size());
+    std::string file = fmt::format("{}-{}{:05d}.bin", name, generation, info.shards.size());
     ShardEntry e{file, writer.num_docs(), writer.num_tokens(), writer.file_bytes()};
+    written->push_back(dir / file);
     writer.write(dir / file);
     info.shards.push_back(e);
   }
@@ -167,17 +185,35 @@ PrepareSummary prepare_corpus(const PrepareOptions& o) {
   for (const fs::path& f : files) total_bytes += fs::file_size(f);
 
   fs::create_directories(o.out);
-  for (const auto& entry : fs::directory_iterator(o.out)) {  // stale output of an earlier run
-    std::string name = entry.path().filename().string();
-    if ((name.starts_with("train-") || name.starts_with("val-")) && name.ends_with(".bin"))
-      fs::remove(entry.path());
+  // The shards of the corpus being replaced stay until the new manifest is committed.
+  std::set<std::string> old_shards;
+  if (fs::exists(o.out / kManifestName)) {
+    try {
+      for (const auto& [split, info] : read_manifest(o.out).splits)
+        for (const ShardEntry& e : info.shards) old_shards.insert(e.file);
+    } catch (const Error&) {
+      // An unreadable old manifest names nothing worth keeping.
+    }
   }
-  fs::remove(o.out / kManifestName);
+  const char* generation =
+      old_shards.count("train-00000.bin") || old_shards.count("val-00000.bin") ? "b" : "";
+  std::vector<fs::path> written;
+  struct RemoveWritten {  // on failure: see Note [Replacing a corpus]
+    std::vector<fs::path>& files;
+    bool committed = false;
+    ~RemoveWritten() {
+      if (committed) return;
+      std::error_code ec;
+      for (const fs::path& f : files) fs::remove(f, ec);
+    }
+  } guard{written};
 
   uint32_t vocab = uint32_t(tok.vocab_size());
   uint64_t shard_bytes = uint64_t(o.shard_mb * 1024 * 1024);
-  SplitOutput train{"train", ShardWriter(vocab, tok.hash()), {}, o.out, shard_bytes};
-  SplitOutput val{"val", ShardWriter(vocab, tok.hash()), {}, o.out, shard_bytes};
+  SplitOutput train{"train", ShardWriter(vocab, tok.hash()), {}, o.out, shard_bytes, generation,
+                    &written};
+  SplitOutput val{"val",   ShardWriter(vocab, tok.hash()), {}, o.out, shard_bytes, generation,
+                  &written};
 
   int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   const size_t chunk_bytes = size_t(threads) * (4 << 20);
@@ -255,7 +291,15 @@ PrepareSummary prepare_corpus(const PrepareOptions& o) {
   m.val_fraction = o.val_fraction;
   m.splits["train"] = train.info;
   m.splits["val"] = val.info;
-  write_manifest(o.out, m);
+  write_manifest(o.out, m);  // the commit
+  guard.committed = true;
+  std::set<std::string> kept;
+  for (const auto& [split, info] : m.splits)
+    for (const ShardEntry& e : info.shards) kept.insert(e.file);
+  for (const auto& entry : fs::directory_iterator(o.out)) {
+    const std::string name = entry.path().filename().string();
+    if (is_shard_name(name) && !kept.count(name)) fs::remove(entry.path());
+  }
   fsync_path(o.out);
 
   sum.train_documents = train.info.documents;

@@ -54,10 +54,16 @@ void train_tokenizer(const TokenizerTrainOptions& o) {
   fs::path prefix = o.out;
   if (prefix.extension() == ".model") prefix.replace_extension();
   if (prefix.has_parent_path()) fs::create_directories(prefix.parent_path());
+  // Trained under a temporary name and renamed into place once complete: a failed run leaves
+  // an earlier tokenizer (and nothing else) behind.
+  fs::path staging = prefix;
+  staging += ".tmp";
+  auto with = [](fs::path p, const char* ext) { return p += ext; };
+  RemoveUnlessKept model_guard(with(staging, ".model")), vocab_guard(with(staging, ".vocab"));
   int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   std::unordered_map<std::string, std::string> args = {
       {"input", input},
-      {"model_prefix", prefix.string()},
+      {"model_prefix", staging.string()},
       {"vocab_size", std::to_string(o.vocab_size)},
       {"model_type", o.model_type},
       {"byte_fallback", "true"},
@@ -78,9 +84,9 @@ void train_tokenizer(const TokenizerTrainOptions& o) {
   sentencepiece::logging::SetMinLogLevel(1);  // its progress chatter is INFO
   auto status = sentencepiece::SentencePieceTrainer::Train(args);
   CHECK(status.ok(), "tokenizer training failed: {}", status.ToString());
-  fs::path model = prefix;
-  model += ".model";
-  if (model != o.out) fs::rename(model, o.out);
+  fs::rename(with(staging, ".vocab"), with(prefix, ".vocab"));
+  fs::rename(with(staging, ".model"), o.out);
+  fsync_path(o.out.has_parent_path() ? o.out.parent_path() : fs::path("."));
 }
 
 uint64_t tokenizer_file_hash(const fs::path& model) {

@@ -1,6 +1,7 @@
 #include "runtime/file_io.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -54,6 +55,40 @@ void write_file_atomic(const fs::path& path, std::string_view contents) {
   fs::rename(tmp, path, ec);
   CHECK(!ec, "cannot rename {} to {}: {}", tmp.string(), path.string(), ec.message());
   fsync_path(path.parent_path().empty() ? fs::path(".") : path.parent_path());
+}
+
+RemoveUnlessKept::~RemoveUnlessKept() {
+  if (kept_) return;
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+ExclusiveLock::ExclusiveLock(const fs::path& path) {
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  CHECK(fd_ >= 0, "cannot create {}: {}", path.string(), std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    std::string holder;
+    char buf[256];
+    const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
+    if (n > 0) holder.assign(buf, size_t(n));
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    ::close(fd_);
+    fd_ = -1;
+    CHECK(err != EWOULDBLOCK, "{} is held by another process ({})", path.string(),
+          holder.empty() ? "holder unknown" : holder);
+    THROW_ERROR("cannot lock {}: {}", path.string(), std::strerror(err));
+  }
+  char host[256] = "?";
+  ::gethostname(host, sizeof host - 1);
+  const std::string me = fmt::format("pid {} on {}\n", ::getpid(), host);
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != ssize_t(me.size())) {
+    // The lock holds regardless; only the holder's description is missing.
+  }
+}
+
+ExclusiveLock::~ExclusiveLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
 }
 
 OutputFile::OutputFile(const fs::path& path) : path_(path) {

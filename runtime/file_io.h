@@ -25,6 +25,36 @@ void write_file_atomic(const fs::path& path, std::string_view contents);
 // Flushes a file or directory's metadata to disk (after a rename into it).
 void fsync_path(const fs::path& path);
 
+// A file or directory being built (a temporary of a command's output): removed, with
+// everything under it, when the guard goes away without keep() (the command failed).
+class RemoveUnlessKept {
+ public:
+  explicit RemoveUnlessKept(fs::path path) : path_(std::move(path)) {}
+  ~RemoveUnlessKept();
+  RemoveUnlessKept(const RemoveUnlessKept&) = delete;
+  RemoveUnlessKept& operator=(const RemoveUnlessKept&) = delete;
+  void keep() { kept_ = true; }
+
+ private:
+  fs::path path_;
+  bool kept_ = false;
+};
+
+// An exclusive lock (flock) on `path`, created if absent, held for the object's lifetime and
+// released by the kernel when the process dies (a killed holder leaves nothing stale). The
+// file records its holder as "pid <n> on <host>".
+class ExclusiveLock {
+ public:
+  // Takes the lock; throws trainer::Error naming the holder when another process has it.
+  explicit ExclusiveLock(const fs::path& path);
+  ~ExclusiveLock();
+  ExclusiveLock(const ExclusiveLock&) = delete;
+  ExclusiveLock& operator=(const ExclusiveLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 // An output file written sequentially, fsynced on commit(); removed if never committed.
 class OutputFile {
  public:

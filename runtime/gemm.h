@@ -37,4 +37,16 @@ double measure_gemm_gflops(const Context& ctx, DType dtype, int64_t n, double mi
 // 2048 (smaller products can run faster from cache), taking about `seconds` in all.
 double measure_gemm_peak(const Context& ctx, DType dtype, double seconds = 1.0);
 
+struct GemmPeak {
+  double gflops = 0;
+  int rounds = 0;
+  bool stable = false;  // the last two rounds agreed within the tolerance
+};
+
+// measure_gemm_peak repeated in rounds of about round_seconds until two consecutive rounds
+// agree within `tolerance` (at most max_rounds): a reference that a busy start does not
+// understate. The result is the best rate seen.
+GemmPeak measure_gemm_peak_stable(const Context& ctx, DType dtype, double round_seconds = 0.4,
+                                  int max_rounds = 6, double tolerance = 0.03);
+
 }  // namespace trainer

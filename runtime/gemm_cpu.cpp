@@ -11,6 +11,7 @@
 #include <dnnl.h>
 
 #include <algorithm>
+#include <cmath>
 #include <dnnl.hpp>
 #include <map>
 #include <mutex>
@@ -318,6 +319,20 @@ double measure_gemm_peak(const Context& ctx, DType dtype, double seconds) {
   for (int64_t n : {256, 512, 1024, 2048})
     best = std::max(best, measure_gemm_gflops(ctx, dtype, n, seconds / 4));
   return best;
+}
+
+GemmPeak measure_gemm_peak_stable(const Context& ctx, DType dtype, double round_seconds,
+                                  int max_rounds, double tolerance) {
+  GemmPeak p;
+  double last = 0;
+  while (p.rounds < max_rounds && !p.stable) {
+    const double now = measure_gemm_peak(ctx, dtype, round_seconds);
+    p.stable = p.rounds > 0 && std::abs(now - last) <= tolerance * std::max(now, last);
+    p.gflops = std::max(p.gflops, now);
+    last = now;
+    ++p.rounds;
+  }
+  return p;
 }
 
 }  // namespace trainer

@@ -1,7 +1,11 @@
 #include "runtime/log.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
+
+#include "runtime/error.h"
 
 namespace trainer::log {
 namespace {
@@ -11,6 +15,7 @@ struct State {
   int world_size = 1;
   Level min_level = Level::info;
   std::FILE* file = nullptr;
+  std::string file_error;
   std::mutex mutex;
 };
 
@@ -32,7 +37,17 @@ void set_file(const std::string& path) {
   State& s = state();
   std::lock_guard lock(s.mutex);
   if (s.file) std::fclose(s.file);
-  s.file = path.empty() ? nullptr : std::fopen(path.c_str(), "a");
+  s.file = nullptr;
+  s.file_error.clear();
+  if (path.empty()) return;
+  s.file = std::fopen(path.c_str(), "a");
+  CHECK(s.file, "cannot write {}: {}", path, std::strerror(errno));
+}
+
+std::string file_error() {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  return s.file_error;
 }
 
 bool enabled(Level level) {
@@ -51,8 +66,11 @@ void write(Level level, const std::string& message) {
   std::fputs(line.c_str(), out);
   std::fflush(out);
   if (s.file) {
-    std::fputs(line.c_str(), s.file);
-    std::fflush(s.file);
+    errno = 0;
+    if (std::fputs(line.c_str(), s.file) < 0 || std::fflush(s.file) != 0) {
+      s.file_error = std::strerror(errno ? errno : EIO);
+      std::clearerr(s.file);
+    }
   }
 }
 

@@ -13,8 +13,11 @@ enum class Level { debug, info, warn, error };
 
 // Sets the rank and world size shown in the prefix and the minimum level that prints.
 void configure(int rank, int world_size, Level min_level = Level::info);
-// Also appends every printed line to this file (the run's log); empty closes it.
+// Also appends every printed line to this file (the run's log); empty closes it. Throws
+// trainer::Error when the file cannot be opened.
 void set_file(const std::string& path);
+// Why the last write to that file failed (a full disk), or "" while every write succeeded.
+std::string file_error();
 void write(Level level, const std::string& message);
 bool enabled(Level level);
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "common/temp_dir.h"
 #include "data/manifest.h"
 #include "data/shard.h"
+#include "data/tokenizer.h"
 
 namespace trainer::app::testing {
 
@@ -21,14 +23,38 @@ namespace fs = std::filesystem;
 using trainer::testing::TempDir;
 
 inline constexpr uint32_t kVocab = 64;
-inline constexpr uint64_t kTokenizerHash = 0x5eed5eed5eed5eedull;
 
-// Documents of varied length whose next token mostly follows from the current one.
+// A real (small) SentencePiece tokenizer, trained once per test process: runs copy it into
+// themselves, and start-up checks it against the corpus.
+inline const fs::path& tokenizer_model() {
+  static const TempDir temp("tokenizer");  // removed at exit
+  static const fs::path path = [] {
+    const fs::path& dir = temp.path;
+    {
+      std::ofstream text(dir / "text.txt");
+      for (int i = 0; i < 400; ++i)
+        text << "the quick brown fox " << i % 13 << " jumps over the lazy dog\n";
+    }
+    data::TokenizerTrainOptions o;
+    o.inputs = {(dir / "text.txt").string()};
+    o.vocab_size = 300;
+    o.out = dir / "tok.model";
+    o.threads = 1;
+    data::train_tokenizer(o);
+    return o.out;
+  }();
+  return path;
+}
+
+// Documents of varied length whose next token mostly follows from the current one, with the
+// tokenizer above copied in as tok.model (ids below 64 stand for its pieces).
 inline void write_corpus(const fs::path& dir, int train_docs = 120, int val_docs = 20) {
   fs::create_directories(dir);
+  fs::copy_file(tokenizer_model(), dir / "tok.model", fs::copy_options::overwrite_existing);
+  const uint64_t tokenizer_hash = data::tokenizer_file_hash(dir / "tok.model");
   data::Manifest m;
-  m.tokenizer_file = "synthetic.model";
-  m.tokenizer_hash = kTokenizerHash;
+  m.tokenizer_file = "tok.model";
+  m.tokenizer_hash = tokenizer_hash;
   m.vocab_size = kVocab;
   m.token_bytes = data::token_bytes_for_vocab(kVocab);
   m.eos_id = 2;
@@ -37,7 +63,7 @@ inline void write_corpus(const fs::path& dir, int train_docs = 120, int val_docs
   for (auto [split, n] :
        {std::pair{std::string("train"), train_docs}, {std::string("val"), val_docs}}) {
     data::SplitInfo& info = m.splits[split];
-    data::ShardWriter w(kVocab, kTokenizerHash);
+    data::ShardWriter w(kVocab, tokenizer_hash);
     for (int d = 0; d < n; ++d) {
       std::vector<int32_t> doc;
       int len = 5 + int(rng() % 40);
@@ -71,7 +97,7 @@ inline Config tiny_config(const fs::path& data_dir, const fs::path& runs_dir,
         "dist.timeout_s=30"})
     c.apply_override(s);
   c.set("data.path", data_dir.string());
-  c.set("data.tokenizer", (data_dir / "none.model").string());
+  c.set("data.tokenizer", (data_dir / "tok.model").string());
   c.set("run.dir", runs_dir.string());
   c.set("run.name", name);
   return c;

@@ -5,9 +5,12 @@
 
 #include "app/config.h"
 #include "app/run_setup.h"
+#include "common/temp_dir.h"
 #include "runtime/error.h"
 
 namespace trainer::app {
+
+using trainer::testing::TempDir;
 
 namespace {
 
@@ -39,8 +42,31 @@ TEST(Config, UnknownKeyNamesItsLineAndSuggestsTheKey) {
   EXPECT_NE(e.find("test.yaml:3"), std::string::npos) << e;
   EXPECT_NE(e.find("unknown key 'optimizer.wieght_decay'"), std::string::npos) << e;
   EXPECT_NE(e.find("did you mean 'optimizer.weight_decay'"), std::string::npos) << e;
+  // A misspelt section is matched by the whole dotted keys it holds.
   e = yaml_error("modle:\n  n_layer: 2\n");
-  EXPECT_NE(e.find("unknown key 'modle'"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown section 'modle' (did you mean 'model.n_layer'?)"), std::string::npos)
+      << e;
+}
+
+TEST(Config, EmptyOrNonMappingConfigsAreErrors) {
+  EXPECT_NE(yaml_error("").find("the config is empty"), std::string::npos);
+  EXPECT_NE(yaml_error("# only a comment\n").find("the config is empty"), std::string::npos);
+  EXPECT_NE(yaml_error("- a\n- b\n").find("must be a mapping"), std::string::npos);
+  EXPECT_NE(yaml_error("just words\n").find("must be a mapping"), std::string::npos);
+  TempDir dir("config_dir");
+  try {
+    Config::load(dir.path.string(), {});
+    FAIL() << "a directory was accepted as a config";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Config, MinLrAboveLrIsAnError) {
+  Config c;
+  c.apply_override("optimizer.min_lr=0.01");
+  c.apply_override("optimizer.lr=0.001");
+  EXPECT_THROW(resolve_run(c), UsageError);
 }
 
 TEST(Config, WrongTypeNamesKeyValueAndLine) {

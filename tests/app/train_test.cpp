@@ -131,12 +131,28 @@ TEST(Checkpoint, CorruptedOrTruncatedFileIsNamed) {
   EXPECT_NE(e.find("truncated"), std::string::npos) << e;
 }
 
-TEST(Checkpoint, AnotherModelShapeIsAClearError) {
+TEST(Checkpoint, AnotherModelIsAClearError) {
   TempDir dir("shape");
   Config c = train_tiny(dir, {"train.steps=2"});
-  c.apply_override("model.n_embd=48");
-  c.apply_override("train.steps=4");
-  std::string e = error_of([&] { run_training(c); });
+  // Resuming with another model is refused by the key that changed, also where every tensor
+  // keeps its shape (the head count).
+  for (const char* change : {"model.n_embd=48", "model.n_head=4"}) {
+    Config other = c;
+    other.apply_override(change);
+    other.apply_override("train.steps=4");
+    const std::string e = error_of([&] { run_training(other); });
+    const std::string key = std::string(change).substr(0, std::string(change).find('='));
+    EXPECT_NE(e.find("cannot resume from"), std::string::npos) << e;
+    EXPECT_NE(e.find(key + " was"), std::string::npos) << e;
+  }
+  // Weights loaded into a model of another shape: the tensor and both shapes are named.
+  const Checkpoint ckpt = open_checkpoint(latest_checkpoint(dir.path / "runs/r"));
+  nn::ModelConfig wide = model_config(c);
+  wide.n_embd = 48;
+  nn::ExecConfig exec;
+  exec.max_seq_len = 8;
+  nn::Transformer model(wide, exec);
+  const std::string e = error_of([&] { load_checkpoint(ckpt, model, nullptr); });
   EXPECT_NE(e.find("wte.weight"), std::string::npos) << e;
   EXPECT_NE(e.find("[64, 32]"), std::string::npos) << e;
   EXPECT_NE(e.find("[64, 48]"), std::string::npos) << e;
@@ -207,7 +223,7 @@ TEST(Training, NonFiniteLossStopsWithADiagnosticOrIsSkipped) {
     load_checkpoint(saved.checkpoint, *saved.model, &opt);
     saved.model->params().as<float>()[saved.model->layout().find("ln_f.weight")->offset] = NAN;
     save_checkpoint(dir.path / "runs/r", *saved.model, opt, saved.checkpoint.state,
-                    saved.checkpoint.config_yaml, {});
+                    saved.checkpoint.config_yaml, read_file(saved.checkpoint.tokenizer), {});
   }
   c.apply_override("train.steps=4");
   std::string e = error_of([&] { run_training(c); });

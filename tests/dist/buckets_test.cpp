@@ -77,7 +77,10 @@ TEST(Consistency, HashIsStableAndSingleProcessPasses) {
   EXPECT_EQ(hash64(""), 0xcbf29ce484222325ull);
   EXPECT_EQ(hash64("a"), 0xaf63dc4c8601ec8cull);
   auto comm = make_single_process_communicator();
-  EXPECT_NO_THROW(check_consistency(*comm, "x", 1, 2));
+  EXPECT_NO_THROW(check_consistency(*comm, {{"x", "y"}}));
+  EXPECT_EQ(first_difference("a:\n  b: 1\n  c: 2\n", "a:\n  b: 1\n  c: 3\n", 1),
+            "at 'a.c': rank 0 has '  c: 2', rank 1 has '  c: 3'");
+  EXPECT_EQ(first_difference("x\ny\n", "x\n", 2), "at line 2: rank 0 has 'y', rank 2 has nothing");
 }
 
 }  // namespace

@@ -305,27 +305,34 @@ TEST(Join, ThrowAndFalseModesStopEveryRankAtTheFirstUnevenStep) {
   EXPECT_THROW(parse_join_mode("maybe"), Error);
 }
 
-TEST(Consistency, MismatchedConfigIsCaughtOnEveryRank) {
+TEST(Consistency, MismatchesAreCaughtOnEveryRankByContentAndNamed) {
   Communicator& c = *g_comm;
-  EXPECT_NO_THROW(check_consistency(c, "model: {n_layer: 2}", 11, 22));
+  const std::string config = "model:\n  n_layer: 2\n  n_head: 4\ntrain:\n  steps: 5\n";
+  EXPECT_NO_THROW(check_consistency(c, {{"the resolved config", config}, {"the data", "abc"}}));
   if (c.size() < 2) GTEST_SKIP();
   const bool odd = c.rank() == 1;
-  std::string error;
-  try {
-    check_consistency(c, odd ? "model: {n_layer: 3}" : "model: {n_layer: 2}", 11, 22);
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  EXPECT_NE(error.find("the resolved config differs between ranks: rank(s) 1 do not match"),
+  auto error_of = [&](const std::vector<ConsistencyItem>& items) {
+    try {
+      check_consistency(c, items);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  // Every rank reports the same item, ranks and first difference (with its YAML key).
+  std::string e =
+      error_of({{"the resolved config",
+                 odd ? "model:\n  n_layer: 2\n  n_head: 8\ntrain:\n  steps: 5\n" : config},
+                {"the data", "abc"}});
+  EXPECT_NE(e.find("the resolved config differs between ranks: rank(s) 1 do not match rank 0, "
+                   "first at 'model.n_head': rank 0 has '  n_head: 4', rank 1 has '  n_head: 8'"),
             std::string::npos)
-      << error;
-  error.clear();
-  try {
-    check_consistency(c, "same", 11, odd ? 23 : 22);
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  EXPECT_NE(error.find("the data manifest differs"), std::string::npos) << error;
+      << e;
+  // Equal sizes and counts are not enough: the content decides.
+  e = error_of({{"the resolved config", config},
+                {"the data", odd ? std::string("abd\0", 4) : std::string("abc\0", 4)}});
+  EXPECT_NE(e.find("the data differs between ranks"), std::string::npos) << e;
+  EXPECT_NE(e.find("from byte 2"), std::string::npos) << e;
 }
 
 TEST(StepStats, NamesTheSlowestRank) {

@@ -52,6 +52,10 @@ int cmd_eval(const Args& args) {
         lc.data_dir.string());
   const data::SplitInfo& split = loader.corpus().split();
   const double loss = sum / double(tokens);
+  // A loss below zero is impossible and a non-finite one meaningless: neither is reported.
+  CHECK(std::isfinite(loss) && loss >= 0,
+        "checkpoint {} gives a loss of {} on {} (NaN or infinite weights?); no figures reported",
+        saved.checkpoint.dir.string(), loss, lc.data_dir.string());
   const double bytes_per_token = double(split.utf8_bytes) / double(split.tokens);
   const double bpb = loss / std::numbers::ln2 / bytes_per_token;
   std::printf(

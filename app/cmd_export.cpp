@@ -19,7 +19,7 @@ int cmd_export(const Args& args) {
   desc.add_options()("checkpoint", po::value<std::string>()->required(),
                      "checkpoint directory, or a run directory (its latest); also positional")(
       "out", po::value<std::string>()->required(), "output folder (created; must not exist)")(
-      "tokenizer", po::value<std::string>(), "SentencePiece model (default: the run's)")(
+      "tokenizer", po::value<std::string>(), "SentencePiece model (default: the checkpoint's own)")(
       "dtype", po::value<std::string>()->default_value("fp32"),
       "weights as fp32 (the master weights) or bf16 (rounded to nearest even)");
   po::variables_map vm;
@@ -48,10 +48,8 @@ int cmd_export(const Args& args) {
     w.set_metadata("format", "pt");
     w.write(tmp / "model.safetensors");
   }
-  const std::string tok = vm.count("tokenizer") ? vm["tokenizer"].as<std::string>()
-                                                : saved.config.text("data.tokenizer");
-  CHECK(fs::exists(tok), "tokenizer {} not found (pass --tokenizer)", tok);
-  fs::copy_file(tok, tmp / "tokenizer.model");
+  fs::copy_file(tokenizer_of(saved, vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : ""),
+                tmp / "tokenizer.model");
   const nn::ModelConfig& m = saved.model->config();
   nlohmann::json hf = {{"model_type", "gpt2"},
                        {"architectures", {"GPT2LMHeadModel"}},

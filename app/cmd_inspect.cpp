@@ -5,18 +5,20 @@
 
 #include "app/checkpoint.h"
 #include "app/options.h"
+#include "app/saved_model.h"
 #include "runtime/safetensors.h"
 
 namespace trainer::app {
 
 int cmd_inspect(const Args& args) {
   po::options_description desc("inspect options");
-  desc.add_options()("checkpoint", po::value<std::string>()->required(), "checkpoint directory");
+  desc.add_options()("checkpoint", po::value<std::string>()->required(),
+                     "checkpoint directory, or a run directory (its latest); also positional");
   po::positional_options_description pos;
   pos.add("checkpoint", 1);
   po::variables_map vm;
   if (!parse_options("inspect", args, desc, vm, &pos)) return 0;
-  Checkpoint c = open_checkpoint(vm["checkpoint"].as<std::string>());
+  Checkpoint c = open_checkpoint(checkpoint_dir_of(vm["checkpoint"].as<std::string>()));
   std::printf("checkpoint %s (all %zu files verified)\n\nmanifest:\n%s\n\nconfig:\n%s\n",
               c.dir.c_str(), c.manifest.at("files").size(), c.manifest.dump(2).c_str(),
               c.config_yaml.c_str());

@@ -52,7 +52,7 @@ int cmd_sample(const Args& args) {
   desc.add_options()("checkpoint", po::value<std::string>()->required(),
                      "checkpoint directory, or a run directory (its latest); also positional")(
       "prompt", po::value<std::string>()->default_value(""), "text to continue")(
-      "tokenizer", po::value<std::string>(), "SentencePiece model (default: the run's)")(
+      "tokenizer", po::value<std::string>(), "SentencePiece model (default: the checkpoint's own)")(
       "max-new-tokens", po::value<int>()->default_value(100), "tokens to generate")(
       "temperature", po::value<float>()->default_value(0.8f), "0 = greedy")(
       "top-k", po::value<int>()->default_value(0), "keep the k likeliest tokens (0 = all)")(
@@ -68,29 +68,37 @@ int cmd_sample(const Args& args) {
   require_range("sample", vm, "top-p", 1e-6f, 1.0f);
   SamplingOptions o{vm["temperature"].as<float>(), vm["top-k"].as<int>(), vm["top-p"].as<float>()};
   SavedModel saved = open_saved_model(vm["checkpoint"].as<std::string>(), 1, 1);
-  const std::string tok_path = vm.count("tokenizer") ? vm["tokenizer"].as<std::string>()
-                                                     : saved.config.text("data.tokenizer");
-  data::Tokenizer tok(tok_path);
-  CHECK(tok.hash() == saved.checkpoint.state.tokenizer_hash,
-        "tokenizer {} is not the one checkpoint {} was trained with", tok_path,
-        saved.checkpoint.dir.string());
+  const data::Tokenizer tok(
+      tokenizer_of(saved, vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : ""));
   const std::vector<int32_t> prompt = tok.encode(vm["prompt"].as<std::string>());
   std::vector<int32_t> ids = prompt;
   // Documents were prepared ending in EOS, so a new one starts right after an EOS.
   if (tok.eos_id() >= 0) ids.insert(ids.begin(), tok.eos_id());
   CHECK(!ids.empty(), "an empty prompt needs a tokenizer with an EOS piece");
   nn::KvCacheDecoder dec(*saved.model);
-  const int V = saved.model->config().vocab_size, P = saved.model->config().max_seq_len;
+  // Draw only ids the tokenizer can decode (the model's vocabulary may be padded beyond it).
+  const int V = std::min(saved.model->config().vocab_size, tok.vocab_size());
+  const int P = saved.model->config().max_seq_len;
   CHECK(int(ids.size()) < P, "the prompt has {} tokens; the model sees at most {}", ids.size(), P);
+  // Plausible text from NaN weights would be a lie: non-finite logits stop the command.
+  auto push = [&](int32_t id) {
+    const float* l = dec.push(id);
+    for (int v = 0; v < V; ++v)
+      CHECK(std::isfinite(l[v]),
+            "checkpoint {} gives non-finite logits at position {} (NaN or infinite weights?); "
+            "refusing to sample",
+            saved.checkpoint.dir.string(), dec.length());
+    return l;
+  };
   const float* logits = nullptr;
-  for (int32_t id : ids) logits = dec.push(id);
+  for (int32_t id : ids) logits = push(id);
   Rng rng(vm["seed"].as<uint64_t>());
   std::vector<int32_t> text = prompt;  // decoded whole, so pieces join with the right spacing
   for (int i = 0; i < vm["max-new-tokens"].as<int>() && dec.length() < P; ++i) {
     int32_t next = draw(logits, V, o, rng);
     if (next == tok.eos_id()) break;
     text.push_back(next);
-    logits = dec.push(next);
+    logits = push(next);
   }
   std::cout << tok.decode(text) << "\n";
   return 0;

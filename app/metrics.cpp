@@ -28,8 +28,9 @@ MetricsLog::MetricsLog(const std::filesystem::path& path, int64_t keep_through) 
       }
     }
   }
-  write_file_atomic(path, kept);
-  file_ = std::fopen(path.c_str(), "a");
+  // Resuming rewrites the file atomically; a fresh run starts it empty.
+  if (keep_through >= 0) write_file_atomic(path, kept);
+  file_ = std::fopen(path.c_str(), keep_through >= 0 ? "a" : "w");
   CHECK(file_, "cannot write {}: {}", path.string(), std::strerror(errno));
 }
 

@@ -1,18 +1,36 @@
 #include "app/saved_model.h"
 
 #include "app/run_setup.h"
+#include "data/tokenizer.h"
 #include "runtime/error.h"
 
 namespace trainer::app {
 
+fs::path checkpoint_dir_of(const fs::path& dir) {
+  CHECK(fs::is_directory(dir), "{} is not a directory (a checkpoint or a run directory)",
+        dir.string());
+  if (fs::exists(dir / "manifest.json")) return dir;
+  const fs::path latest = latest_checkpoint(dir);
+  CHECK(!latest.empty(), "{} is neither a checkpoint nor a run directory with checkpoints",
+        dir.string());
+  return latest;
+}
+
+fs::path tokenizer_of(const SavedModel& saved, const std::string& requested) {
+  const fs::path path = !requested.empty() ? fs::path(requested)
+                        : !saved.checkpoint.tokenizer.empty()
+                            ? saved.checkpoint.tokenizer
+                            : fs::path(saved.config.text("data.tokenizer"));
+  CHECK(fs::is_regular_file(path), "tokenizer {} not found (pass --tokenizer)", path.string());
+  const uint64_t hash = data::tokenizer_file_hash(path);
+  CHECK(hash == saved.checkpoint.state.tokenizer_hash,
+        "tokenizer {} (hash {:016x}) is not the one checkpoint {} was trained with ({:016x})",
+        path.string(), hash, saved.checkpoint.dir.string(), saved.checkpoint.state.tokenizer_hash);
+  return path;
+}
+
 SavedModel open_saved_model(const fs::path& dir, int rows, int seq_len) {
-  fs::path step_dir = dir;
-  if (!fs::exists(dir / "manifest.json")) {
-    fs::path latest = latest_checkpoint(dir);
-    CHECK(!latest.empty(), "{} is neither a checkpoint nor a run directory with checkpoints",
-          dir.string());
-    step_dir = latest;
-  }
+  const fs::path step_dir = checkpoint_dir_of(dir);
   SavedModel s{open_checkpoint(step_dir), Config(), nullptr};
   s.config.merge_yaml(s.checkpoint.config_yaml, (step_dir / "config.yaml").string());
   const nn::ModelConfig mc = model_config(s.config);

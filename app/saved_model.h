@@ -17,9 +17,18 @@ struct SavedModel {
   std::unique_ptr<nn::Transformer> model;
 };
 
+// `dir` itself when it is a checkpoint, else the checkpoint `latest` names in the run directory
+// `dir`; throws when it is neither.
+fs::path checkpoint_dir_of(const fs::path& dir);
+
 // Opens `dir` (a step directory, or a run directory whose `latest` is used) with activations
 // for batches of up to rows x seq_len (0 = the config's data.batch_size / data.seq_len), in
 // the run's precision.
 SavedModel open_saved_model(const fs::path& dir, int rows = 0, int seq_len = 0);
+
+// The tokenizer `saved` was trained with: `requested` when given (refused unless its hash is
+// the checkpoint's), else the copy inside the checkpoint (or, for checkpoints written before
+// they held one, the run's data.tokenizer, checked the same way).
+fs::path tokenizer_of(const SavedModel& saved, const std::string& requested = "");
 
 }  // namespace trainer::app

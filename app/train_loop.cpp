@@ -202,7 +202,7 @@ fs::path TrainLoop::resume_path() {
 void TrainLoop::refuse_to_overwrite() {
   const fs::path metrics = rc_.run_dir / "metrics.jsonl", ckpts = rc_.run_dir / "checkpoints";
   std::error_code ec;
-  const bool has_metrics = fs::exists(metrics, ec) && fs::file_size(metrics, ec) > 0;
+  const bool has_metrics = fs::is_regular_file(metrics, ec) && fs::file_size(metrics, ec) > 0;
   const bool has_ckpts = fs::is_directory(ckpts, ec) && !fs::is_empty(ckpts, ec);
   if (!has_metrics && !has_ckpts) return;
   if (!options_.force)

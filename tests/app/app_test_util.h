@@ -3,19 +3,24 @@
 // data layer's own shard writer.
 #pragma once
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "app/config.h"
+#include "app/train_loop.h"
 #include "common/temp_dir.h"
 #include "data/manifest.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
+#include "runtime/error.h"
 
 namespace trainer::app::testing {
 
@@ -101,6 +106,61 @@ inline Config tiny_config(const fs::path& data_dir, const fs::path& runs_dir,
   c.set("run.dir", runs_dir.string());
   c.set("run.name", name);
   return c;
+}
+
+// metrics.jsonl without the timing fields, which legitimately differ between runs.
+inline std::vector<nlohmann::json> metrics_without_timings(const fs::path& run,
+                                                           int64_t after_step) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(run / "metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j["step"].get<int64_t>() <= after_step) continue;
+    for (const char* k : {"tokens_per_s", "mfu", "step_ms", "data_ms", "forward_ms", "backward_ms",
+                          "optimizer_ms", "comm_wait_ms", "comm_hidden", "rss_mib"})
+      j.erase(k);
+    out.push_back(j);
+  }
+  return out;
+}
+
+// A tiny run "r" on a fresh synthetic corpus in `dir`, trained with the overrides; returns
+// its config for a follow-up run.
+inline Config train_tiny(const TempDir& dir, std::initializer_list<const char*> overrides) {
+  write_corpus(dir.path / "data");
+  Config c = tiny_config(dir.path / "data", dir.path / "runs", "r");
+  for (const char* o : overrides) c.apply_override(o);
+  if (run_training(c) != 0) throw std::runtime_error("the tiny training run failed");
+  return c;
+}
+
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// Starts the trainer binary on `cfg` with extra --set overrides; stdout goes to /dev/null.
+// (A fork that keeps running this process's code could deadlock in the OpenMP runtime.)
+inline pid_t spawn_trainer(const fs::path& cfg, const std::vector<std::string>& sets) {
+  const std::string trainer = std::string(TRAINER_BINARY_DIR) + "/trainer";
+  std::vector<std::string> args = {trainer, "--config", cfg.string()};
+  for (const std::string& s : sets) args.insert(args.end(), {"--set", s});
+  pid_t child = fork();
+  if (child == 0) {
+    int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, STDOUT_FILENO);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(trainer.c_str(), argv.data());
+    _exit(127);
+  }
+  return child;
 }
 
 }  // namespace trainer::app::testing

@@ -25,47 +25,12 @@
 
 namespace trainer::app {
 
+using testing::error_of;
+using testing::metrics_without_timings;
+using testing::spawn_trainer;
 using testing::TempDir;
 using testing::tiny_config;
-
-namespace {
-
-// metrics.jsonl without the timing fields, which legitimately differ between runs.
-std::vector<nlohmann::json> metrics_without_timings(const fs::path& run, int64_t after_step) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(run / "metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j["step"].get<int64_t>() <= after_step) continue;
-    for (const char* k : {"tokens_per_s", "mfu", "step_ms", "data_ms", "forward_ms", "backward_ms",
-                          "optimizer_ms", "comm_wait_ms", "comm_hidden", "rss_mib"})
-      j.erase(k);
-    out.push_back(j);
-  }
-  return out;
-}
-
-// A tiny run "r" on a fresh synthetic corpus in `dir`, trained with the overrides; returns
-// its config for a follow-up run.
-Config train_tiny(const TempDir& dir, std::initializer_list<const char*> overrides) {
-  testing::write_corpus(dir.path / "data");
-  Config c = tiny_config(dir.path / "data", dir.path / "runs", "r");
-  for (const char* o : overrides) c.apply_override(o);
-  if (run_training(c) != 0) throw std::runtime_error("the tiny training run failed");
-  return c;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-}  // namespace
+using testing::train_tiny;
 
 // Param: the data mode, optionally followed by "+bf16" (mixed precision, bf16 gradients) and
 // "+full" (full activation checkpointing).
@@ -158,25 +123,6 @@ TEST(Checkpoint, AnotherModelIsAClearError) {
   EXPECT_NE(e.find("[64, 48]"), std::string::npos) << e;
 }
 
-// Starts the trainer binary on `cfg` with extra --set overrides; stdout goes to /dev/null.
-// (A fork that keeps running this process's code could deadlock in the OpenMP runtime.)
-pid_t spawn_trainer(const fs::path& cfg, const std::vector<std::string>& sets) {
-  const std::string trainer = std::string(TRAINER_BINARY_DIR) + "/trainer";
-  std::vector<std::string> args = {trainer, "--config", cfg.string()};
-  for (const std::string& s : sets) args.insert(args.end(), {"--set", s});
-  pid_t child = fork();
-  if (child == 0) {
-    int devnull = ::open("/dev/null", O_WRONLY);
-    ::dup2(devnull, STDOUT_FILENO);
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(trainer.c_str(), argv.data());
-    _exit(127);
-  }
-  return child;
-}
-
 TEST(Checkpoint, AKilledWriteLeavesTheLatestCheckpointLoadable) {
   TempDir dir("kill");
   testing::write_corpus(dir.path / "data");
@@ -239,10 +185,9 @@ TEST(Export, Bf16WritesTheMastersRounded) {
   TempDir dir("export");
   train_tiny(dir, {"train.steps=2"});
   const fs::path out = dir.path / "exported";
-  ASSERT_EQ(
-      cmd_export({"--checkpoint", (dir.path / "runs/r").string(), "--out", out.string(), "--dtype",
-                  "bf16", "--tokenizer", (dir.path / "runs/r/config.yaml").string()}),
-      0);
+  ASSERT_EQ(cmd_export({"--checkpoint", (dir.path / "runs/r").string(), "--out", out.string(),
+                        "--dtype", "bf16"}),
+            0);
   SafetensorsFile exported(out / "model.safetensors");
   SafetensorsFile masters(dir.path / "runs/r/checkpoints/step-2/model.safetensors");
   ASSERT_EQ(exported.tensors().size(), masters.tensors().size());

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 
 #include "data/corpus.h"
 #include "data/prepare.h"
@@ -180,6 +181,62 @@ TEST_F(TokenizerTest, PrepareJsonlAndErrors) {
   EXPECT_THROW(prepare_corpus(o), Error);
   o.format = "csv";
   EXPECT_THROW(prepare_corpus(o), UsageError);
+}
+
+// A failed prepare into an existing corpus leaves it exactly as it was; a successful one
+// replaces it, removes the old shards and keeps other files (a tokenizer) in the directory.
+TEST_F(TokenizerTest, PrepareReplacesACorpusOnlyWhenComplete) {
+  const fs::path out = dir_->path / "replace";
+  PrepareOptions o;
+  o.tokenizer = dir_->path / "tok.model";
+  o.inputs = {(dir_->path / "b.txt").string()};
+  o.shard_mb = 0.02;
+  o.out = out;
+  prepare_corpus(o);
+  write_text(out / "tok.model", bytes_of(o.tokenizer));  // unrelated files stay
+  auto snapshot = [&] {
+    std::map<std::string, std::string> files;
+    for (const auto& e : fs::directory_iterator(out))
+      files[e.path().filename().string()] = bytes_of(e.path());
+    return files;
+  };
+  const auto before = snapshot();
+  const fs::path bad = dir_->path / "bad.jsonl";
+  write_text(bad, "{\"text\": \"fine\"}\n{\"text\": \"also fine\"}\n{broken\n");
+  o.inputs = {bad.string()};
+  o.format = "jsonl";
+  EXPECT_THROW(prepare_corpus(o), Error);
+  EXPECT_EQ(snapshot(), before) << "a failed prepare changed the corpus";
+  write_text(dir_->path / "blank.txt", "\n\n");
+  o.inputs = {(dir_->path / "blank.txt").string()};
+  o.format = "text";
+  EXPECT_THROW(prepare_corpus(o), Error);  // no documents
+  EXPECT_EQ(snapshot(), before);
+  // A successful replacement: the new corpus reads, old shards are gone, tok.model stays.
+  o.inputs = {(dir_->path / "a.txt").string()};
+  const PrepareSummary s = prepare_corpus(o);
+  Corpus train(out, "train", {}, true, false);
+  EXPECT_EQ(train.num_tokens(), s.tokens);
+  for (const auto& [name, bytes] : before)
+    if (name.ends_with(".bin")) EXPECT_FALSE(fs::exists(out / name)) << name << " was kept";
+  EXPECT_TRUE(fs::exists(out / "tok.model"));
+  // And again: the names alternate, so the previous corpus stays intact until the commit.
+  prepare_corpus(o);
+  EXPECT_EQ(Corpus(out, "train", {}, true, false).num_tokens(), s.tokens);
+}
+
+TEST_F(TokenizerTest, AFailedTrainingKeepsTheEarlierTokenizer) {
+  const fs::path model = dir_->path / "keep.model";
+  write_text(model, bytes_of(dir_->path / "tok.model"));
+  TokenizerTrainOptions o;
+  o.inputs = {(dir_->path / "blank_only.txt").string()};
+  write_text(dir_->path / "blank_only.txt", "\n");
+  o.vocab_size = 400;
+  o.out = model;
+  EXPECT_THROW(train_tokenizer(o), Error);
+  EXPECT_EQ(bytes_of(model), bytes_of(dir_->path / "tok.model"));
+  for (const auto& e : fs::directory_iterator(dir_->path))
+    EXPECT_FALSE(e.path().filename().string().find(".tmp") != std::string::npos) << e.path();
 }
 
 }  // namespace

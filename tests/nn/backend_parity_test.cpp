@@ -311,6 +311,9 @@ struct Param {
   size_t op;
 };
 
+// How CTest lists a case ("linear_bias cpu_native bf16 grad bf16"), rather than its bytes.
+void PrintTo(const Param& p, std::ostream* os);
+
 class OpParity : public ::testing::TestWithParam<Param> {};
 
 TEST_P(OpParity, MatchesTheCpuFp32Reference) {
@@ -350,11 +353,25 @@ std::string param_name(const ::testing::TestParamInfo<Param>& info) {
          std::string(float_dtype_name(p.act)) + "_grad_" + std::string(float_dtype_name(p.grad));
 }
 
+void PrintTo(const Param& p, std::ostream* os) {
+  *os << cases()[p.op].name << " " << backends()[p.backend].name << " " << float_dtype_name(p.act)
+      << " grad " << float_dtype_name(p.grad);
+}
+
 INSTANTIATE_TEST_SUITE_P(EveryOp, OpParity, ::testing::ValuesIn(all_params()), param_name);
 
 // ---- one whole training step per backend ------------------------------------------------------
 
-class StepParity : public ::testing::TestWithParam<std::tuple<size_t, DType>> {};
+struct StepParam {
+  size_t backend;
+  DType act;
+};
+
+void PrintTo(const StepParam& p, std::ostream* os) {
+  *os << backends()[p.backend].name << " " << float_dtype_name(p.act);
+}
+
+class StepParity : public ::testing::TestWithParam<StepParam> {};
 
 TEST_P(StepParity, OneTrainingStepMatchesCpuFp32) {
   const auto [bi, act] = GetParam();
@@ -393,8 +410,8 @@ TEST_P(StepParity, OneTrainingStepMatchesCpuFp32) {
   EXPECT_LT(normalised_error(params, want_params), act == DType::bf16 ? 5e-3 : 1e-6);
 }
 
-std::vector<std::tuple<size_t, DType>> step_params() {
-  std::vector<std::tuple<size_t, DType>> out;
+std::vector<StepParam> step_params() {
+  std::vector<StepParam> out;
   for (size_t b = 0; b < backends().size(); ++b)
     for (DType act : {DType::f32, DType::bf16})
       if (act == DType::bf16 || backends()[b].device != Device::cpu)  // CPU fp32: the reference
@@ -404,8 +421,8 @@ std::vector<std::tuple<size_t, DType>> step_params() {
 
 INSTANTIATE_TEST_SUITE_P(EveryBackend, StepParity, ::testing::ValuesIn(step_params()),
                          [](const auto& info) {
-                           return backends()[std::get<0>(info.param)].name + "_" +
-                                  std::string(float_dtype_name(std::get<1>(info.param)));
+                           return backends()[info.param.backend].name + "_" +
+                                  std::string(float_dtype_name(info.param.act));
                          });
 
 }  // namespace

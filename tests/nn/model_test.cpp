@@ -124,7 +124,8 @@ TEST(Gpt, PaddingIsNeverCounted) {
   std::vector<int32_t> tok = {1, 2, 3, 4, 5, 0, 0, 0}, tgt = {2, 3, 4, 5, 6, -1, -1, -1};
   std::vector<int32_t> len = {5};
   model.zero_grads();
-  const testing::LossSum padded = loss_of(model, {1, 8, tok.data(), tgt.data(), nullptr, len.data()});
+  const testing::LossSum padded =
+      loss_of(model, {1, 8, tok.data(), tgt.data(), nullptr, len.data()});
   model.backward(1.0f);
   std::vector<float> g_padded = testing::host_grads(model);
   model.zero_grads();
@@ -166,8 +167,8 @@ TEST(AdamW, MatchesTheClosedFormFirstStep) {
   AdamW opt(layout, {.weight_decay = 0.5f}, 0, layout.total());
   std::vector<float> p(size_t(layout.total()), 1.0f), g(size_t(layout.total()), 0.25f);
   const int64_t n = layout.total();
-  opt.step(Context{}, make_tensor(p.data(), DType::f32, {n}), make_tensor(g.data(), DType::f32, {n}),
-           Tensor{}, 0.1f, 2.0f);
+  opt.step(Context{}, make_tensor(p.data(), DType::f32, {n}),
+           make_tensor(g.data(), DType::f32, {n}), Tensor{}, 0.1f, 2.0f);
   const ParamInfo* w = layout.find("h.0.attn.c_attn.weight");
   const ParamInfo* b = layout.find("h.0.attn.c_attn.bias");
   EXPECT_NEAR(p[size_t(w->offset)], 1.0f * (1 - 0.1f * 0.5f) - 0.1f, 1e-6);  // decayed
@@ -227,7 +228,11 @@ struct MaskedBatch {
     }
   }
   BatchView view() const {
-    return {B, T, tokens.data(), targets.data(), segments.empty() ? nullptr : segments.data(),
+    return {B,
+            T,
+            tokens.data(),
+            targets.data(),
+            segments.empty() ? nullptr : segments.data(),
             lengths.empty() ? nullptr : lengths.data()};
   }
 };
@@ -272,9 +277,17 @@ TEST_P(Checkpointing, GradientsAreBitIdenticalToKeepingEverything) {
   }
 }
 
+std::string policy_and_mask(const ::testing::TestParamInfo<std::tuple<Recompute, int>>& info) {
+  static const char* const kMasks[] = {"plain", "packed", "padded"};
+  return std::string(recompute_name(std::get<0>(info.param))) + "_" +
+         kMasks[std::get<1>(info.param)];
+}
+
 INSTANTIATE_TEST_SUITE_P(PoliciesAndMasks, Checkpointing,
-                         ::testing::Combine(::testing::Values(Recompute::selective, Recompute::full),
-                                            ::testing::Values(0, 1, 2)));
+                         ::testing::Combine(::testing::Values(Recompute::selective,
+                                                              Recompute::full),
+                                            ::testing::Values(0, 1, 2)),
+                         policy_and_mask);
 
 TEST(Checkpointing, ParamsNeededFiresBeforeEveryUnitInOrder) {
   const MaskedBatch batch(0);
@@ -290,7 +303,9 @@ TEST(Checkpointing, ParamsNeededFiresBeforeEveryUnitInOrder) {
 
 TEST(Checkpointing, ActivationMemoryShrinksWithThePolicy) {
   const ModelConfig c = tiny_config();
-  auto bytes = [&](Recompute r) { return ActivationPlan(c, exec_for(4, 12, DType::f32, r)).bytes(); };
+  auto bytes = [&](Recompute r) {
+    return ActivationPlan(c, exec_for(4, 12, DType::f32, r)).bytes();
+  };
   EXPECT_LT(bytes(Recompute::full), bytes(Recompute::selective));
   EXPECT_LT(bytes(Recompute::selective), bytes(Recompute::none));
   // bf16 halves what is stored in the compute dtype.
@@ -310,8 +325,8 @@ TEST(Memory, PlannedBytesAreWhatIsAllocated) {
         Transformer model(c, e);
         const int64_t allocated = int64_t(Buffer::live_bytes(Device::cpu) - before);
         const Transformer::Memory plan = Transformer::planned_memory(c, e);
-        EXPECT_EQ(allocated, plan.total()) << float_dtype_name(compute) << " "
-                                           << recompute_name(r) << " training " << training;
+        EXPECT_EQ(allocated, plan.total())
+            << float_dtype_name(compute) << " " << recompute_name(r) << " training " << training;
         EXPECT_EQ(model.memory().activations, ActivationPlan(c, e).bytes());
         // A training step stays within the workspace it was given.
         if (training) {

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Bad command lines and config files through the binary: each must fail with exit 2 and a
+# one-line error naming what is wrong (never run with silent defaults); configs given
+# positionally must be used.
+#   cli_errors.sh <trainer>
+set -uo pipefail
+TRAINER=$(realpath "$1")
+DIR=$(mktemp -d /tmp/trainer_cli.XXXXXX)
+trap 'rm -rf "$DIR"' EXIT
+cd "$DIR"
+printf 'model:\n  n_layer: 2\n' > two.yaml
+: > empty.yaml
+printf '# nothing but a comment\n' > comment.yaml
+printf 'modle:\n  n_layer: 2\n' > typo.yaml
+printf -- '- a\n- b\n' > list.yaml
+mkdir confdir
+failures=0
+# expect <exit code> <regex> <command...>
+expect() {
+  local want=$1 pattern=$2
+  shift 2
+  local out rc
+  out=$("$TRAINER" "$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne $want ]] || ! grep -Eq -- "$pattern" <<<"$out"; then
+    echo "FAIL: trainer $* -> exit $rc (want $want), output:"
+    echo "$out" | head -5
+    failures=$((failures + 1))
+  fi
+}
+expect 2 "unexpected argument" train two.yaml extra
+expect 2 "unexpected argument" eval runs/x extra
+expect 2 "unexpected argument" prepare stray --tokenizer t --input x --out o
+expect 2 "unexpected argument" tokenizer info stray --model m
+expect 2 "unexpected argument" bench stray
+expect 2 "is a directory" config confdir
+expect 2 "is a directory" train --config confdir
+expect 2 "the config is empty" config empty.yaml
+expect 2 "the config is empty" plan comment.yaml
+expect 2 "unknown section 'modle' \(did you mean 'model.n_layer'\?\)" config typo.yaml
+expect 2 "must be a mapping" train list.yaml
+expect 2 "trainer train my.yaml" my.yaml
+expect 2 "min_lr = 1 exceeds optimizer.lr = 0.1" plan --set optimizer.min_lr=1 --set optimizer.lr=0.1
+expect 2 "--threads must be in \[0, 1024\], got 40000" prepare --tokenizer t --input x --out o --threads 40000
+expect 2 "--max-new-tokens must be in" sample runs/x --max-new-tokens -1
+expect 2 "--top-p must be in" sample runs/x --top-p 0
+expect 2 "--max-batches must be in" eval runs/x --max-batches -1
+expect 2 "--batch must be in" bench -B 0
+expect 2 "--seq must be in" bench -T 100000000
+expect 2 "--vocab-size must be in" tokenizer train --input x --out y --vocab-size 5
+expect 2 "--world-size must be in" plan --world-size 0
+expect 2 "--dtype must be fp32 or bf16" export runs/x --out y --dtype fp16
+expect 2 "model.checkpoint_layers names block 7" plan two.yaml --set model.checkpoint_layers='["7"]'
+expect 2 "dist.grad_dtype = bf16 needs model.precision = bf16" plan --set dist.grad_dtype=bf16
+# A positional config is used, not ignored.
+expect 0 "n_layer: 2" config two.yaml
+expect 0 "2 layers" plan two.yaml
+if [[ $failures -gt 0 ]]; then echo "cli_errors: $failures failure(s)"; exit 1; fi
+echo "cli_errors: all cases give exit 2 with the expected message"

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# A full disk in the middle of a run (a small tmpfs as the run directory): the run must stop
+# with an error naming the file it could not write, `latest` must still name the previous
+# complete checkpoint (and load), and no partial checkpoint may be left behind. Needs root to
+# mount the tmpfs; exits 77 (reported as skipped) where mounting is not allowed.
+#   disk_full.sh <trainer>
+set -uo pipefail
+TRAINER=$(realpath "$1")
+DIR=$(mktemp -d /tmp/trainer_diskfull.XXXXXX)
+cleanup() { umount "$DIR/runs" 2>/dev/null; rm -rf "$DIR"; }
+trap cleanup EXIT
+cd "$DIR"
+mkdir runs
+if ! mount -t tmpfs -o size=600k tmpfs runs 2>/dev/null; then
+  echo "disk_full: cannot mount a tmpfs here (not root?): skipped"
+  exit 77
+fi
+for i in $(seq 1 300); do
+  echo "the quick brown fox number $((i % 17)) jumps over the lazy dog near the river bank."
+  echo
+done > text.txt
+"$TRAINER" tokenizer train --input text.txt --vocab-size 320 --out tok.model >/dev/null
+"$TRAINER" prepare --tokenizer tok.model --input text.txt --out corpus --val-fraction 0.1 >/dev/null
+# ~37k parameters: about 0.45 MB per checkpoint, so the second or third one does not fit.
+"$TRAINER" train --set data.path=corpus --set data.tokenizer=tok.model --set run.dir=runs \
+  --set model.vocab_size=320 --set model.n_layer=2 --set model.n_head=2 --set model.n_embd=32 \
+  --set model.max_seq_len=32 --set data.seq_len=32 --set data.batch_size=4 \
+  --set train.steps=1000 --set train.val_every=0 --set checkpoint.every=2 \
+  --set checkpoint.keep_last=100 --set log.progress=off --set log.peak_gflops=100 \
+  >out.log 2>err.log
+rc=$?
+errors=()
+[[ $rc -eq 1 ]] || errors+=("exit $rc, want 1")
+grep -Eq "error: .*(runs/gpt/checkpoints/step-[0-9]+\.tmp/[a-z_.]+|runs/gpt/[a-z_.]+).*No space left on device" err.log ||
+  errors+=("no error line naming the file and the full disk: $(tail -1 err.log)")
+latest=$(readlink runs/gpt/checkpoints/latest)
+[[ -n "$latest" && "$latest" != *.tmp ]] || errors+=("latest is '$latest'")
+"$TRAINER" inspect runs/gpt >/dev/null 2>&1 || errors+=("latest ($latest) does not load")
+ls runs/gpt/checkpoints | grep -q '\.tmp$' && errors+=("a partial checkpoint was left: $(ls runs/gpt/checkpoints)")
+if ((${#errors[@]})); then
+  printf 'disk_full: FAIL: %s\n' "${errors[@]}"
+  cat err.log | tail -3
+  exit 1
+fi
+echo "disk_full: stopped with '$(grep error: err.log | tail -1 | cut -c1-120)'; latest = $latest loads"

@@ -1,0 +1,270 @@
+// Bad input and failure paths of the training job and the commands around it: one writer per
+// run directory, checks that run before the first step, write failures, self-contained
+// checkpoints used from another directory, refusal to report broken numbers, the end of the
+// data, and cross-checked checkpoint files.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "app/checkpoint.h"
+#include "app/commands.h"
+#include "app/run_setup.h"
+#include "app/saved_model.h"
+#include "app/train_loop.h"
+#include "app_test_util.h"
+#include "nn/adamw.h"
+#include "runtime/error.h"
+#include "runtime/file_io.h"
+
+namespace trainer::app {
+
+using testing::error_of;
+using testing::spawn_trainer;
+using testing::TempDir;
+using testing::tiny_config;
+using testing::train_tiny;
+
+namespace {
+
+nlohmann::json trainer_state(const fs::path& run) {
+  return nlohmann::json::parse(read_file(latest_checkpoint(run) / "trainer_state.json"));
+}
+
+// Runs f with the working directory set to `dir`.
+template <typename F>
+auto in_directory(const fs::path& dir, F&& f) {
+  const fs::path before = fs::current_path();
+  fs::current_path(dir);
+  struct Restore {
+    fs::path to;
+    ~Restore() { fs::current_path(to); }
+  } restore{before};
+  return f();
+}
+
+// Rewrites one file of a checkpoint and its size and CRC in the manifest, so that only the
+// cross-checks can notice.
+void replace_checkpoint_file(const fs::path& ckpt, const std::string& file,
+                             const std::string& bytes) {
+  write_file_atomic(ckpt / file, bytes);
+  auto manifest = nlohmann::json::parse(read_file(ckpt / "manifest.json"));
+  manifest["files"][file] = {{"bytes", bytes.size()}, {"crc32", crc32(bytes.data(), bytes.size())}};
+  write_file_atomic(ckpt / "manifest.json", manifest.dump(2) + "\n");
+}
+
+}  // namespace
+
+TEST(RunLock, ASecondTrainerOnTheSameRunIsRefusedNamingTheHolder) {
+  TempDir dir("lock");
+  testing::write_corpus(dir.path / "data");
+  const Config c = tiny_config(dir.path / "data", dir.path / "runs", "r");
+  const fs::path cfg = dir.path / "c.yaml";
+  write_file_atomic(cfg, c.to_yaml());
+  pid_t child = spawn_trainer(cfg, {"train.steps=1000000", "checkpoint.every=0"});
+  ASSERT_GT(child, 0);
+  const fs::path metrics = dir.path / "runs/r/metrics.jsonl";
+  for (int i = 0; i < 600 && (!fs::exists(metrics) || fs::file_size(metrics) == 0); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const std::string e = error_of([&] { run_training(c); });
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_NE(e.find("run directory " + (dir.path / "runs/r").string() + " is in use"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("pid " + std::to_string(child)), std::string::npos) << e;
+  // The kernel released the killed holder's lock: the run starts (afresh, by consent).
+  Config again = c;
+  again.apply_override("train.steps=1");
+  EXPECT_EQ(run_training(again, {.force = true}), 0);
+}
+
+TEST(StartUp, AMissingValidationSplitIsCaughtBeforeTheFirstStep) {
+  TempDir dir("noval");
+  testing::write_corpus(dir.path / "data", 120, /*val_docs=*/0);
+  const Config c = tiny_config(dir.path / "data", dir.path / "runs", "r");
+  const std::string e = error_of([&] { run_training(c); });
+  EXPECT_NE(e.find("train.val_every = 4"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(dir.path / "runs/r/checkpoints"));
+  EXPECT_FALSE(fs::exists(dir.path / "runs/r/metrics.jsonl"));
+  Config no_val = c;
+  no_val.apply_override("train.val_every=0");
+  EXPECT_EQ(run_training(no_val), 0);
+}
+
+TEST(StartUp, TheTokenizerMustExistAndBeTheCorpusTokenizer) {
+  TempDir dir("tokcheck");
+  testing::write_corpus(dir.path / "data");
+  Config c = tiny_config(dir.path / "data", dir.path / "runs", "r");
+  c.set("data.tokenizer", (dir.path / "data/missing.model").string());
+  std::string e = error_of([&] { run_training(c); });
+  EXPECT_NE(e.find("missing.model does not exist"), std::string::npos) << e;
+  c.set("data.tokenizer", (dir.path / "data/manifest.json").string());  // another file
+  e = error_of([&] { run_training(c); });
+  EXPECT_NE(e.find("is not the tokenizer"), std::string::npos) << e;
+  EXPECT_NE(e.find("was prepared with"), std::string::npos) << e;
+}
+
+TEST(StartUp, ARefusedResumeChangesNothingInTheRun) {
+  TempDir dir("refused");
+  Config c = train_tiny(dir, {"train.steps=2"});
+  const fs::path run = dir.path / "runs/r";
+  const std::string config = read_file(run / "config.yaml");
+  const std::string metrics = read_file(run / "metrics.jsonl");
+  c.apply_override("data.mode=pack");  // changes the data order: not resumable
+  c.apply_override("train.steps=4");
+  const std::string e = error_of([&] { run_training(c); });
+  EXPECT_NE(e.find("cannot resume"), std::string::npos) << e;
+  EXPECT_EQ(read_file(run / "config.yaml"), config);
+  EXPECT_EQ(read_file(run / "metrics.jsonl"), metrics);
+}
+
+TEST(StartUp, AFreshStartOverAnEarlierRunNeedsForce) {
+  TempDir dir("force");
+  Config c = train_tiny(dir, {"train.steps=2", "checkpoint.every=1"});
+  const fs::path run = dir.path / "runs/r";
+  const std::string metrics = read_file(run / "metrics.jsonl");
+  c.apply_override("train.resume=none");
+  c.apply_override("train.steps=1");
+  try {
+    run_training(c);
+    FAIL() << "a fresh start over an earlier run was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--force"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_file(run / "metrics.jsonl"), metrics);
+  EXPECT_TRUE(fs::exists(run / "checkpoints/step-2"));
+  ASSERT_EQ(run_training(c, {.force = true}), 0);
+  EXPECT_FALSE(fs::exists(run / "checkpoints/step-2")) << "the earlier run's checkpoints stayed";
+  EXPECT_EQ(trainer_state(run)["step"], 1);
+}
+
+// See Note [Write failures]: metrics.jsonl on a full device (/dev/full).
+TEST(WriteFailures, AFailedMetricsWriteSavesACheckpointAtOnce) {
+  TempDir dir("devfull");
+  testing::write_corpus(dir.path / "data");
+  Config c = tiny_config(dir.path / "data", dir.path / "runs", "r");
+  c.apply_override("train.steps=4");
+  c.apply_override("checkpoint.every=0");
+  c.apply_override("train.val_every=0");
+  fs::create_directories(dir.path / "runs/r");
+  fs::create_symlink("/dev/full", dir.path / "runs/r/metrics.jsonl");
+  ASSERT_EQ(run_training(c), 0);
+  EXPECT_TRUE(fs::exists(dir.path / "runs/r/checkpoints/step-1")) << "no checkpoint at step 1";
+  EXPECT_TRUE(fs::exists(dir.path / "runs/r/checkpoints/step-4"));
+  const std::string log = read_file(dir.path / "runs/r/train.log");
+  EXPECT_NE(log.find("cannot write " + (dir.path / "runs/r/metrics.jsonl").string()),
+            std::string::npos)
+      << log;
+}
+
+// Checkpoints carry their tokenizer and runs record absolute data paths: sample, export and
+// inspect work from any directory with the corpus gone, eval once it is back.
+TEST(SelfContained, CommandsWorkFromAnotherDirectory) {
+  TempDir dir("contained"), elsewhere("elsewhere");
+  testing::write_corpus(dir.path / "data");
+  Config c = tiny_config("data", "runs", "r");  // relative paths, resolved in dir
+  c.set("data.tokenizer", "data/tok.model");
+  c.apply_override("train.steps=2");
+  ASSERT_EQ(in_directory(dir.path, [&] { return run_training(c); }), 0);
+  const std::string run = (dir.path / "runs/r").string();
+  fs::rename(dir.path / "data", dir.path / "data_away");
+  in_directory(elsewhere.path, [&] {
+    EXPECT_EQ(cmd_sample({run, "--max-new-tokens", "5"}), 0);
+    EXPECT_EQ(cmd_export({run, "--out", "exported"}), 0);
+    EXPECT_TRUE(fs::exists(elsewhere.path / "exported/tokenizer.model"));
+    EXPECT_EQ(cmd_inspect({run}), 0);
+    // A tokenizer that is not the checkpoint's is refused.
+    const std::string e = error_of([&] {
+      cmd_export(
+          {run, "--out", "other", "--tokenizer", (dir.path / "runs/r/config.yaml").string()});
+    });
+    EXPECT_NE(e.find("is not the one checkpoint"), std::string::npos) << e;
+    EXPECT_FALSE(fs::exists(elsewhere.path / "other.tmp"));
+    EXPECT_FALSE(fs::exists(elsewhere.path / "other"));
+  });
+  fs::rename(dir.path / "data_away", dir.path / "data");
+  in_directory(elsewhere.path, [&] { EXPECT_EQ(cmd_eval({run, "--max-batches", "2"}), 0); });
+}
+
+TEST(HonestNumbers, EvalAndSampleRefuseNonFiniteWeights) {
+  TempDir dir("nanweights");
+  train_tiny(dir, {"train.steps=2"});
+  {
+    SavedModel saved = open_saved_model(dir.path / "runs/r");
+    nn::AdamW opt(saved.model->layout(), {}, 0, saved.model->layout().total());
+    load_checkpoint(saved.checkpoint, *saved.model, &opt);
+    saved.model->params().as<float>()[saved.model->layout().find("ln_f.bias")->offset] = NAN;
+    save_checkpoint(dir.path / "runs/r", *saved.model, opt, saved.checkpoint.state,
+                    saved.checkpoint.config_yaml, read_file(saved.checkpoint.tokenizer), {});
+  }
+  const std::string run = (dir.path / "runs/r").string();
+  std::string e = error_of([&] { cmd_eval({run}); });
+  EXPECT_NE(e.find("gives a loss of nan"), std::string::npos) << e;
+  e = error_of([&] { cmd_sample({run, "--max-new-tokens", "3"}); });
+  EXPECT_NE(e.find("non-finite logits"), std::string::npos) << e;
+}
+
+TEST(HonestNumbers, MfuIsReportedAgainstTheStatedPeak) {
+  TempDir dir("peak");
+  const Config c = train_tiny(dir, {"train.steps=3", "log.peak_gflops=2"});
+  const RunConfig rc = resolve_run(c);
+  const double fpt = rc.model.flops_per_token(rc.train_data.seq_len);
+  std::ifstream in(dir.path / "runs/r/metrics.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("mfu")) continue;
+    EXPECT_NEAR(j["mfu"].get<double>(), fpt * j["tokens_per_s"].get<double>() / 2e9,
+                1e-9 * j["mfu"].get<double>());
+    ++lines;
+  }
+  EXPECT_EQ(lines, 3);
+  EXPECT_NE(read_file(dir.path / "runs/r/train.log").find("log.peak_gflops = 2 GFLOP/s (stated)"),
+            std::string::npos);
+}
+
+// With data.epochs = 1 a step at the end of the data takes the micro-batches that are left:
+// accumulating 3 trains on exactly the tokens accumulating 1 does.
+TEST(EndOfData, NoMicroBatchIsDropped) {
+  TempDir dir("epoch_end");
+  testing::write_corpus(dir.path / "data", 37, 5);  // an odd number of batches
+  int64_t tokens[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    Config c = tiny_config(dir.path / "data", dir.path / "runs", "r" + std::to_string(k));
+    c.apply_override("data.epochs=1");
+    c.apply_override("train.steps=100000");
+    c.apply_override("train.val_every=0");
+    c.apply_override("data.mode=pack");
+    c.apply_override(k == 0 ? "train.grad_accum=1" : "train.grad_accum=3");
+    ASSERT_EQ(run_training(c), 0);
+    tokens[k] = trainer_state(dir.path / "runs" / ("r" + std::to_string(k)))["tokens_seen"];
+  }
+  EXPECT_GT(tokens[0], 0);
+  EXPECT_EQ(tokens[1], tokens[0]);
+}
+
+TEST(Checkpoint, ItsFilesAreCrossChecked) {
+  TempDir dir("crosscheck");
+  train_tiny(dir, {"train.steps=2"});
+  const fs::path ckpt = latest_checkpoint(dir.path / "runs/r");
+  auto state = nlohmann::json::parse(read_file(ckpt / "trainer_state.json"));
+  state["step"] = 7;
+  replace_checkpoint_file(ckpt, "trainer_state.json", state.dump(2));
+  std::string e = error_of([&] { open_checkpoint(ckpt); });
+  EXPECT_NE(e.find("the manifest is for step 2 but trainer_state.json says step 7"),
+            std::string::npos)
+      << e;
+  state["step"] = 2;
+  replace_checkpoint_file(ckpt, "trainer_state.json", state.dump(2));
+  replace_checkpoint_file(ckpt, "tokenizer.model", "not the tokenizer");
+  e = error_of([&] { open_checkpoint(ckpt); });
+  EXPECT_NE(e.find("does not match the trainer state's tokenizer hash"), std::string::npos) << e;
+}
+
+}  // namespace trainer::app

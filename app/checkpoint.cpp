@@ -4,10 +4,12 @@
 #include <charconv>
 #include <cstring>
 
+#include "data/loader.h"
 #include "data/tokenizer.h"
 #include "nn/model_io.h"
 #include "runtime/error.h"
 #include "runtime/file_io.h"
+#include "runtime/json_number.h"
 #include "runtime/log.h"
 #include "runtime/memory.h"
 #include "runtime/safetensors.h"
@@ -32,16 +34,6 @@ json state_to_json(const TrainerState& s) {
           {"world_size", s.world_size},
           {"tokenizer_hash", fmt::format("{:016x}", s.tokenizer_hash)},
           {"loader", s.loader}};
-}
-
-TrainerState state_from_json(const json& j) {
-  TrainerState s;
-  s.step = j.at("step").get<int64_t>();
-  s.tokens_seen = j.at("tokens_seen").get<int64_t>();
-  s.world_size = j.at("world_size").get<int>();
-  s.tokenizer_hash = std::stoull(j.at("tokenizer_hash").get<std::string>(), nullptr, 16);
-  s.loader = j.at("loader");
-  return s;
 }
 
 uint32_t file_crc(const fs::path& p) {
@@ -187,46 +179,75 @@ fs::path latest_checkpoint(const fs::path& run_dir) {
   return target;
 }
 
+json parse_checkpoint_manifest(const std::string& text, const std::string& where) {
+  try {
+    const json m = json::parse(text);
+    CHECK(m.is_object() && m.contains("format") && m.at("format") == "trainer-checkpoint",
+          "not a trainer checkpoint manifest");
+    const int version = json_integer_at<int>(m, "version");
+    CHECK(version == kFormatVersion, "checkpoint format version {} (this trainer reads {})",
+          version, kFormatVersion);
+    CHECK(json_integer_at<int64_t>(m, "step") >= 0, "negative step");
+    CHECK(m.contains("files") && m.at("files").is_object(), "'files' is not an object");
+    const json& files = m.at("files");
+    for (auto& [file, info] : files.items()) {
+      CHECK(!file.empty() && file.find('/') == std::string::npos && file != "." && file != "..",
+            "file name '{}' is not a plain name", file);
+      json_integer_at<uint64_t>(info, "bytes");
+      json_integer_at<uint32_t>(info, "crc32");
+    }
+    for (const char* required : {kModelFile, kOptimizerFile, kStateFile, kConfigFile})
+      CHECK(files.contains(required), "the manifest does not list {} (not a complete checkpoint)",
+            required);
+    return m;
+  } catch (const std::exception& e) {  // json errors and our own checks
+    THROW_ERROR("{}: malformed checkpoint manifest: {}", where, e.what());
+  }
+}
+
+TrainerState parse_trainer_state(const std::string& text, const std::string& where) {
+  try {
+    const json j = json::parse(text);
+    TrainerState s;
+    s.step = json_integer_at<int64_t>(j, "step");
+    s.tokens_seen = json_integer_at<int64_t>(j, "tokens_seen");
+    s.world_size = json_integer_at<int>(j, "world_size");
+    const std::string hash = j.at("tokenizer_hash").get<std::string>();
+    size_t used = 0;
+    s.tokenizer_hash = std::stoull(hash, &used, 16);
+    CHECK(used == hash.size() && !hash.empty(), "tokenizer hash '{}' is not hexadecimal", hash);
+    s.loader = j.at("loader");
+    s.loader.get<data::LoaderState>();  // must be one
+    CHECK(s.step >= 0 && s.tokens_seen >= 0 && s.world_size >= 1,
+          "step {}, tokens_seen {}, world_size {} are not possible", s.step, s.tokens_seen,
+          s.world_size);
+    return s;
+  } catch (const std::exception& e) {  // json errors, stoull, our own checks
+    THROW_ERROR("{}: malformed trainer state: {}", where, e.what());
+  }
+}
+
 Checkpoint open_checkpoint(const fs::path& dir) {
   CHECK(fs::is_directory(dir), "checkpoint {} is not a directory", dir.string());
   Checkpoint c;
   c.dir = dir;
-  try {
-    c.manifest = json::parse(read_file(dir / kManifestFile));
-  } catch (const json::exception& e) {
-    THROW_ERROR("{}: malformed checkpoint manifest: {}", (dir / kManifestFile).string(), e.what());
+  const std::string manifest_path = (dir / kManifestFile).string();
+  c.manifest = parse_checkpoint_manifest(read_file(dir / kManifestFile), manifest_path);
+  for (auto& [file, info] : c.manifest.at("files").items()) {
+    const fs::path p = dir / file;
+    const uint64_t bytes = json_integer_at<uint64_t>(info, "bytes");
+    CHECK(fs::exists(p), "checkpoint file {} is missing", p.string());
+    CHECK(fs::file_size(p) == bytes,
+          "checkpoint file {} has {} bytes, the manifest says {} (truncated?)", p.string(),
+          fs::file_size(p), bytes);
+    CHECK(file_crc(p) == json_integer_at<uint32_t>(info, "crc32"),
+          "checkpoint file {} fails its checksum (corrupted)", p.string());
   }
-  CHECK(c.manifest.value("format", "") == "trainer-checkpoint",
-        "{}: not a trainer checkpoint manifest", (dir / kManifestFile).string());
-  CHECK(c.manifest.value("version", 0) == kFormatVersion,
-        "{}: checkpoint format version {} (this trainer reads {})", (dir / kManifestFile).string(),
-        c.manifest.value("version", 0), kFormatVersion);
-  try {
-    for (auto& [file, info] : c.manifest.at("files").items()) {
-      const fs::path p = dir / file;
-      CHECK(fs::exists(p), "checkpoint file {} is missing", p.string());
-      CHECK(fs::file_size(p) == info.at("bytes").get<uint64_t>(),
-            "checkpoint file {} has {} bytes, the manifest says {} (truncated?)", p.string(),
-            fs::file_size(p), info.at("bytes").get<uint64_t>());
-      CHECK(file_crc(p) == info.at("crc32").get<uint32_t>(),
-            "checkpoint file {} fails its checksum (corrupted)", p.string());
-    }
-  } catch (const json::exception& e) {
-    THROW_ERROR("{}: malformed checkpoint manifest: {}", (dir / kManifestFile).string(), e.what());
-  }
-  const json& files = c.manifest.at("files");
-  for (const char* required : {kModelFile, kOptimizerFile, kStateFile, kConfigFile})
-    CHECK(files.contains(required), "{}: the manifest does not list {} (not a complete checkpoint)",
-          (dir / kManifestFile).string(), required);
-  try {
-    c.state = state_from_json(json::parse(read_file(dir / kStateFile)));
-  } catch (const std::exception& e) {  // json errors, and stoull on a bad hash
-    THROW_ERROR("{}: malformed trainer state: {}", (dir / kStateFile).string(), e.what());
-  }
-  CHECK(c.manifest.value("step", int64_t(-1)) == c.state.step && c.state.step >= 0,
-        "{}: the manifest is for step {} but {} says step {}", (dir / kManifestFile).string(),
-        c.manifest.value("step", int64_t(-1)), kStateFile, c.state.step);
-  if (files.contains(kTokenizerFile)) {
+  c.state = parse_trainer_state(read_file(dir / kStateFile), (dir / kStateFile).string());
+  const int64_t manifest_step = json_integer_at<int64_t>(c.manifest, "step");
+  CHECK(manifest_step == c.state.step, "{}: the manifest is for step {} but {} says step {}",
+        manifest_path, manifest_step, kStateFile, c.state.step);
+  if (c.manifest.at("files").contains(kTokenizerFile)) {
     c.tokenizer = dir / kTokenizerFile;
     CHECK(data::tokenizer_file_hash(c.tokenizer) == c.state.tokenizer_hash,
           "{}: the tokenizer does not match the trainer state's tokenizer hash {:016x}",

@@ -53,6 +53,13 @@ struct Checkpoint {
 };
 Checkpoint open_checkpoint(const fs::path& dir);
 
+// The parts of open_checkpoint that read no file (also the fuzz targets' entry points): a
+// manifest's text, checked for form, version, plain file names and the required files; and a
+// trainer state's text, checked for every field. Each throws a one-line trainer::Error
+// naming `where`.
+nlohmann::json parse_checkpoint_manifest(const std::string& text, const std::string& where);
+TrainerState parse_trainer_state(const std::string& text, const std::string& where);
+
 // Loads the weights into `model` (throws naming the tensor on a shape mismatch), refreshes its
 // working copy and, when `opt` is given, loads the moments of its range.
 void load_checkpoint(const Checkpoint& ckpt, nn::Model& model, nn::AdamW* opt);

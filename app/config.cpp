@@ -195,7 +195,7 @@ void Config::merge_yaml(const std::string& text, const std::string& source) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
-  } catch (const YAML::ParserException& e) {
+  } catch (const YAML::Exception& e) {
     usage_error(fmt::format("{}:{}: malformed YAML: {}", source, e.mark.line + 1, e.msg));
   }
   if (root.IsNull())
@@ -208,7 +208,11 @@ void Config::merge_yaml(const std::string& text, const std::string& source) {
         fmt::format("{}: the config must be a mapping of sections, like 'model: {{n_layer: "
                     "4}}'",
                     source));
-  merge_node(values_, root, "", source);
+  try {
+    merge_node(values_, root, "", source);
+  } catch (const YAML::Exception& e) {  // a key that is not a scalar, say
+    usage_error(fmt::format("{}:{}: malformed config: {}", source, e.mark.line + 1, e.msg));
+  }
 }
 
 void Config::apply_override(const std::string& assignment) {
@@ -221,7 +225,7 @@ void Config::apply_override(const std::string& assignment) {
   YAML::Node node;
   try {
     node = YAML::Load(assignment.substr(eq + 1));
-  } catch (const YAML::ParserException& e) {
+  } catch (const YAML::Exception& e) {
     usage_error(fmt::format("--set {}: malformed value: {}", key, e.msg));
   }
   values_[key] = parse_value(*spec, node, "--set");

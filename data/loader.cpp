@@ -5,6 +5,7 @@
 
 #include "data/batcher.h"
 #include "runtime/error.h"
+#include "runtime/json_number.h"
 #include "runtime/log.h"
 
 namespace trainer::data {
@@ -15,9 +16,9 @@ void to_json(nlohmann::json& j, const LoaderState& s) {
 
 void from_json(const nlohmann::json& j, LoaderState& s) {
   try {
-    s.seed = j.at("seed").get<uint64_t>();
-    s.epoch = j.at("epoch").get<int64_t>();
-    s.cursor = j.at("cursor").get<int64_t>();
+    s.seed = json_integer_at<uint64_t>(j, "seed");
+    s.epoch = json_integer_at<int64_t>(j, "epoch");
+    s.cursor = json_integer_at<int64_t>(j, "cursor");
   } catch (const std::exception& e) {
     THROW_ERROR("malformed loader state: {}", e.what());
   }

@@ -7,6 +7,7 @@
 
 #include "runtime/error.h"
 #include "runtime/file_io.h"
+#include "runtime/json_number.h"
 
 namespace trainer::data {
 
@@ -20,26 +21,31 @@ Manifest read_manifest(const fs::path& dir) {
   Manifest m;
   try {
     json j = json::parse(read_file(path));
-    CHECK(j.value("format", "") == "trainer-shards", "not a trainer shard manifest");
-    m.version = j.at("version").get<int>();
+    CHECK(j.is_object() && j.contains("format") && j.at("format") == "trainer-shards",
+          "not a trainer shard manifest");
+    m.version = json_integer_at<int>(j, "version");
     CHECK(m.version == 1, "unsupported manifest version {}", m.version);
     const json& tok = j.at("tokenizer");
     m.tokenizer_file = tok.at("file").get<std::string>();
     m.tokenizer_hash = std::stoull(tok.at("hash").get<std::string>(), nullptr, 16);
-    m.vocab_size = tok.at("vocab_size").get<uint32_t>();
-    m.eos_id = tok.at("eos_id").get<int>();
-    m.token_bytes = j.at("token_bytes").get<uint32_t>();
+    m.vocab_size = json_integer_at<uint32_t>(tok, "vocab_size");
+    m.eos_id = json_integer_at<int>(tok, "eos_id");
+    m.token_bytes = json_integer_at<uint32_t>(j, "token_bytes");
     m.input_format = j.at("input_format").get<std::string>();
     m.inputs = j.at("inputs").get<std::vector<std::string>>();
     m.val_fraction = j.at("val_fraction").get<double>();
     for (auto& [name, s] : j.at("splits").items()) {
       SplitInfo info;
-      info.documents = s.at("documents").get<uint64_t>();
-      info.tokens = s.at("tokens").get<uint64_t>();
-      info.utf8_bytes = s.at("utf8_bytes").get<uint64_t>();
+      info.documents = json_integer_at<uint64_t>(s, "documents");
+      info.tokens = json_integer_at<uint64_t>(s, "tokens");
+      info.utf8_bytes = json_integer_at<uint64_t>(s, "utf8_bytes");
       for (const json& e : s.at("shards")) {
-        info.shards.push_back({e.at("file").get<std::string>(), e.at("documents").get<uint64_t>(),
-                               e.at("tokens").get<uint64_t>(), e.at("bytes").get<uint64_t>()});
+        const std::string file = e.at("file").get<std::string>();
+        CHECK(!file.empty() && file.find('/') == std::string::npos && file != "." && file != "..",
+              "shard file name '{}' is not a plain name", file);
+        info.shards.push_back({file, json_integer_at<uint64_t>(e, "documents"),
+                               json_integer_at<uint64_t>(e, "tokens"),
+                               json_integer_at<uint64_t>(e, "bytes")});
       }
       m.splits[name] = std::move(info);
     }

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/error.h"
+#include "runtime/json_number.h"
 
 namespace trainer {
 
@@ -11,10 +12,10 @@ using nlohmann::json;
 
 namespace {
 
-DType parse_dtype(const std::string& s, const fs::path& path) {
+DType parse_dtype(const std::string& s, const std::string& where) {
   for (DType t : {DType::f32, DType::bf16, DType::f64, DType::i32, DType::i64, DType::u8})
     if (dtype_name(t) == s) return t;
-  THROW_ERROR("{}: unsupported safetensors dtype '{}'", path.string(), s);
+  THROW_ERROR("{}: unsupported safetensors dtype '{}'", where, s);
 }
 
 }  // namespace
@@ -55,45 +56,79 @@ uint32_t SafetensorsWriter::write(const fs::path& path) const {
   return crc;
 }
 
-SafetensorsFile::SafetensorsFile(const fs::path& path) : file_(path) {
-  const std::string where = path.string();
-  CHECK(file_.size() >= 8, "{}: not a safetensors file (only {} bytes)", where, file_.size());
+SafetensorsContents parse_safetensors(const uint8_t* bytes, size_t size, const std::string& where) {
+  SafetensorsContents out;
+  CHECK(size >= 8, "{}: not a safetensors file (only {} bytes)", where, size);
   uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= uint64_t(file_.data()[i]) << (8 * i);
-  CHECK(n <= file_.size() - 8, "{}: truncated safetensors header ({} bytes declared, {} present)",
-        where, n, file_.size() - 8);
+  for (int i = 0; i < 8; ++i) n |= uint64_t(bytes[i]) << (8 * i);
+  CHECK(n <= size - 8, "{}: truncated safetensors header ({} bytes declared, {} present)", where, n,
+        size - 8);
   json header;
   try {
-    header = json::parse(file_.data() + 8, file_.data() + 8 + n);
+    header = json::parse(bytes + 8, bytes + 8 + n);
   } catch (const json::exception& e) {
     THROW_ERROR("{}: malformed safetensors header: {}", where, e.what());
   }
   CHECK(header.is_object(), "{}: safetensors header is not a JSON object", where);
-  const uint8_t* base = file_.data() + 8 + n;
-  const uint64_t data_bytes = file_.size() - 8 - n;
+  const uint8_t* base = bytes + 8 + n;
+  const uint64_t data_bytes = size - 8 - n;
   for (auto& [name, v] : header.items()) {
-    if (name == "__metadata__") {
-      for (auto& [k, val] : v.items()) metadata_[k] = val.get<std::string>();
-      continue;
-    }
     try {
+      if (name == "__metadata__") {
+        CHECK(v.is_object(), "{}: __metadata__ is not a JSON object", where);
+        for (auto& [k, val] : v.items()) out.metadata[k] = val.get<std::string>();
+        continue;
+      }
       TensorEntry e;
       e.name = name;
-      e.dtype = parse_dtype(v.at("dtype").get<std::string>(), path);
-      e.shape = v.at("shape").get<std::vector<int64_t>>();
-      auto off = v.at("data_offsets").get<std::vector<uint64_t>>();
-      CHECK(off.size() == 2 && off[0] <= off[1] && off[1] <= data_bytes,
+      e.dtype = parse_dtype(v.at("dtype").get<std::string>(), where);
+      CHECK(v.is_object() && v.contains("shape") && v.at("shape").is_array(),
+            "{}: tensor '{}' has no shape list", where, name);
+      for (const json& d : v.at("shape"))
+        e.shape.push_back(json_integer<int64_t>(d, "a dimension"));
+      uint64_t numel = 1;
+      for (int64_t d : e.shape) {
+        CHECK(d >= 0 && (d == 0 || numel <= (uint64_t(1) << 62) / uint64_t(d)),
+              "{}: tensor '{}' has an impossible shape", where, name);
+        numel *= uint64_t(d);
+      }
+      CHECK(v.at("data_offsets").is_array() && v.at("data_offsets").size() == 2,
+            "{}: tensor '{}' needs two data_offsets", where, name);
+      const uint64_t off[2] = {json_integer<uint64_t>(v.at("data_offsets")[0], "an offset"),
+                               json_integer<uint64_t>(v.at("data_offsets")[1], "an offset")};
+      CHECK(off[0] <= off[1] && off[1] <= data_bytes,
             "{}: tensor '{}' lies outside the file (truncated?)", where, name);
-      CHECK(off[1] - off[0] == uint64_t(e.numel()) * dtype_size(e.dtype),
+      CHECK(off[1] - off[0] == numel * dtype_size(e.dtype),
             "{}: tensor '{}' has {} bytes for its shape but {} in the file", where, name,
-            uint64_t(e.numel()) * dtype_size(e.dtype), off[1] - off[0]);
+            numel * dtype_size(e.dtype), off[1] - off[0]);
       e.data = base + off[0];
-      index_[name] = tensors_.size();
-      tensors_.push_back(std::move(e));
+      out.tensors.push_back(std::move(e));
     } catch (const json::exception& ex) {
-      THROW_ERROR("{}: malformed entry for tensor '{}': {}", where, name, ex.what());
+      THROW_ERROR("{}: malformed entry for '{}': {}", where, name, ex.what());
+    } catch (const Error& ex) {
+      THROW_ERROR("{}: malformed entry for '{}': {}", where, name, ex.what());
     }
   }
+  return out;
+}
+
+SafetensorsFile::SafetensorsFile(const fs::path& path) : file_(path), where_(path) {
+  SafetensorsContents c = parse_safetensors(file_.data(), file_.size(), path.string());
+  tensors_ = std::move(c.tensors);
+  metadata_ = std::move(c.metadata);
+  index();
+}
+
+SafetensorsFile::SafetensorsFile(const uint8_t* bytes, size_t size, const std::string& where)
+    : where_(where) {
+  SafetensorsContents c = parse_safetensors(bytes, size, where);
+  tensors_ = std::move(c.tensors);
+  metadata_ = std::move(c.metadata);
+  index();
+}
+
+void SafetensorsFile::index() {
+  for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
 }
 
 bool SafetensorsFile::contains(const std::string& name) const {
@@ -102,7 +137,7 @@ bool SafetensorsFile::contains(const std::string& name) const {
 
 const TensorEntry& SafetensorsFile::get(const std::string& name) const {
   auto it = index_.find(name);
-  CHECK(it != index_.end(), "{}: no tensor named '{}'", file_.path().string(), name);
+  CHECK(it != index_.end(), "{}: no tensor named '{}'", where_.string(), name);
   return tensors_[it->second];
 }
 

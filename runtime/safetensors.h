@@ -38,19 +38,34 @@ class SafetensorsWriter {
   std::map<std::string, std::string> metadata_;
 };
 
+// The tensors and metadata of safetensors bytes; the tensors' data points into those bytes.
+struct SafetensorsContents {
+  std::vector<TensorEntry> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+// Parses and validates safetensors bytes (header, dtypes, shapes, every byte range); throws a
+// one-line trainer::Error naming `where` for any malformed part.
+SafetensorsContents parse_safetensors(const uint8_t* bytes, size_t size, const std::string& where);
+
 // A mapped safetensors file. Throws a one-line error naming the file for any malformed part.
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(const fs::path& path);
+  // The same over bytes already in memory (which must outlive this object), named `where`.
+  SafetensorsFile(const uint8_t* bytes, size_t size, const std::string& where);
   const std::vector<TensorEntry>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // The tensor called `name`; throws naming the file when it is absent.
   const TensorEntry& get(const std::string& name) const;
   bool contains(const std::string& name) const;
-  const fs::path& path() const { return file_.path(); }
+  // The file's path (or the `where` of in-memory bytes).
+  const fs::path& path() const { return where_; }
 
  private:
+  void index();
   MappedFile file_;
+  fs::path where_;
   std::vector<TensorEntry> tensors_;
   std::map<std::string, size_t> index_;
   std::map<std::string, std::string> metadata_;

@@ -33,6 +33,7 @@ json state_to_json(const TrainerState& s) {
           {"tokens_seen", s.tokens_seen},
           {"world_size", s.world_size},
           {"tokenizer_hash", fmt::format("{:016x}", s.tokenizer_hash)},
+          {"data_hash", fmt::format("{:016x}", s.data_hash)},
           {"loader", s.loader}};
 }
 
@@ -173,10 +174,44 @@ fs::path latest_checkpoint(const fs::path& run_dir) {
               root.string());
     return {};
   }
-  fs::path target = run_dir / "checkpoints" / fs::read_symlink(link);
+  const std::string name = fs::read_symlink(link).string();
+  fs::path target = root / name;
+  // A save killed between renaming step-N.tmp to step-N and repointing `latest` leaves the
+  // link naming the temporary: the complete checkpoint is under its final name.
+  if (!fs::is_directory(target) && name.ends_with(".tmp") &&
+      fs::is_directory(root / name.substr(0, name.size() - 4))) {
+    target = root / name.substr(0, name.size() - 4);
+    point_latest(root, target.filename().string());
+  }
   CHECK(fs::is_directory(target), "{} points at {}, which does not exist", link.string(),
         target.string());
   return target;
+}
+
+void repoint_latest(const fs::path& run_dir, const fs::path& checkpoint) {
+  point_latest(run_dir / "checkpoints", checkpoint.filename().string());
+}
+
+std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& run_dir) {
+  std::vector<std::pair<int64_t, fs::path>> out;
+  std::error_code ec;
+  const fs::path root = run_dir / "checkpoints";
+  if (!fs::is_directory(root, ec)) return out;
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.is_directory() && !e.is_symlink() && step_of(e.path()) >= 0)
+      out.push_back({step_of(e.path()), e.path()});
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+fs::path checkpoint_dir_of(const fs::path& dir) {
+  CHECK(fs::is_directory(dir), "{} is not a directory (a checkpoint or a run directory)",
+        dir.string());
+  if (fs::exists(dir / kManifestFile)) return dir;
+  const fs::path latest = latest_checkpoint(dir);
+  CHECK(!latest.empty(), "{} is neither a checkpoint nor a run directory with checkpoints",
+        dir.string());
+  return latest;
 }
 
 json parse_checkpoint_manifest(const std::string& text, const std::string& where) {
@@ -212,10 +247,15 @@ TrainerState parse_trainer_state(const std::string& text, const std::string& whe
     s.step = json_integer_at<int64_t>(j, "step");
     s.tokens_seen = json_integer_at<int64_t>(j, "tokens_seen");
     s.world_size = json_integer_at<int>(j, "world_size");
-    const std::string hash = j.at("tokenizer_hash").get<std::string>();
-    size_t used = 0;
-    s.tokenizer_hash = std::stoull(hash, &used, 16);
-    CHECK(used == hash.size() && !hash.empty(), "tokenizer hash '{}' is not hexadecimal", hash);
+    auto hex = [&](const char* key) {
+      const std::string text = j.at(key).get<std::string>();
+      size_t used = 0;
+      const uint64_t v = text.empty() ? 0 : std::stoull(text, &used, 16);
+      CHECK(used == text.size() && !text.empty(), "{} '{}' is not hexadecimal", key, text);
+      return v;
+    };
+    s.tokenizer_hash = hex("tokenizer_hash");
+    s.data_hash = j.contains("data_hash") ? hex("data_hash") : 0;
     s.loader = j.at("loader");
     s.loader.get<data::LoaderState>();  // must be one
     CHECK(s.step >= 0 && s.tokens_seen >= 0 && s.world_size >= 1,

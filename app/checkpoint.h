@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -25,7 +26,8 @@ struct TrainerState {
   int64_t tokens_seen = 0;  // loss tokens over all ranks
   int world_size = 1;
   uint64_t tokenizer_hash = 0;
-  nlohmann::json loader;  // data::LoaderState
+  uint64_t data_hash = 0;  // of the corpus's manifest.json (0: not recorded)
+  nlohmann::json loader;   // data::LoaderState
 };
 
 struct CheckpointPolicy {
@@ -64,7 +66,18 @@ TrainerState parse_trainer_state(const std::string& text, const std::string& whe
 // working copy and, when `opt` is given, loads the moments of its range.
 void load_checkpoint(const Checkpoint& ckpt, nn::Model& model, nn::AdamW* opt);
 
-// The checkpoint `latest` points at under run_dir, or an empty path.
+// The checkpoint `latest` points at under run_dir, or an empty path (repairing a link that a
+// save killed at its last moment left naming the temporary).
 fs::path latest_checkpoint(const fs::path& run_dir);
+
+// Points run_dir's `latest` at `checkpoint` (a step-N directory of that run), atomically.
+void repoint_latest(const fs::path& run_dir, const fs::path& checkpoint);
+
+// The complete checkpoints (step-N directories) under run_dir, by step.
+std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& run_dir);
+
+// `dir` itself when it is a checkpoint, else the checkpoint `latest` names in the run directory
+// `dir`; throws when it is neither.
+fs::path checkpoint_dir_of(const fs::path& dir);
 
 }  // namespace trainer::app

@@ -30,7 +30,8 @@ int cmd_export(const Args& args) {
   if (dtype != "fp32" && dtype != "bf16")
     throw UsageError(fmt::format("export: --dtype must be fp32 or bf16, got '{}'", dtype));
   SavedModel saved = open_saved_model(vm["checkpoint"].as<std::string>(), 1, 1);
-  const fs::path out = vm["out"].as<std::string>();
+  fs::path out = fs::path(vm["out"].as<std::string>()).lexically_normal();
+  if (out.filename().empty()) out = out.parent_path();  // "exp/" names the folder exp
   CHECK(!fs::exists(out), "{} already exists", out.string());
   const fs::path tmp = out.string() + ".tmp";
   fs::remove_all(tmp);  // litter of an earlier run that was killed
@@ -66,6 +67,7 @@ int cmd_export(const Args& args) {
                        {"trainer_step", saved.checkpoint.state.step}};
   write_file_atomic(tmp / "config.json", hf.dump(2) + "\n");
   write_file_atomic(tmp / "trainer_config.yaml", saved.checkpoint.config_yaml);
+  for (const auto& e : fs::directory_iterator(tmp)) fsync_path(e.path());  // the copies too
   fsync_path(tmp);
   fs::rename(tmp, out);
   guard.keep();

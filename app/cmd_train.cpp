@@ -9,8 +9,9 @@ int cmd_train(const Args& args) {
   po::positional_options_description pos;
   add_config_options(desc, pos);
   desc.add_options()("force",
-                     "start afresh even where the run directory holds an earlier run (its "
-                     "checkpoints and metrics are deleted)");
+                     "let this start replace what the run directory holds beyond its starting "
+                     "point (an earlier run's checkpoints and metrics), which is otherwise "
+                     "refused; deleted only after every other check has passed");
   po::variables_map vm;
   if (!parse_options("train", args, desc, vm, &pos)) return 0;
   return run_training(config_from(vm), {.force = vm.count("force") > 0});

@@ -1,12 +1,16 @@
 // trainer: one executable, many subcommands. `trainer --config x.yaml` means `trainer train
 // --config x.yaml`. Every failure ends here as one line on stderr and a non-zero exit code:
 // 1 for runtime failures, 2 for usage and config errors.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <iostream>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "app/commands.h"
+#include "dist/communicator.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 
@@ -63,16 +67,25 @@ int main(int argc, char** argv) {
                       : "trainer --help lists them");
     return 2;
   }
+  int code = 0;
   try {
-    return it->second.run(args);
+    code = it->second.run(args);
+    // Output that could not be written (a full disk, a closed pipe) is a failure too.
+    std::cout.flush();
+    if (std::fflush(stdout) != 0 || std::cout.fail()) {
+      std::fprintf(stderr, "error: cannot write the output: %s\n", std::strerror(errno));
+      code = 1;
+    }
   } catch (const trainer::UsageError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
+    code = 2;
   } catch (const trainer::Error& e) {
     trainer::log::error("{}", e.what());
-    return 1;
+    code = 1;
   } catch (const std::exception& e) {
     trainer::log::error("{}", e.what());
-    return 1;
+    code = 1;
   }
+  trainer::dist::set_abort_exit_code(code);  // the job's code if MPI must abort it at exit
+  return code;
 }

@@ -19,7 +19,7 @@ std::vector<int> checkpoint_layers(const Config& c) {
       r = std::from_chars(r.ptr + 1, end, b);
     else
       b = a;
-    if (r.ec != std::errc() || r.ptr != end || a < 0 || b < a)
+    if (r.ec != std::errc() || r.ptr != end || a < 0 || b < a || b >= (1 << 16))
       throw UsageError(fmt::format(
           "model.checkpoint_layers: entry '{}' is not a block index or a range like 0-5", entry));
     for (int l = a; l <= b; ++l) layers.push_back(l);

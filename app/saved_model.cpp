@@ -6,16 +6,6 @@
 
 namespace trainer::app {
 
-fs::path checkpoint_dir_of(const fs::path& dir) {
-  CHECK(fs::is_directory(dir), "{} is not a directory (a checkpoint or a run directory)",
-        dir.string());
-  if (fs::exists(dir / "manifest.json")) return dir;
-  const fs::path latest = latest_checkpoint(dir);
-  CHECK(!latest.empty(), "{} is neither a checkpoint nor a run directory with checkpoints",
-        dir.string());
-  return latest;
-}
-
 fs::path tokenizer_of(const SavedModel& saved, const std::string& requested) {
   const fs::path path = !requested.empty() ? fs::path(requested)
                         : !saved.checkpoint.tokenizer.empty()

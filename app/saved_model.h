@@ -17,10 +17,6 @@ struct SavedModel {
   std::unique_ptr<nn::Transformer> model;
 };
 
-// `dir` itself when it is a checkpoint, else the checkpoint `latest` names in the run directory
-// `dir`; throws when it is neither.
-fs::path checkpoint_dir_of(const fs::path& dir);
-
 // Opens `dir` (a step directory, or a run directory whose `latest` is used) with activations
 // for batches of up to rows x seq_len (0 = the config's data.batch_size / data.seq_len), in
 // the run's precision.

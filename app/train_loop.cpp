@@ -68,6 +68,7 @@ nn::BatchView view_of(const data::Batch& b) {
 }
 
 struct StepStats {
+  int seq_len = 0;     // the step's row length (the curriculum may shorten it)
   double loss = 0;     // mean over the global batch's tokens
   int64_t tokens = 0;  // loss tokens of the global batch
   double grad_norm = 0;
@@ -112,7 +113,7 @@ class TrainLoop {
  private:
   void start_up();
   fs::path resume_path();
-  void refuse_to_overwrite();
+  std::vector<fs::path> check_overwrite(const fs::path& from, int64_t start_step);
   void check_data();
   std::optional<std::vector<data::Batch>> next_step_batches(int micro);
   StepStats train_step(const std::optional<std::vector<data::Batch>>& batches,
@@ -137,6 +138,7 @@ class TrainLoop {
   std::unique_ptr<ExclusiveLock> lock_;
   std::string tokenizer_;  // the tokenizer's bytes, kept in the run and every checkpoint
   uint64_t tokenizer_hash_ = 0;
+  std::string data_manifest_;  // the corpus's manifest.json as the run started
   nn::Transformer transformer_;
   nn::Model& model_;  // what the loop uses of it
   std::vector<dist::Range> frozen_;
@@ -186,7 +188,7 @@ fs::path TrainLoop::resume_path() {
     if (rc_.resume == "auto")
       path = latest_checkpoint(rc_.run_dir).string();
     else if (rc_.resume != "none")
-      path = rc_.resume;
+      path = checkpoint_dir_of(rc_.resume).string();
   }
   if (comm_.size() > 1) {
     int64_t n = int64_t(path.size());
@@ -197,24 +199,35 @@ fs::path TrainLoop::resume_path() {
   return path;
 }
 
-// A fresh start in a run directory that already holds a run would mix or destroy its results:
-// refused unless --force, which clears them first.
-void TrainLoop::refuse_to_overwrite() {
-  const fs::path metrics = rc_.run_dir / "metrics.jsonl", ckpts = rc_.run_dir / "checkpoints";
+// Note [One run per directory]: what this start would discard of the run directory's earlier
+// run. Continuing from the run's own checkpoint discards nothing (metrics logged after it are
+// rewritten as the steps are redone); starting afresh, or from another run's checkpoint,
+// would mix with or replace everything the directory holds; rewinding to an older checkpoint
+// of the run would replace its later ones. Any of those is refused unless --force, which
+// deletes them once every other check has passed. Returns what --force is to delete.
+std::vector<fs::path> TrainLoop::check_overwrite(const fs::path& from, int64_t start_step) {
+  const fs::path ckpts = rc_.run_dir / "checkpoints", metrics = rc_.run_dir / "metrics.jsonl";
   std::error_code ec;
+  const bool own =
+      !from.empty() && fs::weakly_canonical(from.parent_path(), ec) == fs::weakly_canonical(ckpts, ec);
+  std::vector<fs::path> discard;
+  for (const auto& [step, dir] : list_checkpoints(rc_.run_dir))
+    if (!own || step > start_step) discard.push_back(dir);
   const bool has_metrics = fs::is_regular_file(metrics, ec) && fs::file_size(metrics, ec) > 0;
-  const bool has_ckpts = fs::is_directory(ckpts, ec) && !fs::is_empty(ckpts, ec);
-  if (!has_metrics && !has_ckpts) return;
+  if (!own && has_metrics) discard.push_back(metrics);
+  if (discard.empty()) return {};
+  const std::string what =
+      own ? fmt::format("resuming from step {} would replace its {} later checkpoint(s)",
+                        start_step, discard.size())
+      : from.empty() ? "this run starts afresh"
+                     : fmt::format("this run starts from {}, another run's checkpoint", from.string());
   if (!options_.force)
     throw UsageError(fmt::format(
-        "{} already holds a run ({}) and this one starts afresh (train.resume = {}): pass --force "
-        "to delete its checkpoints and metrics first, resume it (train.resume=auto), or choose "
-        "another run.name",
-        rc_.run_dir.string(), has_ckpts ? "checkpoints" : "metrics.jsonl", rc_.resume));
-  log::warn("--force: deleting the earlier run's checkpoints and metrics in {}",
-            rc_.run_dir.string());
-  fs::remove_all(ckpts);
-  fs::remove(metrics);
+        "{} already holds a run ({} checkpoint(s){}) and {}: pass --force to delete {} first, or "
+        "choose another run.name",
+        rc_.run_dir.string(), list_checkpoints(rc_.run_dir).size(),
+        has_metrics ? ", metrics.jsonl" : "", what, own ? "them" : "that run"));
+  return discard;
 }
 
 // Everything about the data that can fail later is checked before the first step.
@@ -226,6 +239,7 @@ void TrainLoop::check_data() {
         rc_.tokenizer.string(), rc_.train_data.data_dir.string(), tokenizer_hash_, m.tokenizer_hash,
         m.tokenizer_file);
   if (rc_.val_every == 0) return;
+  rc_.val_data.tokenizer_hash = tokenizer_hash_;  // every validation checks the shards' tokenizer
   std::optional<data::Batch> first;
   try {
     data::Loader val(rc_.val_data, comm_.rank(), comm_.size());
@@ -248,9 +262,10 @@ void TrainLoop::start_up() {
     fs::create_directories(rc_.run_dir);
     try {
       lock_ = std::make_unique<ExclusiveLock>(rc_.run_dir / ".lock");
-    } catch (const Error& e) {
-      THROW_ERROR("run directory {} is in use: {}; one trainer per run directory",
-                  rc_.run_dir.string(), e.what());
+    } catch (const ExclusiveLock::Busy& busy) {
+      THROW_ERROR("run directory {} is in use by another trainer ({}): one trainer per run "
+                  "directory",
+                  rc_.run_dir.string(), busy.holder());
     }
   }
   const fs::path tokenizer_path = rc_.tokenizer;
@@ -258,7 +273,10 @@ void TrainLoop::start_up() {
         tokenizer_path.string());
   tokenizer_ = read_file(tokenizer_path);
   tokenizer_hash_ = hash64(tokenizer_);
+  data_manifest_ = read_file(rc_.train_data.data_dir / data::kManifestName);
 
+  // Every check first (Note [One run per directory]): nothing in the run directory is written
+  // or deleted until all of them, and the ranks' agreement, have passed.
   const fs::path from = resume_path();
   std::optional<Checkpoint> ckpt;
   if (!from.empty()) {
@@ -268,43 +286,55 @@ void TrainLoop::start_up() {
           "cannot resume from {}: it was trained with tokenizer {:016x} but data.tokenizer = {} is "
           "{:016x}",
           from.string(), ckpt->state.tokenizer_hash, tokenizer_path.string(), tokenizer_hash_);
-  } else if (leader_) {
-    refuse_to_overwrite();
-  }
-  // Checks passed: only now is anything in the run directory written.
-  if (leader_) {
-    log::set_file((rc_.run_dir / "train.log").string());
-    write_file_atomic(rc_.run_dir / "config.yaml", config_.to_yaml());
-    write_file_atomic(rc_.run_dir / "tokenizer.model", tokenizer_);
-  }
-  std::optional<data::LoaderState> loader_state;
-  if (ckpt) {
-    load_checkpoint(*ckpt, model_, &optimizer_);
+    CHECK(ckpt->state.data_hash == 0 || ckpt->state.data_hash == hash64(data_manifest_),
+          "cannot resume from {}: the corpus in {} changed since it was saved (its manifest "
+          "differs); the saved data position would point elsewhere",
+          from.string(), rc_.train_data.data_dir.string());
     state_ = ckpt->state;
-    saved_step_ = state_.step;
-    loader_state = ckpt->state.loader.get<data::LoaderState>();
-    log::info("resumed from {} at step {}", from.string(), state_.step);
-  } else {
-    transformer_.init_weights(rc_.seed);
   }
+  const std::vector<fs::path> discard = leader_ ? check_overwrite(from, state_.step)
+                                                : std::vector<fs::path>{};
+  std::optional<data::LoaderState> loader_state;
+  if (ckpt) loader_state = ckpt->state.loader.get<data::LoaderState>();
   loader_ =
       std::make_unique<data::Loader>(rc_.train_data, comm_.rank(), comm_.size(), loader_state);
   check_data();
   state_.tokenizer_hash = tokenizer_hash_;
+  state_.data_hash = hash64(data_manifest_);
   state_.world_size = comm_.size();
   dist::check_consistency(
       comm_, {{"the resolved config",
                fmt::format("{}resumed at step: {}\n", config_.to_yaml(), state_.step)},
-              {"the data manifest", read_file(rc_.train_data.data_dir / data::kManifestName)},
+              {"the data manifest", data_manifest_},
               {"the tokenizer", tokenizer_},
               {"the parameter layout", fmt::format("{:016x}", model_.layout().digest())}});
+
+  if (leader_) {
+    for (const fs::path& p : discard) {
+      log::warn("--force: deleting {}", p.string());
+      fs::remove_all(p);
+    }
+    if (ckpt && !discard.empty() && fs::is_symlink(rc_.run_dir / "checkpoints/latest"))
+      repoint_latest(rc_.run_dir, ckpt->dir);
+    log::set_file((rc_.run_dir / "train.log").string());
+    write_file_atomic(rc_.run_dir / "config.yaml", config_.to_yaml());
+    write_file_atomic(rc_.run_dir / "tokenizer.model", tokenizer_);
+  }
+  if (ckpt) {
+    load_checkpoint(*ckpt, model_, &optimizer_);
+    saved_step_ = state_.step;
+    log::info("resumed from {} at step {}", from.string(), state_.step);
+  } else {
+    transformer_.init_weights(rc_.seed);
+  }
   if (comm_.size() > 1) {
     dist::broadcast_parameters(comm_, model_.params());
     model_.sync_working_params();
   }
   first_step_ = state_.step;
   if (leader_)
-    metrics_ = std::make_unique<MetricsLog>(rc_.run_dir / "metrics.jsonl", ckpt ? state_.step : -1);
+    metrics_ = std::make_unique<MetricsLog>(rc_.run_dir / "metrics.jsonl",
+                                            ckpt ? state_.step : -1);
 }
 
 // This rank's micro-batches for the step. At the end of the data (data.epochs) a step gets the
@@ -448,7 +478,7 @@ void TrainLoop::log_step(const StepStats& s, double step_s) {
   if (!leader_) return;
   if (ranks && ranks->straggler) log::warn("step {}: {}", state_.step, ranks->message);
   const double tok_s = double(s.tokens) / step_s;
-  const double flops = rc_.model.flops_per_token(rc_.train_data.seq_len) * tok_s;
+  const double flops = rc_.model.flops_per_token(s.seq_len) * tok_s;
   const double mfu = flops / (peak_gflops_ * 1e9 * comm_.size());
   const double eta =
       run_timer_.seconds() / double(state_.step - first_step_) * double(total - state_.step);
@@ -551,6 +581,7 @@ int TrainLoop::run() {
           state_.step + 1);
     StepStats s = train_step(batches, counts);
     s.times.data_wait_s = data_s;
+    s.seq_len = int(rc_.seq_len_schedule.at(state_.step, rc_.train_data.seq_len));
     ++state_.step;
     state_.tokens_seen += s.tokens;
     log_step(s, step_timer.seconds());

@@ -7,8 +7,9 @@
 namespace trainer::app {
 
 struct TrainOptions {
-  // Start afresh in a run directory that holds an earlier run, deleting its checkpoints and
-  // metrics (without it, that is refused).
+  // Let the start replace what the run directory holds beyond its starting point (refused
+  // otherwise): an earlier run's checkpoints and metrics when starting afresh or from another
+  // run's checkpoint, the later checkpoints when rewinding to an older one.
   bool force = false;
 };
 

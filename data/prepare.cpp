@@ -291,7 +291,23 @@ PrepareSummary prepare_corpus(const PrepareOptions& o) {
   m.val_fraction = o.val_fraction;
   m.splits["train"] = train.info;
   m.splits["val"] = val.info;
-  write_manifest(o.out, m);  // the commit
+  try {
+    write_manifest(o.out, m);  // the commit
+  } catch (const Error&) {
+    // The rename may have happened before a later step (the directory's fsync) failed: then
+    // the new manifest names the new shards, which must stay.
+    auto shard_names = [](const Manifest& x) {
+      std::vector<std::string> names;
+      for (const auto& [split, info] : x.splits)
+        for (const ShardEntry& e : info.shards) names.push_back(e.file);
+      return names;
+    };
+    try {
+      guard.committed = shard_names(read_manifest(o.out)) == shard_names(m);
+    } catch (const std::exception&) {
+    }
+    throw;
+  }
   guard.committed = true;
   std::set<std::string> kept;
   for (const auto& [split, info] : m.splits)

@@ -84,6 +84,8 @@ void train_tokenizer(const TokenizerTrainOptions& o) {
   sentencepiece::logging::SetMinLogLevel(1);  // its progress chatter is INFO
   auto status = sentencepiece::SentencePieceTrainer::Train(args);
   CHECK(status.ok(), "tokenizer training failed: {}", status.ToString());
+  fsync_path(with(staging, ".vocab"));
+  fsync_path(with(staging, ".model"));
   fs::rename(with(staging, ".vocab"), with(prefix, ".vocab"));
   fs::rename(with(staging, ".model"), o.out);
   fsync_path(o.out.has_parent_path() ? o.out.parent_path() : fs::path("."));

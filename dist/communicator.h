@@ -92,6 +92,11 @@ std::unique_ptr<Communicator> make_single_process_communicator();
 std::unique_ptr<Communicator> make_mpi_communicator(const LaunchInfo& launch,
                                                     const CommOptions& options);
 
+// The exit code every rank of the job gets when a failing MPI communicator aborts it at exit
+// (Note [Aborting] in mpi_communicator.cpp): main sets it to its own (2 for a usage error), so
+// a job ends with the code of the failure, not a generic 1.
+void set_abort_exit_code(int code);
+
 // NCCL over the GPUs of `bootstrap`'s ranks (which shares the NCCL id and carries collectives
 // on host buffers); this process uses CUDA device `device`. Throws in a build without NCCL.
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device,

@@ -105,12 +105,13 @@ struct Op {
 // instead marks the job for abort, and an exit handler calls MPI_Abort once main has printed
 // its error line, so every rank of the job ends non-zero instead of waiting out its timeout.
 std::atomic<bool> g_abort_at_exit{false};
+std::atomic<int> g_abort_code{1};
 
 void abort_at_exit() {
   if (!g_abort_at_exit) return;
   std::fflush(stdout);
   std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 1);
+  MPI_Abort(MPI_COMM_WORLD, g_abort_code.load());
 }
 
 // Thrown inside the communication thread when an operation fails.
@@ -433,6 +434,10 @@ class MpiCommunicator final : public Communicator {
 };
 
 }  // namespace
+
+void set_abort_exit_code(int code) {
+  g_abort_code = code;
+}
 
 std::unique_ptr<Communicator> make_mpi_communicator(const LaunchInfo& launch,
                                                     const CommOptions& options) {

@@ -23,7 +23,7 @@ struct BlockTensors {
   Tensor d_ln;                                 // (N,C) gradient at a norm's output
   Tensor d_branch;                             // (N,C) d_res in bf16 (bf16 models only)
   AttentionMask mask;
-  // Decoding: keys and values of positions [0, q_pos + T) of one sequence, (1, P, C) each;
+  // Decoding: keys and values of positions [0, q_pos + T) of one sequence, (P, C) each;
   // this batch's keys and values are written at q_pos. Empty when training.
   Tensor k_cache, v_cache;
   int q_pos = 0;

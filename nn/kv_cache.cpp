@@ -1,12 +1,16 @@
 #include "nn/kv_cache.h"
 
 #include "nn/ops/cast.h"
+#include "runtime/error.h"
 #include "runtime/memory.h"
 
 namespace trainer::nn {
 
 KvCache::KvCache(const Transformer& model)
-    : dtype_(model.exec().compute), P_(model.config().max_seq_len), C_(model.config().n_embd) {
+    : dtype_(model.exec().compute),
+      layers_(model.config().n_layer),
+      P_(model.config().max_seq_len),
+      C_(model.config().n_embd) {
   const size_t bytes = size_t(model.config().n_layer * P_ * C_) * dtype_size(dtype_);
   k_ = Buffer(bytes, model.exec().device);
   v_ = Buffer(bytes, model.exec().device);
@@ -21,10 +25,12 @@ Tensor layer_slice(const Buffer& b, DType t, int layer, int64_t P, int64_t C) {
 }  // namespace
 
 Tensor KvCache::keys(int layer) const {
+  TRAINER_ASSERT(layer >= 0 && layer < layers_, "KV cache layer {} of {}", layer, layers_);
   return layer_slice(k_, dtype_, layer, P_, C_);
 }
 
 Tensor KvCache::values(int layer) const {
+  TRAINER_ASSERT(layer >= 0 && layer < layers_, "KV cache layer {} of {}", layer, layers_);
   return layer_slice(v_, dtype_, layer, P_, C_);
 }
 

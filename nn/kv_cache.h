@@ -27,6 +27,7 @@ class KvCache {
   friend class Transformer;  // appends positions in forward_cached
   Buffer k_, v_;
   DType dtype_;
+  int layers_;
   int64_t P_, C_;
   int length_ = 0;
 };

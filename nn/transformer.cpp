@@ -1,5 +1,7 @@
 #include "nn/transformer.h"
 
+#include <omp.h>
+
 #include <cmath>
 #include <vector>
 
@@ -26,6 +28,7 @@ Context make_context(const ExecConfig& e) {
   c.device = e.device;
   c.device_index = e.device_index;
   c.bf16_math = detect_cpu_bf16_math();
+  c.threads = omp_get_max_threads();  // fixed for the model's life: its workspace is sized so
   return c;
 }
 
@@ -268,6 +271,9 @@ int64_t Transformer::forward(const BatchView& batch) {
 }
 
 void Transformer::forward_cached(const int32_t* tokens, int count, KvCache& cache) {
+  TRAINER_ASSERT(cache.layers_ == config_.n_layer && cache.P_ == config_.max_seq_len &&
+                     cache.C_ == config_.n_embd && cache.dtype_ == exec_.compute,
+                 "a KV cache of another model");
   CHECK(count > 0 && cache.length() + count <= config_.max_seq_len,
         "the sequence is full ({} positions, model.max_seq_len)", config_.max_seq_len);
   stage_batch({1, count, tokens, nullptr, nullptr, nullptr}, cache.length());

@@ -47,7 +47,8 @@ class Transformer final : public Model {
   const ModelConfig& config() const { return config_; }
   const ExecConfig& exec() const { return exec_; }
   const ActivationPlan& activation_plan() const { return plan_; }
-  // (rows, V) logits of the last forward (compute dtype).
+  // (rows, V) logits of the last forward (compute dtype); valid until backward(), which turns
+  // them into their gradient in place.
   Tensor logits() const;
   // Bytes this model allocated, by purpose.
   struct Memory {

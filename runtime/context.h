@@ -22,7 +22,11 @@ struct Context {
   void* stream = nullptr;  // cudaStream_t on CUDA; unused on the CPU
   Workspace* workspace = nullptr;
   CpuBf16Math bf16_math = CpuBf16Math::via_fp32;
+  int threads = 0;  // CPU threads ops use (and size their scratch for); 0: all of OpenMP's
 };
+
+// The CPU threads an op on `ctx` uses: ctx.threads, or OpenMP's maximum when that is 0.
+int op_threads(const Context& ctx);
 
 // The CPU bf16 path for this machine: native where oneDNN finds AVX-512 BF16 or AMX, else
 // via_fp32. The environment variable TRAINER_CPU_BF16=native|fp32 overrides the choice (for

@@ -1,5 +1,6 @@
-// The CPU's bf16 capability, as oneDNN sees it (it picks the kernels).
+// The CPU's bf16 capability, as oneDNN sees it (it picks the kernels), and the ops' threads.
 #include <dnnl.h>
+#include <omp.h>
 
 #include <cstdlib>
 #include <string>
@@ -14,6 +15,10 @@ bool has_isa(unsigned isa, dnnl_cpu_isa_t wanted) {
   return (isa & unsigned(wanted)) == unsigned(wanted);
 }
 }  // namespace
+
+int op_threads(const Context& ctx) {
+  return ctx.threads > 0 ? ctx.threads : omp_get_max_threads();
+}
 
 bool cpu_has_bf16_arithmetic() {
   return has_isa(unsigned(dnnl_get_effective_cpu_isa()), dnnl_cpu_isa_avx512_core_bf16);

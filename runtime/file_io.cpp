@@ -75,8 +75,9 @@ ExclusiveLock::ExclusiveLock(const fs::path& path) {
     while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
     ::close(fd_);
     fd_ = -1;
-    CHECK(err != EWOULDBLOCK, "{} is held by another process ({})", path.string(),
-          holder.empty() ? "holder unknown" : holder);
+    if (holder.empty()) holder = "holder unknown";
+    if (err == EWOULDBLOCK)
+      throw Busy(fmt::format("{} is held by another process ({})", path.string(), holder), holder);
     THROW_ERROR("cannot lock {}: {}", path.string(), std::strerror(err));
   }
   char host[256] = "?";
@@ -116,8 +117,9 @@ void OutputFile::write(const void* data, size_t bytes) {
 
 void OutputFile::commit() {
   CHECK(::fsync(fd_) == 0, "fsync of {} failed: {}", path_.string(), std::strerror(errno));
-  CHECK(::close(fd_) == 0, "close of {} failed: {}", path_.string(), std::strerror(errno));
-  fd_ = -1;
+  const int fd = fd_;
+  fd_ = -1;  // closed below whatever close() says: never twice
+  CHECK(::close(fd) == 0, "close of {} failed: {}", path_.string(), std::strerror(errno));
 }
 
 MappedFile::MappedFile(const fs::path& path) : path_(path) {

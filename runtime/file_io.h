@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "runtime/error.h"
+
 namespace trainer {
 
 namespace fs = std::filesystem;
@@ -45,7 +47,18 @@ class RemoveUnlessKept {
 // file records its holder as "pid <n> on <host>".
 class ExclusiveLock {
  public:
-  // Takes the lock; throws trainer::Error naming the holder when another process has it.
+  // Another process holds the lock; holder() is what it recorded ("pid 12 on node3").
+  class Busy : public Error {
+   public:
+    Busy(const std::string& message, std::string holder)
+        : Error(message), holder_(std::move(holder)) {}
+    const std::string& holder() const { return holder_; }
+
+   private:
+    std::string holder_;
+  };
+  // Takes the lock; throws Busy when another process has it, trainer::Error when the lock
+  // cannot be taken at all.
   explicit ExclusiveLock(const fs::path& path);
   ~ExclusiveLock();
   ExclusiveLock(const ExclusiveLock&) = delete;

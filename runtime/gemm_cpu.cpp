@@ -288,9 +288,13 @@ void matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool trans_a, 
 
 size_t matmul_workspace_bytes(const Context& ctx, int64_t M, int64_t N, int64_t K, DType ab) {
   if (ab != DType::bf16 || ctx.bf16_math == CpuBf16Math::native) return 0;
+  // A bound that only grows with M, N and K (the strips' own size does not: their width is
+  // rounded down), so a model sized for its largest batch holds any smaller one.
   const StripPlan p = plan_strips(M, N, K);
-  return Workspace::bytes_for<float>(p.resident) + Workspace::bytes_for<float>(p.strip) +
-         Workspace::bytes_for<float>(p.tile);
+  const int64_t other = p.stream_b ? M : N;
+  const int64_t strips = std::max<int64_t>(kStripBudget, 16 * (K + other));
+  return Workspace::bytes_for<float>(p.resident) + Workspace::bytes_for<float>(strips) +
+         2 * Workspace::kAlignment;
 }
 
 double measure_gemm_gflops(const Context& ctx, DType dtype, int64_t n, double min_seconds) {

@@ -48,6 +48,7 @@ Tensor Tensor::row_range(int64_t begin, int64_t count) const {
 }
 
 Tensor Tensor::col_range(int64_t begin, int64_t count) const {
+  TRAINER_ASSERT(ndim >= 1, "columns of a 0-d tensor");
   TRAINER_ASSERT(begin >= 0 && count >= 0 && begin + count <= cols(), "columns [{}, {}) of {}",
                  begin, begin + count, cols());
   Tensor t = *this;

@@ -47,7 +47,8 @@ void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
 void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& q,
                         const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head);
-size_t attention_workspace(int64_t Tq, int64_t Tk, int64_t head_size, DType act, bool backward);
+size_t attention_workspace(int threads, int64_t Tq, int64_t Tk, int64_t head_size, DType act,
+                           bool backward);
 }  // namespace cpu
 
 }  // namespace trainer::nn

@@ -158,6 +158,15 @@ Dims dims_of(const Tensor& q, const Tensor& k, int n_head) {
   return d;
 }
 
+// Masks are read inside the parallel region, where a failed check could not be reported.
+void check_mask(const AttentionMask& m, int64_t B, int64_t T) {
+  TRAINER_ASSERT((m.segments.empty() || (m.segments.dtype == DType::i32 &&
+                                         m.segments.numel() == B * T)) &&
+                     (m.lengths.empty() || (m.lengths.dtype == DType::i32 &&
+                                            m.lengths.numel() == B)),
+                 "attention mask shapes and dtypes");
+}
+
 int64_t valid_length(const AttentionMask& m, int64_t b, int64_t T) {
   return m.lengths.empty() ? T : std::clamp<int64_t>(m.lengths.as<int32_t>()[b], 0, T);
 }
@@ -178,7 +187,7 @@ void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
                      out.dtype == q.dtype &&
                      (q_pos == 0 || (mask.segments.empty() && mask.lengths.empty())),
                  "attention_forward shapes");
-  const int threads = omp_get_max_threads();
+  const int threads = op_threads(ctx);
   const int64_t per_thread = per_thread_floats(d.Tq, d.Tk, d.hs, q.dtype, false);
   Workspace::Scope scope(ctx.workspace);
   float* scratch = scope.take<float>(threads * per_thread);
@@ -220,9 +229,13 @@ void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, 
   PROFILE_SCOPE("attention_backward");
   const Dims d = dims_of(q, k, n_head);
   TRAINER_ASSERT(d.Tq == d.Tk && out.contiguous() && dout.contiguous() &&
-                     dout.numel() == d.B * d.Tq * d.C && dq.dtype == q.dtype,
-                 "attention_backward shapes");
-  const int threads = omp_get_max_threads();
+                     dout.numel() == d.B * d.Tq * d.C && lse.dtype == DType::f32 &&
+                     k.dtype == q.dtype && v.dtype == q.dtype && out.dtype == q.dtype &&
+                     dout.dtype == q.dtype && dq.dtype == q.dtype && dk.dtype == q.dtype &&
+                     dv.dtype == q.dtype,
+                 "attention_backward shapes and dtypes");
+  check_mask(mask, d.B, d.Tq);
+  const int threads = op_threads(ctx);
   const int64_t T = d.Tq, per_thread = per_thread_floats(T, T, d.hs, q.dtype, true);
   Workspace::Scope scope(ctx.workspace);
   float* scratch = scope.take<float>(threads * per_thread);
@@ -260,8 +273,9 @@ void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, 
   });
 }
 
-size_t attention_workspace(int64_t Tq, int64_t Tk, int64_t head_size, DType act, bool backward) {
-  return Workspace::bytes_for<float>(int64_t(omp_get_max_threads()) *
+size_t attention_workspace(int threads, int64_t Tq, int64_t Tk, int64_t head_size, DType act,
+                           bool backward) {
+  return Workspace::bytes_for<float>(int64_t(threads) *
                                      per_thread_floats(Tq, Tk, head_size, act, backward));
 }
 

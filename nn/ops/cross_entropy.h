@@ -15,8 +15,9 @@ namespace trainer::nn {
 
 // loss_sum(1) fp64 += the summed negative log-likelihood of the targets(N) int32 under
 // logits(N,V) (fp32 or bf16); stats(N,2) fp32 receives each counted row's max and log-sum-exp
-// offset for backward. The loss is exact for any finite logits: -log p = (max - logit) +
-// log(sum exp(x - max)), evaluated in double. Rows are summed in order (deterministic).
+// offset for backward. The loss stays accurate for any finite logits, however large: -log p =
+// (max - logit) + log(sum exp(x - max)), the difference taken in double (exact) and the sum,
+// of values in [1, V], free of the logits' magnitude. Rows are summed in order (deterministic).
 void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Tensor& stats,
                            const Tensor& logits, const Tensor& targets);
 

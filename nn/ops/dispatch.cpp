@@ -56,7 +56,7 @@ void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw
 }
 
 size_t layernorm_backward_workspace(const Context& ctx, int64_t C) {
-  TRAINER_DISPATCH(layernorm_backward_workspace, C);
+  TRAINER_DISPATCH(layernorm_backward_workspace, op_threads(ctx), C);
 }
 
 void linear_forward(const Context& ctx, const Tensor& out, const Tensor& inp, const Tensor& w,
@@ -87,7 +87,7 @@ void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, 
 
 size_t attention_workspace(const Context& ctx, int64_t Tq, int64_t Tk, int64_t head_size, DType act,
                            bool backward) {
-  TRAINER_DISPATCH(attention_workspace, Tq, Tk, head_size, act, backward);
+  TRAINER_DISPATCH(attention_workspace, op_threads(ctx), Tq, Tk, head_size, act, backward);
 }
 
 void gelu_forward(const Context& ctx, const Tensor& out, const Tensor& inp) {

@@ -30,7 +30,7 @@ void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean
 void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& db,
                         const Tensor& dout, const Tensor& inp, const Tensor& w, const Tensor& mean,
                         const Tensor& rstd);
-size_t layernorm_backward_workspace(int64_t C);
+size_t layernorm_backward_workspace(int threads, int64_t C);
 }  // namespace cpu
 
 }  // namespace trainer::nn

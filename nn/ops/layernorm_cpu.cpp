@@ -36,18 +36,22 @@ void forward_rows(T* out, float* mean, float* rstd, const float* inp, const T* w
 }
 
 // Each thread sums its rows' dw/db into a private fp32 row of `partial`; the partial rows are
-// then added in thread order, so the result does not depend on scheduling.
+// then added in thread order, so the result does not depend on scheduling. Rows are split by
+// the team OpenMP actually gives (at most `threads`, which `partial` is sized for).
 template <typename T, typename G>
 void backward_rows(float* dinp, G* dw, G* db, const T* dout, const float* inp, const T* w,
                    const float* mean, const float* rstd, int64_t N, int64_t C, float* partial,
                    int threads) {
+  int team = 1;
 #pragma omp parallel num_threads(threads)
   {
-    const int t = omp_get_thread_num();
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+#pragma omp single
+    team = nt;
     float* pdw = partial + int64_t(t) * 2 * C;
     float* pdb = pdw + C;
     for (int64_t c = 0; c < 2 * C; ++c) pdw[c] = 0.0f;
-    const int64_t n0 = N * t / threads, n1 = N * (t + 1) / threads;
+    const int64_t n0 = N * t / nt, n1 = N * (t + 1) / nt;
     for (int64_t n = n0; n < n1; ++n) {
       const float* x = inp + n * C;
       const T* d = dout + n * C;
@@ -75,7 +79,7 @@ void backward_rows(float* dinp, G* dw, G* db, const T* dout, const float* inp, c
   }
   for (int64_t c = 0; c < C; ++c) {
     float w_acc = load(dw[c]), b_acc = load(db[c]);
-    for (int t = 0; t < threads; ++t) {
+    for (int t = 0; t < team; ++t) {
       w_acc += partial[int64_t(t) * 2 * C + c];
       b_acc += partial[int64_t(t) * 2 * C + C + c];
     }
@@ -109,7 +113,7 @@ void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw
   TRAINER_ASSERT(dinp.numel() == N * C && dout.numel() == N * C && dw.numel() == C &&
                      db.numel() == C && dw.dtype == db.dtype && w.dtype == dout.dtype,
                  "layernorm_backward shapes");
-  const int threads = omp_get_max_threads();
+  const int threads = op_threads(ctx);
   Workspace::Scope scratch(ctx.workspace);
   float* partial = scratch.take<float>(int64_t(threads) * 2 * C);
   with_floats(dout.dtype, dw.dtype, [&](auto ttag, auto gtag) {
@@ -120,8 +124,8 @@ void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw
   });
 }
 
-size_t layernorm_backward_workspace(int64_t C) {
-  return Workspace::bytes_for<float>(int64_t(omp_get_max_threads()) * 2 * C);
+size_t layernorm_backward_workspace(int threads, int64_t C) {
+  return Workspace::bytes_for<float>(int64_t(threads) * 2 * C);
 }
 
 }  // namespace trainer::nn::cpu

@@ -74,7 +74,8 @@ TEST(RunLock, ASecondTrainerOnTheSameRunIsRefusedNamingTheHolder) {
   const std::string e = error_of([&] { run_training(c); });
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
-  EXPECT_NE(e.find("run directory " + (dir.path / "runs/r").string() + " is in use"),
+  EXPECT_NE(e.find("run directory " + (dir.path / "runs/r").string() +
+                   " is in use by another trainer"),
             std::string::npos)
       << e;
   EXPECT_NE(e.find("pid " + std::to_string(child)), std::string::npos) << e;

@@ -52,8 +52,15 @@ expect 2 "--world-size must be in" plan --world-size 0
 expect 2 "--dtype must be fp32 or bf16" export runs/x --out y --dtype fp16
 expect 2 "model.checkpoint_layers names block 7" plan two.yaml --set model.checkpoint_layers='["7"]'
 expect 2 "dist.grad_dtype = bf16 needs model.precision = bf16" plan --set dist.grad_dtype=bf16
+# Output that cannot be written is a failure, not a silent success.
+out=$("$TRAINER" config two.yaml 2>&1 >/dev/full)
+rc=$?
+if [[ $rc -ne 1 ]] || ! grep -q "cannot write the output" <<<"$out"; then
+  echo "FAIL: trainer config > /dev/full -> exit $rc: $out"
+  failures=$((failures + 1))
+fi
 # A positional config is used, not ignored.
 expect 0 "n_layer: 2" config two.yaml
 expect 0 "2 layers" plan two.yaml
 if [[ $failures -gt 0 ]]; then echo "cli_errors: $failures failure(s)"; exit 1; fi
-echo "cli_errors: all cases give exit 2 with the expected message"
+echo "cli_errors: every case gives its exit code and the expected message"

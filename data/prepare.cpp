@@ -121,14 +121,14 @@ struct SplitOutput {
   SplitInfo info;
   fs::path dir;
   uint64_t shard_bytes;
-  const char* generation;          // "" or "b": see Note [Replacing a corpus]
-  std::vector<fs::path>* written;  // every shard file written, for cleanup on failure
+  const char* generation;     // "" or "b": see Note [Replacing a corpus]
+  RemoveUnlessKept* written;  // every shard file written, removed if the prepare fails
 
   void flush() {
     if (writer.num_docs() == 0) return;
     std::string file = fmt::format("{}-{}{:05d}.bin", name, generation, info.shards.size());
     ShardEntry e{file, writer.num_docs(), writer.num_tokens(), writer.file_bytes()};
-    written->push_back(dir / file);
+    written->add(dir / file);
     writer.write(dir / file);
     info.shards.push_back(e);
   }
@@ -197,16 +197,7 @@ PrepareSummary prepare_corpus(const PrepareOptions& o) {
   }
   const char* generation =
       old_shards.count("train-00000.bin") || old_shards.count("val-00000.bin") ? "b" : "";
-  std::vector<fs::path> written;
-  struct RemoveWritten {  // on failure: see Note [Replacing a corpus]
-    std::vector<fs::path>& files;
-    bool committed = false;
-    ~RemoveWritten() {
-      if (committed) return;
-      std::error_code ec;
-      for (const fs::path& f : files) fs::remove(f, ec);
-    }
-  } guard{written};
+  RemoveUnlessKept written;  // see Note [Replacing a corpus]
 
   uint32_t vocab = uint32_t(tok.vocab_size());
   uint64_t shard_bytes = uint64_t(o.shard_mb * 1024 * 1024);
@@ -303,12 +294,12 @@ PrepareSummary prepare_corpus(const PrepareOptions& o) {
       return names;
     };
     try {
-      guard.committed = shard_names(read_manifest(o.out)) == shard_names(m);
+      if (shard_names(read_manifest(o.out)) == shard_names(m)) written.keep();
     } catch (const std::exception&) {
     }
     throw;
   }
-  guard.committed = true;
+  written.keep();
   std::set<std::string> kept;
   for (const auto& [split, info] : m.splits)
     for (const ShardEntry& e : info.shards) kept.insert(e.file);

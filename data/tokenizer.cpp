@@ -59,7 +59,8 @@ void train_tokenizer(const TokenizerTrainOptions& o) {
   fs::path staging = prefix;
   staging += ".tmp";
   auto with = [](fs::path p, const char* ext) { return p += ext; };
-  RemoveUnlessKept model_guard(with(staging, ".model")), vocab_guard(with(staging, ".vocab"));
+  RemoveUnlessKept staged(with(staging, ".model"));
+  staged.add(with(staging, ".vocab"));
   int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   std::unordered_map<std::string, std::string> args = {
       {"input", input},

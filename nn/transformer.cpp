@@ -93,9 +93,8 @@ Transformer::Transformer(const ModelConfig& config, const ExecConfig& exec)
       exec_(exec),
       spec_(arch_spec(config)),
       layout_(config),
-      plan_(config, exec),
+      plan_(config, (exec.validate(config), exec)),  // validated before anything is sized
       ctx_(make_context(exec)) {
-  exec.validate(config);
   const Memory mem = planned_memory(config, exec);
   const Device dev = exec.device;
   workspace_ = Workspace(size_t(mem.workspace), dev);

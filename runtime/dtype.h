@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 
 namespace trainer {
 
@@ -85,29 +86,19 @@ inline void store(bf16& dst, float v) {
 
 // The DType of a C++ element type.
 template <typename T>
-constexpr DType dtype_of();
-template <>
-constexpr DType dtype_of<float>() {
-  return DType::f32;
-}
-template <>
-constexpr DType dtype_of<bf16>() {
-  return DType::bf16;
-}
-template <>
-constexpr DType dtype_of<double>() {
-  return DType::f64;
-}
-template <>
-constexpr DType dtype_of<int32_t>() {
-  return DType::i32;
-}
-template <>
-constexpr DType dtype_of<int64_t>() {
-  return DType::i64;
-}
-template <>
-constexpr DType dtype_of<uint8_t>() {
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>)
+    return DType::f32;
+  else if constexpr (std::is_same_v<T, bf16>)
+    return DType::bf16;
+  else if constexpr (std::is_same_v<T, double>)
+    return DType::f64;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return DType::i32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return DType::i64;
+  else
+    static_assert(std::is_same_v<T, uint8_t>, "no DType for this type");
   return DType::u8;
 }
 

@@ -60,7 +60,7 @@ void write_file_atomic(const fs::path& path, std::string_view contents) {
 RemoveUnlessKept::~RemoveUnlessKept() {
   if (kept_) return;
   std::error_code ec;
-  fs::remove_all(path_, ec);
+  for (const fs::path& p : paths_) fs::remove_all(p, ec);
 }
 
 ExclusiveLock::ExclusiveLock(const fs::path& path) {

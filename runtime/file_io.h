@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "runtime/error.h"
 
@@ -27,18 +28,20 @@ void write_file_atomic(const fs::path& path, std::string_view contents);
 // Flushes a file or directory's metadata to disk (after a rename into it).
 void fsync_path(const fs::path& path);
 
-// A file or directory being built (a temporary of a command's output): removed, with
-// everything under it, when the guard goes away without keep() (the command failed).
+// Files or directories being built (temporaries of a command's output): removed, with
+// everything under them, when the guard goes away without keep() (the command failed).
 class RemoveUnlessKept {
  public:
-  explicit RemoveUnlessKept(fs::path path) : path_(std::move(path)) {}
+  RemoveUnlessKept() = default;
+  explicit RemoveUnlessKept(fs::path path) { add(std::move(path)); }
   ~RemoveUnlessKept();
   RemoveUnlessKept(const RemoveUnlessKept&) = delete;
   RemoveUnlessKept& operator=(const RemoveUnlessKept&) = delete;
+  void add(fs::path path) { paths_.push_back(std::move(path)); }
   void keep() { kept_ = true; }
 
  private:
-  fs::path path_;
+  std::vector<fs::path> paths_;
   bool kept_ = false;
 };
 

@@ -74,7 +74,7 @@ void run(int argc, char** argv) {
   check_consistency(*comm, {{"the parameter layout", std::to_string(model.layout().digest())}});
   broadcast_parameters(*comm, model.params());
   DDP ddp(*comm, model, {.bucket_mb = a.bucket_mb, .frozen = {}});
-  nn::AdamW opt(model.layout(), {}, 0, total);
+  nn::AdamW opt(model.layout(), {}, {{0, total, 0}});
   std::vector<int32_t> tokens(size_t(a.B) * a.T), targets(tokens.size());
   uint64_t x = 0x12345u + uint64_t(R);
   StepTimes sum;
@@ -101,7 +101,7 @@ void run(int argc, char** argv) {
     st.comm_wait_s = ddp.last_wait_seconds();
     st.comm_busy_s = ddp.last_comm_seconds();
     t.reset();
-    const nn::StepScalars sc = model.read_step_scalars(0, total);
+    const nn::StepScalars sc = model.read_step_scalars(model.grads());
     const float scale = nn::clip_scale(std::sqrt(sc.grad_norm_sq), 1.0f);
     opt.step(model.context(), model.params(), model.grads(), model.working_copy(), 6e-4f, scale);
     st.optimizer_s = t.seconds();

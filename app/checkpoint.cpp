@@ -2,10 +2,17 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <thread>
+
+#include <fmt/ranges.h>
 
 #include "data/loader.h"
 #include "data/tokenizer.h"
+#include "dist/sharding.h"
 #include "nn/model_io.h"
 #include "runtime/error.h"
 #include "runtime/file_io.h"
@@ -86,79 +93,183 @@ void prune(const fs::path& root, int64_t current, const CheckpointPolicy& policy
   }
 }
 
-// The fp32 masters in host memory: the model's own buffer on the CPU, else a copy.
-const float* host_params(nn::Model& model, std::vector<float>& staging) {
-  const Tensor p = model.params();
-  if (p.device == Device::cpu) return p.as<float>();
-  staging = read_as_f32(model.context(), p);
+// The values of a device tensor in host memory: the tensor itself on the CPU, else a copy.
+const float* host_floats(const Context& ctx, const Tensor& t, std::vector<float>& staging) {
+  if (t.device == Device::cpu) return t.as<float>();
+  staging = read_as_f32(ctx, t);
   return staging.data();
 }
 
-}  // namespace
+std::string shard_file(int rank, int world) {
+  return fmt::format("shard-{:05d}-of-{:05d}.safetensors", rank, world);
+}
 
-fs::path save_checkpoint(const fs::path& run_dir, nn::Model& model, const nn::AdamW& opt,
-                         const TrainerState& state, const std::string& config_yaml,
-                         std::string_view tokenizer, const CheckpointPolicy& policy) {
-  const fs::path root = run_dir / "checkpoints";
-  fs::create_directories(root);
-  const std::string name = fmt::format("step-{}", state.step);
-  const fs::path tmp = root / (name + ".tmp"), final_dir = root / name;
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  RemoveUnlessKept litter(tmp);  // a failed write (a full disk) leaves no half checkpoint
+// A test's way to make a save slow (TRAINER_TEST_SAVE_DELAY_S seconds on rank 0), standing in
+// for a slow file system: the save must outlast dist.timeout_s without failing.
+void test_save_delay(int rank) {
+  const char* env = std::getenv("TRAINER_TEST_SAVE_DELAY_S");
+  if (env && rank == 0) std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(env)));
+}
 
-  json files = json::object();
+// The ranks' agreement after a phase of a save: waits for every rank under the save's own
+// deadline (naming a rank that is late), then throws on every rank if any failed; a rank's
+// own error is its message.
+void agree(dist::Communicator& comm, const std::string& error, double timeout_s,
+           const std::string& what) {
+  if (comm.size() == 1) {
+    CHECK(error.empty(), "{}", error);
+    return;
+  }
+  try {
+    comm.barrier(timeout_s);
+  } catch (const Error& e) {
+    THROW_ERROR("checkpoint save: {} (checkpoint.timeout_s = {} s)", e.what(), timeout_s);
+  }
+  const std::vector<int64_t> failed = comm.all_gather(std::vector<int64_t>{error.empty() ? 0 : 1});
+  CHECK(error.empty(), "{}", error);
+  for (int r = 0; r < comm.size(); ++r)
+    CHECK(failed[size_t(r)] == 0, "checkpoint save: rank {} failed to {} (its log says why)", r,
+          what);
+}
+
+// Note [Sharded checkpoints]
+// A sharded run's rank r writes shard-r-of-N.safetensors: its local masters ("params") and
+// moments ("adamw.m", "adamw.v"), padding included, as held in memory; the manifest lists
+// each shard's global flat ranges [begin, end) and where each starts in the file's tensors.
+// Reading takes any global range from whichever files hold it, so a checkpoint loads at
+// any world size and stage, and into a whole model for eval and export, one slice at a time.
+uint32_t write_shard(const fs::path& path, dist::DataParallel& dp, const Context& ctx,
+                     const TrainerState& state) {
+  const Tensor masters = dp.masters();
+  const int64_t n = masters.numel();
+  std::vector<float> staging, m(size_t(n), 0.0f), v(size_t(n), 0.0f);
+  for (const nn::FlatSlice& sl : dp.slices())
+    dp.optimizer().export_moments(sl.begin, sl.end, m.data() + sl.local, v.data() + sl.local);
+  SafetensorsWriter w;
+  w.add("params", DType::f32, {n}, host_floats(ctx, masters, staging));
+  w.add("adamw.m", DType::f32, {n}, m.data());
+  w.add("adamw.v", DType::f32, {n}, v.data());
+  w.set_metadata("steps", std::to_string(dp.optimizer().steps()));
+  w.set_metadata("step", std::to_string(state.step));
+  return w.write(path);
+}
+
+// The whole state, as a replicated run's rank 0 holds it.
+void write_whole(const fs::path& dir, nn::Model& model, dist::DataParallel& dp, json& files) {
   auto record = [&](const char* file, uint32_t crc) {
-    files[file] = {{"bytes", fs::file_size(tmp / file)}, {"crc32", crc}};
+    files[file] = {{"bytes", fs::file_size(dir / file)}, {"crc32", crc}};
   };
   {
     SafetensorsWriter w;
     std::vector<float> staging;
-    nn::add_params(w, model.layout(), host_params(model, staging));
+    nn::add_params(w, model.layout(), host_floats(model.context(), dp.masters(), staging));
     w.set_metadata("format", "pt");
-    record(kModelFile, w.write(tmp / kModelFile));
+    record(kModelFile, w.write(dir / kModelFile));
   }
-  {
-    // Moments as global flat ranges: any world size or shard can read the part it owns.
-    SafetensorsWriter w;
-    const int64_t n = opt.end() - opt.begin();
-    std::vector<float> m(static_cast<size_t>(n)), v(static_cast<size_t>(n));
-    opt.export_moments(m.data(), v.data());
-    w.add("adamw.m", DType::f32, {n}, m.data());
-    w.add("adamw.v", DType::f32, {n}, v.data());
-    w.set_metadata("begin", std::to_string(opt.begin()));
-    w.set_metadata("end", std::to_string(opt.end()));
-    w.set_metadata("steps", std::to_string(opt.steps()));
-    record(kOptimizerFile, w.write(tmp / kOptimizerFile));
-  }
-  const std::string state_text = state_to_json(state).dump(2) + "\n";
-  for (auto [file, text] : {std::pair{kStateFile, std::string_view(state_text)},
-                            std::pair{kConfigFile, std::string_view(config_yaml)},
-                            std::pair{kTokenizerFile, tokenizer}}) {
-    if (file == kTokenizerFile && tokenizer.empty()) continue;
-    OutputFile out(tmp / file);
-    out.write(text.data(), text.size());
-    out.commit();
-    record(file, crc32(text.data(), text.size()));
-  }
-  json manifest = {{"format", "trainer-checkpoint"},
-                   {"version", kFormatVersion},
-                   {"step", state.step},
-                   {"layout_digest", fmt::format("{:016x}", model.layout().digest())},
-                   {"files", files}};
-  write_file_atomic(tmp / kManifestFile, manifest.dump(2) + "\n");
-  fsync_path(tmp);
+  const int64_t n = model.layout().total();
+  std::vector<float> m(static_cast<size_t>(n)), v(static_cast<size_t>(n));
+  dp.optimizer().export_moments(0, n, m.data(), v.data());
+  SafetensorsWriter w;
+  w.add("adamw.m", DType::f32, {n}, m.data());
+  w.add("adamw.v", DType::f32, {n}, v.data());
+  w.set_metadata("begin", "0");
+  w.set_metadata("end", std::to_string(n));
+  w.set_metadata("steps", std::to_string(dp.optimizer().steps()));
+  record(kOptimizerFile, w.write(dir / kOptimizerFile));
+}
 
-  // `latest` moves to the complete temporary first, then to its final name, so that from the
-  // first complete checkpoint on it always names a whole one (even when a checkpoint of the
-  // same step is being replaced).
-  litter.keep();
-  point_latest(root, name + ".tmp");
-  fs::remove_all(final_dir);
-  fs::rename(tmp, final_dir);
-  fsync_path(root);
-  point_latest(root, name);
-  prune(root, state.step, policy);
+}  // namespace
+
+fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::Model& model,
+                         dist::DataParallel& dp, const TrainerState& state,
+                         const std::string& config_yaml, std::string_view tokenizer,
+                         const SaveOptions& options) {
+  const fs::path root = run_dir / "checkpoints";
+  const std::string name = fmt::format("step-{}", state.step);
+  const fs::path tmp = root / (name + ".tmp"), final_dir = root / name;
+  const bool leader = comm.rank() == 0, sharded = dp.stage() != dist::ShardingStage::none;
+  std::string error;
+  auto attempt = [&](auto&& fn) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  };
+  std::optional<RemoveUnlessKept> litter;  // a failed save leaves no half checkpoint
+  if (leader)
+    attempt([&] {
+      fs::create_directories(root);
+      fs::remove_all(tmp);
+      fs::create_directories(tmp);
+      litter.emplace(tmp);
+    });
+  agree(comm, error, options.timeout_s, "create " + tmp.string());
+
+  // Every rank's tensors, in parallel (a replicated run's are all rank 0's).
+  std::vector<int64_t> shard_info = {0, 0};  // crc, bytes
+  test_save_delay(comm.rank());
+  json files = json::object();
+  attempt([&] {
+    if (sharded) {
+      const fs::path path = tmp / shard_file(comm.rank(), comm.size());
+      shard_info = {int64_t(write_shard(path, dp, model.context(), state)),
+                    int64_t(fs::file_size(path))};
+    } else if (leader) {
+      write_whole(tmp, model, dp, files);
+    }
+  });
+  agree(comm, error, options.timeout_s, "write its part of " + tmp.string());
+  const std::vector<int64_t> all_info =
+      sharded ? comm.all_gather(shard_info) : std::vector<int64_t>{};
+
+  if (leader)
+    attempt([&] {
+      json shards = json::array();
+      if (sharded) {
+        const dist::ShardGeometry geo(model.layout(), comm.size(), 0);
+        for (int r = 0; r < comm.size(); ++r) {
+          const std::string file = shard_file(r, comm.size());
+          files[file] = {{"bytes", all_info[size_t(2 * r + 1)]},
+                         {"crc32", all_info[size_t(2 * r)]}};
+          json ranges = json::array();
+          for (size_t u = 0; u < geo.units().size(); ++u)
+            if (const nn::FlatSlice sl = geo.slice(int(u), r); sl.size() > 0)
+              ranges.push_back({sl.begin, sl.end, sl.local});
+          shards.push_back({{"file", file}, {"ranges", ranges}});
+        }
+      }
+      const std::string state_text = state_to_json(state).dump(2) + "\n";
+      for (auto [file, text] : {std::pair{kStateFile, std::string_view(state_text)},
+                                std::pair{kConfigFile, std::string_view(config_yaml)},
+                                std::pair{kTokenizerFile, tokenizer}}) {
+        if (file == kTokenizerFile && tokenizer.empty()) continue;
+        OutputFile out(tmp / file);
+        out.write(text.data(), text.size());
+        out.commit();
+        files[file] = {{"bytes", text.size()}, {"crc32", crc32(text.data(), text.size())}};
+      }
+      json manifest = {{"format", "trainer-checkpoint"},
+                       {"version", kFormatVersion},
+                       {"step", state.step},
+                       {"layout_digest", fmt::format("{:016x}", model.layout().digest())},
+                       {"files", files}};
+      if (sharded) manifest["shards"] = shards;
+      write_file_atomic(tmp / kManifestFile, manifest.dump(2) + "\n");
+      fsync_path(tmp);
+
+      // `latest` moves to the complete temporary first, then to its final name, so that from
+      // the first complete checkpoint on it always names a whole one (even when a checkpoint
+      // of the same step is being replaced).
+      litter->keep();
+      point_latest(root, name + ".tmp");
+      fs::remove_all(final_dir);
+      fs::rename(tmp, final_dir);
+      fsync_path(root);
+      point_latest(root, name);
+      prune(root, state.step, options.policy);
+    });
+  agree(comm, error, options.timeout_s, "commit " + final_dir.string());
   return final_dir;
 }
 
@@ -231,9 +342,29 @@ json parse_checkpoint_manifest(const std::string& text, const std::string& where
       json_integer_at<uint64_t>(info, "bytes");
       json_integer_at<uint32_t>(info, "crc32");
     }
-    for (const char* required : {kModelFile, kOptimizerFile, kStateFile, kConfigFile})
+    for (const char* required : {kStateFile, kConfigFile})
       CHECK(files.contains(required), "the manifest does not list {} (not a complete checkpoint)",
             required);
+    if (!m.contains("shards")) {
+      for (const char* required : {kModelFile, kOptimizerFile})
+        CHECK(files.contains(required), "the manifest does not list {} (not a complete checkpoint)",
+              required);
+      return m;
+    }
+    CHECK(m.at("shards").is_array() && !m.at("shards").empty(), "'shards' is not a list");
+    for (const json& shard : m.at("shards")) {
+      CHECK(shard.is_object() && shard.contains("file") && shard.at("file").is_string() &&
+                files.contains(shard.at("file").get<std::string>()),
+            "a shard names no file the manifest lists");
+      CHECK(shard.contains("ranges") && shard.at("ranges").is_array(), "a shard has no ranges");
+      for (const json& r : shard.at("ranges")) {
+        CHECK(r.is_array() && r.size() == 3, "a shard range is not [begin, end, offset]");
+        const int64_t b = json_integer<int64_t>(r[0], "range begin"),
+                      e = json_integer<int64_t>(r[1], "range end"),
+                      at = json_integer<int64_t>(r[2], "range offset");
+        CHECK(0 <= b && b <= e && at >= 0, "shard range [{}, {}) at {} is not possible", b, e, at);
+      }
+    }
     return m;
   } catch (const std::exception& e) {  // json errors and our own checks
     THROW_ERROR("{}: malformed checkpoint manifest: {}", where, e.what());
@@ -297,48 +428,152 @@ Checkpoint open_checkpoint(const fs::path& dir) {
   return c;
 }
 
-void load_checkpoint(const Checkpoint& ckpt, nn::Model& model, nn::AdamW* opt) {
-  SafetensorsFile weights(ckpt.dir / kModelFile);
-  const Tensor params = model.params();
-  std::vector<float> host(params.device == Device::cpu ? 0 : size_t(params.numel()));
-  nn::load_params(weights, model.layout(), host.empty() ? params.as<float>() : host.data());
-  if (!host.empty())
-    copy(model.context(), params, make_tensor(host.data(), DType::f32, {params.numel()}));
-  model.sync_working_params();
-  if (!opt) return;
-  SafetensorsFile moments(ckpt.dir / kOptimizerFile);
-  auto metadata_int = [&](const char* key) {
-    auto it = moments.metadata().find(key);
-    int64_t v = 0;
-    bool ok = it != moments.metadata().end();
-    if (ok) {
-      const std::string& text = it->second;
-      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-      ok = ec == std::errc() && end == text.data() + text.size();
-    }
-    CHECK(ok, "{}: missing or malformed metadata '{}'", moments.path().string(), key);
-    return v;
-  };
-  const int64_t begin = metadata_int("begin"), end = metadata_int("end"),
-                steps = metadata_int("steps");
-  CHECK(0 <= begin && begin <= end && end <= model.layout().total(),
-        "{}: optimizer range [{}, {}) lies outside the model's {} parameters",
-        moments.path().string(), begin, end, model.layout().total());
-  CHECK(0 <= steps && steps <= ckpt.state.step,
-        "{}: {} optimizer steps recorded at training step {}", moments.path().string(), steps,
-        ckpt.state.step);
-  CHECK(begin <= opt->begin() && opt->end() <= end,
-        "{}: optimizer state covers [{}, {}) but this rank needs [{}, {})", moments.path().string(),
-        begin, end, opt->begin(), opt->end());
-  for (const char* name : {"adamw.m", "adamw.v"}) {
-    const TensorEntry& t = moments.get(name);
-    CHECK(t.dtype == DType::f32 && t.shape == std::vector<int64_t>{end - begin},
-          "{}: tensor '{}' does not cover [{}, {})", moments.path().string(), name, begin, end);
+struct CheckpointTensors::Source {
+  std::shared_ptr<SafetensorsFile> file;
+  int64_t begin, end;  // a global flat range
+  const float* data;   // its element `begin`
+};
+
+namespace {
+
+int64_t metadata_int(const SafetensorsFile& f, const char* key) {
+  auto it = f.metadata().find(key);
+  int64_t v = 0;
+  bool ok = it != f.metadata().end();
+  if (ok) {
+    const std::string& text = it->second;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    ok = ec == std::errc() && end == text.data() + text.size();
   }
-  const auto* m = static_cast<const float*>(moments.get("adamw.m").data);
-  const auto* v = static_cast<const float*>(moments.get("adamw.v").data);
-  opt->import_moments(m + (opt->begin() - begin), v + (opt->begin() - begin));
-  opt->set_steps(steps);
+  CHECK(ok, "{}: missing or malformed metadata '{}'", f.path().string(), key);
+  return v;
+}
+
+// An fp32 vector tensor of at least `need` elements.
+const float* vector_of(const SafetensorsFile& f, const char* name, int64_t need) {
+  const TensorEntry& t = f.get(name);
+  CHECK(t.dtype == DType::f32 && t.shape.size() == 1 && t.shape[0] >= need,
+        "{}: tensor '{}' is not an F32 vector of at least {} elements", f.path().string(), name,
+        need);
+  return static_cast<const float*>(t.data);
+}
+
+}  // namespace
+
+CheckpointTensors::CheckpointTensors(const Checkpoint& ckpt, const nn::ParamLayout& layout) {
+  const int64_t total = layout.total();
+  if (!ckpt.manifest.contains("shards")) {
+    auto model = std::make_shared<SafetensorsFile>(ckpt.dir / kModelFile);
+    for (const nn::ParamInfo& p : layout.params()) {
+      CHECK(model->contains(p.name), "{}: no tensor '{}' (a checkpoint of another model?)",
+            model->path().string(), p.name);
+      const TensorEntry& t = model->get(p.name);
+      CHECK(t.dtype == DType::f32 && t.shape == p.shape,
+            "{}: tensor '{}' is {} [{}] but the model expects F32 [{}]", model->path().string(),
+            p.name, dtype_name(t.dtype), fmt::join(t.shape, ", "), fmt::join(p.shape, ", "));
+      params_.push_back({model, p.offset, p.offset + p.numel, static_cast<const float*>(t.data)});
+    }
+    auto opt = std::make_shared<SafetensorsFile>(ckpt.dir / kOptimizerFile);
+    const int64_t b = metadata_int(*opt, "begin"), e = metadata_int(*opt, "end");
+    CHECK(b == 0 && e == total, "{}: optimizer state covers [{}, {}), not the model's [0, {})",
+          opt->path().string(), b, e, total);
+    steps_ = metadata_int(*opt, "steps");
+    m_.push_back({opt, 0, total, vector_of(*opt, "adamw.m", total)});
+    v_.push_back({opt, 0, total, vector_of(*opt, "adamw.v", total)});
+  } else {
+    std::vector<std::pair<int64_t, int64_t>> all;
+    for (const json& shard : ckpt.manifest.at("shards")) {
+      auto f = std::make_shared<SafetensorsFile>(ckpt.dir / shard.at("file").get<std::string>());
+      steps_ = metadata_int(*f, "steps");
+      for (const json& r : shard.at("ranges")) {
+        const int64_t b = r[0].get<int64_t>(), e = r[1].get<int64_t>(), at = r[2].get<int64_t>();
+        const float* p = vector_of(*f, "params", at + (e - b));
+        params_.push_back({f, b, e, p + at});
+        m_.push_back({f, b, e, vector_of(*f, "adamw.m", at + (e - b)) + at});
+        v_.push_back({f, b, e, vector_of(*f, "adamw.v", at + (e - b)) + at});
+        all.push_back({b, e});
+      }
+    }
+    std::sort(all.begin(), all.end());
+    int64_t next = 0;
+    for (const auto& [b, e] : all) {
+      CHECK(b == next,
+            "{}: the shards do not tile the model's flat buffer (a gap or an overlap "
+            "at element {})",
+            ckpt.dir.string(), next);
+      next = e;
+    }
+    CHECK(next == total,
+          "{}: the shards hold {} elements but the model has {} (a checkpoint of "
+          "another model?)",
+          ckpt.dir.string(), next, total);
+  }
+  CHECK(0 <= steps_ && steps_ <= ckpt.state.step,
+        "{}: {} optimizer steps recorded at training step {}", ckpt.dir.string(), steps_,
+        ckpt.state.step);
+}
+
+CheckpointTensors::~CheckpointTensors() = default;
+
+void CheckpointTensors::read(const std::vector<Source>& from, int64_t begin, int64_t end,
+                             float* out, bool gaps_allowed) const {
+  std::fill(out, out + (end - begin), 0.0f);
+  int64_t covered = 0;
+  for (const Source& s : from) {
+    const int64_t b = std::max(begin, s.begin), e = std::min(end, s.end);
+    if (b >= e) continue;
+    std::memcpy(out + (b - begin), s.data + (b - s.begin), size_t(e - b) * sizeof(float));
+    covered += e - b;
+  }
+  TRAINER_ASSERT(gaps_allowed || covered == end - begin, "checkpoint range [{}, {}) not covered",
+                 begin, end);
+}
+
+void CheckpointTensors::read_params(int64_t begin, int64_t end, float* out) const {
+  read(params_, begin, end, out, true);  // alignment gaps between tensors read as zero
+}
+
+void CheckpointTensors::read_moments(int64_t begin, int64_t end, float* m, float* v) const {
+  read(m_, begin, end, m, false);
+  read(v_, begin, end, v, false);
+}
+
+namespace {
+
+// Pieces of at most this many elements: host memory while loading stays small.
+constexpr int64_t kLoadPiece = int64_t(1) << 22;
+
+}  // namespace
+
+void load_training_state(const Checkpoint& ckpt, nn::Model& model, dist::DataParallel& dp) {
+  const CheckpointTensors src(ckpt, model.layout());
+  const Tensor masters = dp.masters();
+  std::vector<float> p, m, v;
+  for (const nn::FlatSlice& sl : dp.slices())
+    for (int64_t b = sl.begin; b < sl.end; b += kLoadPiece) {
+      const int64_t e = std::min(sl.end, b + kLoadPiece), n = e - b;
+      p.resize(size_t(n)), m.resize(size_t(n)), v.resize(size_t(n));
+      src.read_params(b, e, p.data());
+      copy(model.context(), masters.flat(sl.local + (b - sl.begin), n),
+           make_tensor(p.data(), DType::f32, {n}));
+      src.read_moments(b, e, m.data(), v.data());
+      dp.optimizer().import_moments(b, e, m.data(), v.data());
+    }
+  dp.optimizer().set_steps(src.optimizer_steps());
+  dp.masters_changed();
+}
+
+void load_weights(const Checkpoint& ckpt, nn::Model& model) {
+  const CheckpointTensors src(ckpt, model.layout());
+  const Tensor params = model.params();
+  std::vector<float> p;
+  for (const nn::ParamInfo& info : model.layout().params()) {
+    p.resize(size_t(info.numel));
+    src.read_params(info.offset, info.offset + info.numel, p.data());
+    copy(model.context(), params.flat(info.offset, info.numel),
+         make_tensor(p.data(), DType::f32, {info.numel}));
+  }
+  model.sync_working_params();
 }
 
 }  // namespace trainer::app

@@ -1,7 +1,11 @@
 // Checkpoints: a directory per step, written as step-N.tmp/, fsynced, then renamed to step-N/;
-// `latest` is a symlink replaced atomically. A checkpoint holds the model (safetensors, Hugging
-// Face GPT-2 names), the AdamW moments as global flat ranges, the trainer state (JSON), the
-// resolved config and a manifest of sizes and CRC-32s that loading verifies first.
+// `latest` is a symlink replaced atomically. A checkpoint holds the model's fp32 masters and
+// AdamW moments, the trainer state (JSON), the resolved config, the tokenizer and a manifest
+// of sizes and CRC-32s that loading verifies first. The tensors are either whole (rank 0 of a
+// replicated run writes model.safetensors with Hugging Face GPT-2 names and
+// optimizer.safetensors) or sharded (each rank of a sharded run writes its own slices to
+// shard-R-of-N.safetensors, in parallel); the manifest gives every file's global flat ranges,
+// so either kind loads at any world size and sharding stage (Note [Sharded checkpoints]).
 #pragma once
 
 #include <cstdint>
@@ -13,7 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "nn/adamw.h"
+#include "dist/communicator.h"
+#include "dist/data_parallel.h"
 #include "nn/model.h"
 
 namespace trainer::app {
@@ -35,13 +40,22 @@ struct CheckpointPolicy {
   int64_t keep_every = 0;
 };
 
-// Writes step-<state.step>/ under `run_dir`/checkpoints (the tokenizer's bytes too, so the
-// checkpoint is self-contained), repoints `latest`, prunes old ones. Returns the checkpoint
-// directory. On failure (a full disk) throws naming the file; `latest` still names the
+struct SaveOptions {
+  CheckpointPolicy policy;
+  double timeout_s = 1800;  // how long ranks wait for each other's writes (checkpoint.timeout_s)
+};
+
+// A collective: every rank calls it. Writes step-<state.step>/ under `run_dir`/checkpoints
+// (the tokenizer's bytes too, so the checkpoint is self-contained; the tensors whole from rank
+// 0 or each rank's slices from every rank, as `dp` holds them), repoints `latest`, prunes old
+// ones. Ranks wait for each other under options.timeout_s, not the collective timeout, and
+// an error names a rank that was late. Returns the checkpoint directory on every rank. On a
+// failed write (a full disk) throws on every rank naming the file; `latest` still names the
 // previous checkpoint and the partial one is removed.
-fs::path save_checkpoint(const fs::path& run_dir, nn::Model& model, const nn::AdamW& opt,
-                         const TrainerState& state, const std::string& config_yaml,
-                         std::string_view tokenizer, const CheckpointPolicy& policy);
+fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::Model& model,
+                         dist::DataParallel& dp, const TrainerState& state,
+                         const std::string& config_yaml, std::string_view tokenizer,
+                         const SaveOptions& options);
 
 // A verified checkpoint directory: the manifest was read, every file's size and CRC-32
 // checked, and the trainer state and tokenizer cross-checked against it. Throws naming the
@@ -62,9 +76,34 @@ Checkpoint open_checkpoint(const fs::path& dir);
 nlohmann::json parse_checkpoint_manifest(const std::string& text, const std::string& where);
 TrainerState parse_trainer_state(const std::string& text, const std::string& where);
 
-// Loads the weights into `model` (throws naming the tensor on a shape mismatch), refreshes its
-// working copy and, when `opt` is given, loads the moments of its range.
-void load_checkpoint(const Checkpoint& ckpt, nn::Model& model, nn::AdamW* opt);
+// The flat state a checkpoint holds, read by global range whichever way it was written.
+class CheckpointTensors {
+ public:
+  // Throws naming the file when a tensor is missing or does not fit `layout` (a checkpoint
+  // of another model).
+  CheckpointTensors(const Checkpoint& ckpt, const nn::ParamLayout& layout);
+  ~CheckpointTensors();
+  // fp32 masters of flat elements [begin, end) into out (alignment gaps read as zero).
+  void read_params(int64_t begin, int64_t end, float* out) const;
+  // AdamW moments of [begin, end).
+  void read_moments(int64_t begin, int64_t end, float* m, float* v) const;
+  int64_t optimizer_steps() const { return steps_; }
+
+ private:
+  struct Source;
+  void read(const std::vector<Source>& from, int64_t begin, int64_t end, float* out,
+            bool gaps_allowed) const;
+  std::vector<Source> params_, m_, v_;
+  int64_t steps_ = 0;
+};
+
+// Loads this rank's slices of masters and moments into `dp` (any world size and stage the
+// checkpoint was written at), a piece at a time, and makes the model's weights agree.
+void load_training_state(const Checkpoint& ckpt, nn::Model& model, dist::DataParallel& dp);
+
+// Loads the weights into a model that owns them (eval, sample, export) and refreshes its
+// working copy.
+void load_weights(const Checkpoint& ckpt, nn::Model& model);
 
 // The checkpoint `latest` points at under run_dir, or an empty path (repairing a link that a
 // save killed at its last moment left naming the temporary).

@@ -81,7 +81,7 @@ int cmd_bench(const Args& args) {
   exec.max_seq_len = T;
   nn::Transformer model(mc, exec);
   model.init_weights(1);
-  nn::AdamW opt(model.layout(), {}, 0, model.layout().total());
+  nn::AdamW opt(model.layout(), {}, {{0, model.layout().total(), 0}});
   std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T);
   Rng rng(7);
   for (size_t i = 0; i < tokens.size(); ++i) {

@@ -47,7 +47,7 @@ int cmd_eval(const Args& args) {
                              b->lengths.empty() ? nullptr : b->lengths.data()});
     ++batches;
   }
-  const double sum = model.read_step_scalars(0, 0).loss_sum;
+  const double sum = model.read_step_scalars({}).loss_sum;
   CHECK(tokens > 0, "split '{}' of {} has no complete batch to evaluate", lc.split,
         lc.data_dir.string());
   const data::SplitInfo& split = loader.corpus().split();

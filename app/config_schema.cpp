@@ -87,6 +87,9 @@ const std::vector<KeySpec>& schema() {
       {"checkpoint.keep_last", Kind::integer, int64_t(3), "Checkpoints kept (the newest ones)", 1},
       {"checkpoint.keep_every", Kind::integer, int64_t(0),
        "Also keep every checkpoint whose step is a multiple of this (0 = none)", 0},
+      {"checkpoint.timeout_s", Kind::real, 1800.0,
+       "How long ranks wait for each other's checkpoint writes (instead of dist.timeout_s)", 0.1,
+       1e7},
 
       {"log.every", Kind::integer, int64_t(10), "Write a metrics line every N steps", 1},
       {"log.peak_gflops", Kind::real, 0.0,
@@ -103,6 +106,14 @@ const std::vector<KeySpec>& schema() {
        -1e300, 1e300, L{"fp32", "bf16"}},
       {"dist.timeout_s", Kind::real, 300.0,
        "A collective waiting longer than this fails every rank", 0.1, 1e6},
+      {"dist.sharding", Kind::text, std::string("none"),
+       "What each rank holds: none (everything, DDP), optimizer (1/N of the fp32 masters and "
+       "AdamW moments: ZeRO-1), gradients (also 1/N of the gradients: ZeRO-2), full (also the "
+       "weights between uses: ZeRO-3, FSDP)",
+       -1e300, 1e300, L{"none", "optimizer", "gradients", "full"}},
+      {"dist.reshard_after_forward", Kind::boolean, true,
+       "sharding full: free a unit's gathered weights after its forward and gather again for "
+       "backward (false: keep every unit gathered until the step ends)"},
       {"dist.join", Kind::text, std::string("true"),
        "Uneven inputs: true (finished ranks join with zeros), false (stop all at the first uneven "
        "step), throw (error)",

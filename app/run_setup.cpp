@@ -150,6 +150,9 @@ RunConfig resolve_run(const Config& c) {
   r.val_data.max_epochs = 1;
   r.tokenizer = c.text("data.tokenizer");
   r.exec = exec_config(c, model_rows(r.train_data), r.train_data.seq_len);
+  r.sharding = dist::parse_sharding_stage(c.text("dist.sharding"));
+  r.reshard_after_forward = c.boolean("dist.reshard_after_forward");
+  r.exec.own_params = r.sharding == dist::ShardingStage::none;  // else the shards hold them
   r.adamw = adamw_config(c);
   r.schedule = lr_schedule(c);
   r.grad_clip = float(c.real("optimizer.grad_clip"));
@@ -175,6 +178,7 @@ RunConfig resolve_run(const Config& c) {
   r.checkpoint_every = c.integer("checkpoint.every");
   r.keep_last = c.integer("checkpoint.keep_last");
   r.keep_every = c.integer("checkpoint.keep_every");
+  r.checkpoint_timeout_s = c.real("checkpoint.timeout_s");
   r.log_every = c.integer("log.every");
   r.progress = c.text("log.progress");
   r.peak_gflops = c.real("log.peak_gflops");

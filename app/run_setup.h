@@ -11,6 +11,7 @@
 
 #include "app/config.h"
 #include "data/loader.h"
+#include "dist/data_parallel.h"
 #include "dist/join.h"
 #include "nn/adamw.h"
 #include "nn/lr_schedule.h"
@@ -45,10 +46,13 @@ struct RunConfig {
   std::string resume;  // "auto", "none" or a checkpoint directory
   int64_t val_every = 0, val_batches = 0;
   int64_t checkpoint_every = 0, keep_last = 0, keep_every = 0;
+  double checkpoint_timeout_s = 0;
   int64_t log_every = 1;
   std::string progress;
   double peak_gflops = 0;  // the MFU reference; 0 = measured at start-up
   double bucket_mb = 0, timeout_s = 0;
+  dist::ShardingStage sharding = dist::ShardingStage::none;
+  bool reshard_after_forward = true;
   dist::JoinMode join = dist::JoinMode::enabled;
 };
 

@@ -31,7 +31,7 @@ SavedModel open_saved_model(const fs::path& dir, int rows, int seq_len) {
   exec.recompute = nn::Recompute::full;  // forward only: keep nothing per block
   exec.recompute_layers.clear();
   s.model = std::make_unique<nn::Transformer>(mc, exec);
-  load_checkpoint(s.checkpoint, *s.model, nullptr);
+  load_weights(s.checkpoint, *s.model);
   return s;
 }
 

@@ -12,7 +12,7 @@
 #include "data/tokenizer.h"
 #include "dist/communicator.h"
 #include "dist/consistency.h"
-#include "dist/ddp.h"
+#include "dist/data_parallel.h"
 #include "dist/join.h"
 #include "dist/launch.h"
 #include "dist/step_stats.h"
@@ -75,6 +75,7 @@ struct StepStats {
   float lr = 0;
   bool skipped = false;
   bool stop_requested = false;  // a signal reached some rank
+  bool write_failed = false;    // rank 0 could not write its metrics or log
   dist::StepTimes times;
 };
 
@@ -120,14 +121,14 @@ class TrainLoop {
                        const dist::StepCounts& counts);
   void finish_gradients(StepStats& s);
   std::string first_nonfinite_gradient();
+  std::string write_failure() const;
   double validate();
   void save();
   void log_step(const StepStats& s, double step_s);
   void write_metrics(const nlohmann::json& record);
-  void check_writes();
+  void report_write_failure();
   int stop_early(const std::string& why);
   void log_setup();
-  double optimizer_bytes() const;
   double planned_mib() const;
 
   Config config_;  // as given (paths made absolute): saved with the run, compared across ranks
@@ -140,10 +141,8 @@ class TrainLoop {
   uint64_t tokenizer_hash_ = 0;
   std::string data_manifest_;  // the corpus's manifest.json as the run started
   nn::Transformer transformer_;
-  nn::Model& model_;  // what the loop uses of it
-  std::vector<dist::Range> frozen_;
-  nn::AdamW optimizer_;
-  dist::DDP ddp_;
+  nn::Model& model_;                        // what the loop uses of it
+  std::unique_ptr<dist::DataParallel> dp_;  // how the ranks share its state
   dist::Join join_;
   std::unique_ptr<data::Loader> loader_;
   TrainerState state_;
@@ -166,12 +165,15 @@ TrainLoop::TrainLoop(const Config& config, const TrainOptions& options, dist::Co
       leader_(comm.rank() == 0),
       transformer_(rc_.model, rc_.exec),
       model_(transformer_),
-      frozen_(frozen_ranges(model_.layout(), rc_.freeze)),
-      optimizer_(
-          model_.layout(), rc_.adamw, 0, model_.layout().total(),
-          [this](const std::string& name) { return matches_any(name, rc_.freeze); },
-          rc_.exec.device),
-      ddp_(comm, model_, {.bucket_mb = rc_.bucket_mb, .frozen = frozen_}),
+      dp_(dist::make_data_parallel(
+          comm, model_,
+          {.stage = rc_.sharding,
+           .bucket_mb = rc_.bucket_mb,
+           .reshard_after_forward = rc_.reshard_after_forward,
+           .adamw = rc_.adamw,
+           .frozen = frozen_ranges(model_.layout(), rc_.freeze),
+           .is_frozen =
+               [this](const std::string& name) { return matches_any(name, rc_.freeze); }})),
       join_(rc_.join) {
   for (const std::string& p : rc_.freeze) {
     bool any = false;
@@ -208,8 +210,8 @@ fs::path TrainLoop::resume_path() {
 std::vector<fs::path> TrainLoop::check_overwrite(const fs::path& from, int64_t start_step) {
   const fs::path ckpts = rc_.run_dir / "checkpoints", metrics = rc_.run_dir / "metrics.jsonl";
   std::error_code ec;
-  const bool own =
-      !from.empty() && fs::weakly_canonical(from.parent_path(), ec) == fs::weakly_canonical(ckpts, ec);
+  const bool own = !from.empty() &&
+                   fs::weakly_canonical(from.parent_path(), ec) == fs::weakly_canonical(ckpts, ec);
   std::vector<fs::path> discard;
   for (const auto& [step, dir] : list_checkpoints(rc_.run_dir))
     if (!own || step > start_step) discard.push_back(dir);
@@ -219,8 +221,9 @@ std::vector<fs::path> TrainLoop::check_overwrite(const fs::path& from, int64_t s
   const std::string what =
       own ? fmt::format("resuming from step {} would replace its {} later checkpoint(s)",
                         start_step, discard.size())
-      : from.empty() ? "this run starts afresh"
-                     : fmt::format("this run starts from {}, another run's checkpoint", from.string());
+      : from.empty()
+          ? "this run starts afresh"
+          : fmt::format("this run starts from {}, another run's checkpoint", from.string());
   if (!options_.force)
     throw UsageError(fmt::format(
         "{} already holds a run ({} checkpoint(s){}) and {}: pass --force to delete {} first, or "
@@ -263,9 +266,10 @@ void TrainLoop::start_up() {
     try {
       lock_ = std::make_unique<ExclusiveLock>(rc_.run_dir / ".lock");
     } catch (const ExclusiveLock::Busy& busy) {
-      THROW_ERROR("run directory {} is in use by another trainer ({}): one trainer per run "
-                  "directory",
-                  rc_.run_dir.string(), busy.holder());
+      THROW_ERROR(
+          "run directory {} is in use by another trainer ({}): one trainer per run "
+          "directory",
+          rc_.run_dir.string(), busy.holder());
     }
   }
   const fs::path tokenizer_path = rc_.tokenizer;
@@ -292,8 +296,8 @@ void TrainLoop::start_up() {
           from.string(), rc_.train_data.data_dir.string());
     state_ = ckpt->state;
   }
-  const std::vector<fs::path> discard = leader_ ? check_overwrite(from, state_.step)
-                                                : std::vector<fs::path>{};
+  const std::vector<fs::path> discard =
+      leader_ ? check_overwrite(from, state_.step) : std::vector<fs::path>{};
   std::optional<data::LoaderState> loader_state;
   if (ckpt) loader_state = ckpt->state.loader.get<data::LoaderState>();
   loader_ =
@@ -321,20 +325,15 @@ void TrainLoop::start_up() {
     write_file_atomic(rc_.run_dir / "tokenizer.model", tokenizer_);
   }
   if (ckpt) {
-    load_checkpoint(*ckpt, model_, &optimizer_);
+    load_training_state(*ckpt, model_, *dp_);
     saved_step_ = state_.step;
     log::info("resumed from {} at step {}", from.string(), state_.step);
   } else {
-    transformer_.init_weights(rc_.seed);
-  }
-  if (comm_.size() > 1) {
-    dist::broadcast_parameters(comm_, model_.params());
-    model_.sync_working_params();
+    dist::init_masters(*dp_, model_, rc_.model, rc_.seed);
   }
   first_step_ = state_.step;
   if (leader_)
-    metrics_ = std::make_unique<MetricsLog>(rc_.run_dir / "metrics.jsonl",
-                                            ckpt ? state_.step : -1);
+    metrics_ = std::make_unique<MetricsLog>(rc_.run_dir / "metrics.jsonl", ckpt ? state_.step : -1);
 }
 
 // This rank's micro-batches for the step. At the end of the data (data.epochs) a step gets the
@@ -358,20 +357,22 @@ StepStats TrainLoop::train_step(const std::optional<std::vector<data::Batch>>& b
                                 const dist::StepCounts& counts) {
   StepStats s;
   s.tokens = counts.global_tokens;
-  model_.zero_grads();
+  dp_->begin_step();
   model_.reset_loss();
-  if (batches) {
-    for (size_t m = 0; m < batches->size(); ++m) {
-      const data::Batch& b = (*batches)[m];
-      ddp_.set_sync(m + 1 == batches->size());
-      Timer t;
-      model_.forward(view_of(b));
-      s.times.forward_s += t.seconds();
-      t.reset();
-      model_.backward(1.0f / float(counts.global_tokens));
-      s.times.backward_s += t.seconds();
-    }
+  const size_t mine = batches ? batches->size() : 0;
+  for (size_t m = 0; m < mine; ++m) {
+    dp_->set_last_micro_batch(m + 1 == mine);
+    Timer t;
+    model_.forward(view_of((*batches)[m]));
+    s.times.forward_s += t.seconds();
+    t.reset();
+    model_.backward(1.0f / float(counts.global_tokens));
+    s.times.backward_s += t.seconds();
   }
+  // Join under sharding: passes whose collectives the other ranks' micro-batches need.
+  if (dp_->collective_backward())
+    for (int64_t m = int64_t(mine); m < counts.max_micro_batches; ++m)
+      dist::empty_pass(model_, *dp_, true);
   finish_gradients(s);
   Timer t;
   s.lr = rc_.schedule.at(state_.step);
@@ -387,35 +388,41 @@ StepStats TrainLoop::train_step(const std::optional<std::vector<data::Batch>>& b
     log::warn("step {}: non-finite value in {}; step skipped", state_.step + 1, culprit);
     s.skipped = true;
   } else {
-    const float clip = nn::clip_scale(s.grad_norm, rc_.grad_clip);
-    optimizer_.step(model_.context(), model_.params(), model_.grads(), model_.working_copy(), s.lr,
-                    clip);
+    dp_->step(s.lr, nn::clip_scale(s.grad_norm, rc_.grad_clip));
   }
   s.times.optimizer_s = t.seconds();
   return s;
 }
 
-// Completes the gradient sum over ranks and agrees on the loss, the norm and whether a signal
-// asked to stop, so that every rank takes the same decisions. The loss and the norm come back
-// from the device here, once per step.
+// Completes the gradient sum over ranks and agrees on the loss, the norm (a sum of the ranks'
+// shares when sharded), whether a signal asked to stop and whether rank 0 failed to write,
+// so that every rank takes the same decisions. The loss and the norm come back from the
+// device here, once per step.
 void TrainLoop::finish_gradients(StepStats& s) {
-  ddp_.finish();
-  s.times.comm_wait_s = ddp_.last_wait_seconds();
-  s.times.comm_busy_s = ddp_.last_comm_seconds();
-  for (const dist::Range& r : frozen_)  // never communicated: keep them out of the norm
-    fill_zero(model_.context(), model_.grads().flat(r.begin, r.size()));
-  const nn::StepScalars local = model_.read_step_scalars(0, model_.layout().total());
-  std::vector<double> agreed = {local.loss_sum, g_stop_signal ? 1.0 : 0.0};
+  dp_->finish();
+  s.times.comm_wait_s = dp_->last_wait_seconds();
+  s.times.comm_busy_s = dp_->last_comm_seconds();
+  const nn::StepScalars local = model_.read_step_scalars(dp_->grads());
+  std::vector<double> agreed = {local.loss_sum, g_stop_signal ? 1.0 : 0.0,
+                                write_failure().empty() ? 0.0 : 1.0,
+                                dp_->grads_sharded() ? local.grad_norm_sq : 0.0};
   if (comm_.size() > 1) comm_.all_reduce(agreed);
   s.loss = agreed[0] / double(s.tokens);
   s.stop_requested = agreed[1] > 0;
-  s.grad_norm = std::sqrt(local.grad_norm_sq);
+  s.write_failed = agreed[2] > 0;
+  s.grad_norm = std::sqrt(dp_->grads_sharded() ? agreed[3] : local.grad_norm_sq);
 }
 
+// The first parameter (of this rank's slices) with a non-finite gradient.
 std::string TrainLoop::first_nonfinite_gradient() {
+  const Tensor grads = dp_->grads();
   for (const nn::ParamInfo& p : model_.layout().params())
-    for (float g : read_as_f32(model_.context(), model_.grads().flat(p.offset, p.numel)))
-      if (!std::isfinite(g)) return "the gradient of " + p.name;
+    for (const nn::FlatSlice& sl : dp_->slices()) {
+      const int64_t b = std::max(sl.begin, p.offset), e = std::min(sl.end, p.offset + p.numel);
+      if (b >= e) continue;
+      for (float g : read_as_f32(model_.context(), grads.flat(sl.local + (b - sl.begin), e - b)))
+        if (!std::isfinite(g)) return "the gradient of " + p.name;
+    }
   return "the gradients";
 }
 
@@ -428,22 +435,28 @@ double TrainLoop::validate() {
   std::vector<double> sums = {0, 0};  // loss, tokens: each rank takes its share of the batches
   for (int64_t i = 0; i < rc_.val_batches; i += comm_.size()) {
     std::optional<data::Batch> b = val.next();
-    if (!b) break;
-    sums[1] += double(model_.forward(view_of(*b)));
+    if (b)
+      sums[1] += double(model_.forward(view_of(*b)));
+    else if (dp_->collective_forward())
+      dist::empty_pass(model_, *dp_,
+                       false);  // the others' forwards gather the weights with this rank
+    else
+      break;
   }
-  sums[0] = model_.read_step_scalars(0, 0).loss_sum;
+  sums[0] = model_.read_step_scalars({}).loss_sum;
   if (comm_.size() > 1) comm_.all_reduce(sums);
   CHECK(sums[1] > 0, "validation split of {} yielded no tokens", vc.data_dir.string());
   return sums[0] / sums[1];
 }
 
+// A collective: every rank writes its part (Note [Sharded checkpoints]).
 void TrainLoop::save() {
-  if (!leader_ || state_.step == saved_step_) return;
+  if (state_.step == saved_step_) return;
   saved_step_ = state_.step;
   state_.loader = loader_->state();
-  const CheckpointPolicy policy{rc_.keep_last, rc_.keep_every};
-  const fs::path dir = save_checkpoint(rc_.run_dir, model_, optimizer_, state_, config_.to_yaml(),
-                                       tokenizer_, policy);
+  const SaveOptions options{{rc_.keep_last, rc_.keep_every}, rc_.checkpoint_timeout_s};
+  const fs::path dir = save_checkpoint(comm_, rc_.run_dir, model_, *dp_, state_, config_.to_yaml(),
+                                       tokenizer_, options);
   log::info("saved {}", dir.string());
 }
 
@@ -452,20 +465,26 @@ void TrainLoop::write_metrics(const nlohmann::json& record) {
 }
 
 // Note [Write failures]: a metrics or log line that cannot be written (a full disk) is not
-// ignored: the first failure is reported at once and a checkpoint is saved there, so that a
-// run that is about to die loses nothing; a failing checkpoint write stops the run with an
-// error naming the file, and `latest` still names the previous checkpoint.
-void TrainLoop::check_writes() {
-  if (!leader_ || write_failure_reported_) return;
-  std::string failed;
-  if (metrics_failed_)
-    failed = fmt::format("{} ({})", metrics_->path().string(), metrics_->why());
-  else if (const std::string e = log::file_error(); !e.empty())
-    failed = fmt::format("{} ({})", (rc_.run_dir / "train.log").string(), e);
-  if (failed.empty()) return;
+// ignored: a checkpoint is saved at once (with several ranks, which must all take part, at the
+// next step, whose all-reduce carries rank 0's failure), so that a run that is about to die
+// loses nothing; a failing
+// checkpoint write stops the run with an error naming the file, and `latest` still names the
+// previous checkpoint.
+std::string TrainLoop::write_failure() const {
+  if (!leader_ || write_failure_reported_) return {};
+  if (metrics_failed_) return fmt::format("{} ({})", metrics_->path().string(), metrics_->why());
+  if (const std::string e = log::file_error(); !e.empty())
+    return fmt::format("{} ({})", (rc_.run_dir / "train.log").string(), e);
+  return {};
+}
+
+void TrainLoop::report_write_failure() {
+  if (write_failure_reported_) return;
+  if (leader_) {
+    if (progress_) progress_->finish();
+    log::warn("cannot write {}: saving a checkpoint at step {} now", write_failure(), state_.step);
+  }
   write_failure_reported_ = true;
-  if (progress_) progress_->finish();
-  log::warn("cannot write {}: saving a checkpoint at step {} now", failed, state_.step);
   save();
 }
 
@@ -529,20 +548,21 @@ void TrainLoop::log_setup() {
       e.compute == DType::bf16 ? " (" + bf16_path + ")" : "", float_dtype_name(e.grad),
       nn::recompute_name(e.recompute),
       e.recompute_layers.empty() ? "" : fmt::format(" on {} blocks", e.recompute_layers.size()));
+  const dist::StateBytes st = dp_->state_bytes();
   log::info(
-      "memory plan per rank: {:.1f} MiB (parameters {:.1f}, working copy {:.1f}, gradients "
-      "{:.1f}, optimizer {:.1f}, activations {:.1f}, workspace {:.1f}); {} rank(s)",
-      planned_mib(), mem.params / kMiB, mem.working / kMiB, mem.grads / kMiB,
-      optimizer_bytes() / kMiB, mem.activations / kMiB, mem.workspace / kMiB, comm_.size());
+      "memory plan per rank: {:.1f} MiB (sharding {}: fp32 masters {:.1f}, working weights "
+      "{:.1f}, gradients {:.1f}, optimizer {:.1f}, buffers {:.1f}; activations {:.1f}, workspace "
+      "{:.1f}); {} rank(s)",
+      planned_mib(), dist::sharding_stage_name(dp_->stage()), st.masters / kMiB, st.working / kMiB,
+      st.grads / kMiB, st.optimizer / kMiB, st.buffers / kMiB, mem.activations / kMiB,
+      mem.workspace / kMiB, comm_.size());
   log::info("MFU against {}", peak_source_);
 }
 
-double TrainLoop::optimizer_bytes() const {
-  return 2.0 * double(optimizer_.state_size()) * sizeof(float);
-}
-
+// The model's state as this rank holds it, and the model's own activations and scratch.
 double TrainLoop::planned_mib() const {
-  return (double(transformer_.memory().total()) + optimizer_bytes()) / kMiB;
+  const nn::Transformer::Memory m = transformer_.memory();
+  return double(dp_->state_bytes().total() + m.activations + m.workspace + m.inputs) / kMiB;
 }
 
 int TrainLoop::run() {
@@ -574,7 +594,8 @@ int TrainLoop::run() {
     int64_t my_tokens = 0;
     if (batches)
       for (const data::Batch& b : *batches) my_tokens += b.loss_tokens;
-    const dist::StepCounts counts = dist::exchange_counts(comm_, batches.has_value(), my_tokens);
+    const dist::StepCounts counts = dist::exchange_counts(comm_, batches.has_value(), my_tokens,
+                                                          batches ? int64_t(batches->size()) : 0);
     if (join_.decide(counts, batches.has_value(), state_.step) == dist::StepAction::stop)
       return stop_early(fmt::format("data.epochs = {} reached", rc_.train_data.max_epochs));
     CHECK(counts.global_tokens > 0, "step {}: the global batch has no loss tokens",
@@ -585,6 +606,8 @@ int TrainLoop::run() {
     ++state_.step;
     state_.tokens_seen += s.tokens;
     log_step(s, step_timer.seconds());
+    // One process need not wait for the next step's agreement (Note [Write failures]).
+    if (s.write_failed || (comm_.size() == 1 && !write_failure().empty())) report_write_failure();
     if (s.stop_requested && state_.step < total) return stop_early("stop signal received");
     if (rc_.val_every > 0 && (state_.step % rc_.val_every == 0 || state_.step == total)) {
       double v = validate();
@@ -594,7 +617,6 @@ int TrainLoop::run() {
         write_metrics({{"step", state_.step}, {"val_loss", v}, {"val_perplexity", std::exp(v)}});
       }
     }
-    check_writes();
     if (rc_.checkpoint_every > 0 && state_.step % rc_.checkpoint_every == 0 &&
         state_.step < total) {
       if (progress_) progress_->finish();

@@ -59,7 +59,7 @@ class SingleProcessCommunicator final : public Communicator {
     CHECK(root == 0, "broadcast from rank {} in a single process", root);
     return done_work();
   }
-  Work barrier_async() override { return done_work(); }
+  Work barrier_async(double) override { return done_work(); }
   double busy_seconds() const override { return 0; }
 };
 

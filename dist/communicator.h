@@ -55,7 +55,9 @@ class Communicator {
   virtual Work all_gather_async(const void* send, void* recv, int64_t count, DType type) = 0;
   // data[0, bytes) = root's data[0, bytes).
   virtual Work broadcast_async(void* data, int64_t bytes, int root) = 0;
-  virtual Work barrier_async() = 0;
+  // Completes when every rank has arrived; timeout_s > 0 replaces the communicator's
+  // timeout for this one (a checkpoint save waits for the slowest writer).
+  virtual Work barrier_async(double timeout_s = 0) = 0;
 
   // Blocking forms.
   void all_reduce(float* data, int64_t count) { all_reduce_async(data, count, DType::f32).wait(); }
@@ -76,7 +78,7 @@ class Communicator {
   void broadcast(void* data, int64_t bytes, int root = 0) {
     broadcast_async(data, bytes, root).wait();
   }
-  void barrier() { barrier_async().wait(); }
+  void barrier(double timeout_s = 0) { barrier_async(timeout_s).wait(); }
 
   // Total seconds collectives have spent in the network since creation (for overlap figures).
   virtual double busy_seconds() const = 0;

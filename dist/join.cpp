@@ -1,6 +1,8 @@
 // Global token counts and Join decisions; see join.h.
 #include "dist/join.h"
 
+#include <algorithm>
+
 #include <fmt/ranges.h>
 
 #include "runtime/error.h"
@@ -15,16 +17,18 @@ JoinMode parse_join_mode(const std::string& text) {
   THROW_ERROR("join must be true, false or throw, got '{}'", text);
 }
 
-StepCounts exchange_counts(Communicator& comm, bool has_data, int64_t loss_tokens) {
+StepCounts exchange_counts(Communicator& comm, bool has_data, int64_t loss_tokens,
+                           int64_t micro_batches) {
   CHECK(loss_tokens >= 0, "negative loss token count {}", loss_tokens);
   // Gathered rather than summed so every rank also learns who is out (for Join's log).
-  const std::vector<int64_t> all =
-      comm.all_gather(std::vector<int64_t>{has_data ? 1 : 0, has_data ? loss_tokens : 0});
+  const std::vector<int64_t> all = comm.all_gather(std::vector<int64_t>{
+      has_data ? 1 : 0, has_data ? loss_tokens : 0, has_data ? micro_batches : 0});
   StepCounts c;
   c.world_size = comm.size();
   for (int r = 0; r < comm.size(); ++r) {
-    const bool has = all[size_t(2 * r)] != 0;
-    c.global_tokens += all[size_t(2 * r + 1)];
+    const bool has = all[size_t(3 * r)] != 0;
+    c.global_tokens += all[size_t(3 * r + 1)];
+    c.max_micro_batches = std::max(c.max_micro_batches, all[size_t(3 * r + 2)]);
     if (has)
       ++c.ranks_with_data;
     else

@@ -21,7 +21,8 @@ enum class JoinMode { enabled, disabled, throw_error };
 JoinMode parse_join_mode(const std::string& text);
 
 struct StepCounts {
-  int64_t global_tokens = 0;  // loss tokens of the global batch (the loss divisor)
+  int64_t global_tokens = 0;      // loss tokens of the global batch (the loss divisor)
+  int64_t max_micro_batches = 0;  // the most micro-batches any rank has this step
   int ranks_with_data = 0;
   int world_size = 1;
   std::vector<int> ranks_without_data;  // ascending
@@ -29,9 +30,10 @@ struct StepCounts {
   bool none_have_data() const { return ranks_with_data == 0; }
 };
 
-// One tiny collective covering all micro-batches of this rank's step: has_data and the loss
-// tokens of those micro-batches (0 when !has_data).
-StepCounts exchange_counts(Communicator& comm, bool has_data, int64_t loss_tokens);
+// One tiny collective covering all micro-batches of this rank's step: has_data, the loss
+// tokens of those micro-batches (0 when !has_data) and how many there are.
+StepCounts exchange_counts(Communicator& comm, bool has_data, int64_t loss_tokens,
+                           int64_t micro_batches = 1);
 
 // What this rank does in a step.
 enum class StepAction {

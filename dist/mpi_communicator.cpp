@@ -96,6 +96,7 @@ struct Op {
   DType type = DType::u8;
   int root = 0;
   int64_t seq = 0;
+  double timeout_s = 0;  // the deadline, from the operation's start
   std::shared_ptr<WorkState> state;
 };
 
@@ -189,15 +190,19 @@ class MpiCommunicator final : public Communicator {
     CHECK(root >= 0 && root < size_, "broadcast from rank {} of {}", root, size_);
     return enqueue(Kind::broadcast, data, data, bytes, DType::u8, root);
   }
-  Work barrier_async() override { return enqueue(Kind::barrier); }
+  Work barrier_async(double timeout_s) override {
+    Work w = enqueue(Kind::barrier, nullptr, nullptr, 0, DType::u8, 0, timeout_s);
+    return w;
+  }
 
   double busy_seconds() const override { return busy_total_.load(); }
 
  private:
   Work enqueue(Kind kind, const void* send = nullptr, void* data = nullptr, int64_t count = 0,
-               DType type = DType::u8, int root = 0) {
+               DType type = DType::u8, int root = 0, double timeout_s = 0) {
     Op op;
     op.kind = kind;
+    op.timeout_s = timeout_s > 0 ? timeout_s : options_.timeout_s;
     op.send = send;
     op.data = data;
     op.count = count;
@@ -279,7 +284,7 @@ class MpiCommunicator final : public Communicator {
 
   // Tests `req` until it completes or the operation's deadline passes.
   void progress(MPI_Request& req, const Op& op, Clock::time_point start) {
-    const auto deadline = start + std::chrono::duration<double>(options_.timeout_s);
+    const auto deadline = start + std::chrono::duration<double>(op.timeout_s);
     for (int64_t i = 0;; ++i) {
       int flag = 0;
       int rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
@@ -301,7 +306,7 @@ class MpiCommunicator final : public Communicator {
                        : std::string("every rank arrived; one may have died or stalled during "
                                      "the operation"));
         throw OpFailed{fmt::format("{} timed out after {:.1f} s on rank {}: {}", describe(op),
-                                   options_.timeout_s, rank_, who)};
+                                   op.timeout_s, rank_, who)};
       }
       // Note [Polling]: spin briefly (small collectives finish within microseconds), then sleep
       // in short naps so the communication thread does not steal a core from compute while

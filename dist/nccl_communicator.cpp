@@ -120,7 +120,8 @@ class NcclCommunicator final : public Communicator {
       NCCL_CALL(ncclBroadcast(data, data, size_t(bytes), ncclUint8, root, comm_, stream_));
     });
   }
-  Work barrier_async() override {
+  Work barrier_async(double timeout_s) override {
+    if (timeout_s > 0) return bootstrap_.barrier_async(timeout_s);  // a host-side wait
     return launch("barrier", [&] {
       NCCL_CALL(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, comm_, stream_));
     });

@@ -8,20 +8,29 @@
 
 namespace trainer::nn {
 
-AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& config, int64_t begin, int64_t end,
+AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& config, std::vector<FlatSlice> slices,
              const std::function<bool(const std::string&)>& frozen, Device device)
-    : config_(config), begin_(begin), end_(end) {
-  TRAINER_ASSERT(0 <= begin && begin <= end && end <= layout.total(), "optimizer range [{}, {})",
-                 begin, end);
-  for (const ParamInfo& p : layout.params()) {
-    const int64_t b = std::max(begin, p.offset), e = std::min(end, p.offset + p.numel);
-    if (b >= e || (frozen && frozen(p.name))) continue;
-    const bool embedding = layout.units()[size_t(p.unit)].kind == UnitKind::embedding;
-    spans_.push_back({b, e, state_size_, p.decay || (config.decay_embeddings && embedding)});
-    state_size_ += e - b;
+    : config_(config), slices_(std::move(slices)) {
+  for (const FlatSlice& sl : slices_) {
+    TRAINER_ASSERT(0 <= sl.begin && sl.begin <= sl.end && sl.end <= layout.total() && sl.local >= 0,
+                   "optimizer slice [{}, {})", sl.begin, sl.end);
+    for (const ParamInfo& p : layout.params()) {
+      const int64_t b = std::max(sl.begin, p.offset), e = std::min(sl.end, p.offset + p.numel);
+      if (b >= e || (frozen && frozen(p.name))) continue;
+      const bool embedding = layout.units()[size_t(p.unit)].kind == UnitKind::embedding;
+      spans_.push_back({b, e, sl.local + (b - sl.begin), state_size_,
+                        p.decay || (config.decay_embeddings && embedding)});
+      state_size_ += e - b;
+    }
   }
   m_ = Buffer(size_t(state_size_) * sizeof(float), device);
   v_ = Buffer(size_t(state_size_) * sizeof(float), device);
+}
+
+int64_t AdamW::local_size() const {
+  int64_t n = 0;
+  for (const FlatSlice& sl : slices_) n = std::max(n, sl.local + sl.size());
+  return n;
 }
 
 Tensor AdamW::moments(const Buffer& b, const Span& s) const {
@@ -41,29 +50,40 @@ void AdamW::step(const Context& ctx, const Tensor& params, const Tensor& grads,
   for (const Span& s : spans_) {
     const int64_t n = s.end - s.begin;
     h.weight_decay = s.decay ? config_.weight_decay : 0.0f;
-    adamw_update(ctx, params.flat(s.begin, n), grads.flat(s.begin, n), moments(m_, s),
-                 moments(v_, s), working.empty() ? Tensor{} : working.flat(s.begin, n), h);
+    adamw_update(ctx, params.flat(s.local, n), grads.flat(s.local, n), moments(m_, s),
+                 moments(v_, s), working.empty() ? Tensor{} : working.flat(s.local, n), h);
   }
 }
 
-void AdamW::export_moments(float* m_flat, float* v_flat) const {
-  std::fill(m_flat, m_flat + (end_ - begin_), 0.0f);
-  std::fill(v_flat, v_flat + (end_ - begin_), 0.0f);
-  const Context ctx;
+// Calls fn(span, [b, e)) for the part of every span inside [begin, end).
+template <class Fn>
+void AdamW::for_spans_in(int64_t begin, int64_t end, Fn fn) const {
   for (const Span& s : spans_) {
-    const int64_t n = s.end - s.begin;
-    copy(ctx, make_tensor(m_flat + (s.begin - begin_), DType::f32, {n}), moments(m_, s));
-    copy(ctx, make_tensor(v_flat + (s.begin - begin_), DType::f32, {n}), moments(v_, s));
+    const int64_t b = std::max(begin, s.begin), e = std::min(end, s.end);
+    if (b < e) fn(s, b, e);
   }
 }
 
-void AdamW::import_moments(const float* m_flat, const float* v_flat) {
+void AdamW::export_moments(int64_t begin, int64_t end, float* m, float* v) const {
+  std::fill(m, m + (end - begin), 0.0f);
+  std::fill(v, v + (end - begin), 0.0f);
   const Context ctx;
-  for (const Span& s : spans_) {
-    const int64_t n = s.end - s.begin;
-    copy(ctx, moments(m_, s), make_tensor(m_flat + (s.begin - begin_), DType::f32, {n}));
-    copy(ctx, moments(v_, s), make_tensor(v_flat + (s.begin - begin_), DType::f32, {n}));
-  }
+  for_spans_in(begin, end, [&](const Span& s, int64_t b, int64_t e) {
+    const Tensor ms = moments(m_, s).flat(b - s.begin, e - b),
+                 vs = moments(v_, s).flat(b - s.begin, e - b);
+    copy(ctx, make_tensor(m + (b - begin), DType::f32, {e - b}), ms);
+    copy(ctx, make_tensor(v + (b - begin), DType::f32, {e - b}), vs);
+  });
+}
+
+void AdamW::import_moments(int64_t begin, int64_t end, const float* m, const float* v) {
+  const Context ctx;
+  for_spans_in(begin, end, [&](const Span& s, int64_t b, int64_t e) {
+    copy(ctx, moments(m_, s).flat(b - s.begin, e - b),
+         make_tensor(m + (b - begin), DType::f32, {e - b}));
+    copy(ctx, moments(v_, s).flat(b - s.begin, e - b),
+         make_tensor(v + (b - begin), DType::f32, {e - b}));
+  });
 }
 
 float clip_scale(double norm, float max_norm) {

@@ -1,6 +1,6 @@
-// AdamW (decoupled weight decay, PyTorch's update order) over a range of the flat parameter
-// buffer, with fp32 moments for that range only: a shard is just a smaller range. The update
-// itself is the fused adamw_update op, one call per parameter span.
+// AdamW (decoupled weight decay, PyTorch's update order) over slices of the flat parameter
+// buffer, with fp32 moments for those slices only: the whole model is one slice, a shard is a
+// few. The update itself is the fused adamw_update op, one call per parameter span.
 #pragma once
 
 #include <cstdint>
@@ -23,43 +23,54 @@ struct AdamWConfig {
   bool decay_embeddings = false;  // decay the embedding unit's tensors too (recipes differ)
 };
 
+// Elements [begin, end) of the model's flat buffer, held at [local, local + end - begin) of
+// the buffers the optimizer is given (the whole model: {0, total, 0}).
+struct FlatSlice {
+  int64_t begin = 0, end = 0, local = 0;
+  int64_t size() const { return end - begin; }
+};
+
 class AdamW {
  public:
-  // Optimises elements [begin, end) of the flat buffers described by `layout`, except the
-  // parameters for which frozen(name) is true: those keep their values and get no state.
-  // The moments live on `device`.
-  AdamW(const ParamLayout& layout, const AdamWConfig& config, int64_t begin, int64_t end,
+  // Optimises `slices` of the flat buffers described by `layout`, except the parameters for
+  // which frozen(name) is true: those keep their values and get no state. The moments live
+  // on `device`.
+  AdamW(const ParamLayout& layout, const AdamWConfig& config, std::vector<FlatSlice> slices,
         const std::function<bool(const std::string&)>& frozen = nullptr,
         Device device = Device::cpu);
 
-  // One update of params[begin, end) (fp32, the whole flat buffer) from grads * grad_scale
-  // (grad_scale folds in clipping); `working` (bf16, the whole flat buffer, or empty) receives
-  // the updated values rounded.
+  // One update of the slices of `params` (fp32, local buffers of local_size() elements or
+  // more) from grads * grad_scale (grad_scale folds in clipping); `working` (bf16, local, or
+  // empty) receives the updated values rounded.
   void step(const Context& ctx, const Tensor& params, const Tensor& grads, const Tensor& working,
             float lr, float grad_scale);
 
   int64_t steps() const { return step_; }
   void set_steps(int64_t s) { step_ = s; }
-  int64_t begin() const { return begin_; }
-  int64_t end() const { return end_; }
-  // Moments of the trainable elements, in flat order (frozen ones skipped): state_size()
-  // elements each.
+  const std::vector<FlatSlice>& slices() const { return slices_; }
+  // Elements the local buffers must have: the end of the last slice.
+  int64_t local_size() const;
+  // Moments of the trainable elements (frozen ones skipped): state_size() elements each.
   int64_t state_size() const { return state_size_; }
-  // Copies the moments to/from host flat arrays over [begin, end) (frozen elements read as
-  // zero): the layout checkpoints use, independent of what is frozen or sharded.
-  void export_moments(float* m_flat, float* v_flat) const;
-  void import_moments(const float* m_flat, const float* v_flat);
+  // Copies the moments of flat elements [begin, end) (which must lie in one slice) to/from
+  // host arrays of end - begin floats; frozen elements read as zero and ignore writes. The
+  // layout checkpoints use, independent of what is frozen or sharded.
+  void export_moments(int64_t begin, int64_t end, float* m, float* v) const;
+  void import_moments(int64_t begin, int64_t end, const float* m, const float* v);
   const AdamWConfig& config() const { return config_; }
 
  private:
   struct Span {
     int64_t begin, end;  // flat range
+    int64_t local;       // where it lies in the local buffers
     int64_t state;       // where its moments start in m_ and v_
     bool decay;
   };
   Tensor moments(const Buffer& b, const Span& s) const;
+  template <class Fn>
+  void for_spans_in(int64_t begin, int64_t end, Fn fn) const;
   AdamWConfig config_;
-  int64_t begin_, end_;
+  std::vector<FlatSlice> slices_;
   std::vector<Span> spans_;  // the parameters within [begin, end), with their decay flag
   int64_t state_size_ = 0;
   Buffer m_, v_;

@@ -34,7 +34,28 @@ enum class ParamUse : uint8_t { forward, backward };
 
 struct StepScalars {
   double loss_sum = 0;      // summed loss of every forward since reset_loss()
-  double grad_norm_sq = 0;  // squared L2 norm of the requested gradient range
+  double grad_norm_sq = 0;  // squared L2 norm of the requested gradients
+};
+
+// Note [Unit storage]
+// Where a unit's weights and gradients live while the model computes. By default the model
+// owns flat buffers of every parameter (ExecConfig::own_params) and fires its hooks; a sharded
+// run owns the memory instead (dist/sharding.h) and hands the model each unit's weights just
+// before they are read (gathered from shards) and a buffer for each unit's gradient (reduced
+// to shards when complete). Calls come in the model's fixed order: forward needs the
+// embedding, blocks 0..L-1, the final unit and the embedding again (the tied head); backward
+// needs the final unit and the embedding, then block L-1..0, each followed by its gradient.
+class UnitStore {
+ public:
+  virtual ~UnitStore() = default;
+  // The unit's weights (compute dtype, the unit's elements in layout order), about to be read
+  // for `use`. Valid until two further units have been asked for.
+  virtual Tensor weights(int unit, ParamUse use) = 0;
+  // Where backward adds the unit's gradient for this micro-batch (gradient dtype, the unit's
+  // elements), zero before the micro-batch's first addition.
+  virtual Tensor grads(int unit) = 0;
+  // The unit's gradient for this micro-batch is complete.
+  virtual void grads_ready(int unit) = 0;
 };
 
 class Model {
@@ -43,12 +64,17 @@ class Model {
 
   virtual const ParamLayout& layout() const = 0;
   virtual const Context& context() const = 0;
-  // The fp32 master parameters (layout().total() elements), on the model's device.
+  // The dtype of the weights forward reads and of the gradients backward writes.
+  virtual DType compute_dtype() const = 0;
+  virtual DType grad_dtype() const = 0;
+  // The fp32 master parameters (layout().total() elements), on the model's device; empty when
+  // a UnitStore holds them (Note [Unit storage]).
   virtual Tensor params() = 0;
-  // The gradient buffer (layout().total() elements, the gradient dtype).
+  // The gradient buffer (layout().total() elements, the gradient dtype); empty likewise.
   virtual Tensor grads() = 0;
   // The bf16 working copy of the weights that forward and backward read (layout().total()
-  // elements), which the optimizer refreshes as it updates params(); empty in an fp32 model.
+  // elements), which the optimizer refreshes as it updates params(); empty in an fp32 model
+  // and when a UnitStore holds the weights.
   virtual Tensor working_copy() = 0;
   // Refreshes the working copy from params(); call after writing params() other than through
   // the optimizer (initialisation, loading, broadcast).
@@ -62,9 +88,10 @@ class Model {
   virtual void backward(float loss_scale) = 0;
   virtual void zero_grads() = 0;
   virtual void reset_loss() = 0;
-  // The loss accumulated since reset_loss() and the squared norm of grads()[begin, end), read
-  // back together: the step's one device synchronisation (Note [Asynchronous step]).
-  virtual StepScalars read_step_scalars(int64_t grad_begin, int64_t grad_end) = 0;
+  // The loss accumulated since reset_loss() and the squared norm of `grads` (a gradient
+  // buffer on the model's device, or empty), read back together: the step's one device
+  // synchronisation (Note [Asynchronous step]).
+  virtual StepScalars read_step_scalars(const Tensor& grads) = 0;
 
   // Called during backward each time a range [begin, end) of grads() is final for this
   // micro-batch, from the end of the flat buffer towards its start (the final unit, block
@@ -73,6 +100,9 @@ class Model {
   // Called before a unit's parameters are read (see ParamUse), with the unit's index in
   // layout().units(). Sharding gathers the unit here.
   std::function<void(int unit, ParamUse use)> on_params_needed;
+  // Where weights and gradients come from when the model does not own them (set before the
+  // first forward of such a model); the hooks above are then not called.
+  UnitStore* store = nullptr;
 };
 
 }  // namespace trainer::nn

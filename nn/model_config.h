@@ -51,6 +51,7 @@ struct ExecConfig {
   int max_rows = 1;                   // the largest batch: up to max_rows * max_seq_len
   int max_seq_len = 1;                // tokens, in rows of at most max_seq_len
   bool training = true;               // false: forward only (no gradients, no backward memory)
+  bool own_params = true;  // false: weights and gradients come from a UnitStore (sharding)
 
   // The policy for block l.
   Recompute policy(int layer) const;

@@ -60,4 +60,8 @@ class ParamLayout {
   int64_t total_ = 0;
 };
 
+// The initial values of parameter `p` (p.numel floats into `out`) by its specification's rule;
+// they depend only on (seed, p.name), so any shard of the model can be initialised alone.
+void init_param(const ModelConfig& config, const ParamInfo& p, uint64_t seed, float* out);
+
 }  // namespace trainer::nn

@@ -79,9 +79,10 @@ int64_t Transformer::workspace_bytes(const ModelConfig& m, const ExecConfig& e,
 Transformer::Memory Transformer::planned_memory(const ModelConfig& m, const ExecConfig& e) {
   const int64_t total = ParamLayout(m).total(), N = int64_t(e.max_rows) * e.max_seq_len;
   Memory mem;
-  mem.params = total * 4;
-  mem.working = e.compute == DType::f32 ? 0 : total * int64_t(dtype_size(e.compute));
-  mem.grads = e.training ? total * int64_t(dtype_size(e.grad)) : 0;
+  const int64_t own = e.own_params ? total : 0;
+  mem.params = own * 4;
+  mem.working = e.compute == DType::f32 ? 0 : own * int64_t(dtype_size(e.compute));
+  mem.grads = e.training ? own * int64_t(dtype_size(e.grad)) : 0;
   mem.activations = ActivationPlan(m, e).bytes();
   mem.workspace = workspace_bytes(m, e, make_context(e));
   mem.inputs = 5 * N * 4 + 2 * 8;  // tokens, targets, positions, segments, lengths; scalars
@@ -120,37 +121,43 @@ Transformer::Memory Transformer::memory() const {
                   lengths_.bytes() + scalars_.bytes())};
 }
 
+void init_param(const ModelConfig& config, const ParamInfo& p, uint64_t seed, float* out) {
+  const ArchSpec spec = arch_spec(config);
+  switch (p.init) {
+    case Init::zeros:
+      std::fill(out, out + p.numel, 0.0f);
+      break;
+    case Init::ones:
+      std::fill(out, out + p.numel, 1.0f);
+      break;
+    case Init::normal:
+    case Init::normal_residual: {
+      const float residual_std = spec.init_std / std::sqrt(2.0f * float(config.n_layer));
+      fill_normal(out, p.numel, seed ^ hash64(p.name), 0.0f,
+                  p.init == Init::normal ? spec.init_std : residual_std);
+      break;
+    }
+  }
+}
+
 void Transformer::init_weights(uint64_t seed) {
-  const ArchSpec spec = arch_spec(config_);
-  const float residual_std = spec.init_std / std::sqrt(2.0f * float(config_.n_layer));
+  TRAINER_ASSERT(exec_.own_params, "init_weights on a model whose weights a UnitStore holds");
   std::vector<float> host;
   for (const ParamInfo& p : layout_.params()) {
     host.resize(size_t(p.numel));
-    switch (p.init) {
-      case Init::zeros:
-        std::fill(host.begin(), host.end(), 0.0f);
-        break;
-      case Init::ones:
-        std::fill(host.begin(), host.end(), 1.0f);
-        break;
-      case Init::normal:
-      case Init::normal_residual:
-        fill_normal(host.data(), p.numel, seed ^ hash64(p.name), 0.0f,
-                    p.init == Init::normal ? spec.init_std : residual_std);
-        break;
-    }
+    init_param(config_, p, seed, host.data());
     copy(ctx_, params().flat(p.offset, p.numel), make_tensor(host.data(), DType::f32, {p.numel}));
   }
   sync_working_params();
 }
 
 Tensor Transformer::params() {
-  return params_.view(DType::f32, layout_.total());
+  return params_.bytes() ? params_.view(DType::f32, layout_.total()) : Tensor{};
 }
 
 Tensor Transformer::grads() {
   TRAINER_ASSERT(exec_.training, "gradients of a forward-only model");
-  return grads_.view(exec_.grad, layout_.total());
+  return grads_.bytes() ? grads_.view(exec_.grad, layout_.total()) : Tensor{};
 }
 
 Tensor Transformer::working_copy() {
@@ -176,22 +183,43 @@ Tensor Transformer::logits() const {
   return act(plan_.logits);
 }
 
-Tensor Transformer::param(const Tensor& flat, int unit, Role role) const {
-  const ParamInfo& p = layout_.get(unit, role);
-  return shaped(flat, p.offset, p.shape);
+Tensor Transformer::unit_weights(int unit, ParamUse use) {
+  if (store) return store->weights(unit, use);
+  TRAINER_ASSERT(exec_.own_params, "a model without weights of its own needs a UnitStore");
+  if (on_params_needed) on_params_needed(unit, use);
+  const Unit& u = layout_.units()[size_t(unit)];
+  return working_params().flat(u.begin, u.end - u.begin);
 }
 
-BlockTensors Transformer::block_tensors(int l) {
+Tensor Transformer::unit_grads(int unit) {
+  if (store) return store->grads(unit);
+  const Unit& u = layout_.units()[size_t(unit)];
+  return grads().flat(u.begin, u.end - u.begin);
+}
+
+void Transformer::unit_ready(int unit) {
+  if (store) return store->grads_ready(unit);
+  const Unit& u = layout_.units()[size_t(unit)];
+  if (on_grads_ready) on_grads_ready(u.begin, u.end);
+}
+
+Tensor Transformer::param(const Tensor& unit_tensor, int unit, Role role) const {
+  const ParamInfo& p = layout_.get(unit, role);
+  return shaped(unit_tensor, p.offset - layout_.units()[size_t(unit)].begin, p.shape);
+}
+
+BlockTensors Transformer::block_tensors(int l, ParamUse use) {
   BlockTensors t;
   t.B = B_;
   t.T = T_;
   t.n_head = config_.n_head;
   const int u = layout_.block_unit(l);
-  const Tensor w = working_params();
+  const Tensor w = unit_weights(u, use);
+  const Tensor g = use == ParamUse::backward ? unit_grads(u) : Tensor{};
   for (size_t r = 0; r < size_t(Role::kCount); ++r)
     if (layout_.has(u, Role(r))) {
       t.w[r] = param(w, u, Role(r));
-      if (exec_.training) t.g[r] = param(grads(), u, Role(r));
+      if (!g.empty()) t.g[r] = param(g, u, Role(r));
     }
   for (const ActSpec& a : spec_.block_acts)
     if (exec_.training || a.kind != ActKind::scratch)
@@ -256,10 +284,6 @@ int64_t Transformer::stage_batch(const BatchView& b, int first_position) {
   return counted;
 }
 
-void Transformer::needed(int unit, ParamUse use) {
-  if (on_params_needed) on_params_needed(unit, use);
-}
-
 int64_t Transformer::forward(const BatchView& batch) {
   const int64_t counted = stage_batch(batch, 0);
   forward_blocks_and_head(nullptr);
@@ -283,15 +307,13 @@ void Transformer::forward_cached(const int32_t* tokens, int count, KvCache& cach
 void Transformer::forward_blocks_and_head(KvCache* cache) {
   const int E = layout_.embedding_unit(), F = layout_.final_unit(), L = config_.n_layer;
   const int64_t N = int64_t(B_) * T_;
-  const Tensor w = working_params();
-  needed(E, ParamUse::forward);
+  const Tensor we = unit_weights(E, ParamUse::forward);
   embedding_forward(
       ctx_, act(plan_.residual(0)), tokens_.view(DType::i32, N), positions_.view(DType::i32, N),
-      param(w, E, Role::tok_embedding),
-      layout_.has(E, Role::pos_embedding) ? param(w, E, Role::pos_embedding) : Tensor{});
+      param(we, E, Role::tok_embedding),
+      layout_.has(E, Role::pos_embedding) ? param(we, E, Role::pos_embedding) : Tensor{});
   for (int l = 0; l < L; ++l) {
-    needed(layout_.block_unit(l), ParamUse::forward);
-    BlockTensors t = block_tensors(l);
+    BlockTensors t = block_tensors(l, ParamUse::forward);
     if (cache) {
       t.k_cache = cache->keys(l);
       t.v_cache = cache->values(l);
@@ -299,13 +321,13 @@ void Transformer::forward_blocks_and_head(KvCache* cache) {
     }
     block_forward(config_.arch, ctx_, t, BlockPass::train);
   }
-  needed(F, ParamUse::forward);
-  needed(E, ParamUse::forward);  // the head is tied to the token embedding
+  const Tensor wf = unit_weights(F, ParamUse::forward);
+  const Tensor wte = unit_weights(E, ParamUse::forward);  // the head is tied to the embedding
   layernorm_forward(ctx_, act(plan_.lnf), act(plan_.lnf_mean), act(plan_.lnf_rstd),
-                    act(plan_.residual(L)), param(w, F, Role::final_norm_w),
-                    param(w, F, Role::final_norm_b));
+                    act(plan_.residual(L)), param(wf, F, Role::final_norm_w),
+                    param(wf, F, Role::final_norm_b));
   PROFILE_SCOPE("lm_head_forward");
-  matmul(ctx_, logits(), act(plan_.lnf), false, param(w, E, Role::tok_embedding), true);
+  matmul(ctx_, logits(), act(plan_.lnf), false, param(wte, E, Role::tok_embedding), true);
 }
 
 void Transformer::backward(float loss_scale) {
@@ -313,44 +335,38 @@ void Transformer::backward(float loss_scale) {
                  "backward needs a training model and a forward pass with targets");
   const int E = layout_.embedding_unit(), F = layout_.final_unit(), L = config_.n_layer;
   const int64_t N = int64_t(B_) * T_;
-  const Tensor w = working_params(), g = grads();
-  auto ready = [&](int unit) {
-    const Unit& u = layout_.units()[size_t(unit)];
-    if (on_grads_ready) on_grads_ready(u.begin, u.end);
-  };
-  needed(F, ParamUse::backward);
-  needed(E, ParamUse::backward);
+  const Tensor wf = unit_weights(F, ParamUse::backward), we = unit_weights(E, ParamUse::backward);
+  const Tensor gf = unit_grads(F), ge = unit_grads(E);
   const Tensor dlogits = logits();  // overwrites the logits in place
   cross_entropy_backward(ctx_, dlogits, logits(), act(plan_.ce_stats), targets_.view(DType::i32, N),
                          loss_scale);
   {
     // Through the tied head: d lnf = dlogits @ wte; d wte += dlogits^T @ lnf.
     PROFILE_SCOPE("lm_head_backward");
-    const Tensor wte = param(w, E, Role::tok_embedding);
+    const Tensor wte = param(we, E, Role::tok_embedding);
     matmul(ctx_, act(plan_.d_ln), dlogits, false, wte, false);
-    matmul(ctx_, param(g, E, Role::tok_embedding), dlogits, true, act(plan_.lnf), false, 1.0f,
+    matmul(ctx_, param(ge, E, Role::tok_embedding), dlogits, true, act(plan_.lnf), false, 1.0f,
            1.0f);
   }
   fill_zero(ctx_, act(plan_.d_res));
-  layernorm_backward(ctx_, act(plan_.d_res), param(g, F, Role::final_norm_w),
-                     param(g, F, Role::final_norm_b), act(plan_.d_ln), act(plan_.residual(L)),
-                     param(w, F, Role::final_norm_w), act(plan_.lnf_mean), act(plan_.lnf_rstd));
-  ready(F);
+  layernorm_backward(ctx_, act(plan_.d_res), param(gf, F, Role::final_norm_w),
+                     param(gf, F, Role::final_norm_b), act(plan_.d_ln), act(plan_.residual(L)),
+                     param(wf, F, Role::final_norm_w), act(plan_.lnf_mean), act(plan_.lnf_rstd));
+  unit_ready(F);
   for (int l = L - 1; l >= 0; --l) {
-    needed(layout_.block_unit(l), ParamUse::backward);
     backward_block(l);
-    ready(layout_.block_unit(l));
+    unit_ready(layout_.block_unit(l));
   }
   embedding_backward(
-      ctx_, param(g, E, Role::tok_embedding),
-      layout_.has(E, Role::pos_embedding) ? param(g, E, Role::pos_embedding) : Tensor{},
+      ctx_, param(ge, E, Role::tok_embedding),
+      layout_.has(E, Role::pos_embedding) ? param(ge, E, Role::pos_embedding) : Tensor{},
       act(plan_.d_res), tokens_.view(DType::i32, N), positions_.view(DType::i32, N));
-  ready(E);
+  unit_ready(E);
 }
 
 // On entry d_res holds the gradient of the block's output; on exit, of its input.
 void Transformer::backward_block(int l) {
-  const BlockTensors t = block_tensors(l);
+  const BlockTensors t = block_tensors(l, ParamUse::backward);
   switch (exec_.policy(l)) {
     case Recompute::none:
       break;
@@ -370,19 +386,17 @@ void Transformer::backward_block(int l) {
 
 void Transformer::zero_grads() {
   PROFILE_SCOPE("zero_grads");
-  fill_zero(ctx_, grads());
+  if (exec_.own_params) fill_zero(ctx_, grads());
 }
 
 void Transformer::reset_loss() {
   fill_zero(ctx_, scalars_.view(DType::f64, 1));
 }
 
-StepScalars Transformer::read_step_scalars(int64_t begin, int64_t end) {
-  TRAINER_ASSERT(0 <= begin && begin <= end && end <= layout_.total(), "gradient range [{}, {})",
-                 begin, end);
+StepScalars Transformer::read_step_scalars(const Tensor& grads) {
   const Tensor scalars = scalars_.view(DType::f64, 2);
-  if (end > begin)
-    sum_squares(ctx_, scalars.flat(1, 1), grads().flat(begin, end - begin));
+  if (!grads.empty())
+    sum_squares(ctx_, scalars.flat(1, 1), grads);
   else
     fill_zero(ctx_, scalars.flat(1, 1));
   double host[2];

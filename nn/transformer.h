@@ -1,8 +1,9 @@
 // The decoder-only transformer over flat buffers: parameters laid out by the architecture's
 // specification (ParamLayout), activations by the checkpointing policy (ActivationPlan),
 // blocks run by the architecture's block functions. Owns its memory, all planned at
-// construction: fp32 master parameters, their bf16 working copy (bf16 models), gradients,
-// activations, op workspace and the device-side loss and norm scalars.
+// construction: fp32 master parameters, their bf16 working copy (bf16 models) and gradients
+// (unless a UnitStore holds them: Note [Unit storage]), activations, op workspace and the
+// device-side loss and norm scalars.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +35,8 @@ class Transformer final : public Model {
   // Model.
   const ParamLayout& layout() const override { return layout_; }
   const Context& context() const override { return ctx_; }
+  DType compute_dtype() const override { return exec_.compute; }
+  DType grad_dtype() const override { return exec_.grad; }
   Tensor params() override;
   Tensor grads() override;
   Tensor working_copy() override;
@@ -42,7 +45,7 @@ class Transformer final : public Model {
   void backward(float loss_scale) override;
   void zero_grads() override;
   void reset_loss() override;
-  StepScalars read_step_scalars(int64_t grad_begin, int64_t grad_end) override;
+  StepScalars read_step_scalars(const Tensor& grads) override;
 
   const ModelConfig& config() const { return config_; }
   const ExecConfig& exec() const { return exec_; }
@@ -72,12 +75,16 @@ class Transformer final : public Model {
   // The weights forward reads (compute dtype): params() itself in an fp32 model.
   Tensor working_params();
   Tensor act(const ActSlot& slot) const;
-  Tensor param(const Tensor& flat, int unit, Role role) const;
-  BlockTensors block_tensors(int layer);
+  // Unit `unit`'s weights and gradients (Note [Unit storage]), and its parameter `role` in
+  // either.
+  Tensor unit_weights(int unit, ParamUse use);
+  Tensor unit_grads(int unit);
+  void unit_ready(int unit);
+  Tensor param(const Tensor& unit_tensor, int unit, Role role) const;
+  BlockTensors block_tensors(int layer, ParamUse use);
   // Validates the batch and copies it to the device; positions start at first_position.
   // Returns the number of counted targets.
   int64_t stage_batch(const BatchView& b, int first_position);
-  void needed(int unit, ParamUse use);
   void forward_blocks_and_head(KvCache* cache);
   void backward_block(int layer);
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -14,13 +15,19 @@
 #include <string>
 #include <vector>
 
+#include "app/checkpoint.h"
 #include "app/config.h"
+#include "app/run_setup.h"
 #include "app/train_loop.h"
 #include "common/temp_dir.h"
 #include "data/manifest.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
+#include "dist/communicator.h"
+#include "dist/data_parallel.h"
+#include "nn/transformer.h"
 #include "runtime/error.h"
+#include "runtime/file_io.h"
 
 namespace trainer::app::testing {
 
@@ -161,6 +168,29 @@ inline pid_t spawn_trainer(const fs::path& cfg, const std::vector<std::string>& 
     _exit(127);
   }
   return child;
+}
+
+// Rewrites the latest checkpoint of `run` (a one-process run) with the first element of
+// parameter `param` set to `value`, through the trainer's own load and save.
+inline void poison_checkpoint(const fs::path& run, const std::string& param, float value) {
+  const Checkpoint ckpt = open_checkpoint(latest_checkpoint(run));
+  Config c;
+  c.merge_yaml(ckpt.config_yaml, "config.yaml");
+  const RunConfig rc = resolve_run(c);
+  nn::Transformer model(rc.model, rc.exec);
+  auto comm = dist::make_single_process_communicator();
+  dist::ParallelConfig pc;
+  pc.stage = rc.sharding;
+  pc.adamw = rc.adamw;
+  auto dp = dist::make_data_parallel(*comm, model, pc);
+  load_training_state(ckpt, model, *dp);
+  const nn::ParamInfo* p = model.layout().find(param);
+  ASSERT_NE(p, nullptr) << param;
+  for (const nn::FlatSlice& sl : dp->slices())
+    if (sl.begin <= p->offset && p->offset < sl.end)
+      dp->masters().as<float>()[sl.local + (p->offset - sl.begin)] = value;
+  save_checkpoint(*comm, run, model, *dp, ckpt.state, ckpt.config_yaml, read_file(ckpt.tokenizer),
+                  {});
 }
 
 }  // namespace trainer::app::testing

@@ -25,6 +25,7 @@
 namespace trainer::app {
 
 using testing::error_of;
+using testing::poison_checkpoint;
 using testing::spawn_trainer;
 using testing::TempDir;
 using testing::tiny_config;
@@ -74,9 +75,9 @@ TEST(RunLock, ASecondTrainerOnTheSameRunIsRefusedNamingTheHolder) {
   const std::string e = error_of([&] { run_training(c); });
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
-  EXPECT_NE(e.find("run directory " + (dir.path / "runs/r").string() +
-                   " is in use by another trainer"),
-            std::string::npos)
+  EXPECT_NE(
+      e.find("run directory " + (dir.path / "runs/r").string() + " is in use by another trainer"),
+      std::string::npos)
       << e;
   EXPECT_NE(e.find("pid " + std::to_string(child)), std::string::npos) << e;
   // The kernel released the killed holder's lock: the run starts (afresh, by consent).
@@ -196,14 +197,7 @@ TEST(SelfContained, CommandsWorkFromAnotherDirectory) {
 TEST(HonestNumbers, EvalAndSampleRefuseNonFiniteWeights) {
   TempDir dir("nanweights");
   train_tiny(dir, {"train.steps=2"});
-  {
-    SavedModel saved = open_saved_model(dir.path / "runs/r");
-    nn::AdamW opt(saved.model->layout(), {}, 0, saved.model->layout().total());
-    load_checkpoint(saved.checkpoint, *saved.model, &opt);
-    saved.model->params().as<float>()[saved.model->layout().find("ln_f.bias")->offset] = NAN;
-    save_checkpoint(dir.path / "runs/r", *saved.model, opt, saved.checkpoint.state,
-                    saved.checkpoint.config_yaml, read_file(saved.checkpoint.tokenizer), {});
-  }
+  { poison_checkpoint(dir.path / "runs/r", "ln_f.bias", NAN); }
   const std::string run = (dir.path / "runs/r").string();
   std::string e = error_of([&] { cmd_eval({run}); });
   EXPECT_NE(e.find("gives a loss of nan"), std::string::npos) << e;

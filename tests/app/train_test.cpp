@@ -27,6 +27,7 @@ namespace trainer::app {
 
 using testing::error_of;
 using testing::metrics_without_timings;
+using testing::poison_checkpoint;
 using testing::spawn_trainer;
 using testing::TempDir;
 using testing::tiny_config;
@@ -117,7 +118,7 @@ TEST(Checkpoint, AnotherModelIsAClearError) {
   nn::ExecConfig exec;
   exec.max_seq_len = 8;
   nn::Transformer model(wide, exec);
-  const std::string e = error_of([&] { load_checkpoint(ckpt, model, nullptr); });
+  const std::string e = error_of([&] { load_weights(ckpt, model); });
   EXPECT_NE(e.find("wte.weight"), std::string::npos) << e;
   EXPECT_NE(e.find("[64, 32]"), std::string::npos) << e;
   EXPECT_NE(e.find("[64, 48]"), std::string::npos) << e;
@@ -164,12 +165,7 @@ TEST(Training, NonFiniteLossStopsWithADiagnosticOrIsSkipped) {
   TempDir dir("nan");
   Config c = train_tiny(dir, {"train.steps=2"});
   {  // poison one weight of the checkpoint, rewritten with a valid manifest
-    SavedModel saved = open_saved_model(dir.path / "runs/r");
-    nn::AdamW opt(saved.model->layout(), {}, 0, saved.model->layout().total());
-    load_checkpoint(saved.checkpoint, *saved.model, &opt);
-    saved.model->params().as<float>()[saved.model->layout().find("ln_f.weight")->offset] = NAN;
-    save_checkpoint(dir.path / "runs/r", *saved.model, opt, saved.checkpoint.state,
-                    saved.checkpoint.config_yaml, read_file(saved.checkpoint.tokenizer), {});
+    poison_checkpoint(dir.path / "runs/r", "ln_f.weight", NAN);
   }
   c.apply_override("train.steps=4");
   std::string e = error_of([&] { run_training(c); });

@@ -9,7 +9,14 @@
 #include "nn/transformer.h"
 #include "runtime/memory.h"
 
+namespace trainer::dist {
+class Communicator;
+}
+
 namespace trainer::dist::testing {
+
+// The communicator of the multi-rank test binary (Note [Multi-rank tests]).
+Communicator& world();
 
 inline nn::ModelConfig small_config() {
   nn::ModelConfig c;

@@ -19,9 +19,14 @@
 #include "runtime/log.h"
 
 namespace trainer::dist {
-namespace {
 
 Communicator* g_comm = nullptr;
+Communicator& testing::world() {
+  return *g_comm;
+}
+
+namespace {
+
 using testing::concat;
 using testing::make_rows;
 using testing::Rows;
@@ -53,7 +58,7 @@ double params_diff(nn::Transformer& a, nn::Transformer& b) {
 
 // Clipping by the global norm and one AdamW step, as the training loop does it.
 void optimizer_step(nn::Model& model, nn::AdamW& opt) {
-  const nn::StepScalars s = model.read_step_scalars(0, model.layout().total());
+  const nn::StepScalars s = model.read_step_scalars(model.grads());
   const float scale = nn::clip_scale(std::sqrt(s.grad_norm_sq), kMaxNorm);
   opt.step(model.context(), model.params(), model.grads(), model.working_copy(), kLr, scale);
 }
@@ -131,7 +136,7 @@ TEST(Ddp, MatchesOneProcessOnTheWholeBatch) {
   broadcast_parameters(c, model.params());
   DDP ddp(c, model, {.bucket_mb = 0.02, .frozen = {}});  // ~6 buckets on this model
   ASSERT_GE(ddp.buckets().size(), 4u);
-  nn::AdamW opt(model.layout(), {}, 0, total), ref_opt(ref.layout(), {}, 0, total);
+  nn::AdamW opt(model.layout(), {}, {{0, total, 0}}), ref_opt(ref.layout(), {}, {{0, total, 0}});
   for (int step = 0; step < kSteps; ++step) {
     std::vector<Rows> mine, everyone;
     for (int m = 0; m < kMicro; ++m) mine.push_back(make_rows(step, (R * kMicro + m) * B, B, T));
@@ -245,7 +250,7 @@ TEST(Join, UnevenInputsMatchTheUnion) {
   ref.init_weights(5);
   const int64_t total = model.layout().total();
   DDP ddp(c, model, {.bucket_mb = 0.02, .frozen = {}});
-  nn::AdamW opt(model.layout(), {}, 0, total), ref_opt(ref.layout(), {}, 0, total);
+  nn::AdamW opt(model.layout(), {}, {{0, total, 0}}), ref_opt(ref.layout(), {}, {{0, total, 0}});
   Join join(JoinMode::enabled);
   int steps = 0;
   for (int step = 0;; ++step) {

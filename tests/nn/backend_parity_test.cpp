@@ -391,7 +391,7 @@ TEST_P(StepParity, OneTrainingStepMatchesCpuFp32) {
   auto run = [&](ExecConfig e) {
     Transformer m(cfg, e);
     m.init_weights(21);
-    AdamW opt(m.layout(), {}, 0, m.layout().total(), nullptr, e.device);
+    AdamW opt(m.layout(), {}, {{0, m.layout().total(), 0}}, nullptr, e.device);
     const testing::LossSum ls = testing::forward_backward(m, batch);
     std::vector<float> grads = testing::host_grads(m);
     testing::optimizer_step(m, opt, 1e-3f, 1.0f);

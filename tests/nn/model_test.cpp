@@ -89,7 +89,7 @@ TEST(Gpt, HooksReportEveryGradientRangeOnceFromTheEnd) {
 TEST(Gpt, OverfitsOneBatch) {
   Transformer model(tiny_config(), exec_for(2, 8));
   model.init_weights(3);
-  AdamW opt(model.layout(), {.weight_decay = 0.0f}, 0, model.layout().total());
+  AdamW opt(model.layout(), {.weight_decay = 0.0f}, {{0, model.layout().total(), 0}});
   TinyBatch batch;
   double first = 0, last = 0;
   for (int step = 0; step < 300; ++step) {
@@ -164,7 +164,7 @@ TEST(AdamW, MatchesTheClosedFormFirstStep) {
   // After one step from zero moments, the update is lr * g / (|g| + eps) (bias-corrected).
   ModelConfig c = tiny_config();
   ParamLayout layout(c);
-  AdamW opt(layout, {.weight_decay = 0.5f}, 0, layout.total());
+  AdamW opt(layout, {.weight_decay = 0.5f}, {{0, layout.total(), 0}});
   std::vector<float> p(size_t(layout.total()), 1.0f), g(size_t(layout.total()), 0.25f);
   const int64_t n = layout.total();
   opt.step(Context{}, make_tensor(p.data(), DType::f32, {n}),
@@ -345,7 +345,7 @@ TEST(Precision, Bf16StepTracksFp32) {
     e.grad = grad;
     Transformer model(tiny_config(), e);
     model.init_weights(3);
-    AdamW opt(model.layout(), {}, 0, model.layout().total());
+    AdamW opt(model.layout(), {}, {{0, model.layout().total(), 0}});
     std::vector<double> out;
     for (int step = 0; step < 10; ++step) {
       const testing::LossSum ls = forward_backward(model, batch.view());

@@ -32,7 +32,7 @@ struct LossSum {
 inline LossSum loss_of(Model& model, const BatchView& batch) {
   model.reset_loss();
   const int64_t count = model.forward(batch);
-  return {model.read_step_scalars(0, 0).loss_sum, count};
+  return {model.read_step_scalars({}).loss_sum, count};
 }
 
 inline std::vector<float> host_params(Model& model) {
@@ -52,7 +52,7 @@ inline LossSum forward_backward(Model& model, const BatchView& batch) {
 
 // Clipping by the global norm (max_norm) and one AdamW update, as the training loop does it.
 inline void optimizer_step(Model& model, AdamW& opt, float lr, float max_norm) {
-  const StepScalars s = model.read_step_scalars(0, model.layout().total());
+  const StepScalars s = model.read_step_scalars(model.grads());
   opt.step(model.context(), model.params(), model.grads(), model.working_copy(), lr,
            clip_scale(std::sqrt(s.grad_norm_sq), max_norm));
 }

@@ -93,8 +93,8 @@ TEST_P(TorchParity, MatchesPyTorch) {
   std::vector<float> loss = {float(ls.sum / double(ls.count))};
 
   // Ten AdamW steps with clipping, recording the loss before each.
-  AdamW opt(model.layout(), {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f}, 0,
-            model.layout().total());
+  AdamW opt(model.layout(), {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
+            {{0, model.layout().total(), 0}});
   std::vector<float> step_losses;
   for (int step = 0; step < 10; ++step) {
     const testing::LossSum s = testing::forward_backward(model, batch);

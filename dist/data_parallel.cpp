@@ -1,0 +1,151 @@
+// Stage none (DDP over the model's own buffers) and the choice between it and the sharded
+// stages; see data_parallel.h.
+#include "dist/data_parallel.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "dist/consistency.h"
+#include "runtime/error.h"
+#include "runtime/memory.h"
+
+namespace trainer::dist {
+
+// sharding.cpp
+std::unique_ptr<DataParallel> make_sharded(Communicator& comm, nn::Model& model,
+                                           const ParallelConfig& config);
+StateBytes planned_sharded_bytes(const nn::ParamLayout& layout, const ParallelConfig& config,
+                                 int world, DType compute, DType grad);
+
+ShardingStage parse_sharding_stage(const std::string& name) {
+  for (ShardingStage s : {ShardingStage::none, ShardingStage::optimizer, ShardingStage::gradients,
+                          ShardingStage::full})
+    if (name == sharding_stage_name(s)) return s;
+  throw UsageError(
+      fmt::format("dist.sharding must be none, optimizer, gradients or full, got '{}'", name));
+}
+
+const char* sharding_stage_name(ShardingStage stage) {
+  switch (stage) {
+    case ShardingStage::none:
+      return "none";
+    case ShardingStage::optimizer:
+      return "optimizer";
+    case ShardingStage::gradients:
+      return "gradients";
+    case ShardingStage::full:
+      return "full";
+  }
+  return "?";
+}
+
+namespace {
+
+// Every rank holds the whole model state; DDP sums the gradients.
+class Replicated final : public DataParallel {
+ public:
+  Replicated(Communicator& comm, nn::Model& model, const ParallelConfig& config)
+      : comm_(comm),
+        model_(model),
+        frozen_(config.frozen),
+        slices_{{0, model.layout().total(), 0}},
+        opt_(model.layout(), config.adamw, slices_, config.is_frozen, model.context().device),
+        ddp_(comm, model, {.bucket_mb = config.bucket_mb, .frozen = config.frozen}) {
+    TRAINER_ASSERT(!model.params().empty(), "stage none needs a model that owns its parameters");
+  }
+
+  ShardingStage stage() const override { return ShardingStage::none; }
+  const std::vector<nn::FlatSlice>& slices() const override { return slices_; }
+  Tensor masters() override { return model_.params(); }
+  nn::AdamW& optimizer() override { return opt_; }
+  void masters_changed() override {
+    if (comm_.size() > 1) broadcast_parameters(comm_, model_.params());
+    model_.sync_working_params();
+  }
+  void begin_step() override { model_.zero_grads(); }
+  void set_last_micro_batch(bool last) override { ddp_.set_sync(last); }
+  bool collective_forward() const override { return false; }
+  bool collective_backward() const override { return false; }
+  void finish() override {
+    ddp_.finish();
+    for (const Range& r : frozen_)  // never communicated: keep them out of the norm
+      fill_zero(model_.context(), model_.grads().flat(r.begin, r.size()));
+  }
+  Tensor grads() override { return model_.grads(); }
+  bool grads_sharded() const override { return false; }
+  void step(float lr, float grad_scale) override {
+    opt_.step(model_.context(), model_.params(), model_.grads(), model_.working_copy(), lr,
+              grad_scale);
+  }
+  StateBytes state_bytes() const override {
+    const int64_t n = model_.layout().total();
+    StateBytes s;
+    s.masters = n * 4;
+    s.working =
+        model_.compute_dtype() == DType::f32 ? 0 : n * int64_t(dtype_size(model_.compute_dtype()));
+    s.grads = n * int64_t(dtype_size(model_.grad_dtype()));
+    s.optimizer = opt_.state_size() * 2 * 4;
+    return s;
+  }
+  double last_wait_seconds() const override { return ddp_.last_wait_seconds(); }
+  double last_comm_seconds() const override { return ddp_.last_comm_seconds(); }
+
+ private:
+  Communicator& comm_;
+  nn::Model& model_;
+  std::vector<Range> frozen_;
+  std::vector<nn::FlatSlice> slices_;
+  nn::AdamW opt_;
+  DDP ddp_;
+};
+
+}  // namespace
+
+std::unique_ptr<DataParallel> make_data_parallel(Communicator& comm, nn::Model& model,
+                                                 const ParallelConfig& config) {
+  if (config.stage == ShardingStage::none) return std::make_unique<Replicated>(comm, model, config);
+  return make_sharded(comm, model, config);
+}
+
+void init_masters(DataParallel& dp, const nn::Model& model, const nn::ModelConfig& config,
+                  uint64_t seed) {
+  const Tensor masters = dp.masters();
+  std::vector<float> values;
+  for (const nn::ParamInfo& p : model.layout().params()) {
+    bool made = false;
+    for (const nn::FlatSlice& sl : dp.slices()) {
+      const int64_t b = std::max(sl.begin, p.offset), e = std::min(sl.end, p.offset + p.numel);
+      if (b >= e) continue;
+      if (!made) {
+        values.resize(size_t(p.numel));
+        nn::init_param(config, p, seed, values.data());
+        made = true;
+      }
+      copy(model.context(), masters.flat(sl.local + (b - sl.begin), e - b),
+           make_tensor(values.data() + (b - p.offset), DType::f32, {e - b}));
+    }
+  }
+  dp.masters_changed();
+}
+
+void empty_pass(nn::Model& model, DataParallel& dp, bool backward) {
+  const int32_t token = 0, target = -1;
+  dp.set_last_micro_batch(false);
+  model.forward({1, 1, &token, backward ? &target : nullptr, nullptr, nullptr});
+  if (backward) model.backward(1.0f);
+}
+
+StateBytes planned_state_bytes(const nn::ParamLayout& layout, const ParallelConfig& config,
+                               int world, DType compute, DType grad) {
+  if (config.stage != ShardingStage::none)
+    return planned_sharded_bytes(layout, config, world, compute, grad);
+  const int64_t n = layout.total();
+  StateBytes s;
+  s.masters = n * 4;
+  s.working = compute == DType::f32 ? 0 : n * int64_t(dtype_size(compute));
+  s.grads = n * int64_t(dtype_size(grad));
+  s.optimizer = n * 2 * 4;
+  return s;
+}
+
+}  // namespace trainer::dist

@@ -1,0 +1,106 @@
+// How the ranks share the model's training state (Note [Sharding stages] in sharding.h):
+// replicated (DDP: every rank holds everything) or sharded (ZeRO-1/2/3: each rank holds a
+// slice of the optimizer state, the gradients and, under `full`, the parameters). The
+// training loop, checkpoints and initialisation see only this interface: the slices of the
+// flat buffer this rank holds, their fp32 masters, gradients and optimizer.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "dist/ddp.h"
+#include "nn/adamw.h"
+#include "nn/model.h"
+
+namespace trainer::dist {
+
+enum class ShardingStage : uint8_t { none, optimizer, gradients, full };
+
+// Parses "none", "optimizer", "gradients" or "full"; throws a UsageError naming the value.
+ShardingStage parse_sharding_stage(const std::string& name);
+const char* sharding_stage_name(ShardingStage stage);
+
+struct ParallelConfig {
+  ShardingStage stage = ShardingStage::none;
+  double bucket_mb = 25;              // DDP bucket capacity (stage none)
+  bool reshard_after_forward = true;  // full: free a unit's gathered weights after its forward
+  nn::AdamWConfig adamw;
+  std::vector<Range> frozen;                          // flat ranges that are not trained
+  std::function<bool(const std::string&)> is_frozen;  // the same, by parameter name
+};
+
+// Bytes of model state one rank holds, by kind (besides what the model allocates itself).
+struct StateBytes {
+  int64_t masters = 0, working = 0, grads = 0, optimizer = 0, buffers = 0;
+  int64_t total() const { return masters + working + grads + optimizer + buffers; }
+};
+
+class DataParallel {
+ public:
+  virtual ~DataParallel() = default;
+  virtual ShardingStage stage() const = 0;
+
+  // The slices of the model's flat buffer this rank holds (all of it when replicated), in
+  // the local coordinates of masters(), grads() and optimizer().
+  virtual const std::vector<nn::FlatSlice>& slices() const = 0;
+  // fp32 master values of the slices (local coordinates, on the model's device).
+  virtual Tensor masters() = 0;
+  virtual nn::AdamW& optimizer() = 0;
+  // After masters() were written (initialisation, loading): makes the weights every rank's
+  // model reads agree with them (replicated: rank 0's values are broadcast).
+  virtual void masters_changed() = 0;
+
+  // Starts a step: gradients to zero.
+  virtual void begin_step() = 0;
+  // Whether the next backward is this rank's last of the step (stage none and optimizer
+  // reduce only then; the others reduce every micro-batch).
+  virtual void set_last_micro_batch(bool last) = 0;
+  // Whether every rank must run the same number of forward passes (full: each one gathers
+  // the parameters) and of backward passes (gradients, full: each reduces). A rank with
+  // fewer batches runs empty passes (Join's zeros) to take part.
+  virtual bool collective_forward() const = 0;
+  virtual bool collective_backward() const = 0;
+  // Completes the step's reduction: grads() then holds, for this rank's slices, the sum over
+  // ranks, with frozen parameters' gradients zero. A rank that ran no backward takes part
+  // with zeros.
+  virtual void finish() = 0;
+  virtual Tensor grads() = 0;
+  // True when grads() is a shard: the global norm is the sum over ranks of squared norms.
+  virtual bool grads_sharded() const = 0;
+  // Applies the optimizer to this rank's slices and makes the new weights available to the
+  // model for the next forward.
+  virtual void step(float lr, float grad_scale) = 0;
+
+  virtual StateBytes state_bytes() const = 0;
+  // Seconds the last finish() blocked, and the step's collectives spent in the network.
+  virtual double last_wait_seconds() const = 0;
+  virtual double last_comm_seconds() const = 0;
+};
+
+// DDP (stage none) or the sharded stages. For a sharded stage `model` must have been built
+// with ExecConfig::own_params = false; the result becomes its UnitStore.
+std::unique_ptr<DataParallel> make_data_parallel(Communicator& comm, nn::Model& model,
+                                                 const ParallelConfig& config);
+
+// Initialises the masters this rank holds by the parameters' rules (a tensor's values depend
+// only on the seed and its name, so every rank and shard agree), one tensor at a time, and
+// calls masters_changed().
+void init_masters(DataParallel& dp, const nn::Model& model, const nn::ModelConfig& config,
+                  uint64_t seed);
+
+// A forward (and backward) of one token that counts nothing: it adds exactly zero to the loss
+// and the gradients and issues the collectives of a real micro-batch, so that a rank without
+// (enough) data takes part in the others' gathers and reductions (Join under sharding).
+void empty_pass(nn::Model& model, DataParallel& dp, bool backward);
+
+// What one rank holds of the model state under `config.stage` on `world` ranks: what
+// make_data_parallel allocates, computed without allocating (`trainer plan`). Counts the
+// model's own parameter buffers under stage none.
+StateBytes planned_state_bytes(const nn::ParamLayout& layout, const ParallelConfig& config,
+                               int world, DType compute, DType grad);
+
+}  // namespace trainer::dist

@@ -1,0 +1,459 @@
+// The sharded stages (Note [Sharding stages], Note [Shard geometry] in sharding.h): a
+// DataParallel that owns the model's weights and gradients and serves them to it unit by
+// unit as its UnitStore.
+#include "dist/sharding.h"
+
+#include <algorithm>
+#include <array>
+
+#include "dist/data_parallel.h"
+#include "nn/ops/cast.h"
+#include "nn/ops/residual.h"
+#include "runtime/buffer.h"
+#include "runtime/error.h"
+#include "runtime/memory.h"
+#include "runtime/timer.h"
+
+namespace trainer::dist {
+
+ShardGeometry::ShardGeometry(const nn::ParamLayout& layout, int world, int rank)
+    : world_(world), rank_(rank) {
+  TRAINER_ASSERT(world >= 1 && rank >= 0 && rank < world, "rank {} of {}", rank, world);
+  for (const nn::Unit& u : layout.units()) {
+    const int64_t per_rank = (u.end - u.begin + world - 1) / world;
+    const int64_t shard = (per_rank + kAlign - 1) / kAlign * kAlign;
+    units_.push_back({u.begin, u.end, shard, local_size_, local_size_ * world});
+    local_size_ += shard;
+  }
+}
+
+nn::FlatSlice ShardGeometry::slice(int u, int r) const {
+  const UnitShard& x = units_[size_t(u)];
+  const int64_t b = std::min(x.begin + r * x.shard, x.end);
+  return {b, std::min(b + x.shard, x.end), x.local};
+}
+
+std::vector<nn::FlatSlice> ShardGeometry::slices() const {
+  std::vector<nn::FlatSlice> out;
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (const nn::FlatSlice s = slice(int(u), rank_); s.size() > 0) out.push_back(s);
+  return out;
+}
+
+int64_t ShardGeometry::largest_unit_padded() const {
+  int64_t n = 0;
+  for (const UnitShard& u : units_) n = std::max(n, u.shard * world_);
+  return n;
+}
+
+namespace {
+
+// The buffers a sharded stage allocates, in elements (Note [Sharding stages]): planned here
+// once, for the constructor and for planned_state_bytes alike. Local buffers hold this rank's
+// slices; padded ones hold whole units, each rank's slice at rank * shard.
+struct ShardBuffers {
+  int64_t masters = 0;            // fp32, local
+  int64_t full_weights = 0;       // compute dtype, padded: every unit (all but full with reshard)
+  int64_t embedding_weights = 0;  // compute dtype, padded embedding unit (full with reshard)
+  int64_t weight_slot = 0;        // compute dtype, x kSlots: the largest other unit (the same)
+  int64_t full_grads = 0;         // grad dtype, padded: every unit (optimizer)
+  int64_t received = 0;           // grad dtype, local (optimizer with bf16 gradients)
+  int64_t embedding_grad = 0;     // grad dtype, padded embedding unit (gradients, full)
+  int64_t grad_slot = 0;          // grad dtype, x kSlots: the largest other unit (the same)
+  int64_t grad_shard = 0;         // fp32, local: the step's summed gradient
+  int world = 1;
+  // Each gradient scratch buffer has a receive buffer of one rank's slice of it.
+  int64_t slot_received() const { return (embedding_grad + kSlots * grad_slot) / world; }
+  static constexpr int kSlots = 2;
+};
+
+ShardBuffers plan_buffers(const ShardGeometry& g, const ParallelConfig& c, DType grad) {
+  ShardBuffers b;
+  b.world = g.world();
+  const auto& units = g.units();
+  int64_t largest_other = 0;  // padded, among the units but the embedding
+  for (size_t u = 1; u < units.size(); ++u)
+    largest_other = std::max(largest_other, units[u].shard * g.world());
+  const int64_t embedding = units.front().shard * g.world();
+  b.masters = g.local_size();
+  if (c.stage == ShardingStage::full && c.reshard_after_forward) {
+    b.embedding_weights = embedding;
+    b.weight_slot = largest_other;
+  } else {
+    b.full_weights = g.padded_size();
+  }
+  if (c.stage == ShardingStage::optimizer) {
+    b.full_grads = g.padded_size();
+    b.received = grad == DType::f32 ? 0 : g.local_size();
+  } else {
+    b.embedding_grad = embedding;
+    b.grad_slot = largest_other;
+  }
+  b.grad_shard = g.local_size();
+  return b;
+}
+
+StateBytes bytes_of(const ShardBuffers& b, DType compute, DType grad, int64_t optimizer_state) {
+  const int64_t cs = int64_t(dtype_size(compute)), gs = int64_t(dtype_size(grad));
+  StateBytes s;
+  s.masters = b.masters * 4;
+  s.optimizer = optimizer_state * 2 * 4;
+  s.grads = b.grad_shard * 4;
+  s.working = b.full_weights * cs;
+  s.grads += b.full_grads * gs;
+  s.buffers =
+      (b.embedding_weights + ShardBuffers::kSlots * b.weight_slot) * cs +
+      (b.embedding_grad + ShardBuffers::kSlots * b.grad_slot + b.received + b.slot_received()) * gs;
+  return s;
+}
+
+class Sharded final : public DataParallel, public nn::UnitStore {
+ public:
+  Sharded(Communicator& comm, nn::Model& model, const ParallelConfig& config);
+  ~Sharded() override;
+
+  // DataParallel.
+  ShardingStage stage() const override { return config_.stage; }
+  const std::vector<nn::FlatSlice>& slices() const override { return opt_.slices(); }
+  Tensor masters() override { return masters_.view(DType::f32, geo_.local_size()); }
+  nn::AdamW& optimizer() override { return opt_; }
+  void masters_changed() override;
+  void begin_step() override;
+  void set_last_micro_batch(bool last) override { last_ = last; }
+  bool collective_forward() const override { return config_.stage == ShardingStage::full; }
+  bool collective_backward() const override { return config_.stage != ShardingStage::optimizer; }
+  void finish() override;
+  Tensor grads() override { return grad_shard_.view(DType::f32, geo_.local_size()); }
+  bool grads_sharded() const override { return true; }
+  void step(float lr, float grad_scale) override;
+  StateBytes state_bytes() const override;
+  double last_wait_seconds() const override { return last_wait_s_; }
+  double last_comm_seconds() const override { return last_comm_s_; }
+
+  // UnitStore.
+  Tensor weights(int unit, nn::ParamUse use) override;
+  Tensor grads(int unit) override;
+  void grads_ready(int unit) override;
+
+ private:
+  static constexpr int kSlots = ShardBuffers::kSlots;
+  // A padded buffer for one unit's weights or gradient: its slot, whose unit it holds, and the
+  // collective in flight on it.
+  struct Slot {
+    Tensor all;       // padded unit (compute or gradient dtype)
+    Tensor received;  // gradient slots: this rank's slice of the sum
+    int unit = -1;
+    bool open = false;  // gradient slots: backward is still adding to it
+    Work work;
+  };
+  struct Reduction {
+    Work work;
+    int unit;          // -1 once complete
+    const void* send;  // the padded gradient it reads
+    Tensor received;   // where its result lands
+  };
+  const ShardGeometry::UnitShard& unit(int u) const { return geo_.units()[size_t(u)]; }
+  int final_unit() const { return int(geo_.units().size()) - 1; }
+  int64_t padded(int u) const { return unit(u).shard * comm_.size(); }
+  Work gather(int u, const Tensor& dst);
+  void forget_weights();
+  Slot& weight_slot(int u);
+  int predict_next(int u, nn::ParamUse use, int previous) const;
+  void reduce(int u, const Tensor& padded_grads, const Tensor& received);
+  void complete(Reduction& r);
+  void complete_reductions();
+  void wait(Work& w);
+
+  Communicator& comm_;
+  nn::Model& model_;
+  ParallelConfig config_;
+  ShardGeometry geo_;
+  DType compute_, grad_;
+  ShardBuffers plan_;
+  Buffer masters_, full_weights_, full_grads_, received_, grad_shard_, slot_memory_;
+  nn::AdamW opt_;
+  // Weights: with a full buffer, each unit's gather of this step (if started); with slots,
+  // the embedding's own and kSlots for the others, and the last non-embedding unit read.
+  std::vector<Work> unit_gather_;
+  std::vector<bool> gathered_;
+  Slot embedding_weights_;
+  std::array<Slot, kSlots> weight_slots_;
+  int last_other_ = -1;
+  int previous_ = -1;  // the unit read before the last one
+  // Gradients (gradients, full): the embedding's scratch slot and kSlots taken in turn.
+  Slot embedding_grad_;
+  std::array<Slot, kSlots> grad_slots_;
+  int next_grad_slot_ = 0;
+  std::vector<Reduction> reductions_;
+  int reduced_units_ = 0;  // optimizer: units whose reduce-scatter this step has started
+  bool last_ = true;
+  double comm_s_ = 0, last_wait_s_ = 0, last_comm_s_ = 0;
+};
+
+Buffer alloc(int64_t elems, DType t, Device d) {
+  return Buffer(size_t(elems) * dtype_size(t), d);
+}
+
+Sharded::Sharded(Communicator& comm, nn::Model& model, const ParallelConfig& config)
+    : comm_(comm),
+      model_(model),
+      config_(config),
+      geo_(model.layout(), comm.size(), comm.rank()),
+      compute_(model.compute_dtype()),
+      grad_(model.grad_dtype()),
+      plan_(plan_buffers(geo_, config, grad_)),
+      opt_(model.layout(), config.adamw, geo_.slices(), config.is_frozen, model.context().device) {
+  TRAINER_ASSERT(model.params().empty(), "a sharded model must not own its parameters");
+  const Device d = model.context().device;
+  masters_ = alloc(plan_.masters, DType::f32, d);
+  full_weights_ = alloc(plan_.full_weights, compute_, d);
+  full_grads_ = alloc(plan_.full_grads, grad_, d);
+  received_ = alloc(plan_.received, grad_, d);
+  grad_shard_ = alloc(plan_.grad_shard, DType::f32, d);
+  // The unit buffers in one allocation, carved in order.
+  const int64_t cs = int64_t(dtype_size(compute_)), gs = int64_t(dtype_size(grad_));
+  slot_memory_ =
+      Buffer(size_t((plan_.embedding_weights + kSlots * plan_.weight_slot) * cs +
+                    (plan_.embedding_grad + kSlots * plan_.grad_slot + plan_.slot_received()) * gs),
+             d);
+  char* at = static_cast<char*>(slot_memory_.data());
+  auto carve = [&](int64_t elems, DType t) {
+    const Tensor view = make_tensor(at, t, {elems}, d);
+    at += elems * int64_t(dtype_size(t));
+    return view;
+  };
+  embedding_weights_.all = carve(plan_.embedding_weights, compute_);
+  for (Slot& s : weight_slots_) s.all = carve(plan_.weight_slot, compute_);
+  embedding_grad_.all = carve(plan_.embedding_grad, grad_);
+  embedding_grad_.received = carve(plan_.embedding_grad / comm.size(), grad_);
+  for (Slot& s : grad_slots_) {
+    s.all = carve(plan_.grad_slot, grad_);
+    s.received = carve(plan_.grad_slot / comm.size(), grad_);
+  }
+  unit_gather_.resize(geo_.units().size());
+  gathered_.assign(geo_.units().size(), false);
+  model_.store = this;
+}
+
+Sharded::~Sharded() {
+  model_.store = nullptr;
+  // Never leave the communication thread touching buffers that are about to go away.
+  auto quiet = [](Work& w) {
+    try {
+      if (w.valid()) w.wait();
+    } catch (...) {
+    }
+  };
+  for (Work& w : unit_gather_) quiet(w);
+  quiet(embedding_weights_.work);
+  for (Slot& s : weight_slots_) quiet(s.work);
+  for (Reduction& r : reductions_) quiet(r.work);
+}
+
+StateBytes Sharded::state_bytes() const {
+  return bytes_of(plan_, compute_, grad_, opt_.state_size());
+}
+
+void Sharded::wait(Work& w) {
+  if (!w.valid()) return;
+  Timer t;
+  w.wait();
+  last_wait_s_ += t.seconds();
+  comm_s_ += w.busy_seconds();
+  w = Work();
+}
+
+// Unit u's weights into `dst` (padded, compute dtype): this rank's masters, rounded to the
+// compute dtype in place at its own slice, then an in-place all-gather.
+Work Sharded::gather(int u, const Tensor& dst) {
+  const auto& x = unit(u);
+  const Tensor mine = dst.flat(comm_.rank() * x.shard, x.shard);
+  nn::cast(model_.context(), mine, masters().flat(x.local, x.shard));
+  return comm_.all_gather_async(mine.data, dst.data, x.shard, compute_);
+}
+
+// The weights changed: what was gathered is stale. Stages optimizer and gradients gather
+// every unit at once (each waited for when first read, so the gathers overlap the next
+// forward); full gathers each unit when it is read.
+void Sharded::forget_weights() {
+  gathered_.assign(gathered_.size(), false);
+  embedding_weights_.unit = -1;
+  for (Slot& s : weight_slots_) s.unit = -1;
+  last_other_ = previous_ = -1;
+  if (config_.stage == ShardingStage::full) return;
+  const Tensor full = full_weights_.view(compute_, plan_.full_weights);
+  for (size_t u = 0; u < geo_.units().size(); ++u) {
+    unit_gather_[u] = gather(int(u), full.flat(unit(int(u)).padded, padded(int(u))));
+    gathered_[u] = true;
+  }
+}
+
+void Sharded::masters_changed() {
+  forget_weights();
+}
+
+void Sharded::begin_step() {
+  last_wait_s_ = 0;
+  comm_s_ = 0;
+  reduced_units_ = 0;
+  if (plan_.full_grads) fill_zero(model_.context(), full_grads_.view(grad_, plan_.full_grads));
+  fill_zero(model_.context(), grads());
+}
+
+// The slot holding (or about to hold) unit u's gathered weights, its gather started: the
+// embedding's own, else the slot not holding the last other unit read (which the model may
+// still be reading).
+Sharded::Slot& Sharded::weight_slot(int u) {
+  if (u == 0) {
+    if (embedding_weights_.unit != 0) {
+      wait(embedding_weights_.work);
+      embedding_weights_.unit = 0;
+      embedding_weights_.work = gather(0, embedding_weights_.all);
+    }
+    return embedding_weights_;
+  }
+  for (Slot& s : weight_slots_)
+    if (s.unit == u) return s;
+  Slot& s = weight_slots_[0].unit == last_other_ && last_other_ >= 0 ? weight_slots_[1]
+                                                                     : weight_slots_[0];
+  wait(s.work);  // an unused prefetch may still be writing into it
+  s.unit = u;
+  s.work = gather(u, s.all.flat(0, padded(u)));
+  return s;
+}
+
+// The unit the model reads after u (Note [Unit storage]): forward runs the embedding, the
+// blocks, the final unit and the embedding again (the head); backward the final unit, the
+// embedding, then the blocks downwards. -1 when nothing follows within the pass.
+int Sharded::predict_next(int u, nn::ParamUse use, int previous) const {
+  const int E = 0, F = final_unit();
+  if (use == nn::ParamUse::forward) {
+    if (u == E) return previous == F ? -1 : 1;
+    return u == F ? E : u + 1;
+  }
+  if (u == F) return E;
+  if (u == E) return F - 1;
+  return u > 1 ? u - 1 : -1;
+}
+
+Tensor Sharded::weights(int u, nn::ParamUse use) {
+  const int64_t size = unit(u).size();
+  if (plan_.full_weights) {  // every unit has its place in the full buffer
+    const Tensor all =
+        full_weights_.view(compute_, plan_.full_weights).flat(unit(u).padded, padded(u));
+    if (!gathered_[size_t(u)]) {  // full with reshard_after_forward: false
+      unit_gather_[size_t(u)] = gather(u, all);
+      gathered_[size_t(u)] = true;
+    }
+    wait(unit_gather_[size_t(u)]);
+    return all.flat(0, size);
+  }
+  Slot& s = weight_slot(u);
+  wait(s.work);
+  const int previous = previous_;
+  previous_ = u;
+  if (u != 0) last_other_ = u;
+  if (const int next = predict_next(u, use, previous); next >= 0) weight_slot(next);  // prefetch
+  return s.all.flat(0, size);
+}
+
+Tensor Sharded::grads(int u) {
+  const int64_t size = unit(u).size();
+  if (plan_.full_grads) return full_grads_.view(grad_, plan_.full_grads).flat(unit(u).padded, size);
+  if (u == final_unit()) complete_reductions();  // a backward starts
+  Slot* slot = u == 0 ? &embedding_grad_ : nullptr;
+  for (Slot& s : grad_slots_)
+    if (s.unit == u && s.open) slot = &s;
+  if (!slot) {
+    slot = &grad_slots_[size_t(next_grad_slot_)];
+    next_grad_slot_ = (next_grad_slot_ + 1) % kSlots;
+  }
+  if (!(slot->unit == u && slot->open)) {  // taking it over: its last reduce-scatter must be done
+    for (Reduction& r : reductions_)
+      if (r.send == slot->all.data) complete(r);
+    std::erase_if(reductions_, [](const Reduction& r) { return r.unit < 0; });
+    fill_zero(model_.context(), slot->all);
+    slot->unit = u;
+    slot->open = true;
+  }
+  return slot->all.flat(0, size);
+}
+
+void Sharded::reduce(int u, const Tensor& padded_grads, const Tensor& received) {
+  reductions_.push_back(
+      {comm_.reduce_scatter_async(padded_grads.data, received.data, unit(u).shard, grad_), u,
+       padded_grads.data, received});
+  ++reduced_units_;
+}
+
+void Sharded::grads_ready(int u) {
+  const auto& x = unit(u);
+  if (plan_.full_grads) {  // optimizer: once per step, into the shard (or beside it, in bf16)
+    if (!last_) return;
+    const Tensor to = plan_.received ? received_.view(grad_, plan_.received).flat(x.local, x.shard)
+                                     : grads().flat(x.local, x.shard);
+    reduce(u, full_grads_.view(grad_, plan_.full_grads).flat(x.padded, padded(u)), to);
+    return;
+  }
+  Slot* slot = u == 0 ? &embedding_grad_ : nullptr;
+  for (Slot& s : grad_slots_)
+    if (s.unit == u && s.open) slot = &s;
+  TRAINER_ASSERT(slot && slot->open && slot->unit == u,
+                 "gradient of unit {} ready but never handed out", u);
+  slot->open = false;
+  reduce(u, slot->all.flat(0, padded(u)), slot->received.flat(0, x.shard));
+}
+
+// Waits for one reduce-scatter and puts its result into the gradient shard: added (gradients,
+// full: one per micro-batch), converted (optimizer with bf16 gradients), or already there.
+void Sharded::complete(Reduction& r) {
+  wait(r.work);
+  const Tensor mine = grads().flat(unit(r.unit).local, unit(r.unit).shard);
+  if (!plan_.full_grads)
+    nn::residual_forward(model_.context(), mine, mine, r.received);
+  else if (plan_.received)
+    nn::cast(model_.context(), mine, r.received);
+  r.unit = -1;
+}
+
+void Sharded::complete_reductions() {
+  for (Reduction& r : reductions_) complete(r);
+  reductions_.clear();
+}
+
+void Sharded::finish() {
+  if (plan_.full_grads && reduced_units_ == 0)  // no synchronised backward ran here (Join)
+    for (int u = final_unit(); u >= 0; --u) {
+      last_ = true;
+      grads_ready(u);
+    }
+  complete_reductions();
+  for (const Range& f : config_.frozen)  // never trained: keep them out of the norm
+    for (const nn::FlatSlice& s : slices()) {
+      const int64_t b = std::max(f.begin, s.begin), e = std::min(f.end, s.end);
+      if (b < e) fill_zero(model_.context(), grads().flat(s.local + (b - s.begin), e - b));
+    }
+  last_comm_s_ = comm_s_;
+}
+
+void Sharded::step(float lr, float grad_scale) {
+  opt_.step(model_.context(), masters(), grads(), Tensor{}, lr, grad_scale);
+  forget_weights();
+}
+
+}  // namespace
+
+std::unique_ptr<DataParallel> make_sharded(Communicator& comm, nn::Model& model,
+                                           const ParallelConfig& config) {
+  return std::make_unique<Sharded>(comm, model, config);
+}
+
+StateBytes planned_sharded_bytes(const nn::ParamLayout& layout, const ParallelConfig& config,
+                                 int world, DType compute, DType grad) {
+  const ShardGeometry geo(layout, world, 0);
+  int64_t state = 0;  // rank 0's share of the elements (freezing is not planned)
+  for (const nn::FlatSlice& s : geo.slices()) state += s.size();
+  return bytes_of(plan_buffers(geo, config, grad), compute, grad, state);
+}
+
+}  // namespace trainer::dist

@@ -101,7 +101,7 @@ inline void write_corpus(const fs::path& dir, int train_docs = 120, int val_docs
 inline Config tiny_config(const fs::path& data_dir, const fs::path& runs_dir,
                           const std::string& name) {
   Config c;
-  for (const std::string& s :
+  for (const char* s :
        {"model.vocab_size=64", "model.max_seq_len=16", "model.n_layer=2", "model.n_head=2",
         "model.n_embd=32", "data.batch_size=4", "data.seq_len=16", "train.steps=12",
         "train.val_every=4", "train.val_batches=2", "checkpoint.every=5", "checkpoint.keep_last=10",

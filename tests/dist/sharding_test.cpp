@@ -169,7 +169,9 @@ TEST(Sharding, Bf16MatchesDdp) {
 TEST(Sharding, FullHoldsAtMostOneNthOfDdpPlusUnitBuffers) {
   Communicator& c = world();
   const int N = c.size();
-  auto measured = [&](ShardingStage stage, StateBytes* planned) {
+  // Returns the bytes measured; `held` gets what the DataParallel says it holds, which is the
+  // plan on rank 0 (the plan is rank 0's, whose slices are never shorter than another's).
+  auto measured = [&](ShardingStage stage, StateBytes* held) {
     nn::ExecConfig exec = testing::exec_for(B, T);
     exec.own_params = stage == ShardingStage::none;
     const size_t before = Buffer::live_bytes(Device::cpu);
@@ -178,8 +180,12 @@ TEST(Sharding, FullHoldsAtMostOneNthOfDdpPlusUnitBuffers) {
     ParallelConfig pc;
     pc.stage = stage;
     auto dp = make_data_parallel(c, model, pc);
-    *planned = planned_state_bytes(model.layout(), pc, N, DType::f32, DType::f32);
-    EXPECT_EQ(dp->state_bytes().total(), planned->total()) << sharding_stage_name(stage);
+    *held = dp->state_bytes();
+    const StateBytes plan = planned_state_bytes(model.layout(), pc, N, DType::f32, DType::f32);
+    if (c.rank() == 0) {
+      EXPECT_EQ(held->total(), plan.total()) << sharding_stage_name(stage);
+    }
+    EXPECT_LE(held->total(), plan.total()) << sharding_stage_name(stage);
     // Everything allocated, less the model's activations, workspace and inputs.
     return int64_t(Buffer::live_bytes(Device::cpu) - before) -
            (own.activations + own.workspace + own.inputs);
@@ -193,7 +199,9 @@ TEST(Sharding, FullHoldsAtMostOneNthOfDdpPlusUnitBuffers) {
   const int64_t padding = int64_t(layout.units().size()) * 16 * N * 16;  // bytes, 16 B/element
   EXPECT_LE(full, ddp / N + full_plan.buffers + padding)
       << "full " << full << " B, DDP " << ddp << " B on " << N << " ranks";
-  if (N > 1) EXPECT_LT(full_plan.buffers, ddp / 2) << "the unit buffers are not small";
+  if (N > 1) {
+    EXPECT_LT(full_plan.buffers, ddp / 2) << "the unit buffers are not small";
+  }
 }
 
 TEST(ShardGeometry, SlicesTileEveryUnitAligned) {

@@ -11,6 +11,7 @@
 #include "runtime/error.h"
 #include "runtime/file_io.h"
 #include "runtime/log.h"
+#include "runtime/memory.h"
 
 namespace trainer::app {
 
@@ -37,15 +38,21 @@ int cmd_export(const Args& args) {
   fs::remove_all(tmp);  // litter of an earlier run that was killed
   fs::create_directories(tmp);
   RemoveUnlessKept guard(tmp);
-  if (dtype == "fp32") {
-    fs::copy_file(saved.checkpoint.dir / "model.safetensors", tmp / "model.safetensors");
-  } else {
+  {
+    // From the loaded masters: whole or sharded checkpoints alike.
     nn::Model& model = *saved.model;
     const Tensor masters = model.params();
-    std::vector<bf16> weights(size_t(masters.numel()));
-    nn::cast(model.context(), make_tensor(weights.data(), DType::bf16, {masters.numel()}), masters);
+    std::vector<float> host = read_as_f32(model.context(), masters);
+    std::vector<bf16> rounded;
+    const void* values = host.data();
+    if (dtype == "bf16") {
+      rounded.resize(host.size());
+      nn::cast(model.context(), make_tensor(rounded.data(), DType::bf16, {masters.numel()}),
+               make_tensor(host.data(), DType::f32, {masters.numel()}));
+      values = rounded.data();
+    }
     SafetensorsWriter w;
-    nn::add_params(w, model.layout(), weights.data(), DType::bf16);
+    nn::add_params(w, model.layout(), values, dtype == "bf16" ? DType::bf16 : DType::f32);
     w.set_metadata("format", "pt");
     w.write(tmp / "model.safetensors");
   }

@@ -1,10 +1,11 @@
 // `trainer plan`: the bytes per rank a config needs, from the same plans the trainer allocates
-// by (parameters, working copy, gradients, AdamW moments, activations under the checkpointing
-// policy, op workspace), without allocating them.
+// by (model state under the sharding stage, activations under the checkpointing policy, op
+// workspace), without allocating them; and the same for every stage and precision.
 #include <cstdio>
 
 #include "app/options.h"
 #include "app/run_setup.h"
+#include "dist/data_parallel.h"
 #include "nn/activation_plan.h"
 #include "nn/param_layout.h"
 #include "nn/transformer.h"
@@ -12,41 +13,33 @@
 
 namespace trainer::app {
 
-int cmd_plan(const Args& args) {
-  po::options_description desc("plan options");
-  po::positional_options_description pos;
-  add_config_options(desc, pos);
-  desc.add_options()("world-size", po::value<int>()->default_value(1), "ranks (DDP replicas)");
-  po::variables_map vm;
-  if (!parse_options("plan", args, desc, vm, &pos)) return 0;
-  const Config c = config_from(vm);
-  require_range("plan", vm, "world-size", 1, 1 << 20);
-  const int world = vm["world-size"].as<int>();
-  const RunConfig rc = resolve_run(c);
-  const nn::ParamLayout layout(rc.model);
-  int64_t trainable = 0;
-  for (const nn::ParamInfo& p : layout.params())
-    if (!matches_any(p.name, rc.freeze)) trainable += p.numel;
-  const nn::Transformer::Memory m = nn::Transformer::planned_memory(rc.model, rc.exec);
-  const nn::ActivationPlan acts(rc.model, rc.exec);
-  const double MiB = 1048576.0, optim = double(trainable) * 8;
+namespace {
+
+constexpr double kMiB = 1048576.0;
+
+// The configured run in detail: what each rank allocates, by purpose.
+void print_configured(const RunConfig& rc, const nn::ParamLayout& layout, int world) {
   const nn::ExecConfig& e = rc.exec;
-  std::printf("plan for %s: %d layers, C=%d, V=%d, %ld parameters (%ld trainable)\n",
-              vm["config"].as<std::string>().c_str(), rc.model.n_layer, rc.model.n_embd,
-              rc.model.vocab_size, long(layout.total()), long(trainable));
+  const nn::Transformer::Memory m = nn::Transformer::planned_memory(rc.model, e);
+  const nn::ActivationPlan acts(rc.model, e);
+  dist::ParallelConfig pc;
+  pc.stage = rc.sharding;
+  pc.reshard_after_forward = rc.reshard_after_forward;
+  const dist::StateBytes st = dist::planned_state_bytes(layout, pc, world, e.compute, e.grad);
   std::printf(
       "precision %s, gradients %s, activation checkpointing %s; micro-batch %d x %d tokens; "
-      "world size %d (DDP: every rank holds a full replica)\n",
+      "world size %d, sharding %s\n",
       std::string(float_dtype_name(e.compute)).c_str(),
       std::string(float_dtype_name(e.grad)).c_str(), nn::recompute_name(e.recompute), e.max_rows,
-      e.max_seq_len, world);
+      e.max_seq_len, world, dist::sharding_stage_name(rc.sharding));
   auto row = [&](const char* what, double bytes) {
-    std::printf("  %-32s %10.1f MiB\n", what, bytes / MiB);
+    std::printf("  %-34s %10.1f MiB\n", what, bytes / kMiB);
   };
-  row("parameters (fp32 masters)", double(m.params));
-  if (m.working) row("working copy (bf16)", double(m.working));
-  row(e.grad == DType::bf16 ? "gradients (bf16)" : "gradients (fp32)", double(m.grads));
-  row("optimizer state (AdamW m, v)", optim);
+  row("parameters (fp32 masters)", double(st.masters));
+  if (st.working) row("working weights", double(st.working));
+  row("gradients", double(st.grads));
+  row("optimizer state (AdamW m, v)", double(st.optimizer));
+  if (st.buffers) row("unit buffers (gathers, reductions)", double(st.buffers));
   row("activations", double(m.activations));
   int64_t kept = 0;
   for (int l = 0; l < rc.model.n_layer; ++l) kept += acts.kept_bytes(l);
@@ -54,7 +47,68 @@ int cmd_plan(const Args& args) {
   row("  of which logits / block scratch", double(acts.shared_bytes()));
   row("op workspace", double(m.workspace));
   row("batch inputs", double(m.inputs));
-  std::printf("  %-32s %10.1f MiB per rank\n", "total", (double(m.total()) + optim) / MiB);
+  const double total = double(st.total() + m.activations + m.workspace + m.inputs);
+  std::printf("  %-34s %10.1f MiB per rank\n", "total", total / kMiB);
+}
+
+// Every sharding stage in fp32 and bf16, with and without activation checkpointing.
+void print_stages(const RunConfig& rc, const nn::ParamLayout& layout, int world) {
+  std::printf(
+      "\nevery stage on %d rank(s), MiB per rank (activations and totals: checkpointing none / "
+      "full):\n  %-10s %-9s %9s %9s %9s %9s %9s %19s %21s\n",
+      world, "sharding", "precision", "masters", "weights", "gradients", "optimizer", "buffers",
+      "activations*", "total");
+  for (DType compute : {DType::f32, DType::bf16}) {
+    nn::ExecConfig e = rc.exec;
+    e.compute = compute;
+    e.grad = compute == DType::f32 ? DType::f32 : rc.exec.grad;
+    e.recompute_layers.clear();
+    int64_t rest[2];  // activations, workspace and inputs without and with full checkpointing
+    for (int k = 0; k < 2; ++k) {
+      e.recompute = k == 0 ? nn::Recompute::none : nn::Recompute::full;
+      const nn::Transformer::Memory m = nn::Transformer::planned_memory(rc.model, e);
+      rest[k] = m.activations + m.workspace + m.inputs;
+    }
+    for (dist::ShardingStage stage : {dist::ShardingStage::none, dist::ShardingStage::optimizer,
+                                      dist::ShardingStage::gradients, dist::ShardingStage::full}) {
+      dist::ParallelConfig pc;
+      pc.stage = stage;
+      pc.reshard_after_forward = rc.reshard_after_forward;
+      const dist::StateBytes st = dist::planned_state_bytes(layout, pc, world, e.compute, e.grad);
+      std::printf("  %-10s %-9s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f /%8.1f %10.1f /%9.1f\n",
+                  dist::sharding_stage_name(stage),
+                  compute == DType::f32 ? "fp32" : (e.grad == DType::bf16 ? "bf16" : "bf16/g32"),
+                  st.masters / kMiB, st.working / kMiB, st.grads / kMiB, st.optimizer / kMiB,
+                  st.buffers / kMiB, rest[0] / kMiB, rest[1] / kMiB,
+                  double(st.total() + rest[0]) / kMiB, double(st.total() + rest[1]) / kMiB);
+    }
+  }
+  std::printf(
+      "  (* with the op workspace and batch inputs; bf16/g32: bf16 compute, fp32 gradients; the "
+      "sharded stages' gradients include the fp32 shard they sum into)\n");
+}
+
+}  // namespace
+
+int cmd_plan(const Args& args) {
+  po::options_description desc("plan options");
+  po::positional_options_description pos;
+  add_config_options(desc, pos);
+  desc.add_options()("world-size", po::value<int>()->default_value(1), "ranks");
+  po::variables_map vm;
+  if (!parse_options("plan", args, desc, vm, &pos)) return 0;
+  const Config c = config_from(vm);
+  require_range("plan", vm, "world-size", 1, 1 << 20);
+  const int world = vm["world-size"].as<int>();
+  const RunConfig rc = resolve_run(c);
+  const nn::ParamLayout layout(rc.model);
+  int64_t count = 0;
+  for (const nn::ParamInfo& p : layout.params()) count += p.numel;
+  std::printf("plan for %s: %d layers, C=%d, V=%d, %ld parameters\n",
+              vm["config"].as<std::string>().c_str(), rc.model.n_layer, rc.model.n_embd,
+              rc.model.vocab_size, long(count));
+  print_configured(rc, layout, world);
+  print_stages(rc, layout, world);
   return 0;
 }
 

@@ -16,6 +16,8 @@ std::unique_ptr<DataParallel> make_sharded(Communicator& comm, nn::Model& model,
                                            const ParallelConfig& config);
 StateBytes planned_sharded_bytes(const nn::ParamLayout& layout, const ParallelConfig& config,
                                  int world, DType compute, DType grad);
+StateBytes sharded_bytes_for(int64_t params, const ParallelConfig& config, int world, DType compute,
+                             DType grad);
 
 ShardingStage parse_sharding_stage(const std::string& name) {
   for (ShardingStage s : {ShardingStage::none, ShardingStage::optimizer, ShardingStage::gradients,
@@ -40,6 +42,16 @@ const char* sharding_stage_name(ShardingStage stage) {
 }
 
 namespace {
+
+// Every rank holds everything (stage none).
+StateBytes replicated_bytes(int64_t params, DType compute, DType grad) {
+  StateBytes s;
+  s.masters = params * 4;
+  s.working = compute == DType::f32 ? 0 : params * int64_t(dtype_size(compute));
+  s.grads = params * int64_t(dtype_size(grad));
+  s.optimizer = params * 2 * 4;
+  return s;
+}
 
 // Every rank holds the whole model state; DDP sums the gradients.
 class Replicated final : public DataParallel {
@@ -78,13 +90,9 @@ class Replicated final : public DataParallel {
               grad_scale);
   }
   StateBytes state_bytes() const override {
-    const int64_t n = model_.layout().total();
-    StateBytes s;
-    s.masters = n * 4;
-    s.working =
-        model_.compute_dtype() == DType::f32 ? 0 : n * int64_t(dtype_size(model_.compute_dtype()));
-    s.grads = n * int64_t(dtype_size(model_.grad_dtype()));
-    s.optimizer = opt_.state_size() * 2 * 4;
+    StateBytes s =
+        replicated_bytes(model_.layout().total(), model_.compute_dtype(), model_.grad_dtype());
+    s.optimizer = opt_.state_size() * 2 * 4;  // frozen parameters have none
     return s;
   }
   double last_wait_seconds() const override { return ddp_.last_wait_seconds(); }
@@ -139,13 +147,14 @@ StateBytes planned_state_bytes(const nn::ParamLayout& layout, const ParallelConf
                                int world, DType compute, DType grad) {
   if (config.stage != ShardingStage::none)
     return planned_sharded_bytes(layout, config, world, compute, grad);
-  const int64_t n = layout.total();
-  StateBytes s;
-  s.masters = n * 4;
-  s.working = compute == DType::f32 ? 0 : n * int64_t(dtype_size(compute));
-  s.grads = n * int64_t(dtype_size(grad));
-  s.optimizer = n * 2 * 4;
-  return s;
+  return replicated_bytes(layout.total(), compute, grad);
+}
+
+StateBytes state_bytes_for(int64_t params, const ParallelConfig& config, int world, DType compute,
+                           DType grad) {
+  if (config.stage != ShardingStage::none)
+    return sharded_bytes_for(params, config, world, compute, grad);
+  return replicated_bytes(params, compute, grad);
 }
 
 }  // namespace trainer::dist

@@ -103,4 +103,9 @@ void empty_pass(nn::Model& model, DataParallel& dp, bool backward);
 StateBytes planned_state_bytes(const nn::ParamLayout& layout, const ParallelConfig& config,
                                int world, DType compute, DType grad);
 
+// The same for a model of `params` parameters in general, leaving out the unit buffers and the
+// padding of `full` (which depend on the model's shape): the arithmetic of the stages.
+StateBytes state_bytes_for(int64_t params, const ParallelConfig& config, int world, DType compute,
+                           DType grad);
+
 }  // namespace trainer::dist

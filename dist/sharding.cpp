@@ -67,29 +67,38 @@ struct ShardBuffers {
   static constexpr int kSlots = 2;
 };
 
-ShardBuffers plan_buffers(const ShardGeometry& g, const ParallelConfig& c, DType grad) {
+// The sizes the buffers follow, in elements: a rank's local slices, the padded whole, the
+// padded embedding unit and the largest other padded unit.
+struct ShardSizes {
+  int64_t local = 0, padded = 0, embedding = 0, largest_other = 0;
+  int world = 1;
+};
+
+ShardSizes sizes_of(const ShardGeometry& g) {
+  ShardSizes z{g.local_size(), g.padded_size(), g.units().front().shard * g.world(), 0, g.world()};
+  for (size_t u = 1; u < g.units().size(); ++u)
+    z.largest_other = std::max(z.largest_other, g.units()[u].shard * g.world());
+  return z;
+}
+
+ShardBuffers plan_buffers(const ShardSizes& z, const ParallelConfig& c, DType grad) {
   ShardBuffers b;
-  b.world = g.world();
-  const auto& units = g.units();
-  int64_t largest_other = 0;  // padded, among the units but the embedding
-  for (size_t u = 1; u < units.size(); ++u)
-    largest_other = std::max(largest_other, units[u].shard * g.world());
-  const int64_t embedding = units.front().shard * g.world();
-  b.masters = g.local_size();
+  b.world = z.world;
+  b.masters = z.local;
   if (c.stage == ShardingStage::full && c.reshard_after_forward) {
-    b.embedding_weights = embedding;
-    b.weight_slot = largest_other;
+    b.embedding_weights = z.embedding;
+    b.weight_slot = z.largest_other;
   } else {
-    b.full_weights = g.padded_size();
+    b.full_weights = z.padded;
   }
   if (c.stage == ShardingStage::optimizer) {
-    b.full_grads = g.padded_size();
-    b.received = grad == DType::f32 ? 0 : g.local_size();
+    b.full_grads = z.padded;
+    b.received = grad == DType::f32 ? 0 : z.local;
   } else {
-    b.embedding_grad = embedding;
-    b.grad_slot = largest_other;
+    b.embedding_grad = z.embedding;
+    b.grad_slot = z.largest_other;
   }
-  b.grad_shard = g.local_size();
+  b.grad_shard = z.local;
   return b;
 }
 
@@ -201,7 +210,7 @@ Sharded::Sharded(Communicator& comm, nn::Model& model, const ParallelConfig& con
       geo_(model.layout(), comm.size(), comm.rank()),
       compute_(model.compute_dtype()),
       grad_(model.grad_dtype()),
-      plan_(plan_buffers(geo_, config, grad_)),
+      plan_(plan_buffers(sizes_of(geo_), config, grad_)),
       opt_(model.layout(), config.adamw, geo_.slices(), config.is_frozen, model.context().device) {
   TRAINER_ASSERT(model.params().empty(), "a sharded model must not own its parameters");
   const Device d = model.context().device;
@@ -453,7 +462,14 @@ StateBytes planned_sharded_bytes(const nn::ParamLayout& layout, const ParallelCo
   const ShardGeometry geo(layout, world, 0);
   int64_t state = 0;  // rank 0's share of the elements (freezing is not planned)
   for (const nn::FlatSlice& s : geo.slices()) state += s.size();
-  return bytes_of(plan_buffers(geo, config, grad), compute, grad, state);
+  return bytes_of(plan_buffers(sizes_of(geo), config, grad), compute, grad, state);
+}
+
+StateBytes sharded_bytes_for(int64_t params, const ParallelConfig& config, int world, DType compute,
+                             DType grad) {
+  const int64_t local = (params + world - 1) / world;
+  const ShardSizes z{local, local * world, 0, 0, world};  // no unit buffers
+  return bytes_of(plan_buffers(z, config, grad), compute, grad, local);
 }
 
 }  // namespace trainer::dist

@@ -1,6 +1,8 @@
-// trainer_ddp_bench: trains a GPT on synthetic tokens with DDP and prints one line of figures
-// (throughput, phase times, exposed communication and the fraction of all-reduce time hidden
-// behind backward). scripts/bench/ddp.sh runs it at 1 and 2 ranks and prints the ratios.
+// trainer_ddp_bench: trains a GPT on synthetic tokens with DDP or a sharding stage and prints
+// one line of figures (throughput, phase times, exposed communication, the fraction of
+// communication hidden behind compute, and the bytes of model state and of all buffers per
+// rank). scripts/bench/ddp.sh runs it at 1 and 2 ranks, scripts/bench/sharding.sh every stage
+// at 2 ranks, and each prints the ratios.
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -8,11 +10,12 @@
 
 #include "dist/communicator.h"
 #include "dist/consistency.h"
-#include "dist/ddp.h"
+#include "dist/data_parallel.h"
 #include "dist/join.h"
 #include "dist/step_stats.h"
 #include "nn/adamw.h"
 #include "nn/transformer.h"
+#include "runtime/buffer.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 #include "runtime/timer.h"
@@ -26,6 +29,7 @@ struct Args {
   nn::ModelConfig model;
   int B = 8, T = 256, steps = 4, warmup = 1;
   double bucket_mb = 10;
+  ShardingStage sharding = ShardingStage::none;
 };
 
 Args parse(int argc, char** argv) {
@@ -51,6 +55,8 @@ Args parse(int argc, char** argv) {
       a.warmup = v;
     else if (k == "--bucket-mb")
       a.bucket_mb = std::atof(argv[i + 1]);
+    else if (k == "--sharding")
+      a.sharding = parse_sharding_stage(argv[i + 1]);
     else
       THROW_ERROR("unknown option {}", k);
   }
@@ -68,13 +74,17 @@ void run(int argc, char** argv) {
   nn::ExecConfig exec;
   exec.max_rows = a.B;
   exec.max_seq_len = a.T;
+  exec.own_params = a.sharding == ShardingStage::none;
+  const size_t before = Buffer::live_bytes(Device::cpu);
   nn::Transformer model(a.model, exec);
-  model.init_weights(1);
   const int64_t total = model.layout().total();
   check_consistency(*comm, {{"the parameter layout", std::to_string(model.layout().digest())}});
-  broadcast_parameters(*comm, model.params());
-  DDP ddp(*comm, model, {.bucket_mb = a.bucket_mb, .frozen = {}});
-  nn::AdamW opt(model.layout(), {}, {{0, total, 0}});
+  ParallelConfig pc;
+  pc.stage = a.sharding;
+  pc.bucket_mb = a.bucket_mb;
+  auto dp = make_data_parallel(*comm, model, pc);
+  init_masters(*dp, model, a.model, 1);
+  const double live_mib = double(Buffer::live_bytes(Device::cpu) - before) / 1048576.0;
   std::vector<int32_t> tokens(size_t(a.B) * a.T), targets(tokens.size());
   uint64_t x = 0x12345u + uint64_t(R);
   StepTimes sum;
@@ -89,22 +99,24 @@ void run(int argc, char** argv) {
     Timer step_timer, t;
     StepTimes st;
     const StepCounts counts = exchange_counts(*comm, true, int64_t(tokens.size()));
-    model.zero_grads();
+    dp->begin_step();
     model.reset_loss();
+    dp->set_last_micro_batch(true);
     model.forward({a.B, a.T, tokens.data(), targets.data(), nullptr, nullptr});
     st.forward_s = t.seconds();
     t.reset();
     model.backward(1.0f / float(counts.global_tokens));
     st.backward_s = t.seconds();
     t.reset();
-    ddp.finish();
-    st.comm_wait_s = ddp.last_wait_seconds();
-    st.comm_busy_s = ddp.last_comm_seconds();
+    dp->finish();
     t.reset();
-    const nn::StepScalars sc = model.read_step_scalars(model.grads());
-    const float scale = nn::clip_scale(std::sqrt(sc.grad_norm_sq), 1.0f);
-    opt.step(model.context(), model.params(), model.grads(), model.working_copy(), 6e-4f, scale);
+    std::vector<double> norm_sq = {model.read_step_scalars(dp->grads()).grad_norm_sq};
+    if (dp->grads_sharded()) comm->all_reduce(norm_sq);
+    dp->step(6e-4f, nn::clip_scale(std::sqrt(norm_sq[0]), 1.0f));
     st.optimizer_s = t.seconds();
+    // Under full sharding the forward's gathers wait too; all waits are exposed time.
+    st.comm_wait_s = dp->last_wait_seconds();
+    st.comm_busy_s = dp->last_comm_seconds();
     const double step_s = step_timer.seconds();
     StragglerReport rep = gather_step_times(*comm, st, 0.2);
     if (step < a.warmup) continue;
@@ -119,12 +131,13 @@ void run(int argc, char** argv) {
   const double k = a.steps;
   if (R == 0)
     fmt::print(
-        "ranks={} params={} buckets={} bucket_mb={} step_s={:.3f} tokens_per_s={:.0f} "
+        "ranks={} sharding={} params={} bucket_mb={} step_s={:.3f} tokens_per_s={:.0f} "
         "forward_s={:.3f} backward_s={:.3f} comm_busy_s={:.4f} comm_wait_s={:.4f} "
-        "optimizer_s={:.3f} hidden={:.3f}\n",
-        N, total, ddp.buckets().size(), a.bucket_mb, wall / k, double(N) * a.B * a.T * k / wall,
-        sum.forward_s / k, sum.backward_s / k, sum.comm_busy_s / k, sum.comm_wait_s / k,
-        sum.optimizer_s / k, sum.hidden_fraction());
+        "optimizer_s={:.3f} hidden={:.3f} state_mib={:.1f} live_mib={:.1f}\n",
+        N, sharding_stage_name(a.sharding), total, a.bucket_mb, wall / k,
+        double(N) * a.B * a.T * k / wall, sum.forward_s / k, sum.backward_s / k,
+        sum.comm_busy_s / k, sum.comm_wait_s / k, sum.optimizer_s / k, sum.hidden_fraction(),
+        double(dp->state_bytes().total()) / 1048576.0, live_mib);
 }
 
 }  // namespace

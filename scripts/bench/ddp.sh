@@ -20,7 +20,7 @@ echo "1 rank : $one"
 echo "2 ranks: $two"
 field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" <<<"$2"; }
 awk -v a="$(field tokens_per_s "$one")" -v b="$(field tokens_per_s "$two")" \
-    -v h="$(field hidden "$two")" -v k="$(field buckets "$two")" 'BEGIN {
+    -v h="$(field hidden "$two")" -v mb="$(field bucket_mb "$two")" 'BEGIN {
   printf "scaling 2 ranks / 1 rank: %.2fx (target >= 1.8x)\n", b / a
-  printf "all-reduce hidden behind backward: %.0f%% with %d buckets (target >= 80%%)\n", 100 * h, k
+  printf "all-reduce hidden behind backward: %.0f%% with %s MiB buckets (target >= 80%%)\n", 100 * h, mb
 }'

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The end of the data on 2 ranks with gradient accumulation: with data.epochs = 1, a run
 # accumulating 3 micro-batches per step must train on exactly the tokens a run taking one per
-# step does (the last step takes the micro-batches that are left; none is dropped).
+# step does (the last step takes the micro-batches that are left; none is dropped). The same
+# under dist.sharding gradients and full, where a rank with fewer micro-batches at the end runs
+# empty passes (Join): same tokens, and the same losses as DDP at every step.
 #   end_of_data_mpi.sh <trainer> <mpiexec>
 set -euo pipefail
 TRAINER=$(realpath "$1")
@@ -16,10 +18,12 @@ for i in $(seq 1 157); do
 done > text.txt
 "$TRAINER" tokenizer train --input text.txt --vocab-size 320 --out tok.model >/dev/null
 "$TRAINER" prepare --tokenizer tok.model --input text.txt --out corpus --val-fraction 0.1 >/dev/null
-for accum in 1 3; do
+for run in 1:none 3:none 3:gradients 3:full; do
+  accum=${run%:*} sharding=${run#*:}
   OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np 2 "$TRAINER" train \
     --set data.path=corpus --set data.tokenizer=tok.model --set run.dir=runs \
-    --set run.name=accum$accum --set model.vocab_size=320 --set model.n_layer=1 \
+    --set run.name=accum$accum$sharding --set dist.sharding=$sharding \
+    --set model.vocab_size=320 --set model.n_layer=1 \
     --set model.n_head=2 --set model.n_embd=16 --set model.max_seq_len=32 --set data.mode=pack \
     --set data.seq_len=32 --set data.batch_size=2 --set data.epochs=1 --set train.steps=100000 \
     --set train.grad_accum=$accum --set train.val_every=0 --set log.progress=off \
@@ -27,8 +31,15 @@ for accum in 1 3; do
 done
 /usr/bin/python3 - <<'PY'
 import json, sys
-tokens = {a: json.load(open(f"runs/accum{a}/checkpoints/latest/trainer_state.json"))["tokens_seen"]
-          for a in (1, 3)}
-print(f"end of data, 2 ranks: {tokens[1]} tokens with 1 micro-batch per step, {tokens[3]} with 3")
-sys.exit(0 if tokens[1] == tokens[3] and tokens[1] > 0 else 1)
+runs = ["1none", "3none", "3gradients", "3full"]
+tokens = {r: json.load(open(f"runs/accum{r}/checkpoints/latest/trainer_state.json"))["tokens_seen"]
+          for r in runs}
+def losses(r):
+    return [l["loss"] for l in map(json.loads, open(f"runs/accum{r}/metrics.jsonl")) if "loss" in l]
+ddp = losses("3none")
+worst = max(abs(a - b) / abs(b) for r in ["3gradients", "3full"] for a, b in zip(losses(r), ddp))
+same_steps = all(len(losses(r)) == len(ddp) for r in ["3gradients", "3full"])
+print(f"end of data, 2 ranks: tokens {tokens}; sharded losses within {worst:.1e} of DDP's")
+sys.exit(0 if len(set(tokens.values())) == 1 and tokens["1none"] > 0 and same_steps
+         and worst < 1e-5 else 1)
 PY

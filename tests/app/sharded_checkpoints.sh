@@ -10,19 +10,13 @@
 #     a save slower than checkpoint.timeout_s fails naming the late rank.
 #   sharded_checkpoints.sh <trainer> <mpiexec>
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/small_corpus.sh"
 TRAINER=$1
 MPIEXEC=$2
 DIR=$(mktemp -d /tmp/trainer_sharded_ckpt.XXXXXX)
 trap 'rm -rf "$DIR"' EXIT
 cd "$DIR"
-for i in $(seq 1 300); do
-  echo "the quick brown fox number $((i % 17)) jumps over the lazy dog near the river bank."
-  echo "a lazy dog sleeps while the fox runs $((i % 5)) times around the old red barn."
-  echo
-done > text.txt
-"$TRAINER" tokenizer train --input text.txt --vocab-size 320 --model-type bpe --out tok.model >/dev/null
-"$TRAINER" prepare --tokenizer tok.model --input text.txt --format text --out corpus \
-  --val-fraction 0.1 >/dev/null
+small_corpus "$TRAINER"
 common=(--set data.path=corpus --set data.tokenizer=tok.model --set run.dir=runs
         --set model.vocab_size=320 --set model.n_layer=3 --set model.n_head=2 --set model.n_embd=32
         --set model.max_seq_len=32 --set data.seq_len=32 --set data.batch_size=2

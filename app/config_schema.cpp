@@ -11,6 +11,10 @@ const std::vector<KeySpec>& schema() {
       {"run.seed", Kind::integer, int64_t(1337), "Seed for initialisation, data order and sampling",
        0},
 
+      {"model.arch", Kind::text, std::string("gpt2"),
+       "gpt2 (learned positions, LayerNorm, GELU, biases, tied head) or llama (rotary positions, "
+       "RMSNorm, SwiGLU, no biases, grouped-query attention)",
+       -1e300, 1e300, L{"gpt2", "llama"}},
       {"model.vocab_size", Kind::integer, int64_t(8192),
        "Vocabulary size V (must cover the tokenizer)", 1, 1 << 24},
       {"model.max_seq_len", Kind::integer, int64_t(256), "Learned positions (longest row)", 1,
@@ -19,6 +23,15 @@ const std::vector<KeySpec>& schema() {
       {"model.n_head", Kind::integer, int64_t(6), "Attention heads H", 1, 1024},
       {"model.n_embd", Kind::integer, int64_t(384), "Channels C (a multiple of n_head)", 1,
        1 << 16},
+      {"model.n_kv_head", Kind::integer, int64_t(0),
+       "llama: key/value heads, dividing n_head (0 = n_head; 1 = multi-query)", 0, 1024},
+      {"model.ffn_hidden", Kind::integer, int64_t(0),
+       "llama: SwiGLU hidden size before rounding (0 = 8/3 n_embd)", 0, 1 << 20},
+      {"model.ffn_multiple_of", Kind::integer, int64_t(256),
+       "llama: the SwiGLU hidden size is rounded up to a multiple of this", 1, 1 << 16},
+      {"model.rope_theta", Kind::real, 10000.0, "llama: the rotary embeddings' base", 1.0001, 1e12},
+      {"model.tie_embeddings", Kind::boolean, true,
+       "The output head reads the token embedding (false: its own lm_head; llama only)"},
       {"model.precision", Kind::text, std::string("fp32"),
        "fp32, or bf16 mixed precision: bf16 matmul inputs and saved activations, fp32 master "
        "weights, optimizer state, statistics and loss",

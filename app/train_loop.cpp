@@ -98,8 +98,9 @@ void check_resumable(const Config& now, const Checkpoint& ckpt) {
     CHECK(then.to_yaml_value(key) == now.to_yaml_value(key),
           "cannot resume from {}: {} was {} there but is {} now (it defines the data order)",
           ckpt.dir.string(), key, then.to_yaml_value(key), now.to_yaml_value(key));
-  for (const char* key :
-       {"model.vocab_size", "model.max_seq_len", "model.n_layer", "model.n_head", "model.n_embd"})
+  for (const char* key : {"model.arch", "model.vocab_size", "model.max_seq_len", "model.n_layer",
+                          "model.n_head", "model.n_embd", "model.n_kv_head", "model.ffn_hidden",
+                          "model.ffn_multiple_of", "model.rope_theta", "model.tie_embeddings"})
     CHECK(then.to_yaml_value(key) == now.to_yaml_value(key),
           "cannot resume from {}: {} was {} there but is {} now (another model; start a new "
           "run, or set train.resume=none with --force)",

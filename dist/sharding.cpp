@@ -189,6 +189,7 @@ class Sharded final : public DataParallel, public nn::UnitStore {
   std::array<Slot, kSlots> weight_slots_;
   int last_other_ = -1;
   int previous_ = -1;  // the unit read before the last one
+  bool tied_;          // the head reads the embedding unit
   // Gradients (gradients, full): the embedding's scratch slot and kSlots taken in turn.
   Slot embedding_grad_;
   std::array<Slot, kSlots> grad_slots_;
@@ -211,6 +212,7 @@ Sharded::Sharded(Communicator& comm, nn::Model& model, const ParallelConfig& con
       compute_(model.compute_dtype()),
       grad_(model.grad_dtype()),
       plan_(plan_buffers(sizes_of(geo_), config, grad_)),
+      tied_(!model.layout().has(model.layout().final_unit(), nn::Role::lm_head)),
       opt_(model.layout(), config.adamw, geo_.slices(), config.is_frozen, model.context().device) {
   TRAINER_ASSERT(model.params().empty(), "a sharded model must not own its parameters");
   const Device d = model.context().device;
@@ -332,15 +334,15 @@ Sharded::Slot& Sharded::weight_slot(int u) {
 }
 
 // The unit the model reads after u (Note [Unit storage]): forward runs the embedding, the
-// blocks, the final unit and the embedding again (the head); backward the final unit, the
-// embedding, then the blocks downwards. -1 when nothing follows within the pass.
+// blocks, the final unit and, with a tied head, the embedding again; backward the final unit
+// (and the embedding, tied), then the blocks downwards. -1 when nothing follows in the pass.
 int Sharded::predict_next(int u, nn::ParamUse use, int previous) const {
   const int E = 0, F = final_unit();
   if (use == nn::ParamUse::forward) {
-    if (u == E) return previous == F ? -1 : 1;
-    return u == F ? E : u + 1;
+    if (u == E) return tied_ && previous == F ? -1 : 1;
+    return u == F ? (tied_ ? E : -1) : u + 1;
   }
-  if (u == F) return E;
+  if (u == F) return tied_ ? E : F - 1;
   if (u == E) return F - 1;
   return u > 1 ? u - 1 : -1;
 }

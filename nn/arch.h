@@ -30,6 +30,13 @@ enum class Role : uint8_t {
   fc_proj_b,
   final_norm_w,
   final_norm_b,
+  q_w,  // llama: the query, key and value projections, adjacent in the flat buffer
+  k_w,
+  v_w,
+  gate_w,  // llama: the SwiGLU gate and up projections, adjacent; the down projection
+  up_w,
+  down_w,
+  lm_head,  // an untied head
   kCount
 };
 
@@ -63,6 +70,10 @@ enum class Act : uint8_t {
   d_atty,
   d_fch,
   d_fch_gelu,
+  gate_up,  // llama: the fused gate/up projection (N, 2F) and its SwiGLU (N, F)
+  swiglu,
+  d_gate_up,
+  d_swiglu,
   kCount
 };
 
@@ -78,7 +89,10 @@ struct ActSpec {
   ActKind kind;
 };
 
+enum class NormKind : uint8_t { layernorm, rmsnorm };
+
 struct ArchSpec {
+  NormKind norm = NormKind::layernorm;  // every norm of the model, the final one included
   std::string block_prefix;
   std::vector<ParamSpec> embedding, block, final;
   std::vector<ActSpec> block_acts;
@@ -87,5 +101,7 @@ struct ArchSpec {
 
 // The specification of `model`'s architecture at its shape.
 ArchSpec arch_spec(const ModelConfig& model);
+ArchSpec gpt2_spec(const ModelConfig& model);   // gpt2.cpp
+ArchSpec llama_spec(const ModelConfig& model);  // llama.cpp
 
 }  // namespace trainer::nn

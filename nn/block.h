@@ -23,10 +23,15 @@ struct BlockTensors {
   Tensor d_ln;                                 // (N,C) gradient at a norm's output
   Tensor d_branch;                             // (N,C) d_res in bf16 (bf16 models only)
   AttentionMask mask;
-  // Decoding: keys and values of positions [0, q_pos + T) of one sequence, (P, C) each;
+  // Decoding: keys and values of positions [0, q_pos + T) of one sequence, (P, Ckv) each;
   // this batch's keys and values are written at q_pos. Empty when training.
   Tensor k_cache, v_cache;
   int q_pos = 0;
+  // llama: each token's position within its document (N, int32), the rotary base and the
+  // key/value heads.
+  Tensor positions;
+  float rope_theta = 0;
+  int n_kv_head = 0;
 };
 
 // What a forward pass computes: the whole block, the block again inside backward under full
@@ -35,5 +40,23 @@ enum class BlockPass : uint8_t { train, recompute_all, recompute_cheap };
 
 void gpt2_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pass);
 void gpt2_block_backward(const Context& ctx, const BlockTensors& t);
+void llama_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pass);
+void llama_block_backward(const Context& ctx, const BlockTensors& t);
+
+// What the block functions read tensors by (`using namespace block_access` in their files).
+namespace block_access {
+inline const Tensor& A(const BlockTensors& t, Act a) {
+  return t.a[size_t(a)];
+}
+inline const Tensor& W(const BlockTensors& t, Role r) {
+  return t.w[size_t(r)];
+}
+inline const Tensor& G(const BlockTensors& t, Role r) {
+  return t.g[size_t(r)];
+}
+// The gradient the branches receive: d_res itself, or its bf16 copy in a bf16 model (made
+// here, once per branch).
+const Tensor& branch_grad(const Context& ctx, const BlockTensors& t);
+}  // namespace block_access
 
 }  // namespace trainer::nn

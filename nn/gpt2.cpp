@@ -13,7 +13,7 @@
 
 namespace trainer::nn {
 
-namespace {
+using namespace block_access;
 
 ArchSpec gpt2_spec(const ModelConfig& m) {
   const int64_t C = m.n_embd, V = m.vocab_size, P = m.max_seq_len, H = m.n_head;
@@ -48,38 +48,15 @@ ArchSpec gpt2_spec(const ModelConfig& m) {
   return s;
 }
 
+namespace {
+
 // Columns [i*C, (i+1)*C) of the packed (B,T,3C) qkv tensor: q (0), k (1) or v (2).
 Tensor qkv_part(const Tensor& qkv, int B, int T, int i) {
   const int64_t C = qkv.cols() / 3;
   return qkv.reshape({B, T, 3 * C}).col_range(i * C, C);
 }
 
-// The gradient the branches receive: d_res itself, or its bf16 copy in a bf16 model.
-const Tensor& branch_grad(const Context& ctx, const BlockTensors& t) {
-  if (t.d_branch.empty()) return t.d_res;
-  cast(ctx, t.d_branch, t.d_res);
-  return t.d_branch;
-}
-
-const Tensor& A(const BlockTensors& t, Act a) {
-  return t.a[size_t(a)];
-}
-const Tensor& W(const BlockTensors& t, Role r) {
-  return t.w[size_t(r)];
-}
-const Tensor& G(const BlockTensors& t, Role r) {
-  return t.g[size_t(r)];
-}
-
 }  // namespace
-
-ArchSpec arch_spec(const ModelConfig& model) {
-  switch (model.arch) {
-    case Arch::gpt2:
-      return gpt2_spec(model);
-  }
-  TRAINER_ASSERT(false, "architecture {}", int(model.arch));
-}
 
 void gpt2_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pass) {
   using enum Act;

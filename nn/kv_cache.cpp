@@ -10,7 +10,7 @@ KvCache::KvCache(const Transformer& model)
     : dtype_(model.exec().compute),
       layers_(model.config().n_layer),
       P_(model.config().max_seq_len),
-      C_(model.config().n_embd) {
+      C_(model.config().kv_channels()) {  // grouped-query: the key/value heads once
   const size_t bytes = size_t(model.config().n_layer * P_ * C_) * dtype_size(dtype_);
   k_ = Buffer(bytes, model.exec().device);
   v_ = Buffer(bytes, model.exec().device);

@@ -19,7 +19,7 @@ class KvCache {
   int length() const { return length_; }
   int capacity() const { return P_; }
   void reset() { length_ = 0; }
-  // Block l's keys and values: (P, C).
+  // Block l's keys and values: (P, Ckv), Ckv = the key/value heads' channels.
   Tensor keys(int layer) const;
   Tensor values(int layer) const;
 

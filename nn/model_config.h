@@ -12,7 +12,13 @@
 
 namespace trainer::nn {
 
-enum class Arch : uint8_t { gpt2 };
+// gpt2: learned positions, LayerNorm, GELU MLP, biases, tied head. llama: rotary positions,
+// RMSNorm, SwiGLU MLP, no biases, grouped-query attention, tied or untied head.
+enum class Arch : uint8_t { gpt2, llama };
+
+// Parses "gpt2" or "llama"; throws naming the value otherwise.
+Arch parse_arch(const std::string& name);
+const char* arch_name(Arch arch);
 
 struct ModelConfig {
   Arch arch = Arch::gpt2;
@@ -21,12 +27,23 @@ struct ModelConfig {
   int n_layer = 6;        // L
   int n_head = 6;         // H
   int n_embd = 384;       // C; head size C / H
+  // llama only:
+  int n_kv_head = 0;          // key/value heads (0 = n_head), dividing n_head; 1 = multi-query
+  int ffn_hidden = 0;         // SwiGLU hidden size before rounding (0 = 8C/3)
+  int ffn_multiple_of = 256;  // the hidden size is rounded up to a multiple of this
+  float rope_theta = 10000.0f;
+  bool tie_embeddings = true;  // the head reads the token embedding (gpt2: always)
 
   int head_size() const { return n_embd / n_head; }
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  // Key (and value) channels: kv_heads() * head_size().
+  int64_t kv_channels() const { return int64_t(kv_heads()) * head_size(); }
+  // The SwiGLU hidden size F (llama).
+  int64_t ffn_size() const;
   // Throws trainer::Error naming the field when the shape is inconsistent.
   void validate() const;
-  // Parameters taking part in a matmul (every one except biases, norms and positions; the tied
-  // head counts once): N in the 6N FLOPs-per-token rule.
+  // Parameters taking part in a matmul (every matrix, the head once whether tied or not; not
+  // biases, norms or positions): N in the 6N FLOPs-per-token rule.
   int64_t matmul_params() const;
   // Model FLOPs per token for training: 6N + 12 L C T (PaLM appendix B).
   double flops_per_token(int seq_len) const;

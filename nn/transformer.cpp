@@ -12,6 +12,7 @@
 #include "nn/ops/embedding.h"
 #include "nn/ops/layernorm.h"
 #include "nn/ops/linear.h"
+#include "nn/ops/rmsnorm.h"
 #include "nn/ops/sum_squares.h"
 #include "runtime/error.h"
 #include "runtime/gemm.h"
@@ -47,6 +48,8 @@ void block_forward(Arch arch, const Context& ctx, const BlockTensors& t, BlockPa
   switch (arch) {
     case Arch::gpt2:
       return gpt2_block_forward(ctx, t, pass);
+    case Arch::llama:
+      return llama_block_forward(ctx, t, pass);
   }
 }
 
@@ -54,6 +57,8 @@ void block_backward(Arch arch, const Context& ctx, const BlockTensors& t) {
   switch (arch) {
     case Arch::gpt2:
       return gpt2_block_backward(ctx, t);
+    case Arch::llama:
+      return llama_block_backward(ctx, t);
   }
 }
 
@@ -63,11 +68,15 @@ int64_t Transformer::workspace_bytes(const ModelConfig& m, const ExecConfig& e,
                                      const Context& ctx) {
   const int64_t N = int64_t(e.max_rows) * e.max_seq_len, C = m.n_embd, V = m.vocab_size;
   const DType act = e.compute;
+  // The block's projections (in, out): GPT-2's, or Llama's fused q/k/v and gate/up.
+  const bool llama = m.arch == Arch::llama;
+  const int64_t F = llama ? m.ffn_size() : 4 * C, qkv = llama ? C + 2 * m.kv_channels() : 3 * C;
   size_t most = 0;
   for (size_t b :
        {embedding_backward_workspace(ctx, N, C), layernorm_backward_workspace(ctx, C),
-        linear_workspace(ctx, N, C, 3 * C, act), linear_workspace(ctx, N, C, C, act),
-        linear_workspace(ctx, N, C, 4 * C, act), linear_workspace(ctx, N, 4 * C, C, act),
+        rmsnorm_backward_workspace(ctx, C), linear_workspace(ctx, N, C, qkv, act),
+        linear_workspace(ctx, N, C, C, act), linear_workspace(ctx, N, C, llama ? 2 * F : F, act),
+        linear_workspace(ctx, N, F, C, act),
         attention_workspace(ctx, e.max_seq_len, m.max_seq_len, m.head_size(), act, false),
         attention_workspace(ctx, e.max_seq_len, e.max_seq_len, m.head_size(), act, true),
         cross_entropy_workspace(ctx, N), matmul_workspace_bytes(ctx, N, V, C, act),
@@ -203,6 +212,18 @@ void Transformer::unit_ready(int unit) {
   if (on_grads_ready) on_grads_ready(u.begin, u.end);
 }
 
+bool Transformer::tied() const {
+  return !layout_.has(layout_.final_unit(), Role::lm_head);
+}
+
+// The head's (V, C) weight: the token embedding (the embedding unit, read again) or the final
+// unit's own; `final_weights` are the final unit's, already asked for.
+Tensor Transformer::head_weight(const Tensor& final_weights, ParamUse use) {
+  const int E = layout_.embedding_unit(), F = layout_.final_unit();
+  if (!tied()) return param(final_weights, F, Role::lm_head);
+  return param(unit_weights(E, use), E, Role::tok_embedding);
+}
+
 Tensor Transformer::param(const Tensor& unit_tensor, int unit, Role role) const {
   const ParamInfo& p = layout_.get(unit, role);
   return shaped(unit_tensor, p.offset - layout_.units()[size_t(unit)].begin, p.shape);
@@ -213,6 +234,9 @@ BlockTensors Transformer::block_tensors(int l, ParamUse use) {
   t.B = B_;
   t.T = T_;
   t.n_head = config_.n_head;
+  t.n_kv_head = config_.kv_heads();
+  t.rope_theta = config_.rope_theta;
+  t.positions = positions_.view(DType::i32, int64_t(B_) * T_);
   const int u = layout_.block_unit(l);
   const Tensor w = unit_weights(u, use);
   const Tensor g = use == ParamUse::backward ? unit_grads(u) : Tensor{};
@@ -322,12 +346,16 @@ void Transformer::forward_blocks_and_head(KvCache* cache) {
     block_forward(config_.arch, ctx_, t, BlockPass::train);
   }
   const Tensor wf = unit_weights(F, ParamUse::forward);
-  const Tensor wte = unit_weights(E, ParamUse::forward);  // the head is tied to the embedding
-  layernorm_forward(ctx_, act(plan_.lnf), act(plan_.lnf_mean), act(plan_.lnf_rstd),
-                    act(plan_.residual(L)), param(wf, F, Role::final_norm_w),
-                    param(wf, F, Role::final_norm_b));
+  const Tensor head = head_weight(wf, ParamUse::forward);
+  if (spec_.norm == NormKind::rmsnorm)
+    rmsnorm_forward(ctx_, act(plan_.lnf), act(plan_.lnf_rstd), act(plan_.residual(L)),
+                    param(wf, F, Role::final_norm_w));
+  else
+    layernorm_forward(ctx_, act(plan_.lnf), act(plan_.lnf_mean), act(plan_.lnf_rstd),
+                      act(plan_.residual(L)), param(wf, F, Role::final_norm_w),
+                      param(wf, F, Role::final_norm_b));
   PROFILE_SCOPE("lm_head_forward");
-  matmul(ctx_, logits(), act(plan_.lnf), false, param(wte, E, Role::tok_embedding), true);
+  matmul(ctx_, logits(), act(plan_.lnf), false, head, true);
 }
 
 void Transformer::backward(float loss_scale) {
@@ -335,23 +363,27 @@ void Transformer::backward(float loss_scale) {
                  "backward needs a training model and a forward pass with targets");
   const int E = layout_.embedding_unit(), F = layout_.final_unit(), L = config_.n_layer;
   const int64_t N = int64_t(B_) * T_;
-  const Tensor wf = unit_weights(F, ParamUse::backward), we = unit_weights(E, ParamUse::backward);
+  const Tensor wf = unit_weights(F, ParamUse::backward);
+  const Tensor head = head_weight(wf, ParamUse::backward);
   const Tensor gf = unit_grads(F), ge = unit_grads(E);
+  const Tensor dhead = tied() ? param(ge, E, Role::tok_embedding) : param(gf, F, Role::lm_head);
   const Tensor dlogits = logits();  // overwrites the logits in place
   cross_entropy_backward(ctx_, dlogits, logits(), act(plan_.ce_stats), targets_.view(DType::i32, N),
                          loss_scale);
   {
-    // Through the tied head: d lnf = dlogits @ wte; d wte += dlogits^T @ lnf.
+    // Through the head (V, C): d lnf = dlogits @ head; d head += dlogits^T @ lnf.
     PROFILE_SCOPE("lm_head_backward");
-    const Tensor wte = param(we, E, Role::tok_embedding);
-    matmul(ctx_, act(plan_.d_ln), dlogits, false, wte, false);
-    matmul(ctx_, param(ge, E, Role::tok_embedding), dlogits, true, act(plan_.lnf), false, 1.0f,
-           1.0f);
+    matmul(ctx_, act(plan_.d_ln), dlogits, false, head, false);
+    matmul(ctx_, dhead, dlogits, true, act(plan_.lnf), false, 1.0f, 1.0f);
   }
   fill_zero(ctx_, act(plan_.d_res));
-  layernorm_backward(ctx_, act(plan_.d_res), param(gf, F, Role::final_norm_w),
-                     param(gf, F, Role::final_norm_b), act(plan_.d_ln), act(plan_.residual(L)),
-                     param(wf, F, Role::final_norm_w), act(plan_.lnf_mean), act(plan_.lnf_rstd));
+  if (spec_.norm == NormKind::rmsnorm)
+    rmsnorm_backward(ctx_, act(plan_.d_res), param(gf, F, Role::final_norm_w), act(plan_.d_ln),
+                     act(plan_.residual(L)), param(wf, F, Role::final_norm_w), act(plan_.lnf_rstd));
+  else
+    layernorm_backward(ctx_, act(plan_.d_res), param(gf, F, Role::final_norm_w),
+                       param(gf, F, Role::final_norm_b), act(plan_.d_ln), act(plan_.residual(L)),
+                       param(wf, F, Role::final_norm_w), act(plan_.lnf_mean), act(plan_.lnf_rstd));
   unit_ready(F);
   for (int l = L - 1; l >= 0; --l) {
     backward_block(l);

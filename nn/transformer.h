@@ -81,6 +81,8 @@ class Transformer final : public Model {
   Tensor unit_grads(int unit);
   void unit_ready(int unit);
   Tensor param(const Tensor& unit_tensor, int unit, Role role) const;
+  bool tied() const;
+  Tensor head_weight(const Tensor& final_weights, ParamUse use);
   BlockTensors block_tensors(int layer, ParamUse use);
   // Validates the batch and copies it to the device; positions start at first_position.
   // Returns the number of counted targets.

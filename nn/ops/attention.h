@@ -23,7 +23,9 @@ struct AttentionMask {
   Tensor lengths;   // (B) int32, or empty
 };
 
-// out(B,Tq,C) = softmax(q k^T / sqrt(hs) + mask) v per head. q (B,Tq,C), k and v (B,Tk,C) may
+// out(B,Tq,C) = softmax(q k^T / sqrt(hs) + mask) v per head. q (B,Tq,C), k and v (B,Tk,Ckv)
+// with Ckv = Hkv * hs for Hkv key/value heads dividing H (grouped-query attention: query head
+// h uses key/value head h / (H / Hkv); Ckv = C is plain multi-head attention). All may
 // be strided views (of a packed qkv tensor, or of a KV cache). lse(B,H,Tq) fp32 keeps each
 // query's log-sum-exp for backward. Activations fp32 or bf16 (all the same); fp32 arithmetic.
 void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& q,

@@ -1,5 +1,6 @@
-// CPU attention: one (row, head) per task, queries in tiles of kTile with (kTile, Tk) fp32
-// scores, fp32 tile products through sgemm. bf16 heads are converted to fp32 in per-thread
+// CPU attention: one (row, head) per task in forward, one (row, key/value head) in backward
+// (the query heads sharing it add to its gradient in order), queries in tiles of kTile with (kTile,
+// Tk) fp32 scores, fp32 tile products through sgemm. bf16 heads are converted to fp32 in per-thread
 // scratch first (and their results converted back), so both dtypes share one fp32 core.
 #include <omp.h>
 
@@ -146,25 +147,28 @@ int64_t per_thread_floats(int64_t Tq, int64_t Tk, int64_t hs, DType act, bool ba
   return 2 * kTile * Tk + (convert ? 8 * Tk * hs : 0);
 }
 
+// Grouped-query attention: H query heads share Hkv key/value heads (H / Hkv queries each;
+// Hkv = H is multi-head, Hkv = 1 multi-query), told by k's width Hkv * hs.
 struct Dims {
-  int64_t B, Tq, Tk, C, H, hs;
+  int64_t B, Tq, Tk, C, H, hs, Hkv;
+  int64_t group() const { return H / Hkv; }
 };
 
 Dims dims_of(const Tensor& q, const Tensor& k, int n_head) {
-  const Dims d{q.dim(0), q.dim(1), k.dim(1), q.dim(2), n_head, q.dim(2) / n_head};
-  TRAINER_ASSERT(
-      q.ndim == 3 && k.ndim == 3 && k.dim(0) == d.B && k.dim(2) == d.C && d.H * d.hs == d.C,
-      "attention shapes");
+  const int64_t hs = q.dim(2) / n_head;
+  const Dims d{q.dim(0), q.dim(1), k.dim(1), q.dim(2), n_head, hs, hs ? k.dim(2) / hs : 0};
+  TRAINER_ASSERT(q.ndim == 3 && k.ndim == 3 && k.dim(0) == d.B && d.H * d.hs == d.C && d.Hkv > 0 &&
+                     d.Hkv * d.hs == k.dim(2) && d.H % d.Hkv == 0,
+                 "attention shapes");
   return d;
 }
 
 // Masks are read inside the parallel region, where a failed check could not be reported.
 void check_mask(const AttentionMask& m, int64_t B, int64_t T) {
-  TRAINER_ASSERT((m.segments.empty() || (m.segments.dtype == DType::i32 &&
-                                         m.segments.numel() == B * T)) &&
-                     (m.lengths.empty() || (m.lengths.dtype == DType::i32 &&
-                                            m.lengths.numel() == B)),
-                 "attention mask shapes and dtypes");
+  TRAINER_ASSERT(
+      (m.segments.empty() || (m.segments.dtype == DType::i32 && m.segments.numel() == B * T)) &&
+          (m.lengths.empty() || (m.lengths.dtype == DType::i32 && m.lengths.numel() == B)),
+      "attention mask shapes and dtypes");
 }
 
 int64_t valid_length(const AttentionMask& m, int64_t b, int64_t T) {
@@ -184,7 +188,7 @@ void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
   const Dims d = dims_of(q, k, n_head);
   TRAINER_ASSERT(out.contiguous() && out.numel() == d.B * d.Tq * d.C &&
                      lse.numel() == d.B * d.H * d.Tq && v.dtype == q.dtype &&
-                     out.dtype == q.dtype &&
+                     v.dim(2) == k.dim(2) && out.dtype == q.dtype &&
                      (q_pos == 0 || (mask.segments.empty() && mask.lengths.empty())),
                  "attention_forward shapes");
   const int threads = op_threads(ctx);
@@ -210,10 +214,9 @@ void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
                           segments_of(mask, b, d.Tq)};
           const Mat qh =
               head_in(q.as<T>() + b * d.Tq * q.ld() + h * d.hs, q.ld(), d.Tq, d.hs, next);
-          const Mat kh =
-              head_in(k.as<T>() + b * d.Tk * k.ld() + h * d.hs, k.ld(), d.Tk, d.hs, next);
-          const Mat vh =
-              head_in(v.as<T>() + b * d.Tk * v.ld() + h * d.hs, v.ld(), d.Tk, d.hs, next);
+          const int64_t kv_at = h / d.group() * d.hs;
+          const Mat kh = head_in(k.as<T>() + b * d.Tk * k.ld() + kv_at, k.ld(), d.Tk, d.hs, next);
+          const Mat vh = head_in(v.as<T>() + b * d.Tk * v.ld() + kv_at, v.ld(), d.Tk, d.hs, next);
           T* o = out.as<T>() + b * d.Tq * d.C + h * d.hs;
           const Mat oh = head_result(o, d.C, d.Tq, d.hs, next, false);
           head_forward(head, oh, lse.as<float>() + (b * d.H + h) * d.Tq, qh, kh, vh, mine);
@@ -247,25 +250,31 @@ void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, 
       float* mine = scratch + omp_get_thread_num() * per_thread;
 #pragma omp for collapse(2) schedule(dynamic)
       for (int64_t b = 0; b < d.B; ++b)
-        for (int64_t h = 0; h < d.H; ++h) {
+        for (int64_t g = 0; g < d.Hkv; ++g) {  // a key/value head and the query heads it serves
           float* probs = mine;
           float* dprobs = probs + kTile * T;
           float* next = dprobs + kTile * T;
           const Head head{T, T, d.hs, valid_length(mask, b, T), 0, scale, segments_of(mask, b, T)};
-          const int64_t at = h * d.hs;
-          auto in = [&](const Tensor& x) {
+          auto in = [&](const Tensor& x, int64_t at) {
             return head_in(x.as<T_>() + b * T * x.ld() + at, x.ld(), T, d.hs, next);
           };
-          const Mat qh = in(q), kh = in(k), vh = in(v), oh = in(out), douth = in(dout);
-          T_* dqp = dq.as<T_>() + b * T * dq.ld() + at;
-          T_* dkp = dk.as<T_>() + b * T * dk.ld() + at;
-          T_* dvp = dv.as<T_>() + b * T * dv.ld() + at;
-          const Mat dqh = head_result(dqp, dq.ld(), T, d.hs, next, true);
+          const int64_t kv_at = g * d.hs;
+          const Mat kh = in(k, kv_at), vh = in(v, kv_at);
+          T_* dkp = dk.as<T_>() + b * T * dk.ld() + kv_at;
+          T_* dvp = dv.as<T_>() + b * T * dv.ld() + kv_at;
           const Mat dkh = head_result(dkp, dk.ld(), T, d.hs, next, true);
           const Mat dvh = head_result(dvp, dv.ld(), T, d.hs, next, true);
-          head_backward(head, dqh, dkh, dvh, douth, oh, lse.as<float>() + (b * d.H + h) * T, qh, kh,
-                        vh, probs, dprobs);
-          head_out(dqp, dq.ld(), dqh, T, d.hs);
+          float* per_head = next;  // the query head's slices, reused for each one in turn
+          for (int64_t h = g * d.group(); h < (g + 1) * d.group(); ++h) {
+            next = per_head;
+            const int64_t at = h * d.hs;
+            const Mat qh = in(q, at), oh = in(out, at), douth = in(dout, at);
+            T_* dqp = dq.as<T_>() + b * T * dq.ld() + at;
+            const Mat dqh = head_result(dqp, dq.ld(), T, d.hs, next, true);
+            head_backward(head, dqh, dkh, dvh, douth, oh, lse.as<float>() + (b * d.H + h) * T, qh,
+                          kh, vh, probs, dprobs);
+            head_out(dqp, dq.ld(), dqh, T, d.hs);
+          }
           head_out(dkp, dk.ld(), dkh, T, d.hs);
           head_out(dvp, dv.ld(), dvh, T, d.hs);
         }

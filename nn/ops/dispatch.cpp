@@ -10,7 +10,10 @@
 #include "nn/ops/layernorm.h"
 #include "nn/ops/linear.h"
 #include "nn/ops/residual.h"
+#include "nn/ops/rmsnorm.h"
+#include "nn/ops/rope.h"
 #include "nn/ops/sum_squares.h"
+#include "nn/ops/swiglu.h"
 #include "runtime/error.h"
 
 namespace trainer::nn {
@@ -59,14 +62,47 @@ size_t layernorm_backward_workspace(const Context& ctx, int64_t C) {
   TRAINER_DISPATCH(layernorm_backward_workspace, op_threads(ctx), C);
 }
 
+void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, const Tensor& inp,
+                     const Tensor& w) {
+  TRAINER_DISPATCH(rmsnorm_forward, ctx, out, rstd, inp, w);
+}
+
+void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dout,
+                      const Tensor& inp, const Tensor& w, const Tensor& rstd) {
+  TRAINER_DISPATCH(rmsnorm_backward, ctx, dinp, dw, dout, inp, w, rstd);
+}
+
+size_t rmsnorm_backward_workspace(const Context& ctx, int64_t C) {
+  TRAINER_DISPATCH(rmsnorm_backward_workspace, op_threads(ctx), C);
+}
+
+void rope_forward(const Context& ctx, const Tensor& x, const Tensor& positions, int head_size,
+                  float theta) {
+  TRAINER_DISPATCH(rope_forward, ctx, x, positions, head_size, theta);
+}
+
+void rope_backward(const Context& ctx, const Tensor& dx, const Tensor& positions, int head_size,
+                   float theta) {
+  TRAINER_DISPATCH(rope_backward, ctx, dx, positions, head_size, theta);
+}
+
+void swiglu_forward(const Context& ctx, const Tensor& out, const Tensor& gate_up) {
+  TRAINER_DISPATCH(swiglu_forward, ctx, out, gate_up);
+}
+
+void swiglu_backward(const Context& ctx, const Tensor& dgate_up, const Tensor& dout,
+                     const Tensor& gate_up) {
+  TRAINER_DISPATCH(swiglu_backward, ctx, dgate_up, dout, gate_up);
+}
+
 void linear_forward(const Context& ctx, const Tensor& out, const Tensor& inp, const Tensor& w,
-                    const Tensor& bias) {
-  TRAINER_DISPATCH(linear_forward, ctx, out, inp, w, bias);
+                    const Tensor& bias, WeightLayout layout) {
+  TRAINER_DISPATCH(linear_forward, ctx, out, inp, w, bias, layout);
 }
 
 void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dbias,
-                     const Tensor& dout, const Tensor& inp, const Tensor& w) {
-  TRAINER_DISPATCH(linear_backward, ctx, dinp, dw, dbias, dout, inp, w);
+                     const Tensor& dout, const Tensor& inp, const Tensor& w, WeightLayout layout) {
+  TRAINER_DISPATCH(linear_backward, ctx, dinp, dw, dbias, dout, inp, w, layout);
 }
 
 size_t linear_workspace(const Context& ctx, int64_t N, int64_t I, int64_t O, DType act) {

@@ -1,7 +1,8 @@
-// The whole model against an independent PyTorch implementation (tests/nn/torch_gpt.py): the
-// trainer writes weights, a batch and its own results as safetensors; the script recomputes
-// them in float64 and compares logits, loss, every parameter gradient and the losses of ten
-// AdamW steps. Covers plain, packed (segment ids) and padded (row lengths) batches.
+// The whole model against an independent PyTorch implementation (tests/nn/torch_reference.py):
+// the trainer writes weights, a batch and its own results as safetensors; the script
+// recomputes them in float64 and compares logits, loss, every parameter gradient and the losses
+// of ten AdamW steps. Covers plain, packed (segment ids) and padded (row lengths) batches, for
+// GPT-2 and for Llama (grouped-query attention, untied head; tied in the plain case).
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "model_test_util.h"
@@ -30,11 +32,18 @@ std::string python() {
 
 }  // namespace
 
-class TorchParity : public ::testing::TestWithParam<std::string> {};
+class TorchParity : public ::testing::TestWithParam<std::tuple<Arch, std::string>> {};
 
 TEST_P(TorchParity, MatchesPyTorch) {
-  const std::string mode = GetParam();
+  const auto [arch, mode] = GetParam();
   ModelConfig cfg{.vocab_size = 67, .max_seq_len = 24, .n_layer = 2, .n_head = 4, .n_embd = 32};
+  if (arch == Arch::llama) {
+    cfg.arch = arch;
+    cfg.n_kv_head = 2;
+    cfg.ffn_multiple_of = 16;
+    cfg.rope_theta = 500.0f;  // positions up to 20 turn even the slow pairs measurably
+    cfg.tie_embeddings = mode == "plain";
+  }
   const int B = 3, T = 20;
   Transformer model(cfg, testing::exec_for(B, T));
   model.init_weights(1234);
@@ -66,14 +75,16 @@ TEST_P(TorchParity, MatchesPyTorch) {
                   segments.empty() ? nullptr : segments.data(),
                   lengths.empty() ? nullptr : lengths.data()};
 
-  const fs::path dir = fs::temp_directory_path() / ("trainer_torch_parity_" + mode);
+  const fs::path dir =
+      fs::temp_directory_path() / fmt::format("trainer_torch_parity_{}_{}", arch_name(arch), mode);
   fs::remove_all(dir);
   fs::create_directories(dir);
   {
     SafetensorsWriter w;
     add_params(w, model.layout(), model.params().data);
-    w.set_metadata("config", fmt::format("{} {} {} {} {}", cfg.vocab_size, cfg.max_seq_len,
-                                         cfg.n_layer, cfg.n_head, cfg.n_embd));
+    w.set_metadata("config", fmt::format("{} {} {} {} {} {} {} {}", arch_name(cfg.arch),
+                                         cfg.vocab_size, cfg.max_seq_len, cfg.n_layer, cfg.n_head,
+                                         cfg.n_embd, cfg.kv_heads(), cfg.rope_theta));
     w.write(dir / "weights.safetensors");
   }
   SafetensorsWriter inputs;
@@ -109,8 +120,9 @@ TEST_P(TorchParity, MatchesPyTorch) {
   add_params(out, model.layout(), grads.data(), DType::f32, "grad.");
   out.write(dir / "trainer.safetensors");
 
-  const std::string cmd = fmt::format(
-      "{} {} {} 2>&1", python(), (source_dir() / "tests/nn/torch_gpt.py").string(), dir.string());
+  const std::string cmd =
+      fmt::format("{} {} {} 2>&1", python(),
+                  (source_dir() / "tests/nn/torch_reference.py").string(), dir.string());
   std::FILE* pipe = popen(cmd.c_str(), "r");
   ASSERT_NE(pipe, nullptr);
   std::string report;
@@ -122,6 +134,12 @@ TEST_P(TorchParity, MatchesPyTorch) {
   fs::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Batches, TorchParity, ::testing::Values("plain", "packed", "padded"));
+INSTANTIATE_TEST_SUITE_P(Batches, TorchParity,
+                         ::testing::Combine(::testing::Values(Arch::gpt2, Arch::llama),
+                                            ::testing::Values("plain", "packed", "padded")),
+                         [](const auto& info) {
+                           return std::string(arch_name(std::get<0>(info.param))) + "_" +
+                                  std::get<1>(info.param);
+                         });
 
 }  // namespace trainer::nn

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Independent PyTorch reference for the trainer's GPT (tests/nn/torch_parity_test.cpp).
+"""Independent PyTorch reference for the trainer's models, GPT-2 and Llama
+(tests/nn/torch_parity_test.cpp).
 
 Reads weights.safetensors, batch.safetensors and trainer.safetensors from the directory given,
 recomputes logits, loss, parameter gradients and ten AdamW steps in float64 with autograd and
@@ -49,19 +50,9 @@ class Gpt(torch.nn.Module):
         B, T = tokens.shape
         C = self.w("wte.weight").shape[1]
         H, hs = self.n_head, C // self.n_head
-        pos = torch.zeros_like(tokens)
-        for t in range(1, T):  # positions restart where the segment changes
-            restart = segments[:, t] != segments[:, t - 1] if segments is not None else None
-            pos[:, t] = torch.where(restart, 0, pos[:, t - 1] + 1) if restart is not None \
-                else pos[:, t - 1] + 1
+        pos = positions_of(tokens, segments)  # positions restart where the segment changes
         x = self.w("wte.weight")[tokens] + self.w("wpe.weight")[pos]
-        idx = torch.arange(T)
-        allowed = (idx[None, :] <= idx[:, None])[None].expand(B, T, T)
-        if segments is not None:
-            allowed = allowed & (segments[:, :, None] == segments[:, None, :])
-        if lengths is not None:
-            valid = idx[None, :] < lengths[:, None]
-            allowed = allowed & valid[:, None, :] & valid[:, :, None]
+        allowed = allowed_of(B, T, segments, lengths)
         for l in range(self.n_layer):
             h = f"h.{l}."
             a = F.layer_norm(x, (C,), self.w(h + "ln_1.weight"), self.w(h + "ln_1.bias"), 1e-5)
@@ -80,6 +71,92 @@ class Gpt(torch.nn.Module):
         return x @ self.w("wte.weight").T
 
 
+def positions_of(tokens, segments):
+    """Each token's position within its document (restarting where the segment id changes)."""
+    B, T = tokens.shape
+    pos = torch.zeros_like(tokens)
+    for t in range(1, T):
+        if segments is None:
+            pos[:, t] = pos[:, t - 1] + 1
+        else:
+            pos[:, t] = torch.where(segments[:, t] != segments[:, t - 1], 0, pos[:, t - 1] + 1)
+    return pos
+
+
+def allowed_of(B, T, segments, lengths):
+    idx = torch.arange(T)
+    allowed = (idx[None, :] <= idx[:, None])[None].expand(B, T, T)
+    if segments is not None:
+        allowed = allowed & (segments[:, :, None] == segments[:, None, :])
+    if lengths is not None:
+        valid = idx[None, :] < lengths[:, None]
+        allowed = allowed & valid[:, None, :] & valid[:, :, None]
+    return allowed
+
+
+class Llama(torch.nn.Module):
+    """Llama as Hugging Face's LlamaForCausalLM computes it: RMSNorm (eps 1e-5), rotary
+    embeddings with rotate_half pairing, grouped-query attention (each key/value head serves
+    n_head / n_kv_head consecutive query heads), SwiGLU, no biases; torch.nn.Linear weights
+    (out, in); the head is lm_head.weight or, tied, the token embedding."""
+
+    def __init__(self, weights, n_layer, n_head, n_kv_head, theta):
+        super().__init__()
+        self.n_layer, self.n_head, self.n_kv_head, self.theta = n_layer, n_head, n_kv_head, theta
+        self.p = torch.nn.ParameterDict(
+            {k.replace(".", "__"): torch.nn.Parameter(v.double()) for k, v in weights.items()})
+
+    def w(self, name):
+        return self.p[name.replace(".", "__")]
+
+    def has(self, name):
+        return name.replace(".", "__") in self.p
+
+    @staticmethod
+    def rms_norm(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w
+
+    def rope(self, x, pos):  # x (B, h, T, hs)
+        hs = x.shape[-1]
+        inv_freq = 1.0 / (self.theta ** (torch.arange(0, hs, 2).float() / hs))  # fp32, as HF
+        angle = pos[:, None, :, None].float() * inv_freq  # (B, 1, T, hs/2) in fp32
+        cos = torch.cat([angle.cos(), angle.cos()], -1).double()
+        sin = torch.cat([angle.sin(), angle.sin()], -1).double()
+        half = hs // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
+        return x * cos + rotated * sin
+
+    def forward(self, tokens, segments, lengths):
+        B, T = tokens.shape
+        C = self.w("model.embed_tokens.weight").shape[1]
+        H, Hkv = self.n_head, self.n_kv_head
+        hs = C // H
+        pos = positions_of(tokens, segments)
+        allowed = allowed_of(B, T, segments, lengths)
+        x = self.w("model.embed_tokens.weight")[tokens]
+        for l in range(self.n_layer):
+            h = f"model.layers.{l}."
+            a = self.rms_norm(x, self.w(h + "input_layernorm.weight"))
+            q = (a @ self.w(h + "self_attn.q_proj.weight").T).view(B, T, H, hs).transpose(1, 2)
+            k = (a @ self.w(h + "self_attn.k_proj.weight").T).view(B, T, Hkv, hs).transpose(1, 2)
+            v = (a @ self.w(h + "self_attn.v_proj.weight").T).view(B, T, Hkv, hs).transpose(1, 2)
+            q, k = self.rope(q, pos), self.rope(k, pos)
+            k = k.repeat_interleave(H // Hkv, dim=1)
+            v = v.repeat_interleave(H // Hkv, dim=1)
+            s = (q @ k.transpose(-1, -2)) / math.sqrt(hs)
+            s = s.masked_fill(~allowed[:, None], float("-inf"))
+            p = torch.softmax(s, dim=-1).nan_to_num(0.0)
+            y = (p @ v).transpose(1, 2).reshape(B, T, C)
+            x = x + y @ self.w(h + "self_attn.o_proj.weight").T
+            m = self.rms_norm(x, self.w(h + "post_attention_layernorm.weight"))
+            g = F.silu(m @ self.w(h + "mlp.gate_proj.weight").T)
+            u = m @ self.w(h + "mlp.up_proj.weight").T
+            x = x + (g * u) @ self.w(h + "mlp.down_proj.weight").T
+        x = self.rms_norm(x, self.w("model.norm.weight"))
+        head = "lm_head.weight" if self.has("lm_head.weight") else "model.embed_tokens.weight"
+        return x @ self.w(head).T
+
+
 def loss_of(logits, targets):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).long(),
                            ignore_index=-1, reduction="mean")
@@ -94,8 +171,9 @@ def main(d):
     weights, meta = read_safetensors(d / "weights.safetensors")
     batch, _ = read_safetensors(d / "batch.safetensors")
     ours, _ = read_safetensors(d / "trainer.safetensors")
-    V, P, L, H, C = map(int, meta["config"].split())
-    model = Gpt(weights, L, H)
+    arch, V, P, L, H, C, Hkv, theta = meta["config"].split()
+    L, H, Hkv = int(L), int(H), int(Hkv)
+    model = Gpt(weights, L, H) if arch == "gpt2" else Llama(weights, L, H, Hkv, float(theta))
     tokens, targets = batch["tokens"].long(), batch["targets"]
     segments, lengths = batch.get("segments"), batch.get("lengths")
 
@@ -118,8 +196,11 @@ def main(d):
                                            model.w(name).grad))
     worst["grads"] = grad_worst
 
-    decay = [model.w(n) for n in weights if n.endswith(".weight") and n.count(".") >= 3
-             and ("attn" in n or "mlp" in n)]
+    if arch == "gpt2":
+        decay = [model.w(n) for n in weights if n.endswith(".weight") and n.count(".") >= 3
+                 and ("attn" in n or "mlp" in n)]
+    else:  # every projection and an untied head
+        decay = [model.w(n) for n in weights if n.endswith("_proj.weight") or n == "lm_head.weight"]
     no_decay = [model.w(n) for n in weights if all(model.w(n) is not q for q in decay)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}],
@@ -133,7 +214,7 @@ def main(d):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
     worst["step_losses"] = check("step losses", ours["step_losses"], torch.tensor(losses))
-    print("torch parity: " + ", ".join(f"{k} {v:.2e}" for k, v in worst.items()) +
+    print(f"torch parity ({arch}): " + ", ".join(f"{k} {v:.2e}" for k, v in worst.items()) +
           f" (loss {losses[0]:.4f} -> {losses[-1]:.4f})")
     for f in failures:
         print("MISMATCH " + f)

@@ -1,0 +1,157 @@
+// Llama: no position embeddings; pre-RMSNorm blocks with rotary embeddings on the queries and
+// keys (positions restart at each document of a packed row), grouped-query causal attention
+// and a SwiGLU MLP, no biases; a final RMSNorm and a head tied to the token embedding or not.
+// Names and orientations follow Hugging Face's LlamaForCausalLM (torch.nn.Linear weights,
+// stored (out, in)). The q/k/v projections are adjacent in the flat buffer and run as one
+// matmul over their stacked rows, as are gate/up.
+#include "nn/arch.h"
+#include "nn/block.h"
+#include "nn/ops/attention.h"
+#include "nn/ops/cast.h"
+#include "nn/ops/linear.h"
+#include "nn/ops/residual.h"
+#include "nn/ops/rmsnorm.h"
+#include "nn/ops/rope.h"
+#include "nn/ops/swiglu.h"
+#include "runtime/error.h"
+
+namespace trainer::nn {
+
+using namespace block_access;
+
+ArchSpec llama_spec(const ModelConfig& m) {
+  const int64_t C = m.n_embd, V = m.vocab_size, H = m.n_head, Ckv = m.kv_channels(),
+                F = m.ffn_size();
+  ArchSpec s;
+  s.norm = NormKind::rmsnorm;
+  s.block_prefix = "model.layers.";
+  s.embedding = {{"model.embed_tokens.weight", Role::tok_embedding, {V, C}, false, Init::normal}};
+  s.block = {{"input_layernorm.weight", Role::norm1_w, {C}, false, Init::ones},
+             {"self_attn.q_proj.weight", Role::q_w, {C, C}, true, Init::normal},
+             {"self_attn.k_proj.weight", Role::k_w, {Ckv, C}, true, Init::normal},
+             {"self_attn.v_proj.weight", Role::v_w, {Ckv, C}, true, Init::normal},
+             {"self_attn.o_proj.weight", Role::attn_proj_w, {C, C}, true, Init::normal_residual},
+             {"post_attention_layernorm.weight", Role::norm2_w, {C}, false, Init::ones},
+             {"mlp.gate_proj.weight", Role::gate_w, {F, C}, true, Init::normal},
+             {"mlp.up_proj.weight", Role::up_w, {F, C}, true, Init::normal},
+             {"mlp.down_proj.weight", Role::down_w, {C, F}, true, Init::normal_residual}};
+  s.final = {{"model.norm.weight", Role::final_norm_w, {C}, false, Init::ones}};
+  if (!m.tie_embeddings)
+    s.final.push_back({"lm_head.weight", Role::lm_head, {V, C}, true, Init::normal});
+  using K = ActKind;
+  const int64_t qkv = C + 2 * Ckv;
+  s.block_acts = {{Act::ln1, C, false, K::cheap},
+                  {Act::ln1_rstd, 1, true, K::stat},
+                  {Act::qkv, qkv, false, K::expensive},
+                  {Act::atty, C, false, K::expensive},
+                  {Act::att_lse, H, true, K::stat},
+                  {Act::res_mid, C, true, K::expensive},
+                  {Act::ln2, C, false, K::cheap},
+                  {Act::ln2_rstd, 1, true, K::stat},
+                  {Act::gate_up, 2 * F, false, K::expensive},
+                  {Act::swiglu, F, false, K::cheap},
+                  {Act::d_qkv, qkv, false, K::scratch},
+                  {Act::d_atty, C, false, K::scratch},
+                  {Act::d_gate_up, 2 * F, false, K::scratch},
+                  {Act::d_swiglu, F, false, K::scratch}};
+  return s;
+}
+
+namespace {
+
+constexpr WeightLayout kOutIn = WeightLayout::out_in;
+
+// `first` and the `more` tensors that follow it in the flat buffer, as one (rows, cols)
+// matrix: the stacked q/k/v or gate/up weights (or their gradients).
+Tensor stacked(const Tensor& first, std::initializer_list<const Tensor*> more) {
+  Tensor t = first;
+  const char* end = static_cast<const char*>(first.data) + first.bytes();
+  for (const Tensor* m : more) {
+    TRAINER_ASSERT(m->data == end && m->dim(1) == first.dim(1) && m->dtype == first.dtype,
+                   "stacked weights are not adjacent");
+    t.shape[0] += m->dim(0);
+    end += m->bytes();
+  }
+  return t;
+}
+
+Tensor qkv_weight(const BlockTensors& t, const std::array<Tensor, size_t(Role::kCount)>& w) {
+  return stacked(w[size_t(Role::q_w)], {&w[size_t(Role::k_w)], &w[size_t(Role::v_w)]});
+}
+
+Tensor gate_up_weight(const std::array<Tensor, size_t(Role::kCount)>& w) {
+  return stacked(w[size_t(Role::gate_w)], {&w[size_t(Role::up_w)]});
+}
+
+// The queries (0), keys (1) or values (2) of the packed (B, T, C + 2 Ckv) qkv tensor.
+Tensor qkv_part(const Tensor& qkv, const BlockTensors& t, int i) {
+  const int64_t width = qkv.cols(), C = W(t, Role::q_w).dim(0), Ckv = (width - C) / 2;
+  const Tensor rows = qkv.reshape({t.B, t.T, width});
+  return i == 0 ? rows.col_range(0, C) : rows.col_range(C + (i - 1) * Ckv, Ckv);
+}
+
+}  // namespace
+
+void llama_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pass) {
+  using enum Act;
+  using R = Role;
+  if (pass == BlockPass::recompute_cheap) {
+    rmsnorm_forward(ctx, A(t, ln1), A(t, ln1_rstd), t.x, W(t, R::norm1_w));
+    rmsnorm_forward(ctx, A(t, ln2), A(t, ln2_rstd), A(t, res_mid), W(t, R::norm2_w));
+    swiglu_forward(ctx, A(t, swiglu), A(t, gate_up));
+    return;
+  }
+  const int64_t C = t.x.cols(), hs = C / t.n_head;
+  rmsnorm_forward(ctx, A(t, ln1), A(t, ln1_rstd), t.x, W(t, R::norm1_w));
+  linear_forward(ctx, A(t, qkv), A(t, ln1), qkv_weight(t, t.w), {}, kOutIn);
+  const Tensor q = qkv_part(A(t, qkv), t, 0);
+  Tensor k = qkv_part(A(t, qkv), t, 1), v = qkv_part(A(t, qkv), t, 2);
+  rope_forward(ctx, q, t.positions, int(hs), t.rope_theta);
+  rope_forward(ctx, k, t.positions, int(hs), t.rope_theta);
+  if (!t.k_cache.empty()) {  // append this batch's keys and values, attend to the whole cache
+    const int64_t seen = t.q_pos + t.T, Ckv = k.cols();
+    cast(ctx, t.k_cache.row_range(t.q_pos, t.T), k);
+    cast(ctx, t.v_cache.row_range(t.q_pos, t.T), v);
+    k = t.k_cache.row_range(0, seen).reshape({1, seen, Ckv});
+    v = t.v_cache.row_range(0, seen).reshape({1, seen, Ckv});
+  }
+  attention_forward(ctx, A(t, atty).reshape({t.B, t.T, C}), A(t, att_lse), q, k, v, t.mask,
+                    t.n_head, t.q_pos);
+  linear_forward(ctx, t.tmp, A(t, atty), W(t, R::attn_proj_w), {}, kOutIn);
+  residual_forward(ctx, A(t, res_mid), t.x, t.tmp);
+  rmsnorm_forward(ctx, A(t, ln2), A(t, ln2_rstd), A(t, res_mid), W(t, R::norm2_w));
+  linear_forward(ctx, A(t, gate_up), A(t, ln2), gate_up_weight(t.w), {}, kOutIn);
+  swiglu_forward(ctx, A(t, swiglu), A(t, gate_up));
+  linear_forward(ctx, t.tmp, A(t, swiglu), W(t, R::down_w), {}, kOutIn);
+  if (pass == BlockPass::train) residual_forward(ctx, t.out, A(t, res_mid), t.tmp);
+}
+
+void llama_block_backward(const Context& ctx, const BlockTensors& t) {
+  using enum Act;
+  using R = Role;
+  const int64_t C = t.x.cols(), hs = C / t.n_head;
+  // MLP branch.
+  linear_backward(ctx, A(t, d_swiglu), G(t, R::down_w), {}, branch_grad(ctx, t), A(t, swiglu),
+                  W(t, R::down_w), kOutIn);
+  swiglu_backward(ctx, A(t, d_gate_up), A(t, d_swiglu), A(t, gate_up));
+  linear_backward(ctx, t.d_ln, gate_up_weight(t.g), {}, A(t, d_gate_up), A(t, ln2),
+                  gate_up_weight(t.w), kOutIn);
+  rmsnorm_backward(ctx, t.d_res, G(t, R::norm2_w), t.d_ln, A(t, res_mid), W(t, R::norm2_w),
+                   A(t, ln2_rstd));
+  // Attention branch.
+  linear_backward(ctx, A(t, d_atty), G(t, R::attn_proj_w), {}, branch_grad(ctx, t), A(t, atty),
+                  W(t, R::attn_proj_w), kOutIn);
+  const Tensor& q3 = A(t, qkv);
+  const Tensor& d3 = A(t, d_qkv);
+  const Tensor dq = qkv_part(d3, t, 0), dk = qkv_part(d3, t, 1);
+  attention_backward(ctx, dq, dk, qkv_part(d3, t, 2), A(t, d_atty).reshape({t.B, t.T, C}),
+                     A(t, atty).reshape({t.B, t.T, C}), A(t, att_lse), qkv_part(q3, t, 0),
+                     qkv_part(q3, t, 1), qkv_part(q3, t, 2), t.mask, t.n_head);
+  rope_backward(ctx, dq, t.positions, int(hs), t.rope_theta);
+  rope_backward(ctx, dk, t.positions, int(hs), t.rope_theta);
+  linear_backward(ctx, t.d_ln, qkv_weight(t, t.g), {}, A(t, d_qkv), A(t, ln1), qkv_weight(t, t.w),
+                  kOutIn);
+  rmsnorm_backward(ctx, t.d_res, G(t, R::norm1_w), t.d_ln, t.x, W(t, R::norm1_w), A(t, ln1_rstd));
+}
+
+}  // namespace trainer::nn

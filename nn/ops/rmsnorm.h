@@ -1,0 +1,34 @@
+// RMSNorm over the last dimension (Llama). Letters: N rows, C channels. The statistic is fp32;
+// the input is the fp32 residual stream; the output, weight and gradients may be bf16.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/context.h"
+#include "runtime/tensor.h"
+
+namespace trainer::nn {
+
+// out(N,C) = inp * rstd * w with rstd = 1 / sqrt(mean(inp^2) + 1e-5); saves rstd(N) (fp32).
+// inp fp32; out and w(C) fp32 or bf16.
+void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, const Tensor& inp,
+                     const Tensor& w);
+
+// dinp(N,C) fp32 += ...; dw(C) (gradient dtype) += ...; dout(N,C) in out's dtype.
+// Deterministic: per-thread partial sums added in thread order.
+void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dout,
+                      const Tensor& inp, const Tensor& w, const Tensor& rstd);
+
+// Scratch rmsnorm_backward takes for C channels.
+size_t rmsnorm_backward_workspace(const Context& ctx, int64_t C);
+
+namespace cpu {
+void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, const Tensor& inp,
+                     const Tensor& w);
+void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dout,
+                      const Tensor& inp, const Tensor& w, const Tensor& rstd);
+size_t rmsnorm_backward_workspace(int threads, int64_t C);
+}  // namespace cpu
+
+}  // namespace trainer::nn

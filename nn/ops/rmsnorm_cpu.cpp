@@ -1,0 +1,109 @@
+#include <omp.h>
+
+#include <cmath>
+
+#include "nn/ops/cpu_dtype.h"
+#include "nn/ops/rmsnorm.h"
+#include "runtime/profile.h"
+#include "runtime/workspace.h"
+
+namespace trainer::nn::cpu {
+
+namespace {
+
+constexpr float kRmsNormEps = 1e-5f;
+
+template <typename T>
+void forward_rows(T* out, float* rstd, const float* inp, const T* w, int64_t N, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = inp + n * C;
+    float ss = 0;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t c = 0; c < C; ++c) ss += x[c] * x[c];
+    const float r = 1.0f / std::sqrt(ss / float(C) + kRmsNormEps);
+    T* o = out + n * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) store(o[c], x[c] * r * load(w[c]));
+    rstd[n] = r;
+  }
+}
+
+// With g = w * dout and xhat = x * rstd: dx = rstd * (g - xhat * mean(g * xhat)),
+// dw += dout * xhat. Each thread sums its rows' dw into a private fp32 row of `partial`,
+// added in thread order afterwards (Note on determinism in layernorm_cpu.cpp).
+template <typename T, typename G>
+void backward_rows(float* dinp, G* dw, const T* dout, const float* inp, const T* w,
+                   const float* rstd, int64_t N, int64_t C, float* partial, int threads) {
+  int team = 1;
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+#pragma omp single
+    team = nt;
+    float* pdw = partial + int64_t(t) * C;
+    for (int64_t c = 0; c < C; ++c) pdw[c] = 0.0f;
+    const int64_t n0 = N * t / nt, n1 = N * (t + 1) / nt;
+    for (int64_t n = n0; n < n1; ++n) {
+      const float* x = inp + n * C;
+      const T* d = dout + n * C;
+      const float r = rstd[n];
+      float dot = 0;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t c = 0; c < C; ++c) dot += load(w[c]) * load(d[c]) * x[c] * r;
+      dot /= float(C);
+      float* di = dinp + n * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) {
+        const float xhat = x[c] * r, dc = load(d[c]);
+        pdw[c] += xhat * dc;
+        di[c] += (load(w[c]) * dc - xhat * dot) * r;
+      }
+    }
+  }
+  for (int64_t c = 0; c < C; ++c) {
+    float acc = load(dw[c]);
+    for (int t = 0; t < team; ++t) acc += partial[int64_t(t) * C + c];
+    store(dw[c], acc);
+  }
+}
+
+}  // namespace
+
+void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, const Tensor& inp,
+                     const Tensor& w) {
+  PROFILE_SCOPE("rmsnorm_forward");
+  const int64_t N = inp.rows(), C = inp.cols();
+  TRAINER_ASSERT(inp.contiguous() && out.contiguous() && out.numel() == N * C &&
+                     inp.dtype == DType::f32 && rstd.numel() == N && w.numel() == C &&
+                     w.dtype == out.dtype,
+                 "rmsnorm_forward shapes");
+  with_float(out.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    forward_rows(out.as<T>(), rstd.as<float>(), inp.as<float>(), w.as<T>(), N, C);
+  });
+}
+
+void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dout,
+                      const Tensor& inp, const Tensor& w, const Tensor& rstd) {
+  PROFILE_SCOPE("rmsnorm_backward");
+  const int64_t N = inp.rows(), C = inp.cols();
+  TRAINER_ASSERT(dinp.numel() == N * C && dout.numel() == N * C && dw.numel() == C &&
+                     w.dtype == dout.dtype && dinp.dtype == DType::f32,
+                 "rmsnorm_backward shapes");
+  const int threads = op_threads(ctx);
+  Workspace::Scope scratch(ctx.workspace);
+  float* partial = scratch.take<float>(int64_t(threads) * C);
+  with_floats(dout.dtype, dw.dtype, [&](auto ttag, auto gtag) {
+    using T = decltype(ttag);
+    using G = decltype(gtag);
+    backward_rows(dinp.as<float>(), dw.as<G>(), dout.as<T>(), inp.as<float>(), w.as<T>(),
+                  rstd.as<float>(), N, C, partial, threads);
+  });
+}
+
+size_t rmsnorm_backward_workspace(int threads, int64_t C) {
+  return Workspace::bytes_for<float>(int64_t(threads) * C);
+}
+
+}  // namespace trainer::nn::cpu

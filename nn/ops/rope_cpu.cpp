@@ -1,0 +1,69 @@
+#include <cmath>
+
+#include "nn/ops/cpu_dtype.h"
+#include "nn/ops/rope.h"
+#include "runtime/profile.h"
+
+namespace trainer::nn::cpu {
+
+namespace {
+
+// Rotates every head of every row by +angle (sign 1) or -angle (sign -1). The frequencies
+// and angles are computed in fp32 as PyTorch's Llama does: inv_freq = 1 / theta^(2i/hs),
+// angle = float(pos) * inv_freq.
+template <typename T>
+void rotate(T* x, int64_t ld, const int32_t* pos, int64_t N, int64_t H, int64_t hs, float theta,
+            float sign) {
+  const int64_t half = hs / 2;
+  float inv_freq[512];  // hs / 2 <= 512 (checked by the caller)
+  for (int64_t i = 0; i < half; ++i) inv_freq[i] = 1.0f / std::pow(theta, float(2 * i) / float(hs));
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    float c[512], s[512];
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = float(pos[n]) * inv_freq[i];
+      c[i] = std::cos(angle);
+      s[i] = sign * std::sin(angle);
+    }
+    T* row = x + n * ld;
+    for (int64_t h = 0; h < H; ++h) {
+      T* a = row + h * hs;
+      T* b = a + half;
+#pragma omp simd
+      for (int64_t i = 0; i < half; ++i) {
+        const float x0 = load(a[i]), x1 = load(b[i]);
+        store(a[i], x0 * c[i] - x1 * s[i]);
+        store(b[i], x1 * c[i] + x0 * s[i]);
+      }
+    }
+  }
+}
+
+void run(const Tensor& x, const Tensor& positions, int head_size, float theta, float sign) {
+  const int64_t N = x.rows(), width = x.cols();
+  TRAINER_ASSERT(head_size > 0 && head_size % 2 == 0 && head_size <= 1024 &&
+                     width % head_size == 0 && positions.numel() == N &&
+                     positions.dtype == DType::i32,
+                 "rope shapes");
+  with_float(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    rotate(x.as<T>(), x.ld(), positions.as<int32_t>(), N, width / head_size, head_size, theta,
+           sign);
+  });
+}
+
+}  // namespace
+
+void rope_forward(const Context&, const Tensor& x, const Tensor& positions, int head_size,
+                  float theta) {
+  PROFILE_SCOPE("rope_forward");
+  run(x, positions, head_size, theta, 1.0f);
+}
+
+void rope_backward(const Context&, const Tensor& dx, const Tensor& positions, int head_size,
+                   float theta) {
+  PROFILE_SCOPE("rope_backward");
+  run(dx, positions, head_size, theta, -1.0f);
+}
+
+}  // namespace trainer::nn::cpu

@@ -27,7 +27,10 @@
 #include "nn/ops/layernorm.h"
 #include "nn/ops/linear.h"
 #include "nn/ops/residual.h"
+#include "nn/ops/rmsnorm.h"
+#include "nn/ops/rope.h"
 #include "nn/ops/sum_squares.h"
+#include "nn/ops/swiglu.h"
 #include "nn/transformer.h"
 #include "runtime/buffer.h"
 #include "runtime/memory.h"
@@ -163,14 +166,49 @@ Outputs layernorm_case(Arena& a, DType act, DType grad) {
           {"dx", a.read(dx)},   {"dw", a.read(dw)},     {"db", a.read(db)}};
 }
 
-Outputs linear_case(Arena& a, DType act, DType grad, int N, int I, int O, bool bias) {
-  const Tensor x = a.random(1, act, {N, I}), w = a.random(2, act, {I, O});
+Outputs rmsnorm_case(Arena& a, DType act, DType grad) {
+  const int N = 13, C = 40;
+  const Tensor x = a.random(1, DType::f32, {N, C}, 2.0f), w = a.random(2, act, {C});
+  const Tensor out = a.zeros(act, {N, C}), rstd = a.zeros(DType::f32, {N});
+  rmsnorm_forward(a.ctx, out, rstd, x, w);
+  const Tensor dout = a.random(4, act, {N, C}), dx = a.random(5, DType::f32, {N, C});
+  const Tensor dw = a.random(6, grad, {C});
+  rmsnorm_backward(a.ctx, dx, dw, dout, x, w, rstd);
+  return {{"out", a.read(out)}, {"rstd", a.read(rstd)}, {"dx", a.read(dx)}, {"dw", a.read(dw)}};
+}
+
+// Rotary embeddings on the query and key columns of a packed (N, 3C) qkv-like tensor.
+Outputs rope_case(Arena& a, DType act, DType) {
+  const int N = 23, C = 48, hs = 16;
+  std::vector<int32_t> pos;
+  for (int n = 0; n < N; ++n) pos.push_back(n < 9 ? n : n - 9);  // a second document
+  const Tensor p = a.ints(pos, {N});
+  const Tensor x = a.random(1, act, {N, 3 * C}), dx = a.random(2, act, {N, 3 * C});
+  rope_forward(a.ctx, x.col_range(0, 2 * C), p, hs, 500.0f);
+  rope_backward(a.ctx, dx.col_range(C, 2 * C), p, hs, 500.0f);
+  return {{"x", a.read(x)}, {"dx", a.read(dx)}};
+}
+
+Outputs swiglu_case(Arena& a, DType act, DType) {
+  const int N = 11, F = 37;
+  const Tensor gu = a.random(1, act, {N, 2 * F}, 3.0f), out = a.zeros(act, {N, F});
+  swiglu_forward(a.ctx, out, gu);
+  const Tensor dout = a.random(2, act, {N, F}), dgu = a.zeros(act, {N, 2 * F});
+  swiglu_backward(a.ctx, dgu, dout, gu);
+  return {{"out", a.read(out)}, {"dgate_up", a.read(dgu)}};
+}
+
+Outputs linear_case(Arena& a, DType act, DType grad, int N, int I, int O, bool bias,
+                    WeightLayout layout = WeightLayout::in_out) {
+  const bool in_out = layout == WeightLayout::in_out;
+  const Tensor x = a.random(1, act, {N, I}), w = a.random(2, act, {in_out ? I : O, in_out ? O : I});
   const Tensor b = bias ? a.random(3, act, {O}) : Tensor{};
   const Tensor out = a.zeros(act, {N, O});
-  linear_forward(a.ctx, out, x, w, b);
+  linear_forward(a.ctx, out, x, w, b, layout);
   const Tensor dout = a.random(4, act, {N, O}), dx = a.zeros(act, {N, I});
-  const Tensor dw = a.random(5, grad, {I, O}), db = bias ? a.random(6, grad, {O}) : Tensor{};
-  linear_backward(a.ctx, dx, dw, db, dout, x, w);
+  const Tensor dw = a.random(5, grad, {w.dim(0), w.dim(1)});
+  const Tensor db = bias ? a.random(6, grad, {O}) : Tensor{};
+  linear_backward(a.ctx, dx, dw, db, dout, x, w, layout);
   Outputs o = {{"out", a.read(out)}, {"dx", a.read(dx)}, {"dw", a.read(dw)}};
   if (bias) o["db"] = a.read(db);
   return o;
@@ -193,8 +231,9 @@ Outputs residual_case(Arena& a, DType act, DType) {
   return {{"out", a.read(out)}};
 }
 
-// mask: 0 causal only, 1 packed segments, 2 padded lengths.
-Outputs attention_case(Arena& a, DType act, DType, int B, int T, int C, int H, int mask_kind) {
+// mask: 0 causal only, 1 packed segments, 2 padded lengths. Hkv key/value heads (0 = H).
+Outputs attention_case(Arena& a, DType act, DType, int B, int T, int C, int H, int mask_kind,
+                       int Hkv = 0) {
   std::vector<int32_t> seg, len;
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t) seg.push_back(t < T / 3 ? 0 : t < T / 2 ? 1 : 2);
@@ -202,11 +241,14 @@ Outputs attention_case(Arena& a, DType act, DType, int B, int T, int C, int H, i
   AttentionMask mask;
   if (mask_kind == 1) mask.segments = a.ints(seg, {B, T});
   if (mask_kind == 2) mask.lengths = a.ints(len, {B});
-  const Tensor qkv = a.random(1, act, {B, T, 3 * C});
-  auto part = [&](const Tensor& t, int i) { return t.col_range(i * C, C); };
+  const int Ckv = (Hkv ? Hkv : H) * (C / H), width = C + 2 * Ckv;
+  const Tensor qkv = a.random(1, act, {B, T, width});
+  auto part = [&](const Tensor& t, int i) {
+    return i == 0 ? t.col_range(0, C) : t.col_range(C + (i - 1) * Ckv, Ckv);
+  };
   const Tensor out = a.zeros(act, {B, T, C}), lse = a.zeros(DType::f32, {B * H * T});
   attention_forward(a.ctx, out, lse, part(qkv, 0), part(qkv, 1), part(qkv, 2), mask, H);
-  const Tensor dout = a.random(2, act, {B, T, C}), dqkv = a.zeros(act, {B, T, 3 * C});
+  const Tensor dout = a.random(2, act, {B, T, C}), dqkv = a.zeros(act, {B, T, width});
   attention_backward(a.ctx, part(dqkv, 0), part(dqkv, 1), part(dqkv, 2), dout, out, lse,
                      part(qkv, 0), part(qkv, 1), part(qkv, 2), mask, H);
   return {{"out", a.read(out)}, {"lse", a.read(lse)}, {"dqkv", a.read(dqkv)}};
@@ -265,6 +307,13 @@ std::vector<Case> make_cases() {
        [](Arena& a, DType t, DType g) { return linear_case(a, t, g, 19, 24, 40, true); }},
       {"linear_odd",
        [](Arena& a, DType t, DType g) { return linear_case(a, t, g, 5, 7, 3, false); }},
+      {"linear_out_in",
+       [](Arena& a, DType t, DType g) {
+         return linear_case(a, t, g, 19, 24, 40, false, WeightLayout::out_in);
+       }},
+      {"rmsnorm", rmsnorm_case},
+      {"rope", rope_case},
+      {"swiglu", swiglu_case},
       {"gelu", gelu_case},
       {"residual", residual_case},
       {"cross_entropy", cross_entropy_case},
@@ -280,6 +329,12 @@ std::vector<Case> make_cases() {
   }
   c.push_back({"attention_tiles",
                [](Arena& a, DType t, DType g) { return attention_case(a, t, g, 1, 70, 8, 1, 1); }});
+  c.push_back({"attention_grouped", [](Arena& a, DType t, DType g) {
+                 return attention_case(a, t, g, 2, 13, 32, 4, 1, 2);
+               }});
+  c.push_back({"attention_multi_query", [](Arena& a, DType t, DType g) {
+                 return attention_case(a, t, g, 2, 13, 16, 2, 2, 1);
+               }});
   return c;
 }
 

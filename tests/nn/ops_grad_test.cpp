@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "common/op_env.h"
@@ -12,6 +13,9 @@
 #include "nn/ops/gelu.h"
 #include "nn/ops/layernorm.h"
 #include "nn/ops/linear.h"
+#include "nn/ops/rmsnorm.h"
+#include "nn/ops/rope.h"
+#include "nn/ops/swiglu.h"
 #include "nn/ops/vec_math.h"
 
 namespace trainer::nn {
@@ -58,6 +62,72 @@ TEST(OpsGrad, Linear) {
   expect_gradient("dx", x, dx, loss);
   expect_gradient("dw", w, dw, loss);
   expect_gradient("db", b, db, loss);
+}
+
+TEST(OpsGrad, RmsNorm) {
+  OpEnv env;
+  const int N = 5, C = 24;
+  auto x = random_vector(N * C, 1), w = random_vector(C, 2), r = random_vector(N * C, 4);
+  std::vector<float> out(N * C), rstd(N);
+  auto loss = [&] {
+    rmsnorm_forward(env.ctx, view(out, {N, C}), view(rstd, {N}), view(x, {N, C}), view(w, {C}));
+    return weighted_sum(out.data(), r);
+  };
+  loss();
+  std::vector<float> dx(N * C, 0), dw(C, 0);
+  rmsnorm_backward(env.ctx, view(dx, {N, C}), view(dw, {C}), view(r, {N, C}), view(x, {N, C}),
+                   view(w, {C}), view(rstd, {N}));
+  expect_gradient("dx", x, dx, loss);
+  expect_gradient("dw", w, dw, loss);
+}
+
+// The (out, in) weight layout torch.nn.Linear (and Llama) uses.
+TEST(OpsGrad, LinearOutIn) {
+  OpEnv env;
+  const int N = 6, I = 10, O = 7;
+  auto x = random_vector(N * I, 1), w = random_vector(O * I, 2), r = random_vector(N * O, 4);
+  std::vector<float> out(N * O);
+  auto loss = [&] {
+    linear_forward(env.ctx, view(out, {N, O}), view(x, {N, I}), view(w, {O, I}), {},
+                   WeightLayout::out_in);
+    return weighted_sum(out.data(), r);
+  };
+  std::vector<float> dx(N * I), dw(O * I, 0);
+  linear_backward(env.ctx, view(dx, {N, I}), view(dw, {O, I}), {}, view(r, {N, O}),
+                  view(x, {N, I}), view(w, {O, I}), WeightLayout::out_in);
+  expect_gradient("dx", x, dx, loss);
+  expect_gradient("dw", w, dw, loss);
+}
+
+// Rotary embeddings on a strided view (the query columns of a packed tensor), positions
+// restarting mid-batch as in a packed row.
+TEST(OpsGrad, Rope) {
+  OpEnv env;
+  const int N = 7, hs = 8, H = 2, width = 3 * H * hs;
+  std::vector<int32_t> pos = {0, 1, 2, 3, 0, 1, 2};
+  auto x = random_vector(N * width, 1), r = random_vector(N * width, 2);
+  std::vector<float> y;
+  auto loss = [&] {
+    y = x;
+    rope_forward(env.ctx, view(y, {N, width}).col_range(0, H * hs), view(pos, {N}), hs, 100.0f);
+    return weighted_sum(y.data(), r);
+  };
+  std::vector<float> dx = r;
+  rope_backward(env.ctx, view(dx, {N, width}).col_range(0, H * hs), view(pos, {N}), hs, 100.0f);
+  expect_gradient("dx", x, dx, loss);
+}
+
+TEST(OpsGrad, SwiGlu) {
+  OpEnv env;
+  const int N = 4, F = 9;
+  auto gu = random_vector(N * 2 * F, 1, 2.0f), r = random_vector(N * F, 2);
+  std::vector<float> out(N * F), dgu(N * 2 * F);
+  auto loss = [&] {
+    swiglu_forward(env.ctx, view(out, {N, F}), view(gu, {N, 2 * F}));
+    return weighted_sum(out.data(), r);
+  };
+  swiglu_backward(env.ctx, view(dgu, {N, 2 * F}), view(r, {N, F}), view(gu, {N, 2 * F}));
+  expect_gradient("dgate_up", gu, dgu, loss);
 }
 
 TEST(OpsGrad, Gelu) {
@@ -123,22 +193,25 @@ TEST(CrossEntropy, ExactForHugeFiniteLogits) {
   EXPECT_NEAR(sum[0], std::log(2.0), 1e-6);
 }
 
-// Attention under each kind of mask: causal only, packed segments, padded lengths. The
-// backward is checked on strided views of a packed qkv tensor, as the model uses it.
-class AttentionGrad : public ::testing::TestWithParam<int> {};
+// Attention under each kind of mask: causal only, packed segments, padded lengths; with as
+// many key/value heads as heads, grouped (two query heads per key/value head) and multi-query.
+// The backward is checked on strided views of a packed qkv tensor, as the model uses it.
+class AttentionGrad : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
 TEST_P(AttentionGrad, MatchesFiniteDifferences) {
   OpEnv env;
-  const int B = 2, T = 9, C = 8, H = 2;
+  const auto [mask_kind, Hkv] = GetParam();
+  const int B = 2, T = 9, C = 16, H = 4, Ckv = Hkv * (C / H), width = C + 2 * Ckv;
   std::vector<int32_t> segments = {0, 0, 0, 1, 1, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1, 1, 1, 1};
   std::vector<int32_t> lengths = {9, 6};
   AttentionMask mask;
-  if (GetParam() == 1) mask.segments = view(segments, {B, T});
-  if (GetParam() == 2) mask.lengths = view(lengths, {B});
-  auto qkv = random_vector(B * T * 3 * C, 1), r = random_vector(B * T * C, 2);
-  std::vector<float> out(B * T * C), lse(B * H * T), dqkv(B * T * 3 * C);
+  if (mask_kind == 1) mask.segments = view(segments, {B, T});
+  if (mask_kind == 2) mask.lengths = view(lengths, {B});
+  auto qkv = random_vector(B * T * width, 1), r = random_vector(B * T * C, 2);
+  std::vector<float> out(B * T * C), lse(B * H * T), dqkv(B * T * width);
   auto part = [&](std::vector<float>& v, int i) {
-    return view(v, {B, T, 3 * C}).col_range(i * C, C);
+    const Tensor all = view(v, {B, T, width});
+    return i == 0 ? all.col_range(0, C) : all.col_range(C + (i - 1) * Ckv, Ckv);
   };
   auto loss = [&] {
     attention_forward(env.ctx, view(out, {B, T, C}), view(lse, {B * H * T}), part(qkv, 0),
@@ -152,7 +225,8 @@ TEST_P(AttentionGrad, MatchesFiniteDifferences) {
   expect_gradient("dqkv", qkv, dqkv, loss, 200);
 }
 
-INSTANTIATE_TEST_SUITE_P(Masks, AttentionGrad, ::testing::Values(0, 1, 2));
+INSTANTIATE_TEST_SUITE_P(MasksAndHeads, AttentionGrad,
+                         ::testing::Combine(::testing::Values(0, 1, 2), ::testing::Values(4, 2, 1)));
 
 TEST(Attention, LongSequencesSpanSeveralTiles) {
   // T > the 64-query tile, against a direct softmax reference for one head.

@@ -319,7 +319,7 @@ int64_t Transformer::forward(const BatchView& batch) {
 
 void Transformer::forward_cached(const int32_t* tokens, int count, KvCache& cache) {
   TRAINER_ASSERT(cache.layers_ == config_.n_layer && cache.P_ == config_.max_seq_len &&
-                     cache.C_ == config_.n_embd && cache.dtype_ == exec_.compute,
+                     cache.C_ == config_.kv_channels() && cache.dtype_ == exec_.compute,
                  "a KV cache of another model");
   CHECK(count > 0 && cache.length() + count <= config_.max_seq_len,
         "the sequence is full ({} positions, model.max_seq_len)", config_.max_seq_len);

@@ -21,14 +21,25 @@ using testing::exec_for;
 using testing::forward_backward;
 using testing::loss_of;
 
-ModelConfig tiny_config() {
+// `c` as architecture `arch`: Llama with one key/value head (multi-query) and an untied head.
+ModelConfig with_arch(ModelConfig c, Arch arch) {
+  c.arch = arch;
+  if (arch == Arch::llama) {
+    c.n_kv_head = 1;
+    c.ffn_multiple_of = 16;
+    c.tie_embeddings = false;
+  }
+  return c;
+}
+
+ModelConfig tiny_config(Arch arch = Arch::gpt2) {
   ModelConfig c;
   c.vocab_size = 31;
   c.max_seq_len = 12;
   c.n_layer = 2;
   c.n_head = 2;
   c.n_embd = 16;
-  return c;
+  return with_arch(c, arch);
 }
 
 struct TinyBatch {
@@ -45,8 +56,11 @@ struct TinyBatch {
 
 }  // namespace
 
-TEST(Gpt, GradientsMatchFiniteDifferences) {
-  Transformer model(tiny_config(), exec_for(2, 8));
+// The whole model, for each architecture.
+class EveryArch : public ::testing::TestWithParam<Arch> {};
+
+TEST_P(EveryArch, GradientsMatchFiniteDifferences) {
+  Transformer model(tiny_config(GetParam()), exec_for(2, 8));
   model.init_weights(11);
   std::vector<float> params = testing::host_params(model);
   TinyBatch batch;
@@ -72,22 +86,22 @@ TEST(Gpt, GradientsMatchFiniteDifferences) {
   }
 }
 
-TEST(Gpt, HooksReportEveryGradientRangeOnceFromTheEnd) {
-  Transformer model(tiny_config(), exec_for(2, 8));
+TEST_P(EveryArch, HooksReportEveryGradientRangeOnceFromTheEnd) {
+  Transformer model(tiny_config(GetParam()), exec_for(2, 8));
   model.init_weights(1);
   std::vector<std::pair<int64_t, int64_t>> ranges;
   model.on_grads_ready = [&](int64_t b, int64_t e) { ranges.push_back({b, e}); };
   TinyBatch batch;
   model.forward(batch.view());
   model.backward(1.0f);
-  ASSERT_EQ(ranges.size(), size_t(tiny_config().n_layer + 2));
+  ASSERT_EQ(ranges.size(), size_t(tiny_config(GetParam()).n_layer + 2));
   EXPECT_EQ(ranges.front().second, model.layout().total());
   EXPECT_EQ(ranges.back().first, 0);
   for (size_t i = 1; i < ranges.size(); ++i) EXPECT_EQ(ranges[i].second, ranges[i - 1].first);
 }
 
-TEST(Gpt, OverfitsOneBatch) {
-  Transformer model(tiny_config(), exec_for(2, 8));
+TEST_P(EveryArch, OverfitsOneBatch) {
+  Transformer model(tiny_config(GetParam()), exec_for(2, 8));
   model.init_weights(3);
   AdamW opt(model.layout(), {.weight_decay = 0.0f}, {{0, model.layout().total(), 0}});
   TinyBatch batch;
@@ -102,10 +116,10 @@ TEST(Gpt, OverfitsOneBatch) {
   EXPECT_LT(last, 0.05);
 }
 
-TEST(Gpt, PackedDocumentsDoNotSeeEachOther) {
+TEST_P(EveryArch, PackedDocumentsDoNotSeeEachOther) {
   // Row = document A (5 tokens) then document B (3 tokens). With segments, B's losses equal
   // those of B alone at the start of a row; without, they differ.
-  Transformer model(tiny_config(), exec_for(1, 8));
+  Transformer model(tiny_config(GetParam()), exec_for(1, 8));
   model.init_weights(5);
   std::vector<int32_t> tok = {1, 2, 3, 4, 5, 6, 7, 8}, seg = {0, 0, 0, 0, 0, 1, 1, 1};
   std::vector<int32_t> tgt_b = {-1, -1, -1, -1, -1, 9, 10, 11};
@@ -117,9 +131,9 @@ TEST(Gpt, PackedDocumentsDoNotSeeEachOther) {
   EXPECT_GT(std::abs(unmasked - alone), 1e-4);
 }
 
-TEST(Gpt, PaddingIsNeverCounted) {
+TEST_P(EveryArch, PaddingIsNeverCounted) {
   // A padded row gives the loss and gradients of the same row unpadded.
-  Transformer model(tiny_config(), exec_for(1, 8));
+  Transformer model(tiny_config(GetParam()), exec_for(1, 8));
   model.init_weights(6);
   std::vector<int32_t> tok = {1, 2, 3, 4, 5, 0, 0, 0}, tgt = {2, 3, 4, 5, 6, -1, -1, -1};
   std::vector<int32_t> len = {5};
@@ -137,8 +151,8 @@ TEST(Gpt, PaddingIsNeverCounted) {
   for (size_t i = 0; i < g_plain.size(); ++i) ASSERT_NEAR(g_padded[i], g_plain[i], 1e-6) << i;
 }
 
-TEST(Gpt, OutOfRangeTokenIsAClearError) {
-  Transformer model(tiny_config(), exec_for(1, 4));
+TEST_P(EveryArch, OutOfRangeTokenIsAClearError) {
+  Transformer model(tiny_config(GetParam()), exec_for(1, 4));
   std::vector<int32_t> tok = {1, 2, 31, 4}, tgt = {1, 1, 1, 1};
   try {
     model.forward({1, 4, tok.data(), tgt.data(), nullptr, nullptr});
@@ -147,6 +161,9 @@ TEST(Gpt, OutOfRangeTokenIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("token id 31"), std::string::npos) << e.what();
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Gpt2AndLlama, EveryArch, ::testing::Values(Arch::gpt2, Arch::llama),
+                         [](const auto& info) { return std::string(arch_name(info.param)); });
 
 TEST(LrSchedule, WarmupThenCosineToTheFloor) {
   LrSchedule s{.max_lr = 1.0f, .min_lr = 0.1f, .warmup_steps = 10, .total_steps = 110};
@@ -181,8 +198,8 @@ TEST(AdamW, MatchesTheClosedFormFirstStep) {
 
 namespace trainer::nn {
 
-TEST(KvCache, MatchesTheFullForwardAtEveryPosition) {
-  ModelConfig c{.vocab_size = 31, .max_seq_len = 12, .n_layer = 2, .n_head = 2, .n_embd = 16};
+TEST_P(EveryArch, KvCacheMatchesTheFullForwardAtEveryPosition) {
+  const ModelConfig c = tiny_config(GetParam());
   Transformer model(c, exec_for(1, 12));
   model.init_weights(9);
   std::vector<int32_t> tokens = {4, 8, 15, 16, 23, 30, 1, 2, 3, 5};
@@ -244,8 +261,8 @@ struct Backward {
   std::vector<std::pair<int, ParamUse>> needed;    // on_params_needed, in order
 };
 
-Backward run_backward(ExecConfig exec, const BatchView& batch) {
-  Transformer model(tiny_config(), exec);
+Backward run_backward(ExecConfig exec, const BatchView& batch, Arch arch = Arch::gpt2) {
+  Transformer model(tiny_config(arch), exec);
   model.init_weights(17);
   Backward out;
   model.on_grads_ready = [&](int64_t b, int64_t e) { out.ready.push_back({b, e}); };
@@ -260,16 +277,16 @@ Backward run_backward(ExecConfig exec, const BatchView& batch) {
 // Activation checkpointing recomputes with the same kernels in the same order, so gradients
 // are bit for bit those of keeping everything, in every mask mode, and the hooks fire in the
 // same order (DDP's buckets start at the same points).
-class Checkpointing : public ::testing::TestWithParam<std::tuple<Recompute, int>> {};
+class Checkpointing : public ::testing::TestWithParam<std::tuple<Recompute, int, Arch>> {};
 
 TEST_P(Checkpointing, GradientsAreBitIdenticalToKeepingEverything) {
-  const auto [policy, mask] = GetParam();
+  const auto [policy, mask, arch] = GetParam();
   const MaskedBatch batch(mask);
-  const Backward want = run_backward(exec_for(2, 8), batch.view());
+  const Backward want = run_backward(exec_for(2, 8), batch.view(), arch);
   for (std::vector<int> layers : {std::vector<int>{}, std::vector<int>{1}}) {
     ExecConfig e = exec_for(2, 8, DType::f32, policy);
     e.recompute_layers = layers;
-    const Backward got = run_backward(e, batch.view());
+    const Backward got = run_backward(e, batch.view(), arch);
     EXPECT_EQ(got.loss, want.loss);
     EXPECT_TRUE(got.grads == want.grads) << "gradients differ (layers " << layers.size() << ")";
     EXPECT_EQ(got.ready, want.ready);
@@ -277,16 +294,18 @@ TEST_P(Checkpointing, GradientsAreBitIdenticalToKeepingEverything) {
   }
 }
 
-std::string policy_and_mask(const ::testing::TestParamInfo<std::tuple<Recompute, int>>& info) {
+std::string policy_and_mask(
+    const ::testing::TestParamInfo<std::tuple<Recompute, int, Arch>>& info) {
   static const char* const kMasks[] = {"plain", "packed", "padded"};
   return std::string(recompute_name(std::get<0>(info.param))) + "_" +
-         kMasks[std::get<1>(info.param)];
+         kMasks[std::get<1>(info.param)] + "_" + arch_name(std::get<2>(info.param));
 }
 
 INSTANTIATE_TEST_SUITE_P(PoliciesAndMasks, Checkpointing,
                          ::testing::Combine(::testing::Values(Recompute::selective,
                                                               Recompute::full),
-                                            ::testing::Values(0, 1, 2)),
+                                            ::testing::Values(0, 1, 2),
+                                            ::testing::Values(Arch::gpt2, Arch::llama)),
                          policy_and_mask);
 
 TEST(Checkpointing, ParamsNeededFiresBeforeEveryUnitInOrder) {
@@ -299,6 +318,12 @@ TEST(Checkpointing, ParamsNeededFiresBeforeEveryUnitInOrder) {
   const std::vector<P> want = {P{0, f}, P{1, f}, P{2, f}, P{3, f}, P{0, f},
                                P{3, k}, P{0, k}, P{2, k}, P{1, k}};
   EXPECT_EQ(b.needed, want);
+  // An untied head (Llama here) reads its own weights in the final unit, not the embedding.
+  const Backward u =
+      run_backward(exec_for(2, 8, DType::f32, Recompute::full), batch.view(), Arch::llama);
+  const std::vector<P> untied = {P{0, f}, P{1, f}, P{2, f}, P{3, f},
+                                 P{3, k}, P{2, k}, P{1, k}};
+  EXPECT_EQ(u.needed, untied);
 }
 
 TEST(Checkpointing, ActivationMemoryShrinksWithThePolicy) {
@@ -313,8 +338,9 @@ TEST(Checkpointing, ActivationMemoryShrinksWithThePolicy) {
 }
 
 // The plan `trainer plan` prints is what a model allocates, to the byte.
-TEST(Memory, PlannedBytesAreWhatIsAllocated) {
-  const ModelConfig c{.vocab_size = 97, .max_seq_len = 24, .n_layer = 3, .n_head = 2, .n_embd = 16};
+TEST_P(EveryArch, PlannedBytesAreWhatIsAllocated) {
+  const ModelConfig c = with_arch(
+      {.vocab_size = 97, .max_seq_len = 24, .n_layer = 3, .n_head = 2, .n_embd = 16}, GetParam());
   for (DType compute : {DType::f32, DType::bf16})
     for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
       for (bool training : {true, false}) {

@@ -47,6 +47,7 @@ double params_diff(nn::Transformer& a, nn::Transformer& b) {
   std::vector<float> x = testing::host_params(a), y = testing::host_params(b);
   const int C = a.config().n_embd;
   for (int l = 0; l < a.config().n_layer; ++l) {
+    if (!a.layout().has(a.layout().block_unit(l), nn::Role::qkv_b)) continue;  // no biases
     const int64_t kb = a.layout().get(a.layout().block_unit(l), nn::Role::qkv_b).offset + C;
     for (int64_t k = kb; k < kb + C; ++k) {
       EXPECT_LE(std::fabs(x[size_t(k)] - y[size_t(k)]), 2 * 20 * kLr) << "key bias " << k;
@@ -123,12 +124,21 @@ TEST(Collectives, ManyAsyncInFlightCompleteInOrder) {
 }
 
 // DDP on N ranks equals one process on the N-times batch: 20 AdamW steps, with clipping, two
-// accumulation micro-batches (no_sync on the first), and uneven token counts across ranks.
-TEST(Ddp, MatchesOneProcessOnTheWholeBatch) {
+// accumulation micro-batches (no_sync on the first), and uneven token counts across ranks; for
+// GPT-2 and for Llama.
+class Ddp : public ::testing::TestWithParam<nn::Arch> {};
+
+TEST_P(Ddp, MatchesOneProcessOnTheWholeBatch) {
   Communicator& c = *g_comm;
   const int N = c.size(), R = c.rank(), B = 2, kMicro = 2, kSteps = 20;
-  nn::Transformer model(testing::small_config(), testing::exec_for(B, T));
-  nn::Transformer ref(testing::small_config(), testing::exec_for(N * B * kMicro, T));
+  nn::ModelConfig config = testing::small_config();
+  if (GetParam() == nn::Arch::llama) {
+    config.arch = nn::Arch::llama;
+    config.n_kv_head = 1;
+    config.ffn_multiple_of = 32;
+  }
+  nn::Transformer model(config, testing::exec_for(B, T));
+  nn::Transformer ref(config, testing::exec_for(N * B * kMicro, T));
   model.init_weights(7);
   ref.init_weights(7);
   const int64_t total = model.layout().total();
@@ -162,9 +172,12 @@ TEST(Ddp, MatchesOneProcessOnTheWholeBatch) {
   EXPECT_EQ(p0, testing::host_params(model));
 }
 
+INSTANTIATE_TEST_SUITE_P(Gpt2AndLlama, Ddp, ::testing::Values(nn::Arch::gpt2, nn::Arch::llama),
+                         [](const auto& info) { return std::string(nn::arch_name(info.param)); });
+
 // Activation checkpointing under DDP: the summed gradients are bit for bit those of keeping
 // every activation, with buckets started at the same points.
-TEST(Ddp, CheckpointingGivesBitIdenticalGradients) {
+TEST(DdpMore, CheckpointingGivesBitIdenticalGradients) {
   Communicator& c = *g_comm;
   const int B = 2;
   std::vector<std::vector<float>> grads;
@@ -187,7 +200,7 @@ TEST(Ddp, CheckpointingGivesBitIdenticalGradients) {
 
 // bf16 gradients, summed over ranks in bf16: one process on the whole batch (bf16 compute,
 // fp32 gradients) within bf16's rounding.
-TEST(Ddp, Bf16GradientsMatchOneProcessWithinBf16Rounding) {
+TEST(DdpMore, Bf16GradientsMatchOneProcessWithinBf16Rounding) {
   Communicator& c = *g_comm;
   const int N = c.size(), B = 2;
   nn::Transformer model(testing::small_config(),
@@ -212,7 +225,7 @@ TEST(Ddp, Bf16GradientsMatchOneProcessWithinBf16Rounding) {
   EXPECT_LT(testing::norm_relative_diff(got.data(), want.data(), int64_t(got.size())), 2e-2);
 }
 
-TEST(Ddp, FrozenRangesAreNotCommunicated) {
+TEST(DdpMore, FrozenRangesAreNotCommunicated) {
   Communicator& c = *g_comm;
   nn::Transformer model(testing::small_config(), testing::exec_for(2, T));
   model.init_weights(3);

@@ -24,10 +24,17 @@ using testing::world;
 constexpr int T = 16, B = 2;
 constexpr float kLr = 1e-3f, kMaxNorm = 1.0f;
 
-// A model whose blocks outweigh its embedding, as in real models.
-nn::ModelConfig deep_config() {
+// A model whose blocks outweigh its embedding, as in real models; Llama with grouped-query
+// attention and an untied head.
+nn::ModelConfig deep_config(nn::Arch arch = nn::Arch::gpt2) {
   nn::ModelConfig c = testing::small_config();
   c.n_layer = 4;
+  c.arch = arch;
+  if (arch == nn::Arch::llama) {
+    c.n_kv_head = 1;
+    c.ffn_multiple_of = 32;
+    c.tie_embeddings = false;
+  }
   return c;
 }
 
@@ -43,17 +50,18 @@ struct Trained {
 // micro-batches, empty passes where the stage needs the same count everywhere, the global
 // norm (a sum of the shards' squares when sharded), clipping and AdamW.
 Trained train(ShardingStage stage, const MicroSchedule& micro, int steps,
-              nn::Recompute recompute = nn::Recompute::none, DType compute = DType::f32) {
+              nn::Recompute recompute = nn::Recompute::none, DType compute = DType::f32,
+              nn::Arch arch = nn::Arch::gpt2) {
   Communicator& c = world();
   nn::ExecConfig exec = testing::exec_for(B, T, recompute, compute);
   exec.own_params = stage == ShardingStage::none;
   Trained t;
-  t.model = std::make_unique<nn::Transformer>(deep_config(), exec);
+  t.model = std::make_unique<nn::Transformer>(deep_config(arch), exec);
   ParallelConfig pc;
   pc.stage = stage;
   pc.bucket_mb = 0.02;
   t.dp = make_data_parallel(c, *t.model, pc);
-  init_masters(*t.dp, *t.model, deep_config(), 7);
+  init_masters(*t.dp, *t.model, deep_config(arch), 7);
   for (int step = 0; step < steps; ++step) {
     const int mine = micro(step, c.rank());
     std::vector<Rows> rows;
@@ -88,9 +96,11 @@ double max_diff_to(DataParallel& dp, const nn::Model& model, const std::vector<f
                    int steps) {
   const std::vector<float> mine = read_as_f32(model.context(), dp.masters());
   std::vector<bool> key_bias(ref.size(), false);
+  const nn::ParamLayout& layout = model.layout();
   const int C = deep_config().n_embd;
   for (int l = 0; l < deep_config().n_layer; ++l) {
-    const int64_t kb = model.layout().get(model.layout().block_unit(l), nn::Role::qkv_b).offset + C;
+    if (!layout.has(layout.block_unit(l), nn::Role::qkv_b)) continue;  // Llama has no biases
+    const int64_t kb = layout.get(layout.block_unit(l), nn::Role::qkv_b).offset + C;
     for (int64_t k = kb; k < kb + C; ++k) key_bias[size_t(k)] = true;
   }
   double diff = 0, scale = 0;
@@ -118,38 +128,45 @@ double max_diff_to(DataParallel& dp, const nn::Model& model, const std::vector<f
 const ShardingStage kSharded[] = {ShardingStage::optimizer, ShardingStage::gradients,
                                   ShardingStage::full};
 
-std::vector<float> ddp_params(const MicroSchedule& micro, int steps, nn::Recompute r,
-                              DType compute) {
-  Trained ref = train(ShardingStage::none, micro, steps, r, compute);
+std::vector<float> ddp_params(const MicroSchedule& micro, int steps, nn::Recompute r, DType compute,
+                              nn::Arch arch = nn::Arch::gpt2) {
+  Trained ref = train(ShardingStage::none, micro, steps, r, compute, arch);
   return read_as_f32(ref.model->context(), ref.dp->masters());
 }
 
-// 20 steps of two micro-batches: every stage ends with DDP's parameters (1e-5 relative).
+// 20 steps of two micro-batches: every stage ends with DDP's parameters (1e-5 relative), for
+// both architectures.
 TEST(Sharding, EveryStageMatchesDdp) {
   const MicroSchedule two = [](int, int) { return 2; };
-  const std::vector<float> ref = ddp_params(two, 20, nn::Recompute::none, DType::f32);
-  for (ShardingStage s : kSharded) {
-    Trained t = train(s, two, 20);
-    EXPECT_LT(max_diff_to(*t.dp, *t.model, ref, 20), 1e-5) << sharding_stage_name(s);
+  for (nn::Arch arch : {nn::Arch::gpt2, nn::Arch::llama}) {
+    const std::vector<float> ref = ddp_params(two, 20, nn::Recompute::none, DType::f32, arch);
+    for (ShardingStage s : kSharded) {
+      Trained t = train(s, two, 20, nn::Recompute::none, DType::f32, arch);
+      EXPECT_LT(max_diff_to(*t.dp, *t.model, ref, 20), 1e-5)
+          << sharding_stage_name(s) << " " << nn::arch_name(arch);
+    }
   }
 }
 
 // Join: the last rank runs out after 5 steps and another has one micro-batch where the others
-// have two; activation checkpointing on. Every stage still ends with DDP's parameters.
+// have two; with and without activation checkpointing, for both architectures. Every stage
+// still ends with DDP's parameters.
 TEST(Sharding, JoinAndUnevenMicroBatchesMatchDdp) {
   const int N = world().size();
   const MicroSchedule uneven = [N](int step, int rank) {
     if (N > 1 && rank == N - 1 && step >= 5) return 0;
     return rank == 0 && step % 3 == 1 ? 1 : 2;
   };
-  for (nn::Recompute r : {nn::Recompute::none, nn::Recompute::full}) {
-    const std::vector<float> ref = ddp_params(uneven, 12, r, DType::f32);
-    for (ShardingStage s : kSharded) {
-      Trained t = train(s, uneven, 12, r);
-      EXPECT_LT(max_diff_to(*t.dp, *t.model, ref, 12), 1e-5)
-          << sharding_stage_name(s) << " recompute " << nn::recompute_name(r);
+  for (nn::Arch arch : {nn::Arch::gpt2, nn::Arch::llama})
+    for (nn::Recompute r : {nn::Recompute::none, nn::Recompute::full}) {
+      const std::vector<float> ref = ddp_params(uneven, 12, r, DType::f32, arch);
+      for (ShardingStage s : kSharded) {
+        Trained t = train(s, uneven, 12, r, DType::f32, arch);
+        EXPECT_LT(max_diff_to(*t.dp, *t.model, ref, 12), 1e-5)
+            << sharding_stage_name(s) << " recompute " << nn::recompute_name(r) << " "
+            << nn::arch_name(arch);
+      }
     }
-  }
 }
 
 // bf16 compute: the gathered weights are the masters rounded, as DDP's working copy is, so the

@@ -301,12 +301,11 @@ std::string policy_and_mask(
          kMasks[std::get<1>(info.param)] + "_" + arch_name(std::get<2>(info.param));
 }
 
-INSTANTIATE_TEST_SUITE_P(PoliciesAndMasks, Checkpointing,
-                         ::testing::Combine(::testing::Values(Recompute::selective,
-                                                              Recompute::full),
-                                            ::testing::Values(0, 1, 2),
-                                            ::testing::Values(Arch::gpt2, Arch::llama)),
-                         policy_and_mask);
+INSTANTIATE_TEST_SUITE_P(
+    PoliciesAndMasks, Checkpointing,
+    ::testing::Combine(::testing::Values(Recompute::selective, Recompute::full),
+                       ::testing::Values(0, 1, 2), ::testing::Values(Arch::gpt2, Arch::llama)),
+    policy_and_mask);
 
 TEST(Checkpointing, ParamsNeededFiresBeforeEveryUnitInOrder) {
   const MaskedBatch batch(0);
@@ -321,8 +320,7 @@ TEST(Checkpointing, ParamsNeededFiresBeforeEveryUnitInOrder) {
   // An untied head (Llama here) reads its own weights in the final unit, not the embedding.
   const Backward u =
       run_backward(exec_for(2, 8, DType::f32, Recompute::full), batch.view(), Arch::llama);
-  const std::vector<P> untied = {P{0, f}, P{1, f}, P{2, f}, P{3, f},
-                                 P{3, k}, P{2, k}, P{1, k}};
+  const std::vector<P> untied = {P{0, f}, P{1, f}, P{2, f}, P{3, f}, P{3, k}, P{2, k}, P{1, k}};
   EXPECT_EQ(u.needed, untied);
 }
 

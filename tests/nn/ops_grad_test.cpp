@@ -93,8 +93,8 @@ TEST(OpsGrad, LinearOutIn) {
     return weighted_sum(out.data(), r);
   };
   std::vector<float> dx(N * I), dw(O * I, 0);
-  linear_backward(env.ctx, view(dx, {N, I}), view(dw, {O, I}), {}, view(r, {N, O}),
-                  view(x, {N, I}), view(w, {O, I}), WeightLayout::out_in);
+  linear_backward(env.ctx, view(dx, {N, I}), view(dw, {O, I}), {}, view(r, {N, O}), view(x, {N, I}),
+                  view(w, {O, I}), WeightLayout::out_in);
   expect_gradient("dx", x, dx, loss);
   expect_gradient("dw", w, dw, loss);
 }
@@ -226,7 +226,8 @@ TEST_P(AttentionGrad, MatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(MasksAndHeads, AttentionGrad,
-                         ::testing::Combine(::testing::Values(0, 1, 2), ::testing::Values(4, 2, 1)));
+                         ::testing::Combine(::testing::Values(0, 1, 2),
+                                            ::testing::Values(4, 2, 1)));
 
 TEST(Attention, LongSequencesSpanSeveralTiles) {
   // T > the 64-query tile, against a direct softmax reference for one head.

@@ -22,12 +22,6 @@ DType parse_precision(const std::string& p) {
   throw UsageError(fmt::format("bench: --precision must be fp32 or bf16, got '{}'", p));
 }
 
-void check_positive(const po::variables_map& vm, const char* name) {
-  if (vm[name].as<int>() < 1)
-    throw UsageError(
-        fmt::format("bench: --{} must be at least 1, got {}", name, vm[name].as<int>()));
-}
-
 }  // namespace
 
 int cmd_bench(const Args& args) {
@@ -38,6 +32,9 @@ int cmd_bench(const Args& args) {
       "vocab,V", po::value<int>()->default_value(8192), "vocabulary")(
       "batch,B", po::value<int>()->default_value(8), "rows per step")(
       "seq,T", po::value<int>()->default_value(256), "row length")(
+      "arch", po::value<std::string>()->default_value("gpt2"), "gpt2 or llama")(
+      "kv-heads", po::value<int>()->default_value(0), "llama: key/value heads (0 = heads)")(
+      "ffn", po::value<int>()->default_value(0), "llama: SwiGLU hidden size (0 = 8/3 C)")(
       "steps", po::value<int>()->default_value(10), "timed steps (after 2 warm-up steps)")(
       "precision", po::value<std::string>()->default_value("fp32"), "fp32 or bf16")(
       "checkpointing", po::value<std::string>()->default_value("none"),
@@ -50,6 +47,8 @@ int cmd_bench(const Args& args) {
     require_range("bench", vm, k, 1, 4096);
   for (const char* k : {"embd", "seq"}) require_range("bench", vm, k, 1, 1 << 16);
   require_range("bench", vm, "vocab", 1, 1 << 24);
+  require_range("bench", vm, "kv-heads", 0, 4096);
+  require_range("bench", vm, "ffn", 0, 1 << 20);
   nn::ExecConfig exec;
   exec.compute = parse_precision(vm["precision"].as<std::string>());
   try {
@@ -72,6 +71,10 @@ int cmd_bench(const Args& args) {
                      .n_head = vm["heads"].as<int>(),
                      .n_embd = vm["embd"].as<int>()};
   try {
+    mc.arch = nn::parse_arch(vm["arch"].as<std::string>());
+    mc.n_kv_head = vm["kv-heads"].as<int>();
+    mc.ffn_hidden = vm["ffn"].as<int>();
+    mc.ffn_multiple_of = 64;
     mc.validate();
   } catch (const Error& e) {
     throw UsageError(std::string("bench: ") + e.what());
@@ -109,9 +112,9 @@ int cmd_bench(const Args& args) {
   const double tok_s = double(B) * T / s;
   const double gflops = mc.flops_per_token(T) * tok_s / 1e9;
   std::printf(
-      "bench L=%d C=%d H=%d V=%d B=%d T=%d %s %s: %.1f ms/step | %.0f tok/s | %.1f GFLOP/s | "
+      "bench %s L=%d C=%d H=%d V=%d B=%d T=%d %s %s: %.1f ms/step | %.0f tok/s | %.1f GFLOP/s | "
       "GEMM peak %.1f GFLOP/s | MFU %.1f%% | activations %.1f MiB\n",
-      mc.n_layer, mc.n_embd, mc.n_head, mc.vocab_size, B, T,
+      nn::arch_name(mc.arch), mc.n_layer, mc.n_embd, mc.n_head, mc.vocab_size, B, T,
       std::string(float_dtype_name(exec.compute)).c_str(), nn::recompute_name(exec.recompute),
       s * 1e3, tok_s, gflops, peak, 100 * gflops / peak,
       double(model.memory().activations) / 1048576.0);

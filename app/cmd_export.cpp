@@ -15,6 +15,42 @@
 
 namespace trainer::app {
 
+namespace {
+
+// Hugging Face's config.json for the model (GPT2LMHeadModel or LlamaForCausalLM).
+nlohmann::json hf_config(const nn::ModelConfig& m) {
+  if (m.arch == nn::Arch::gpt2)
+    return {{"model_type", "gpt2"},
+            {"architectures", {"GPT2LMHeadModel"}},
+            {"vocab_size", m.vocab_size},
+            {"n_positions", m.max_seq_len},
+            {"n_ctx", m.max_seq_len},
+            {"n_embd", m.n_embd},
+            {"n_layer", m.n_layer},
+            {"n_head", m.n_head},
+            {"activation_function", "gelu_new"},
+            {"layer_norm_epsilon", 1e-5},
+            {"tie_word_embeddings", true}};
+  return {{"model_type", "llama"},
+          {"architectures", {"LlamaForCausalLM"}},
+          {"vocab_size", m.vocab_size},
+          {"max_position_embeddings", m.max_seq_len},
+          {"hidden_size", m.n_embd},
+          {"intermediate_size", m.ffn_size()},
+          {"num_hidden_layers", m.n_layer},
+          {"num_attention_heads", m.n_head},
+          {"num_key_value_heads", m.kv_heads()},
+          {"head_dim", m.head_size()},
+          {"hidden_act", "silu"},
+          {"rms_norm_eps", 1e-5},
+          {"rope_theta", m.rope_theta},
+          {"attention_bias", false},
+          {"mlp_bias", false},
+          {"tie_word_embeddings", m.tie_embeddings}};
+}
+
+}  // namespace
+
 int cmd_export(const Args& args) {
   po::options_description desc("export options");
   desc.add_options()("checkpoint", po::value<std::string>()->required(),
@@ -58,20 +94,9 @@ int cmd_export(const Args& args) {
   }
   fs::copy_file(tokenizer_of(saved, vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : ""),
                 tmp / "tokenizer.model");
-  const nn::ModelConfig& m = saved.model->config();
-  nlohmann::json hf = {{"model_type", "gpt2"},
-                       {"architectures", {"GPT2LMHeadModel"}},
-                       {"vocab_size", m.vocab_size},
-                       {"n_positions", m.max_seq_len},
-                       {"n_ctx", m.max_seq_len},
-                       {"n_embd", m.n_embd},
-                       {"n_layer", m.n_layer},
-                       {"n_head", m.n_head},
-                       {"activation_function", "gelu_new"},
-                       {"layer_norm_epsilon", 1e-5},
-                       {"tie_word_embeddings", true},
-                       {"torch_dtype", dtype == "bf16" ? "bfloat16" : "float32"},
-                       {"trainer_step", saved.checkpoint.state.step}};
+  nlohmann::json hf = hf_config(saved.model->config());
+  hf["torch_dtype"] = dtype == "bf16" ? "bfloat16" : "float32";
+  hf["trainer_step"] = saved.checkpoint.state.step;
   write_file_atomic(tmp / "config.json", hf.dump(2) + "\n");
   write_file_atomic(tmp / "trainer_config.yaml", saved.checkpoint.config_yaml);
   for (const auto& e : fs::directory_iterator(tmp)) fsync_path(e.path());  // the copies too

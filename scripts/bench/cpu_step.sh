@@ -2,7 +2,8 @@
 # CPU training-step benchmark: the trainer against PyTorch (Debian's python3-torch, fp32) on
 # the same model and step, in one run, for a GPT-2 124M shape and a small model. Prints ms per
 # step, tokens/s, GFLOP/s, MFU against the GEMM peak measured in the same run, the speed-up
-# over PyTorch, and the trainer's per-op profile.
+# over PyTorch, and the trainer's per-op profile. Then a Llama-shaped model of the small
+# model's size (grouped-query attention, SwiGLU) against that GPT-2, by MFU.
 #   scripts/bench/cpu_step.sh [steps]        (TRAINER=build/trainer by default)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -25,3 +26,13 @@ for shape in "${shapes[@]}"; do
     printf "   trainer %.1f ms/step (MFU %.1f%%) | PyTorch %.1f ms/step (MFU %.1f%%) | speed-up %.2fx\n",
            o, 100 * g / p, t, 100 * tg / p, t / o }'
 done
+
+echo "== llama vs gpt2 at one size: L=6 C=384 H=6 (llama: 2 key/value heads, SwiGLU 1152) V=8192 B=8 T=256"
+gpt=$("$TRAINER" bench -L 6 -C 384 -H 6 -V 8192 -B 8 -T 256 --steps "$STEPS")
+llama=$("$TRAINER" bench --arch llama --kv-heads 2 --ffn 1152 -L 6 -C 384 -H 6 -V 8192 -B 8 \
+  -T 256 --steps "$STEPS" --profile)
+echo "$gpt"
+echo "$llama"
+mfu() { sed -n 's/.*MFU \([0-9.]*\)%.*/\1/p' <<<"$1"; }
+awk -v g="$(mfu "$gpt")" -v l="$(mfu "$llama")" 'BEGIN {
+  printf "   MFU llama %.1f%% | gpt2 %.1f%% | ratio %.2f (target >= 0.9: its ops as fast as GPT-2'"'"'s)\n", l, g, l / g }'

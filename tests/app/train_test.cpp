@@ -249,4 +249,41 @@ TEST(Training, StopSignalSavesAtAStepBoundaryAndExitsZero) {
   EXPECT_LT(c.state.step, 1000000);
 }
 
+// A Llama-style model through the whole app: training (its loss falls), sampling with the
+// grouped KV cache, eval, and an export a Llama loader reads: Hugging Face names, (out, in)
+// weights, an untied lm_head and a LlamaForCausalLM config.json.
+TEST(Training, LlamaTrainsSamplesAndExportsAsHuggingFaceLlama) {
+  TempDir dir("llama");
+  train_tiny(dir, {"model.arch=llama", "model.n_kv_head=1", "model.ffn_multiple_of=16",
+                   "model.tie_embeddings=false", "train.steps=12", "log.every=1"});
+  std::vector<double> losses;
+  for (const auto& j : metrics_without_timings(dir.path / "runs/r", 0))
+    if (j.contains("loss")) losses.push_back(j.at("loss").get<double>());
+  ASSERT_EQ(losses.size(), 12u);
+  EXPECT_LT(losses.back(), losses.front());
+  const std::string run = (dir.path / "runs/r").string();
+  EXPECT_EQ(cmd_sample({run, "--max-new-tokens", "8"}), 0);
+  EXPECT_EQ(cmd_eval({run, "--max-batches", "2"}), 0);
+  const fs::path out = dir.path / "exported";
+  ASSERT_EQ(cmd_export({run, "--out", out.string()}), 0);
+  SafetensorsFile weights(out / "model.safetensors");
+  EXPECT_EQ(weights.get("model.embed_tokens.weight").shape, (std::vector<int64_t>{64, 32}));
+  EXPECT_EQ(weights.get("model.layers.1.self_attn.q_proj.weight").shape,
+            (std::vector<int64_t>{32, 32}));
+  EXPECT_EQ(weights.get("model.layers.1.self_attn.k_proj.weight").shape,
+            (std::vector<int64_t>{16, 32}));  // one key/value head of 16 channels
+  EXPECT_EQ(weights.get("model.layers.0.mlp.gate_proj.weight").shape,
+            (std::vector<int64_t>{96, 32}));  // 8/3 x 32 = 85, rounded up to 96
+  EXPECT_EQ(weights.get("model.layers.0.mlp.down_proj.weight").shape,
+            (std::vector<int64_t>{32, 96}));
+  EXPECT_TRUE(weights.contains("model.norm.weight"));
+  EXPECT_TRUE(weights.contains("lm_head.weight"));
+  EXPECT_FALSE(weights.contains("model.layers.0.self_attn.q_proj.bias"));
+  const auto config = nlohmann::json::parse(read_file(out / "config.json"));
+  EXPECT_EQ(config.at("architectures")[0], "LlamaForCausalLM");
+  EXPECT_EQ(config.at("num_key_value_heads"), 1);
+  EXPECT_EQ(config.at("intermediate_size"), 96);
+  EXPECT_EQ(config.at("tie_word_embeddings"), false);
+}
+
 }  // namespace trainer::app

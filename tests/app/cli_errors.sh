@@ -52,6 +52,12 @@ expect 2 "--world-size must be in" plan --world-size 0
 expect 2 "--dtype must be fp32 or bf16" export runs/x --out y --dtype fp16
 expect 2 "model.checkpoint_layers names block 7" plan two.yaml --set model.checkpoint_layers='["7"]'
 expect 2 "dist.grad_dtype = bf16 needs model.precision = bf16" plan --set dist.grad_dtype=bf16
+expect 2 "model.n_kv_head .3. must divide model.n_head .4." plan --set model.arch=llama --set model.n_head=4 --set model.n_embd=64 --set model.n_kv_head=3
+expect 2 "model.n_embd .40. must be a multiple of 16 for llama" plan --set model.arch=llama --set model.n_head=4 --set model.n_embd=40
+expect 2 "model.tie_embeddings = false needs model.arch = llama" plan --set model.tie_embeddings=false
+expect 2 "model.n_kv_head = 2 needs model.arch = llama" plan --set model.n_kv_head=2
+expect 2 "'ful' is not one of none, optimizer, gradients, full" plan --set dist.sharding=ful
+expect 2 "'llma' is not one of gpt2, llama" plan --set model.arch=llma
 # Output that cannot be written is a failure, not a silent success.
 out=$("$TRAINER" config two.yaml 2>&1 >/dev/full)
 rc=$?

@@ -7,7 +7,9 @@
 #include "app/options.h"
 #include "nn/adamw.h"
 #include "nn/transformer.h"
+#include "runtime/device.h"
 #include "runtime/gemm.h"
+#include "runtime/memory.h"
 #include "runtime/profile.h"
 #include "runtime/rng.h"
 #include "runtime/timer.h"
@@ -37,6 +39,7 @@ int cmd_bench(const Args& args) {
       "ffn", po::value<int>()->default_value(0), "llama: SwiGLU hidden size (0 = 8/3 C)")(
       "steps", po::value<int>()->default_value(10), "timed steps (after 2 warm-up steps)")(
       "precision", po::value<std::string>()->default_value("fp32"), "fp32 or bf16")(
+      "device", po::value<std::string>()->default_value("cpu"), "cpu or cuda (GPU 0)")(
       "checkpointing", po::value<std::string>()->default_value("none"),
       "activation checkpointing: none, selective or full")("profile",
                                                            "print a per-op time profile")(
@@ -56,7 +59,15 @@ int cmd_bench(const Args& args) {
   } catch (const Error& e) {
     throw UsageError(std::string("bench: ") + e.what());
   }
+  const std::string device = vm["device"].as<std::string>();
+  if (device != "cpu" && device != "cuda")
+    throw UsageError(fmt::format("bench: --device must be cpu or cuda, got '{}'", device));
+  exec.device = device == "cuda" ? Device::cuda : Device::cpu;
+  if (exec.device == Device::cuda && cuda_device_count() == 0)
+    throw UsageError(cuda_built() ? "bench: --device cuda but this machine has no CUDA GPU"
+                                  : "bench: --device cuda but this trainer has no CUDA backend");
   Context ctx;
+  ctx.device = exec.device;
   ctx.bf16_math = detect_cpu_bf16_math();
   if (vm.count("gemm")) {
     for (int64_t n : {256, 512, 1024, 2048})
@@ -84,7 +95,7 @@ int cmd_bench(const Args& args) {
   exec.max_seq_len = T;
   nn::Transformer model(mc, exec);
   model.init_weights(1);
-  nn::AdamW opt(model.layout(), {}, {{0, model.layout().total(), 0}});
+  nn::AdamW opt(model.layout(), {}, {{0, model.layout().total(), 0}}, nullptr, exec.device);
   std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T);
   Rng rng(7);
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -104,9 +115,11 @@ int cmd_bench(const Args& args) {
   const double peak = measure_gemm_peak(ctx, exec.compute, 2.0);
   step();
   step();
+  synchronize(model.context());
   profile::set_enabled(vm.count("profile") > 0);
   Timer t;
   for (int i = 0; i < steps; ++i) step();
+  synchronize(model.context());  // a GPU's steps are queued: time them done
   const double s = t.seconds() / steps;
   profile::set_enabled(false);
   const double tok_s = double(B) * T / s;

@@ -10,6 +10,9 @@ const std::vector<KeySpec>& schema() {
       {"run.dir", Kind::text, std::string("runs"), "Directory holding run directories"},
       {"run.seed", Kind::integer, int64_t(1337), "Seed for initialisation, data order and sampling",
        0},
+      {"run.device", Kind::text, std::string("cpu"),
+       "Where the model runs: cpu, or cuda (each rank takes GPU local rank mod the node's GPUs)",
+       -1e300, 1e300, L{"cpu", "cuda"}},
 
       {"model.arch", Kind::text, std::string("gpt2"),
        "gpt2 (learned positions, LayerNorm, GELU, biases, tied head) or llama (rotary positions, "

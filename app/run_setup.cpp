@@ -56,6 +56,7 @@ nn::ModelConfig model_config(const Config& c) {
 
 nn::ExecConfig exec_config(const Config& c, int max_rows, int max_seq_len) {
   nn::ExecConfig e;
+  e.device = c.text("run.device") == "cuda" ? Device::cuda : Device::cpu;
   e.compute = dtype_choice(c, "model.precision");
   e.grad = dtype_choice(c, "dist.grad_dtype");
   e.recompute = nn::parse_recompute(c.text("model.activation_checkpointing"));

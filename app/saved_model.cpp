@@ -28,6 +28,7 @@ SavedModel open_saved_model(const fs::path& dir, int rows, int seq_len) {
   if (seq_len <= 0) seq_len = int(s.config.integer("data.seq_len"));
   nn::ExecConfig exec = exec_config(s.config, rows, std::min(seq_len, mc.max_seq_len));
   exec.training = false;
+  exec.device = Device::cpu;  // eval, sample and export run here, wherever the run trained
   exec.recompute = nn::Recompute::full;  // forward only: keep nothing per block
   exec.recompute_layers.clear();
   s.model = std::make_unique<nn::Transformer>(mc, exec);

@@ -18,6 +18,7 @@
 #include "dist/step_stats.h"
 #include "nn/adamw.h"
 #include "nn/transformer.h"
+#include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/file_io.h"
 #include "runtime/gemm.h"
@@ -107,6 +108,20 @@ void check_resumable(const Config& now, const Checkpoint& ckpt) {
           ckpt.dir.string(), key, then.to_yaml_value(key), now.to_yaml_value(key));
 }
 
+// The run's resolved config with its GPU chosen (this rank's local rank mod the node's GPUs)
+// when it runs on CUDA.
+RunConfig resolve_on_device(const Config& config) {
+  RunConfig rc = resolve_run(config);
+  if (rc.exec.device != Device::cuda) return rc;
+  const int device = dist::bind_device(dist::discover_launch());
+  if (device < 0)
+    throw UsageError(cuda_built() ? "run.device = cuda but this machine has no CUDA GPU"
+                                  : "run.device = cuda but this trainer was built without the "
+                                    "CUDA backend (build with TRAINER_CUDA=ON)");
+  rc.exec.device_index = device;
+  return rc;
+}
+
 class TrainLoop {
  public:
   TrainLoop(const Config& config, const TrainOptions& options, dist::Communicator& comm);
@@ -160,7 +175,7 @@ class TrainLoop {
 
 TrainLoop::TrainLoop(const Config& config, const TrainOptions& options, dist::Communicator& comm)
     : config_(config),
-      rc_(resolve_run(config)),
+      rc_(resolve_on_device(config)),
       options_(options),
       comm_(comm),
       leader_(comm.rank() == 0),

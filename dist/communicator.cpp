@@ -4,6 +4,8 @@
 #include <cstring>
 
 #include "dist/work_state.h"
+#include "runtime/cuda_memory.h"
+#include "runtime/device.h"
 #include "runtime/error.h"
 
 namespace trainer::dist {
@@ -48,11 +50,11 @@ class SingleProcessCommunicator final : public Communicator {
   std::string backend() const override { return "single"; }
   Work all_reduce_async(void*, int64_t, DType) override { return done_work(); }
   Work reduce_scatter_async(const void* send, void* recv, int64_t count, DType type) override {
-    if (send != recv) std::memmove(recv, send, size_t(count) * dtype_size(type));
+    move(recv, send, size_t(count) * dtype_size(type));
     return done_work();
   }
   Work all_gather_async(const void* send, void* recv, int64_t count, DType type) override {
-    if (send != recv) std::memmove(recv, send, size_t(count) * dtype_size(type));
+    move(recv, send, size_t(count) * dtype_size(type));
     return done_work();
   }
   Work broadcast_async(void*, int64_t, int root) override {
@@ -61,6 +63,17 @@ class SingleProcessCommunicator final : public Communicator {
   }
   Work barrier_async(double) override { return done_work(); }
   double busy_seconds() const override { return 0; }
+
+ private:
+  // Host or device buffers (a sharded model on one GPU gathers from itself).
+  static void move(void* dst, const void* src, size_t bytes) {
+    if (dst == src || bytes == 0) return;
+    static const bool gpu = cuda_built() && cuda_device_count() > 0;
+    if (gpu)
+      cuda_copy(dst, src, bytes);  // any pair of host and device pointers (unified addressing)
+    else
+      std::memmove(dst, src, bytes);
+  }
 };
 
 }  // namespace

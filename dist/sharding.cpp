@@ -212,8 +212,8 @@ Sharded::Sharded(Communicator& comm, nn::Model& model, const ParallelConfig& con
       compute_(model.compute_dtype()),
       grad_(model.grad_dtype()),
       plan_(plan_buffers(sizes_of(geo_), config, grad_)),
-      tied_(!model.layout().has(model.layout().final_unit(), nn::Role::lm_head)),
-      opt_(model.layout(), config.adamw, geo_.slices(), config.is_frozen, model.context().device) {
+      opt_(model.layout(), config.adamw, geo_.slices(), config.is_frozen, model.context().device),
+      tied_(!model.layout().has(model.layout().final_unit(), nn::Role::lm_head)) {
   TRAINER_ASSERT(model.params().empty(), "a sharded model must not own its parameters");
   const Device d = model.context().device;
   masters_ = alloc(plan_.masters, DType::f32, d);

@@ -79,7 +79,8 @@ int64_t Transformer::workspace_bytes(const ModelConfig& m, const ExecConfig& e,
         linear_workspace(ctx, N, F, C, act),
         attention_workspace(ctx, e.max_seq_len, m.max_seq_len, m.head_size(), act, false),
         attention_workspace(ctx, e.max_seq_len, e.max_seq_len, m.head_size(), act, true),
-        cross_entropy_workspace(ctx, N), matmul_workspace_bytes(ctx, N, V, C, act),
+        cross_entropy_workspace(ctx, N), sum_squares_workspace(ctx),
+        matmul_workspace_bytes(ctx, N, V, C, act),
         matmul_workspace_bytes(ctx, N, C, V, act), matmul_workspace_bytes(ctx, V, C, N, act)})
     most = std::max(most, b);
   return int64_t(most);

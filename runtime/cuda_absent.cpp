@@ -2,6 +2,7 @@
 #include "runtime/cuda_memory.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "runtime/gemm_cuda.h"
 
 namespace trainer {
 
@@ -20,6 +21,13 @@ void cuda_memset_zero(void*, size_t) {
   THROW_ERROR("this trainer was built without the CUDA backend");
 }
 void cuda_copy(void*, const void*, size_t) {
+  THROW_ERROR("this trainer was built without the CUDA backend");
+}
+void cuda_synchronize(void*) {
+  THROW_ERROR("this trainer was built without the CUDA backend");
+}
+void cuda_matmul(const Context&, const Tensor&, const Tensor&, bool, const Tensor&, bool, float,
+                 float, const Tensor*) {
   THROW_ERROR("this trainer was built without the CUDA backend");
 }
 

@@ -6,6 +6,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string_view>
 #include <type_traits>
 
@@ -57,8 +58,17 @@ struct bf16 {
   uint16_t bits;
 };
 
+// std::bit_cast, for translation units nvcc compiles as C++17.
+template <typename To, typename From>
+inline To bits_as(const From& from) {
+  static_assert(sizeof(To) == sizeof(From));
+  To to;
+  std::memcpy(&to, &from, sizeof to);
+  return to;
+}
+
 inline bf16 to_bf16(float f) {
-  uint32_t u = std::bit_cast<uint32_t>(f);
+  uint32_t u = bits_as<uint32_t>(f);
   // NaN stays NaN (quiet); otherwise round to nearest, ties to even. Written as one select so
   // that loops over it vectorise.
   uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
@@ -67,7 +77,7 @@ inline bf16 to_bf16(float f) {
 }
 
 inline float to_float(bf16 h) {
-  return std::bit_cast<float>(uint32_t(h.bits) << 16);
+  return bits_as<float>(uint32_t(h.bits) << 16);
 }
 
 // Uniform element access for kernels templated on float or bf16 storage.

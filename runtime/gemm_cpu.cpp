@@ -21,6 +21,9 @@
 
 #include "runtime/error.h"
 #include "runtime/gemm.h"
+#include "runtime/gemm_cuda.h"
+#include "runtime/memory.h"
+#include "runtime/rng.h"
 #include "runtime/timer.h"
 #include "runtime/workspace.h"
 
@@ -272,9 +275,11 @@ void matmul_via_fp32(const Context& ctx, const Shape& s, const Tensor& C, const 
 
 void matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B,
             bool trans_b, float alpha, float beta, const Tensor* bias) {
-  TRAINER_ASSERT(ctx.device == Device::cpu && A.device == Device::cpu, "matmul on {}",
-                 device_name(ctx.device));
   const Shape s = check_shapes(C, A, trans_a, B, trans_b);
+  if (ctx.device == Device::cuda)
+    return cuda_matmul(ctx, C, A, trans_a, B, trans_b, alpha, beta, bias);
+  TRAINER_ASSERT(A.device == Device::cpu, "matmul of {} operands on the CPU",
+                 device_name(A.device));
   TRAINER_ASSERT(!bias || (beta == 0.0f && bias->numel() == s.N), "matmul bias of {} for N={}",
                  bias ? bias->numel() : 0, s.N);
   if (s.M == 0 || s.N == 0) return;
@@ -287,6 +292,7 @@ void matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool trans_a, 
 }
 
 size_t matmul_workspace_bytes(const Context& ctx, int64_t M, int64_t N, int64_t K, DType ab) {
+  if (ctx.device == Device::cuda) return kCublasLtWorkspace;
   if (ab != DType::bf16 || ctx.bf16_math == CpuBf16Math::native) return 0;
   // A bound that only grows with M, N and K (the strips' own size does not: their width is
   // rounded down), so a model sized for its largest batch holds any smaller one.
@@ -298,21 +304,36 @@ size_t matmul_workspace_bytes(const Context& ctx, int64_t M, int64_t N, int64_t 
 }
 
 double measure_gemm_gflops(const Context& ctx, DType dtype, int64_t n, double min_seconds) {
-  // The best of several short trials: a peak, robust to a noisy neighbour in some of them.
+  // The best of several short trials: a peak, robust to a noisy neighbour in some of them. On
+  // random operands: zeros run faster than real data on some hardware.
   const size_t bytes = size_t(n * n) * dtype_size(dtype);
-  Buffer a(bytes), b(bytes), c(size_t(n * n) * sizeof(float));
-  Workspace ws(matmul_workspace_bytes(ctx, n, n, n, dtype), Device::cpu);
+  const Device dev = ctx.device;
+  Buffer a(bytes, dev), b(bytes, dev), c(size_t(n * n) * sizeof(float), dev);
+  {
+    std::vector<float> values(size_t(n * n));
+    fill_normal(values.data(), n * n, 17, 0.0f, 1.0f);
+    std::vector<bf16> rounded;
+    const void* src = values.data();
+    if (dtype == DType::bf16) {
+      for (float v : values) rounded.push_back(to_bf16(v));
+      src = rounded.data();
+    }
+    for (Buffer* x : {&a, &b}) copy(ctx, x->view(dtype, n * n), make_tensor(src, dtype, {n * n}));
+  }
+  Workspace ws(matmul_workspace_bytes(ctx, n, n, n, dtype), dev);
   Context local = ctx;
   local.workspace = &ws;
-  const Tensor A = make_tensor(a.data(), dtype, {n, n}), B = make_tensor(b.data(), dtype, {n, n});
-  const Tensor C = make_tensor(c.data(), DType::f32, {n, n});
-  matmul(local, C, A, false, B, false);  // warm-up (and primitive creation)
+  const Tensor A = a.view(dtype, n * n).reshape({n, n}), B = b.view(dtype, n * n).reshape({n, n});
+  const Tensor C = c.view(DType::f32, n * n).reshape({n, n});
+  matmul(local, C, A, false, B, false);  // warm-up (and primitive or algorithm choice)
+  synchronize(local);
   const double flops = 2.0 * double(n) * double(n) * double(n);
   double best = 0;
   Timer total;
   do {
     Timer t;
     matmul(local, C, A, false, B, false);
+    synchronize(local);
     best = std::max(best, flops / t.seconds() / 1e9);
   } while (total.seconds() < min_seconds);
   return best;
@@ -320,8 +341,12 @@ double measure_gemm_gflops(const Context& ctx, DType dtype, int64_t n, double mi
 
 double measure_gemm_peak(const Context& ctx, DType dtype, double seconds) {
   double best = 0;
-  for (int64_t n : {256, 512, 1024, 2048})
-    best = std::max(best, measure_gemm_gflops(ctx, dtype, n, seconds / 4));
+  // A GPU needs larger products to fill it.
+  const std::vector<int64_t> sizes = ctx.device == Device::cuda
+                                         ? std::vector<int64_t>{2048, 4096, 8192}
+                                         : std::vector<int64_t>{256, 512, 1024, 2048};
+  for (int64_t n : sizes)
+    best = std::max(best, measure_gemm_gflops(ctx, dtype, n, seconds / double(sizes.size())));
   return best;
 }
 

@@ -44,4 +44,8 @@ void fill_zero(const Context& ctx, const Tensor& t) {
   }
 }
 
+void synchronize(const Context& ctx) {
+  if (ctx.device == Device::cuda) cuda_synchronize(ctx.stream);
+}
+
 }  // namespace trainer

@@ -20,4 +20,8 @@ std::vector<float> read_as_f32(const Context& ctx, const Tensor& t);
 // Every element of the contiguous tensor `t` set to zero.
 void fill_zero(const Context& ctx, const Tensor& t);
 
+// Waits until the work queued on ctx's device (its stream) is done: for timing. A no-op on the
+// CPU, whose ops finish before they return.
+void synchronize(const Context& ctx);
+
 }  // namespace trainer

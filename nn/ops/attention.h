@@ -53,4 +53,15 @@ size_t attention_workspace(int threads, int64_t Tq, int64_t Tk, int64_t head_siz
                            bool backward);
 }  // namespace cpu
 
+// The CUDA kernels (<op>_cuda.cu), in builds with the CUDA backend.
+namespace cuda {
+void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& q,
+                       const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head,
+                       int q_pos);
+void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& q,
+                        const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head);
+size_t attention_workspace(int64_t Tq, int64_t Tk, int64_t head_size, DType act, bool backward);
+}  // namespace cuda
+
 }  // namespace trainer::nn

@@ -14,4 +14,9 @@ namespace cpu {
 void cast(const Context& ctx, const Tensor& dst, const Tensor& src);
 }  // namespace cpu
 
+// The CUDA kernels (<op>_cuda.cu), in builds with the CUDA backend.
+namespace cuda {
+void cast(const Context& ctx, const Tensor& dst, const Tensor& src);
+}  // namespace cuda
+
 }  // namespace trainer::nn

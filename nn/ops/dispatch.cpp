@@ -18,20 +18,29 @@
 
 namespace trainer::nn {
 
+// TRAINER_CUDA_KERNELS is defined where the CUDA backend is built (nn/CMakeLists.txt).
+#ifdef TRAINER_CUDA_KERNELS
+#define TRAINER_CUDA_CALL(op, args) return cuda::op args
+#else
 namespace {
 [[noreturn]] void no_kernel(const char* op) {
-  THROW_ERROR("{} has no CUDA kernel in this build; train on device cpu", op);
+  THROW_ERROR("{} has no CUDA kernel: this trainer was built without the CUDA backend", op);
 }
 }  // namespace
+#define TRAINER_CUDA_CALL(op, args) no_kernel(#op)
+#endif
 
-#define TRAINER_DISPATCH(op, ...)  \
-  switch (ctx.device) {            \
-    case Device::cpu:              \
-      return cpu::op(__VA_ARGS__); \
-    case Device::cuda:             \
-      no_kernel(#op);              \
-  }                                \
+// The op's kernel for ctx's device, given each backend's arguments.
+#define TRAINER_DISPATCH_EACH(op, cpu_args, cuda_args) \
+  switch (ctx.device) {                                \
+    case Device::cpu:                                  \
+      return cpu::op cpu_args;                         \
+    case Device::cuda:                                 \
+      TRAINER_CUDA_CALL(op, cuda_args);                \
+  }                                                    \
   TRAINER_ASSERT(false, "device {}", int(ctx.device))
+
+#define TRAINER_DISPATCH(op, ...) TRAINER_DISPATCH_EACH(op, (__VA_ARGS__), (__VA_ARGS__))
 
 void embedding_forward(const Context& ctx, const Tensor& out, const Tensor& tokens,
                        const Tensor& positions, const Tensor& wte, const Tensor& wpe) {
@@ -59,7 +68,7 @@ void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw
 }
 
 size_t layernorm_backward_workspace(const Context& ctx, int64_t C) {
-  TRAINER_DISPATCH(layernorm_backward_workspace, op_threads(ctx), C);
+  TRAINER_DISPATCH_EACH(layernorm_backward_workspace, (op_threads(ctx), C), (C));
 }
 
 void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, const Tensor& inp,
@@ -73,7 +82,7 @@ void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, 
 }
 
 size_t rmsnorm_backward_workspace(const Context& ctx, int64_t C) {
-  TRAINER_DISPATCH(rmsnorm_backward_workspace, op_threads(ctx), C);
+  TRAINER_DISPATCH_EACH(rmsnorm_backward_workspace, (op_threads(ctx), C), (C));
 }
 
 void rope_forward(const Context& ctx, const Tensor& x, const Tensor& positions, int head_size,
@@ -123,7 +132,8 @@ void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, 
 
 size_t attention_workspace(const Context& ctx, int64_t Tq, int64_t Tk, int64_t head_size, DType act,
                            bool backward) {
-  TRAINER_DISPATCH(attention_workspace, op_threads(ctx), Tq, Tk, head_size, act, backward);
+  TRAINER_DISPATCH_EACH(attention_workspace, (op_threads(ctx), Tq, Tk, head_size, act, backward),
+                        (Tq, Tk, head_size, act, backward));
 }
 
 void gelu_forward(const Context& ctx, const Tensor& out, const Tensor& inp) {
@@ -163,6 +173,16 @@ void adamw_update(const Context& ctx, const Tensor& params, const Tensor& grads,
 
 void sum_squares(const Context& ctx, const Tensor& out, const Tensor& x) {
   TRAINER_DISPATCH(sum_squares, ctx, out, x);
+}
+
+size_t sum_squares_workspace(const Context& ctx) {
+  switch (ctx.device) {
+    case Device::cpu:
+      return 0;
+    case Device::cuda:
+      TRAINER_CUDA_CALL(sum_squares_workspace, ());
+  }
+  TRAINER_ASSERT(false, "device {}", int(ctx.device));
 }
 
 }  // namespace trainer::nn

@@ -31,4 +31,13 @@ void embedding_backward(const Context& ctx, const Tensor& dwte, const Tensor& dw
 size_t embedding_backward_workspace(int64_t N, int64_t C);
 }  // namespace cpu
 
+// The CUDA kernels (<op>_cuda.cu), in builds with the CUDA backend.
+namespace cuda {
+void embedding_forward(const Context& ctx, const Tensor& out, const Tensor& tokens,
+                       const Tensor& positions, const Tensor& wte, const Tensor& wpe);
+void embedding_backward(const Context& ctx, const Tensor& dwte, const Tensor& dwpe,
+                        const Tensor& dout, const Tensor& tokens, const Tensor& positions);
+size_t embedding_backward_workspace(int64_t N, int64_t C);
+}  // namespace cuda
+
 }  // namespace trainer::nn

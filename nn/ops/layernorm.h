@@ -33,4 +33,14 @@ void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw
 size_t layernorm_backward_workspace(int threads, int64_t C);
 }  // namespace cpu
 
+// The CUDA kernels (<op>_cuda.cu), in builds with the CUDA backend.
+namespace cuda {
+void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean,
+                       const Tensor& rstd, const Tensor& inp, const Tensor& w, const Tensor& b);
+void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& db,
+                        const Tensor& dout, const Tensor& inp, const Tensor& w, const Tensor& mean,
+                        const Tensor& rstd);
+size_t layernorm_backward_workspace(int64_t C);
+}  // namespace cuda
+
 }  // namespace trainer::nn

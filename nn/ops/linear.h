@@ -36,4 +36,13 @@ void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, c
 size_t linear_workspace(const Context& ctx, int64_t N, int64_t I, int64_t O, DType act);
 }  // namespace cpu
 
+// The CUDA kernels (<op>_cuda.cu), in builds with the CUDA backend.
+namespace cuda {
+void linear_forward(const Context& ctx, const Tensor& out, const Tensor& inp, const Tensor& w,
+                    const Tensor& bias, WeightLayout layout);
+void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dbias,
+                     const Tensor& dout, const Tensor& inp, const Tensor& w, WeightLayout layout);
+size_t linear_workspace(const Context& ctx, int64_t N, int64_t I, int64_t O, DType act);
+}  // namespace cuda
+
 }  // namespace trainer::nn

@@ -14,4 +14,9 @@ namespace cpu {
 void residual_forward(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b);
 }  // namespace cpu
 
+// The CUDA kernels (<op>_cuda.cu), in builds with the CUDA backend.
+namespace cuda {
+void residual_forward(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b);
+}  // namespace cuda
+
 }  // namespace trainer::nn

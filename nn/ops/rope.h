@@ -24,4 +24,12 @@ void rope_backward(const Context& ctx, const Tensor& dx, const Tensor& positions
                    float theta);
 }  // namespace cpu
 
+// The CUDA kernels (<op>_cuda.cu), in builds with the CUDA backend.
+namespace cuda {
+void rope_forward(const Context& ctx, const Tensor& x, const Tensor& positions, int head_size,
+                  float theta);
+void rope_backward(const Context& ctx, const Tensor& dx, const Tensor& positions, int head_size,
+                   float theta);
+}  // namespace cuda
+
 }  // namespace trainer::nn

@@ -1,6 +1,8 @@
 // The squared L2 norm of a gradient range, for clipping by the global norm.
 #pragma once
 
+#include <cstddef>
+
 #include "runtime/context.h"
 #include "runtime/tensor.h"
 
@@ -10,8 +12,17 @@ namespace trainer::nn {
 // count: fixed chunks summed in order. Stays on the device (no host synchronisation).
 void sum_squares(const Context& ctx, const Tensor& out, const Tensor& x);
 
+// Scratch sum_squares takes.
+size_t sum_squares_workspace(const Context& ctx);
+
 namespace cpu {
 void sum_squares(const Context& ctx, const Tensor& out, const Tensor& x);
 }  // namespace cpu
+
+// The CUDA kernels (<op>_cuda.cu), in builds with the CUDA backend.
+namespace cuda {
+void sum_squares(const Context& ctx, const Tensor& out, const Tensor& x);
+size_t sum_squares_workspace();
+}  // namespace cuda
 
 }  // namespace trainer::nn

@@ -1,0 +1,229 @@
+// CUDA attention, the simple kernel (the fused cuDNN path is the CUDA issue's next step): a
+// warp per query computes its scores key by key with an online softmax, so no (T, T) matrix is
+// held. Backward is two kernels without atomics: a warp per query for dq, a warp per key (and
+// key/value head, over the query heads it serves) for dk and dv; both recompute the
+// probabilities from the saved log-sum-exp. Masks as Note [Attention masks]; head size <= 256.
+#include "nn/ops/attention.h"
+#include "nn/ops/cuda_common.cuh"
+
+namespace trainer::nn::cuda {
+
+namespace {
+
+constexpr int kPerLane = 8;  // head size / 32, at most
+constexpr int kWarps = 4;    // warps per block
+
+struct Dims {
+  int64_t B, Tq, Tk, H, Hkv, hs;
+  int64_t ldq, ldk, ldv;  // row strides of q, k, v (and of dq, dk, dv: see the callers)
+  int q_pos;
+  float scale;
+};
+
+template <typename T>
+__device__ void load_row(float (&r)[kPerLane], const T* p, int64_t hs) {
+  for (int s = 0; s < kPerLane; ++s) {
+    const int64_t d = threadIdx.x + 32 * s;
+    r[s] = d < hs ? ld(p[d]) : 0.0f;
+  }
+}
+
+template <typename T>
+__device__ float dot_row(const float (&r)[kPerLane], const T* p, int64_t hs) {
+  float acc = 0;
+  for (int s = 0; s < kPerLane; ++s) {
+    const int64_t d = threadIdx.x + 32 * s;
+    if (d < hs) acc += r[s] * ld(p[d]);
+  }
+  return warp_sum(acc);
+}
+
+template <typename T>
+__device__ void store_row(T* p, const float (&r)[kPerLane], int64_t hs, float mul) {
+  for (int s = 0; s < kPerLane; ++s) {
+    const int64_t d = threadIdx.x + 32 * s;
+    if (d < hs) st(p[d], r[s] * mul);
+  }
+}
+
+// Whether key j is visible to query i of row b (q_pos = 0 when segments are given).
+__device__ bool visible(const int32_t* seg, int64_t b, int64_t T, int64_t i, int64_t j) {
+  return !seg || seg[b * T + j] == seg[b * T + i];
+}
+
+__device__ int64_t length_of(const int32_t* len, int64_t b, int64_t T) {
+  if (!len) return T;
+  const int64_t l = len[b];
+  return l < 0 ? 0 : (l > T ? T : l);
+}
+
+template <typename T>
+__global__ void forward_kernel(T* out, float* lse, const T* q, const T* k, const T* v,
+                               const int32_t* seg, const int32_t* len, Dims d) {
+  const int64_t w = int64_t(blockIdx.x) * kWarps + threadIdx.y;
+  if (w >= d.B * d.H * d.Tq) return;
+  const int64_t i = w % d.Tq, h = (w / d.Tq) % d.H, b = w / (d.Tq * d.H);
+  const int64_t g = h / (d.H / d.Hkv), C = d.H * d.hs;
+  T* o = out + (b * d.Tq + i) * C + h * d.hs;
+  float* l = lse + (b * d.H + h) * d.Tq + i;
+  float acc[kPerLane] = {};
+  if (i >= length_of(len, b, d.Tq)) {  // a padding query: zeros
+    store_row(o, acc, d.hs, 0.0f);
+    if (threadIdx.x == 0) *l = 0.0f;
+    return;
+  }
+  float qr[kPerLane];
+  load_row(qr, q + (b * d.Tq + i) * d.ldq + h * d.hs, d.hs);
+  float m = -INFINITY, sum = 0;
+  const int64_t kend = min(d.Tk, int64_t(d.q_pos) + i + 1);
+  for (int64_t j = 0; j < kend; ++j) {
+    if (!visible(seg, b, d.Tq, i, j)) continue;
+    const float s = d.scale * dot_row(qr, k + (b * d.Tk + j) * d.ldk + g * d.hs, d.hs);
+    const float m_new = fmaxf(m, s), corr = expf(m - m_new), p = expf(s - m_new);
+    sum = sum * corr + p;
+    const T* vj = v + (b * d.Tk + j) * d.ldv + g * d.hs;
+    for (int r = 0; r < kPerLane; ++r) {
+      const int64_t dd = threadIdx.x + 32 * r;
+      acc[r] = acc[r] * corr + (dd < d.hs ? p * ld(vj[dd]) : 0.0f);
+    }
+    m = m_new;
+  }
+  store_row(o, acc, d.hs, 1.0f / sum);
+  if (threadIdx.x == 0) *l = m + logf(sum);
+}
+
+// dq for one query: sum over visible keys of p (dp - D) scale k, with D = dout . out.
+template <typename T>
+__global__ void dq_kernel(T* dq, const T* dout, const T* out, const float* lse, const T* q,
+                          const T* k, const T* v, const int32_t* seg, const int32_t* len, Dims d) {
+  const int64_t w = int64_t(blockIdx.x) * kWarps + threadIdx.y;
+  if (w >= d.B * d.H * d.Tq) return;
+  const int64_t i = w % d.Tq, h = (w / d.Tq) % d.H, b = w / (d.Tq * d.H);
+  const int64_t g = h / (d.H / d.Hkv), C = d.H * d.hs, T_ = d.Tq;
+  float acc[kPerLane] = {};
+  T* dqi = dq + (b * T_ + i) * d.ldq + h * d.hs;
+  if (i >= length_of(len, b, T_)) {
+    store_row(dqi, acc, d.hs, 0.0f);
+    return;
+  }
+  float qr[kPerLane], dor[kPerLane];
+  load_row(qr, q + (b * T_ + i) * d.ldq + h * d.hs, d.hs);
+  load_row(dor, dout + (b * T_ + i) * C + h * d.hs, d.hs);
+  const float D = dot_row(dor, out + (b * T_ + i) * C + h * d.hs, d.hs);
+  const float li = lse[(b * d.H + h) * T_ + i];
+  for (int64_t j = 0; j <= i; ++j) {
+    if (!visible(seg, b, T_, i, j)) continue;
+    const T* kj = k + (b * T_ + j) * d.ldk + g * d.hs;
+    const float p = expf(d.scale * dot_row(qr, kj, d.hs) - li);
+    const float ds = p * (dot_row(dor, v + (b * T_ + j) * d.ldv + g * d.hs, d.hs) - D);
+    for (int r = 0; r < kPerLane; ++r) {
+      const int64_t dd = threadIdx.x + 32 * r;
+      if (dd < d.hs) acc[r] += ds * ld(kj[dd]);
+    }
+  }
+  store_row(dqi, acc, d.hs, d.scale);
+}
+
+// dk and dv for one key of one key/value head, over the query heads it serves and the
+// queries that see it, in order.
+template <typename T>
+__global__ void dkdv_kernel(T* dk, T* dv, const T* dout, const T* out, const float* lse, const T* q,
+                            const T* k, const T* v, const int32_t* seg, const int32_t* len, Dims d,
+                            int64_t ldk_out, int64_t ldv_out) {
+  const int64_t w = int64_t(blockIdx.x) * kWarps + threadIdx.y;
+  if (w >= d.B * d.Hkv * d.Tq) return;
+  const int64_t j = w % d.Tq, g = (w / d.Tq) % d.Hkv, b = w / (d.Tq * d.Hkv);
+  const int64_t group = d.H / d.Hkv, C = d.H * d.hs, T_ = d.Tq, length = length_of(len, b, T_);
+  float dkr[kPerLane] = {}, dvr[kPerLane] = {};
+  if (j < length) {
+    float kr[kPerLane], vr[kPerLane];
+    load_row(kr, k + (b * T_ + j) * d.ldk + g * d.hs, d.hs);
+    load_row(vr, v + (b * T_ + j) * d.ldv + g * d.hs, d.hs);
+    for (int64_t h = g * group; h < (g + 1) * group; ++h)
+      for (int64_t i = j; i < length; ++i) {
+        if (!visible(seg, b, T_, i, j)) continue;
+        const T* qi = q + (b * T_ + i) * d.ldq + h * d.hs;
+        const T* doi = dout + (b * T_ + i) * C + h * d.hs;
+        const float p = expf(d.scale * dot_row(kr, qi, d.hs) - lse[(b * d.H + h) * T_ + i]);
+        const float D = [&] {
+          float dor[kPerLane];
+          load_row(dor, doi, d.hs);
+          return dot_row(dor, out + (b * T_ + i) * C + h * d.hs, d.hs);
+        }();
+        const float ds = p * (dot_row(vr, doi, d.hs) - D);
+        for (int r = 0; r < kPerLane; ++r) {
+          const int64_t dd = threadIdx.x + 32 * r;
+          if (dd < d.hs) {
+            dvr[r] += p * ld(doi[dd]);
+            dkr[r] += ds * ld(qi[dd]);
+          }
+        }
+      }
+  }
+  store_row(dk + (b * T_ + j) * ldk_out + g * d.hs, dkr, d.hs, d.scale);
+  store_row(dv + (b * T_ + j) * ldv_out + g * d.hs, dvr, d.hs, 1.0f);
+}
+
+Dims dims_of(const Tensor& q, const Tensor& k, const Tensor& v, int n_head, int q_pos) {
+  const int64_t hs = q.dim(2) / n_head;
+  Dims d{q.dim(0), q.dim(1), k.dim(1), n_head, hs ? k.dim(2) / hs : 0,     hs,
+         q.ld(),   k.ld(),   v.ld(),   q_pos,  1.0f / std::sqrt(float(hs))};
+  TRAINER_ASSERT(q.ndim == 3 && k.ndim == 3 && k.dim(0) == d.B && d.H * hs == q.dim(2) &&
+                     d.Hkv > 0 && d.Hkv * hs == k.dim(2) && d.H % d.Hkv == 0 &&
+                     hs <= 32 * kPerLane && v.dim(2) == k.dim(2),
+                 "attention shapes (head size at most {} on CUDA)", 32 * kPerLane);
+  return d;
+}
+
+const int32_t* mask_ptr(const Tensor& t) {
+  return t.empty() ? nullptr : static_cast<const int32_t*>(t.data);
+}
+
+}  // namespace
+
+void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& q,
+                       const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head,
+                       int q_pos) {
+  const Dims d = dims_of(q, k, v, n_head, q_pos);
+  TRAINER_ASSERT(out.contiguous() && out.numel() == d.B * d.Tq * d.H * d.hs &&
+                     lse.numel() == d.B * d.H * d.Tq && out.dtype == q.dtype &&
+                     k.dtype == q.dtype && v.dtype == q.dtype &&
+                     (q_pos == 0 || (mask.segments.empty() && mask.lengths.empty())),
+                 "attention_forward shapes");
+  const dim3 block(32, kWarps);
+  with_float(q.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    forward_kernel<<<blocks_for(d.B * d.H * d.Tq, kWarps), block, 0, stream_of(ctx)>>>(
+        ptr<T>(out), ptr<float>(lse), ptr<T>(q), ptr<T>(k), ptr<T>(v), mask_ptr(mask.segments),
+        mask_ptr(mask.lengths), d);
+  });
+  check_launch("attention_forward");
+}
+
+void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& q,
+                        const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head) {
+  const Dims d = dims_of(q, k, v, n_head, 0);
+  TRAINER_ASSERT(d.Tq == d.Tk && out.contiguous() && dout.contiguous() &&
+                     dout.numel() == d.B * d.Tq * d.H * d.hs && lse.dtype == DType::f32 &&
+                     dq.ld() == q.ld() && dk.dtype == q.dtype && dv.dtype == q.dtype &&
+                     dq.dtype == q.dtype && dout.dtype == q.dtype && out.dtype == q.dtype,
+                 "attention_backward shapes and dtypes");
+  const dim3 block(32, kWarps);
+  with_float(q.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    dq_kernel<<<blocks_for(d.B * d.H * d.Tq, kWarps), block, 0, stream_of(ctx)>>>(
+        ptr<T>(dq), ptr<T>(dout), ptr<T>(out), ptr<float>(lse), ptr<T>(q), ptr<T>(k), ptr<T>(v),
+        mask_ptr(mask.segments), mask_ptr(mask.lengths), d);
+    dkdv_kernel<<<blocks_for(d.B * d.Hkv * d.Tq, kWarps), block, 0, stream_of(ctx)>>>(
+        ptr<T>(dk), ptr<T>(dv), ptr<T>(dout), ptr<T>(out), ptr<float>(lse), ptr<T>(q), ptr<T>(k),
+        ptr<T>(v), mask_ptr(mask.segments), mask_ptr(mask.lengths), d, dk.ld(), dv.ld());
+  });
+  check_launch("attention_backward");
+}
+
+size_t attention_workspace(int64_t, int64_t, int64_t, DType, bool) {
+  return 0;
+}
+
+}  // namespace trainer::nn::cuda

@@ -1,0 +1,115 @@
+// CUDA LayerNorm: a warp per row for the forward and the input gradient; a thread per channel
+// summing the weight and bias gradients over rows in order (deterministic, no atomics).
+#include "nn/ops/cuda_common.cuh"
+#include "nn/ops/layernorm.h"
+
+namespace trainer::nn::cuda {
+
+namespace {
+
+constexpr float kLayerNormEps = 1e-5f;
+constexpr int kRowsPerBlock = 4;  // warps per block, a row each
+
+template <typename T>
+__global__ void forward_kernel(T* out, float* mean, float* rstd, const float* inp, const T* w,
+                               const T* b, int64_t N, int64_t C) {
+  const int64_t n = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
+  if (n >= N) return;
+  const int lane = threadIdx.x;
+  const float* x = inp + n * C;
+  float s = 0;
+  for (int64_t c = lane; c < C; c += 32) s += x[c];
+  const float m = warp_sum(s) / float(C);
+  float v = 0;
+  for (int64_t c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
+  const float r = rsqrtf(warp_sum(v) / float(C) + kLayerNormEps);
+  for (int64_t c = lane; c < C; c += 32) st(out[n * C + c], (x[c] - m) * r * ld(w[c]) + ld(b[c]));
+  if (lane == 0) {
+    mean[n] = m;
+    rstd[n] = r;
+  }
+}
+
+template <typename T>
+__global__ void input_grad_kernel(float* dinp, const T* dout, const float* inp, const T* w,
+                                  const float* mean, const float* rstd, int64_t N, int64_t C) {
+  const int64_t n = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
+  if (n >= N) return;
+  const int lane = threadIdx.x;
+  const float* x = inp + n * C;
+  const T* d = dout + n * C;
+  const float m = mean[n], r = rstd[n];
+  float a = 0, b = 0;
+  for (int64_t c = lane; c < C; c += 32) {
+    const float dn = ld(w[c]) * ld(d[c]);
+    a += dn;
+    b += dn * (x[c] - m) * r;
+  }
+  a = warp_sum(a) / float(C);
+  b = warp_sum(b) / float(C);
+  for (int64_t c = lane; c < C; c += 32) {
+    const float xhat = (x[c] - m) * r;
+    dinp[n * C + c] += (ld(w[c]) * ld(d[c]) - a - xhat * b) * r;
+  }
+}
+
+template <typename T, typename G>
+__global__ void param_grad_kernel(G* dw, G* db, const T* dout, const float* inp, const float* mean,
+                                  const float* rstd, int64_t N, int64_t C) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float aw = ld(dw[c]), ab = ld(db[c]);
+  for (int64_t n = 0; n < N; ++n) {
+    const float d = ld(dout[n * C + c]);
+    aw += (inp[n * C + c] - mean[n]) * rstd[n] * d;
+    ab += d;
+  }
+  st(dw[c], aw);
+  st(db[c], ab);
+}
+
+}  // namespace
+
+void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean,
+                       const Tensor& rstd, const Tensor& inp, const Tensor& w, const Tensor& b) {
+  const int64_t N = inp.rows(), C = inp.cols();
+  TRAINER_ASSERT(inp.contiguous() && out.contiguous() && out.numel() == N * C &&
+                     mean.numel() == N && rstd.numel() == N && w.numel() == C && b.numel() == C &&
+                     w.dtype == out.dtype && b.dtype == out.dtype,
+                 "layernorm_forward shapes");
+  const dim3 block(32, kRowsPerBlock);
+  with_float(out.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    forward_kernel<<<blocks_for(N, kRowsPerBlock), block, 0, stream_of(ctx)>>>(
+        ptr<T>(out), ptr<float>(mean), ptr<float>(rstd), ptr<float>(inp), ptr<T>(w), ptr<T>(b), N,
+        C);
+  });
+  check_launch("layernorm_forward");
+}
+
+void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& db,
+                        const Tensor& dout, const Tensor& inp, const Tensor& w, const Tensor& mean,
+                        const Tensor& rstd) {
+  const int64_t N = inp.rows(), C = inp.cols();
+  TRAINER_ASSERT(dinp.numel() == N * C && dout.numel() == N * C && dw.numel() == C &&
+                     db.numel() == C && dw.dtype == db.dtype && w.dtype == dout.dtype,
+                 "layernorm_backward shapes");
+  const dim3 block(32, kRowsPerBlock);
+  with_floats(dout.dtype, dw.dtype, [&](auto ttag, auto gtag) {
+    using T = decltype(ttag);
+    using G = decltype(gtag);
+    input_grad_kernel<<<blocks_for(N, kRowsPerBlock), block, 0, stream_of(ctx)>>>(
+        ptr<float>(dinp), ptr<T>(dout), ptr<float>(inp), ptr<T>(w), ptr<float>(mean),
+        ptr<float>(rstd), N, C);
+    param_grad_kernel<<<blocks_for(C, 128), 128, 0, stream_of(ctx)>>>(
+        ptr<G>(dw), ptr<G>(db), ptr<T>(dout), ptr<float>(inp), ptr<float>(mean), ptr<float>(rstd),
+        N, C);
+  });
+  check_launch("layernorm_backward");
+}
+
+size_t layernorm_backward_workspace(int64_t) {
+  return 0;
+}
+
+}  // namespace trainer::nn::cuda

@@ -1,0 +1,93 @@
+// CUDA RMSNorm: a warp per row for the forward and the input gradient; a thread per channel
+// summing the weight gradient over rows in order (deterministic, no atomics).
+#include "nn/ops/cuda_common.cuh"
+#include "nn/ops/rmsnorm.h"
+
+namespace trainer::nn::cuda {
+
+namespace {
+
+constexpr float kRmsNormEps = 1e-5f;
+constexpr int kRowsPerBlock = 4;
+
+template <typename T>
+__global__ void forward_kernel(T* out, float* rstd, const float* inp, const T* w, int64_t N,
+                               int64_t C) {
+  const int64_t n = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
+  if (n >= N) return;
+  const int lane = threadIdx.x;
+  const float* x = inp + n * C;
+  float ss = 0;
+  for (int64_t c = lane; c < C; c += 32) ss += x[c] * x[c];
+  const float r = rsqrtf(warp_sum(ss) / float(C) + kRmsNormEps);
+  for (int64_t c = lane; c < C; c += 32) st(out[n * C + c], x[c] * r * ld(w[c]));
+  if (lane == 0) rstd[n] = r;
+}
+
+template <typename T>
+__global__ void input_grad_kernel(float* dinp, const T* dout, const float* inp, const T* w,
+                                  const float* rstd, int64_t N, int64_t C) {
+  const int64_t n = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
+  if (n >= N) return;
+  const int lane = threadIdx.x;
+  const float* x = inp + n * C;
+  const T* d = dout + n * C;
+  const float r = rstd[n];
+  float dot = 0;
+  for (int64_t c = lane; c < C; c += 32) dot += ld(w[c]) * ld(d[c]) * x[c] * r;
+  dot = warp_sum(dot) / float(C);
+  for (int64_t c = lane; c < C; c += 32)
+    dinp[n * C + c] += (ld(w[c]) * ld(d[c]) - x[c] * r * dot) * r;
+}
+
+template <typename T, typename G>
+__global__ void weight_grad_kernel(G* dw, const T* dout, const float* inp, const float* rstd,
+                                   int64_t N, int64_t C) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float acc = ld(dw[c]);
+  for (int64_t n = 0; n < N; ++n) acc += inp[n * C + c] * rstd[n] * ld(dout[n * C + c]);
+  st(dw[c], acc);
+}
+
+}  // namespace
+
+void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, const Tensor& inp,
+                     const Tensor& w) {
+  const int64_t N = inp.rows(), C = inp.cols();
+  TRAINER_ASSERT(inp.contiguous() && out.contiguous() && out.numel() == N * C &&
+                     inp.dtype == DType::f32 && rstd.numel() == N && w.numel() == C &&
+                     w.dtype == out.dtype,
+                 "rmsnorm_forward shapes");
+  const dim3 block(32, kRowsPerBlock);
+  with_float(out.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    forward_kernel<<<blocks_for(N, kRowsPerBlock), block, 0, stream_of(ctx)>>>(
+        ptr<T>(out), ptr<float>(rstd), ptr<float>(inp), ptr<T>(w), N, C);
+  });
+  check_launch("rmsnorm_forward");
+}
+
+void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dout,
+                      const Tensor& inp, const Tensor& w, const Tensor& rstd) {
+  const int64_t N = inp.rows(), C = inp.cols();
+  TRAINER_ASSERT(dinp.numel() == N * C && dout.numel() == N * C && dw.numel() == C &&
+                     w.dtype == dout.dtype && dinp.dtype == DType::f32,
+                 "rmsnorm_backward shapes");
+  const dim3 block(32, kRowsPerBlock);
+  with_floats(dout.dtype, dw.dtype, [&](auto ttag, auto gtag) {
+    using T = decltype(ttag);
+    using G = decltype(gtag);
+    input_grad_kernel<<<blocks_for(N, kRowsPerBlock), block, 0, stream_of(ctx)>>>(
+        ptr<float>(dinp), ptr<T>(dout), ptr<float>(inp), ptr<T>(w), ptr<float>(rstd), N, C);
+    weight_grad_kernel<<<blocks_for(C, 128), 128, 0, stream_of(ctx)>>>(
+        ptr<G>(dw), ptr<T>(dout), ptr<float>(inp), ptr<float>(rstd), N, C);
+  });
+  check_launch("rmsnorm_backward");
+}
+
+size_t rmsnorm_backward_workspace(int64_t) {
+  return 0;
+}
+
+}  // namespace trainer::nn::cuda

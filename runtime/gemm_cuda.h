@@ -1,0 +1,18 @@
+// Matrix products on a CUDA device through cuBLASLt (what `matmul` calls for Device::cuda; the
+// contract is matmul's in gemm.h). A CPU-only build has no such products: each call throws.
+#pragma once
+
+#include <cstddef>
+
+#include "runtime/context.h"
+#include "runtime/tensor.h"
+
+namespace trainer {
+
+void cuda_matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool trans_a,
+                 const Tensor& B, bool trans_b, float alpha, float beta, const Tensor* bias);
+
+// The cuBLASLt workspace every product may use (taken from ctx.workspace).
+constexpr size_t kCublasLtWorkspace = size_t(32) << 20;
+
+}  // namespace trainer

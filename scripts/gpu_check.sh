@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The GPU check: everything CUDA, on a machine with a GPU, in one call.
+#
+#   scripts/gpu_check.sh pack     here (Debian, no GPU): builds the CUDA backend (sm_90, sm_80)
+#                                 with its tests and packs the binaries and the libraries they
+#                                 need into gpu-check.tar.xz (git-ignored, under 64 MiB)
+#   scripts/gpu_check.sh run      on the GPU machine (the device tool, carrying gpu-check.tar.xz):
+#                                 unpacks it and runs the checks below, logs under $OUT
+#
+# The checks, in order (each prints one line of its result; the table is last):
+#   1. the GPU and driver (nvidia-smi);
+#   2. CUDA memory round trips (runtime_cuda_test);
+#   3. every op on CUDA against the CPU fp32 reference, fp32 and bf16, fresh random inputs and
+#      poisoned outputs, and one whole training step (nn_backend_parity_test's CUDA cases);
+#   4. 20 training steps of a small GPT-2 and a small Llama on the GPU and on the CPU from the
+#      same initialisation and data: the loss curves must agree (fp32: 1e-3 relative);
+#   5. a checkpoint written on the GPU resumes on the CPU;
+#   6. step time and MFU on the GPU: GPT-2 124M and 350M shapes, bf16, T=1024.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TARBALL="$ROOT/gpu-check.tar.xz"
+
+pack() {
+  local build="$ROOT/build-gpu"
+  cmake -S "$ROOT" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINER_CUDA=ON \
+    -DTRAINER_TESTS=ON -DCMAKE_CUDA_ARCHITECTURES="90;80" >/dev/null
+  ninja -C "$build" trainer runtime_cuda_test nn_backend_parity_test
+  bash "$ROOT/scripts/gpu/bundle.sh" pack "$TARBALL" "$build/trainer" \
+    "$build/tests/runtime/runtime_cuda_test" "$build/tests/nn/nn_backend_parity_test"
+}
+
+# A small corpus and two small models trained 20 steps on `device`; prints their losses.
+train_small() {
+  local device=$1 arch=$2 dir=$3
+  trainer train --set data.path="$dir/corpus" --set data.tokenizer="$dir/tok.model" \
+    --set run.dir="$dir/runs" --set run.name="$arch-$device" --set run.device="$device" \
+    --set model.arch="$arch" --set model.vocab_size=512 --set model.n_layer=2 \
+    --set model.n_head=4 --set model.n_embd=128 --set model.max_seq_len=64 \
+    --set data.seq_len=64 --set data.batch_size=8 --set train.steps=20 --set train.val_every=0 \
+    --set checkpoint.every=10 --set log.every=1 --set log.progress=off \
+    --set optimizer.lr=3e-3 --set log.peak_gflops=1000 >"$dir/$arch-$device.log" 2>&1
+}
+
+checks() {
+  local out="${OUT:-/tmp/gpu-check-out}" work
+  mkdir -p "$out"
+  work=$(mktemp -d)
+  local -a table
+  row() { table+=("$(printf '%-44s %s' "$1" "$2")"); echo "== $1: $2"; }
+
+  nvidia-smi -L | tee "$out/nvidia-smi.txt"
+  row "GPU" "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)"
+
+  if runtime_cuda_test >"$out/runtime_cuda_test.txt" 2>&1; then row "memory round trips" "pass"
+  else row "memory round trips" "FAIL (runtime_cuda_test.txt)"; fi
+
+  if nn_backend_parity_test --gtest_filter='*cuda*' >"$out/parity.txt" 2>&1; then
+    row "op parity (CUDA vs CPU fp32)" "pass: $(grep -c '\[       OK \]' "$out/parity.txt") cases"
+  else
+    row "op parity (CUDA vs CPU fp32)" "FAIL: $(grep -c '\[  FAILED  \]' "$out/parity.txt") lines (parity.txt)"
+  fi
+
+  # A small corpus from a generated text, tokenizer and shards made by the bundled trainer.
+  for i in $(seq 1 3000); do
+    echo "the quick brown fox number $((i % 97)) jumps over the lazy dog near river $((i % 13))."
+    echo "a lazy dog sleeps while the fox runs $((i % 7)) times around the old red barn."
+    echo
+  done >"$work/text.txt"
+  trainer tokenizer train --input "$work/text.txt" --vocab-size 500 --out "$work/tok.model" >/dev/null
+  trainer prepare --tokenizer "$work/tok.model" --input "$work/text.txt" --out "$work/corpus" \
+    --val-fraction 0.05 >/dev/null
+  for arch in gpt2 llama; do
+    if train_small cpu "$arch" "$work" && train_small cuda "$arch" "$work"; then
+      row "20 steps $arch, GPU vs CPU" "$(python3 - "$work/runs" "$arch" <<'PY'
+import json, sys
+def losses(d):
+    return [j["loss"] for j in map(json.loads, open(f"{sys.argv[1]}/{d}/metrics.jsonl")) if "loss" in j]
+c, g = losses(f"{sys.argv[2]}-cpu"), losses(f"{sys.argv[2]}-cuda")
+worst = max(abs(a - b) / abs(b) for a, b in zip(g, c))
+print(f"{'pass' if len(c) == len(g) == 20 and worst < 1e-3 else 'FAIL'}: loss {c[0]:.4f} -> "
+      f"{c[-1]:.4f} (CPU), {g[-1]:.4f} (GPU), worst step {worst:.1e}")
+PY
+)"
+    else
+      row "20 steps $arch, GPU vs CPU" "FAIL (see $arch-*.log)"
+    fi
+    cp "$work"/*.log "$out/" 2>/dev/null || true
+  done
+  # The GPU's step-10 checkpoint continued on the CPU.
+  if trainer train --set data.path="$work/corpus" --set data.tokenizer="$work/tok.model" \
+      --set run.dir="$work/runs" --set run.name=gpt2-cuda-on-cpu --set model.vocab_size=512 \
+      --set model.n_layer=2 --set model.n_head=4 --set model.n_embd=128 \
+      --set model.max_seq_len=64 --set data.seq_len=64 --set data.batch_size=8 \
+      --set train.steps=12 --set train.val_every=0 --set log.progress=off \
+      --set log.peak_gflops=1000 --set optimizer.lr=3e-3 \
+      --set train.resume="$work/runs/gpt2-cuda/checkpoints/step-10" >"$out/resume.log" 2>&1; then
+    row "GPU checkpoint resumed on the CPU" "pass"
+  else
+    row "GPU checkpoint resumed on the CPU" "FAIL (resume.log)"
+  fi
+
+  for shape in "124M -L 12 -C 768 -H 12" "350M -L 24 -C 1024 -H 16"; do
+    read -r name args <<<"$shape"
+    # shellcheck disable=SC2086
+    line=$(trainer bench --device cuda --precision bf16 $args -V 50304 -B 8 -T 1024 --steps 10 2>&1 | tail -1)
+    echo "$line" >>"$out/bench.txt"
+    row "bench GPT-2 $name bf16 T=1024" "$(sed -n 's/.*: \(.*ms\/step\).*MFU \([0-9.]*%\).*/\1, MFU \2/p' <<<"$line")"
+  done
+  rm -rf "$work"
+  printf '\n%s\n' "${table[@]}"
+}
+
+case "${1:-}" in
+  pack) pack ;;
+  run) bash "$ROOT/scripts/gpu/bundle.sh" run "$TARBALL" bash "$ROOT/scripts/gpu_check.sh" checks ;;
+  checks) checks ;;
+  *) echo "usage: scripts/gpu_check.sh pack | run" >&2; exit 2 ;;
+esac

@@ -663,8 +663,16 @@ Config with_absolute_paths(Config c) {
 int run_training(const Config& config, const TrainOptions& options) {
   const dist::LaunchInfo launch = dist::discover_launch();
   log::configure(launch.rank, launch.world_size);
-  auto comm = dist::make_communicator(launch, {.timeout_s = config.real("dist.timeout_s")});
-  TrainLoop loop(with_absolute_paths(config), options, *comm);
+  const dist::CommOptions comm_options{.timeout_s = config.real("dist.timeout_s")};
+  auto comm = dist::make_communicator(launch, comm_options);
+  // GPUs talk over NCCL (its id sent over MPI, host buffers still through MPI).
+  std::unique_ptr<dist::Communicator> nccl;
+  if (config.text("run.device") == "cuda" && comm->size() > 1) {
+    const int device = dist::bind_device(launch);
+    CHECK(device >= 0, "run.device = cuda but rank {} sees no CUDA GPU", launch.rank);
+    nccl = dist::make_nccl_communicator(*comm, device, comm_options);
+  }
+  TrainLoop loop(with_absolute_paths(config), options, nccl ? *nccl : *comm);
   return loop.run();
 }
 

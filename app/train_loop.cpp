@@ -143,7 +143,7 @@ class TrainLoop {
   void log_step(const StepStats& s, double step_s);
   void write_metrics(const nlohmann::json& record);
   void report_write_failure();
-  int stop_early(const std::string& why);
+  int stop_early(const std::string& why, int exit_code);
   void log_setup();
   double planned_mib() const;
 
@@ -543,12 +543,12 @@ void TrainLoop::log_step(const StepStats& s, double step_s) {
   write_metrics(j);
 }
 
-// Saves a checkpoint (rank 0) and says why the run stops here.
-int TrainLoop::stop_early(const std::string& why) {
+// Saves a checkpoint and says why the run stops here; returns the exit code.
+int TrainLoop::stop_early(const std::string& why, int exit_code) {
   if (progress_) progress_->finish();
   log::info("{}: saving a checkpoint at step {} and stopping", why, state_.step);
   save();
-  return 0;
+  return exit_code;
 }
 
 // Says what runs: model size, precision and its CPU path, checkpointing, memory against the
@@ -613,7 +613,7 @@ int TrainLoop::run() {
     const dist::StepCounts counts = dist::exchange_counts(comm_, batches.has_value(), my_tokens,
                                                           batches ? int64_t(batches->size()) : 0);
     if (join_.decide(counts, batches.has_value(), state_.step) == dist::StepAction::stop)
-      return stop_early(fmt::format("data.epochs = {} reached", rc_.train_data.max_epochs));
+      return stop_early(fmt::format("data.epochs = {} reached", rc_.train_data.max_epochs), 0);
     CHECK(counts.global_tokens > 0, "step {}: the global batch has no loss tokens",
           state_.step + 1);
     StepStats s = train_step(batches, counts);
@@ -624,7 +624,8 @@ int TrainLoop::run() {
     log_step(s, step_timer.seconds());
     // One process need not wait for the next step's agreement (Note [Write failures]).
     if (s.write_failed || (comm_.size() == 1 && !write_failure().empty())) report_write_failure();
-    if (s.stop_requested && state_.step < total) return stop_early("stop signal received");
+    if (s.stop_requested && state_.step < total)
+      return stop_early("stop signal received", kExitStopped);
     if (rc_.val_every > 0 && (state_.step % rc_.val_every == 0 || state_.step == total)) {
       double v = validate();
       if (leader_) {

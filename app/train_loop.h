@@ -13,7 +13,13 @@ struct TrainOptions {
   bool force = false;
 };
 
-// Trains as `config` says; returns the process exit code.
+// The exit code of a run stopped by SIGINT, SIGTERM or SIGUSR1 (after saving a checkpoint at
+// the step boundary): sysexits' EX_TEMPFAIL, "try again", so that a script or a requeue tells
+// a stopped run from a finished one (0).
+constexpr int kExitStopped = 75;
+
+// Trains as `config` says; returns the process exit code: 0 when it finished (its steps, or
+// the end of the data), kExitStopped when a signal stopped it.
 int run_training(const Config& config, const TrainOptions& options = {});
 
 }  // namespace trainer::app

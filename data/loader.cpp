@@ -1,6 +1,10 @@
 // Loader: prefetch thread, lockstep step planning and state (de)serialisation.
 #include "data/loader.h"
 
+#include <pthread.h>
+
+#include <csignal>
+
 #include <nlohmann/json.hpp>
 
 #include "data/batcher.h"
@@ -57,6 +61,10 @@ Loader::~Loader() {
 }
 
 void Loader::run() {
+  // Signals are for the thread that trains (a stop request), never for this one.
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
   try {
     bool empty_epoch = true;
     while (true) {

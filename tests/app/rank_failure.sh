@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Failure recovery on 2 ranks, through the binary, against an uninterrupted run:
+#   1. rank 1 is killed (SIGKILL) mid-run: the job ends non-zero within dist.timeout_s and some
+#      seconds; relaunching the same command (train.resume: auto) continues from the last
+#      complete checkpoint, and the final parameters and optimizer state equal the
+#      uninterrupted run's bit for bit (the data order continues exactly);
+#   2. a stop signal (SIGUSR1) reaches one rank only: every rank saves at the same step and
+#      exits 75; relaunching finishes with the same bits again.
+#   rank_failure.sh <trainer> <mpiexec>
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/small_corpus.sh"
+TRAINER=$(realpath "$1")
+MPIEXEC=$2
+DIR=$(mktemp -d /tmp/trainer_rank_failure.XXXXXX)
+trap 'pkill -9 -f "$DIR" 2>/dev/null || true; rm -rf "$DIR"' EXIT
+cd "$DIR"
+small_corpus "$TRAINER"
+common=(--set data.path="$DIR/corpus" --set data.tokenizer="$DIR/tok.model" --set run.dir="$DIR/runs"
+        --set model.vocab_size=320 --set model.n_layer=2 --set model.n_head=4 --set model.n_embd=128
+        --set model.max_seq_len=64 --set data.seq_len=64 --set data.batch_size=8
+        --set train.steps=120 --set train.val_every=0 --set checkpoint.every=10
+        --set checkpoint.keep_last=20 --set log.progress=off --set log.peak_gflops=100
+        --set dist.timeout_s=4)
+launch() {
+  OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np 2 "$TRAINER" train \
+    "${common[@]}" "$@"
+}
+# The pid of rank $2 of the run named $1.
+rank_pid() {
+  local pid
+  for pid in $(pgrep -f "run.name=$1" || true); do
+    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+      echo "$pid"
+      return
+    fi
+  done
+}
+wait_for() {  # a file, up to 60 s
+  for _ in $(seq 1 600); do [[ -e $1 ]] && return 0; sleep 0.1; done
+  echo "FAIL: $1 never appeared"
+  exit 1
+}
+same_state() {  # the step-120 checkpoints of runs $1 and $2 hold the same bits
+  local f
+  for f in model.safetensors optimizer.safetensors; do
+    cmp -s "runs/$1/checkpoints/step-120/$f" "runs/$2/checkpoints/step-120/$f" ||
+      { echo "FAIL: $2's final $f differs from the uninterrupted run's"; exit 1; }
+  done
+}
+
+launch --set run.name=straight >/dev/null 2>&1
+
+# 1. SIGKILL to rank 1.
+launch --set run.name=killed >killed.log 2>&1 &
+job=$!
+wait_for runs/killed/checkpoints/step-20
+pid=$(rank_pid killed 1)
+[[ -n $pid ]] || { echo "FAIL: no rank 1 process found"; exit 1; }
+kill -9 "$pid"
+start=$(date +%s)
+status=0
+wait "$job" || status=$?
+elapsed=$(($(date +%s) - start))
+[[ $status -ne 0 ]] || { echo "FAIL: the job exited 0 after its rank 1 was killed"; exit 1; }
+[[ $elapsed -le 20 ]] || { echo "FAIL: the survivors took ${elapsed} s to exit (timeout 4 s)"; exit 1; }
+[[ ! -d runs/killed/checkpoints/step-120 ]] || { echo "FAIL: the killed run finished anyway"; exit 1; }
+resumed_from=$(readlink runs/killed/checkpoints/latest)
+launch --set run.name=killed >relaunch.log 2>&1 || { echo "FAIL: relaunch failed:"; tail -3 relaunch.log; exit 1; }
+grep -q "resumed from .*$resumed_from" relaunch.log || { echo "FAIL: relaunch did not resume from $resumed_from"; exit 1; }
+same_state straight killed
+echo "rank killed: the job exited $status in ${elapsed} s; relaunched from $resumed_from, final state identical"
+
+# 2. SIGUSR1 to rank 1 only.
+launch --set run.name=signalled >signalled.log 2>&1 &
+job=$!
+wait_for runs/signalled/checkpoints/step-20
+kill -USR1 "$(rank_pid signalled 1)"
+status=0
+wait "$job" || status=$?
+[[ $status -eq 75 ]] || { echo "FAIL: a stop signal to one rank gave exit $status, not 75"; exit 1; }
+stopped_at=$(readlink runs/signalled/checkpoints/latest)
+[[ $stopped_at != step-120 ]] || { echo "FAIL: the signalled run finished anyway"; exit 1; }
+launch --set run.name=signalled >/dev/null 2>&1
+same_state straight signalled
+echo "stop signal to rank 1: every rank saved $stopped_at and exited 75; the relaunch ends identical"

@@ -104,18 +104,12 @@ void swiglu_backward(const Context& ctx, const Tensor& dgate_up, const Tensor& d
   TRAINER_DISPATCH(swiglu_backward, ctx, dgate_up, dout, gate_up);
 }
 
-void linear_forward(const Context& ctx, const Tensor& out, const Tensor& inp, const Tensor& w,
-                    const Tensor& bias, WeightLayout layout) {
-  TRAINER_DISPATCH(linear_forward, ctx, out, inp, w, bias, layout);
+void linear_bias_grad(const Context& ctx, const Tensor& dbias, const Tensor& dout) {
+  TRAINER_DISPATCH(linear_bias_grad, ctx, dbias, dout);
 }
 
-void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dbias,
-                     const Tensor& dout, const Tensor& inp, const Tensor& w, WeightLayout layout) {
-  TRAINER_DISPATCH(linear_backward, ctx, dinp, dw, dbias, dout, inp, w, layout);
-}
-
-size_t linear_workspace(const Context& ctx, int64_t N, int64_t I, int64_t O, DType act) {
-  TRAINER_DISPATCH(linear_workspace, ctx, N, I, O, act);
+size_t linear_bias_grad_workspace(const Context& ctx, int64_t O) {
+  TRAINER_DISPATCH_EACH(linear_bias_grad_workspace, (O), (O));
 }
 
 void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& q,

@@ -28,21 +28,21 @@ void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, c
 // Scratch linear_forward and linear_backward take for these sizes and dtypes.
 size_t linear_workspace(const Context& ctx, int64_t N, int64_t I, int64_t O, DType act);
 
+// The products go through matmul (runtime/gemm.h) on any device: the backends differ only in
+// the bias gradient, dbias(O) += the column sums of dout(N,O), in row order.
 namespace cpu {
-void linear_forward(const Context& ctx, const Tensor& out, const Tensor& inp, const Tensor& w,
-                    const Tensor& bias, WeightLayout layout);
-void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dbias,
-                     const Tensor& dout, const Tensor& inp, const Tensor& w, WeightLayout layout);
-size_t linear_workspace(const Context& ctx, int64_t N, int64_t I, int64_t O, DType act);
+void linear_bias_grad(const Context& ctx, const Tensor& dbias, const Tensor& dout);
+size_t linear_bias_grad_workspace(int64_t O);
 }  // namespace cpu
 
 // The CUDA kernels (<op>_cuda.cu), in builds with the CUDA backend.
 namespace cuda {
-void linear_forward(const Context& ctx, const Tensor& out, const Tensor& inp, const Tensor& w,
-                    const Tensor& bias, WeightLayout layout);
-void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dbias,
-                     const Tensor& dout, const Tensor& inp, const Tensor& w, WeightLayout layout);
-size_t linear_workspace(const Context& ctx, int64_t N, int64_t I, int64_t O, DType act);
+void linear_bias_grad(const Context& ctx, const Tensor& dbias, const Tensor& dout);
+size_t linear_bias_grad_workspace(int64_t O);
 }  // namespace cuda
+
+// The bias gradient on ctx's device (dispatch.cpp).
+void linear_bias_grad(const Context& ctx, const Tensor& dbias, const Tensor& dout);
+size_t linear_bias_grad_workspace(const Context& ctx, int64_t O);
 
 }  // namespace trainer::nn

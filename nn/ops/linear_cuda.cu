@@ -1,8 +1,7 @@
-// CUDA linear layer: the products through cuBLASLt (matmul), the bias in its epilogue; the
-// bias gradient a thread per column summing the rows in order (deterministic).
+// CUDA bias gradient of the linear layer (whose products go through matmul, cuBLASLt): a
+// thread per column summing the rows in order (deterministic).
 #include "nn/ops/cuda_common.cuh"
 #include "nn/ops/linear.h"
-#include "runtime/gemm.h"
 
 namespace trainer::nn::cuda {
 
@@ -19,21 +18,7 @@ __global__ void column_sums_kernel(G* out, const T* x, int64_t N, int64_t O) {
 
 }  // namespace
 
-void linear_forward(const Context& ctx, const Tensor& out, const Tensor& inp, const Tensor& w,
-                    const Tensor& bias, WeightLayout layout) {
-  matmul(ctx, out, inp, false, w, layout == WeightLayout::out_in, 1.0f, 0.0f,
-         bias.empty() ? nullptr : &bias);
-}
-
-void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dbias,
-                     const Tensor& dout, const Tensor& inp, const Tensor& w, WeightLayout layout) {
-  const bool in_out = layout == WeightLayout::in_out;
-  if (!dinp.empty()) matmul(ctx, dinp, dout, false, w, in_out);
-  if (in_out)
-    matmul(ctx, dw, inp, true, dout, false, 1.0f, 1.0f);
-  else
-    matmul(ctx, dw, dout, true, inp, false, 1.0f, 1.0f);
-  if (dbias.empty()) return;
+void linear_bias_grad(const Context& ctx, const Tensor& dbias, const Tensor& dout) {
   TRAINER_ASSERT(dout.contiguous() && dbias.numel() == dout.cols(), "linear_backward bias");
   with_floats(dout.dtype, dbias.dtype, [&](auto ttag, auto gtag) {
     using T = decltype(ttag);
@@ -41,11 +26,11 @@ void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, c
     column_sums_kernel<<<blocks_for(dout.cols(), 128), 128, 0, stream_of(ctx)>>>(
         ptr<G>(dbias), ptr<T>(dout), dout.rows(), dout.cols());
   });
-  check_launch("linear_backward");
+  check_launch("linear_bias_grad");
 }
 
-size_t linear_workspace(const Context& ctx, int64_t N, int64_t I, int64_t O, DType act) {
-  return matmul_workspace_bytes(ctx, N, O, I, act);
+size_t linear_bias_grad_workspace(int64_t) {
+  return 0;
 }
 
 }  // namespace trainer::nn::cuda

@@ -4,7 +4,8 @@
 // whole training step per backend. A backend whose device or instructions are absent is
 // reported as skipped, never as passed.
 //
-// The reference runs on the same inputs as the case under test (rounded to bf16 first when
+// Outputs an op must write whole start as NaN (poisoned), so a missed element fails; inputs are
+// random and fresh for every case. The reference runs on the same inputs as the case under test (rounded to bf16 first when
 // the case is bf16), so the error measured is the op's own: its arithmetic and the rounding of
 // its outputs. The CPU fp32 kernels themselves are checked against finite differences
 // (ops_grad_test) and the whole model against PyTorch (torch_parity_test).
@@ -12,6 +13,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -104,6 +106,13 @@ class Arena {
     return t;
   }
   Tensor zeros(DType dt, std::initializer_list<int64_t> shape) { return alloc(dt, shape); }
+  // An output the op must write whole: NaN everywhere first, so an element it misses fails.
+  Tensor poisoned(DType dt, std::initializer_list<int64_t> shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return input(std::vector<float>(size_t(n), std::numeric_limits<float>::quiet_NaN()), dt,
+                 shape);
+  }
   std::vector<float> read(const Tensor& t) { return read_as_f32(ctx, t); }
   std::vector<float> read_f64(const Tensor& t) {
     std::vector<double> h(size_t(t.numel()));
@@ -144,7 +153,7 @@ Outputs embedding_case(Arena& a, DType act, DType grad) {
   }
   const Tensor t = a.ints(tok, {N}), p = a.ints(pos, {N});
   const Tensor wte = a.random(1, act, {V, C}), wpe = a.random(2, act, {P, C});
-  const Tensor out = a.zeros(DType::f32, {N, C});
+  const Tensor out = a.poisoned(DType::f32, {N, C});
   embedding_forward(a.ctx, out, t, p, wte, wpe);
   const Tensor dout = a.random(3, DType::f32, {N, C});
   const Tensor dwte = a.random(4, grad, {V, C}), dwpe = a.random(5, grad, {P, C});
@@ -156,8 +165,8 @@ Outputs layernorm_case(Arena& a, DType act, DType grad) {
   const int N = 13, C = 40;
   const Tensor x = a.random(1, DType::f32, {N, C}, 2.0f), w = a.random(2, act, {C});
   const Tensor b = a.random(3, act, {C});
-  const Tensor out = a.zeros(act, {N, C}), mean = a.zeros(DType::f32, {N}),
-               rstd = a.zeros(DType::f32, {N});
+  const Tensor out = a.poisoned(act, {N, C}), mean = a.poisoned(DType::f32, {N}),
+               rstd = a.poisoned(DType::f32, {N});
   layernorm_forward(a.ctx, out, mean, rstd, x, w, b);
   const Tensor dout = a.random(4, act, {N, C}), dx = a.random(5, DType::f32, {N, C});
   const Tensor dw = a.random(6, grad, {C}), db = a.random(7, grad, {C});
@@ -169,7 +178,7 @@ Outputs layernorm_case(Arena& a, DType act, DType grad) {
 Outputs rmsnorm_case(Arena& a, DType act, DType grad) {
   const int N = 13, C = 40;
   const Tensor x = a.random(1, DType::f32, {N, C}, 2.0f), w = a.random(2, act, {C});
-  const Tensor out = a.zeros(act, {N, C}), rstd = a.zeros(DType::f32, {N});
+  const Tensor out = a.poisoned(act, {N, C}), rstd = a.poisoned(DType::f32, {N});
   rmsnorm_forward(a.ctx, out, rstd, x, w);
   const Tensor dout = a.random(4, act, {N, C}), dx = a.random(5, DType::f32, {N, C});
   const Tensor dw = a.random(6, grad, {C});
@@ -191,9 +200,9 @@ Outputs rope_case(Arena& a, DType act, DType) {
 
 Outputs swiglu_case(Arena& a, DType act, DType) {
   const int N = 11, F = 37;
-  const Tensor gu = a.random(1, act, {N, 2 * F}, 3.0f), out = a.zeros(act, {N, F});
+  const Tensor gu = a.random(1, act, {N, 2 * F}, 3.0f), out = a.poisoned(act, {N, F});
   swiglu_forward(a.ctx, out, gu);
-  const Tensor dout = a.random(2, act, {N, F}), dgu = a.zeros(act, {N, 2 * F});
+  const Tensor dout = a.random(2, act, {N, F}), dgu = a.poisoned(act, {N, 2 * F});
   swiglu_backward(a.ctx, dgu, dout, gu);
   return {{"out", a.read(out)}, {"dgate_up", a.read(dgu)}};
 }
@@ -203,9 +212,9 @@ Outputs linear_case(Arena& a, DType act, DType grad, int N, int I, int O, bool b
   const bool in_out = layout == WeightLayout::in_out;
   const Tensor x = a.random(1, act, {N, I}), w = a.random(2, act, {in_out ? I : O, in_out ? O : I});
   const Tensor b = bias ? a.random(3, act, {O}) : Tensor{};
-  const Tensor out = a.zeros(act, {N, O});
+  const Tensor out = a.poisoned(act, {N, O});
   linear_forward(a.ctx, out, x, w, b, layout);
-  const Tensor dout = a.random(4, act, {N, O}), dx = a.zeros(act, {N, I});
+  const Tensor dout = a.random(4, act, {N, O}), dx = a.poisoned(act, {N, I});
   const Tensor dw = a.random(5, grad, {w.dim(0), w.dim(1)});
   const Tensor db = bias ? a.random(6, grad, {O}) : Tensor{};
   linear_backward(a.ctx, dx, dw, db, dout, x, w, layout);
@@ -216,9 +225,9 @@ Outputs linear_case(Arena& a, DType act, DType grad, int N, int I, int O, bool b
 
 Outputs gelu_case(Arena& a, DType act, DType) {
   const int n = 301;
-  const Tensor x = a.random(1, act, {n}, 2.0f), out = a.zeros(act, {n});
+  const Tensor x = a.random(1, act, {n}, 2.0f), out = a.poisoned(act, {n});
   gelu_forward(a.ctx, out, x);
-  const Tensor dout = a.random(2, act, {n}), dx = a.zeros(act, {n});
+  const Tensor dout = a.random(2, act, {n}), dx = a.poisoned(act, {n});
   gelu_backward(a.ctx, dx, dout, x);
   return {{"out", a.read(out)}, {"dx", a.read(dx)}};
 }
@@ -226,7 +235,7 @@ Outputs gelu_case(Arena& a, DType act, DType) {
 Outputs residual_case(Arena& a, DType act, DType) {
   const int n = 257;
   const Tensor x = a.random(1, DType::f32, {n}), y = a.random(2, act, {n});
-  const Tensor out = a.zeros(DType::f32, {n});
+  const Tensor out = a.poisoned(DType::f32, {n});
   residual_forward(a.ctx, out, x, y);
   return {{"out", a.read(out)}};
 }
@@ -246,9 +255,9 @@ Outputs attention_case(Arena& a, DType act, DType, int B, int T, int C, int H, i
   auto part = [&](const Tensor& t, int i) {
     return i == 0 ? t.col_range(0, C) : t.col_range(C + (i - 1) * Ckv, Ckv);
   };
-  const Tensor out = a.zeros(act, {B, T, C}), lse = a.zeros(DType::f32, {B * H * T});
+  const Tensor out = a.poisoned(act, {B, T, C}), lse = a.poisoned(DType::f32, {B * H * T});
   attention_forward(a.ctx, out, lse, part(qkv, 0), part(qkv, 1), part(qkv, 2), mask, H);
-  const Tensor dout = a.random(2, act, {B, T, C}), dqkv = a.zeros(act, {B, T, width});
+  const Tensor dout = a.random(2, act, {B, T, C}), dqkv = a.poisoned(act, {B, T, width});
   attention_backward(a.ctx, part(dqkv, 0), part(dqkv, 1), part(dqkv, 2), dout, out, lse,
                      part(qkv, 0), part(qkv, 1), part(qkv, 2), mask, H);
   return {{"out", a.read(out)}, {"lse", a.read(lse)}, {"dqkv", a.read(dqkv)}};
@@ -259,9 +268,9 @@ Outputs cross_entropy_case(Arena& a, DType act, DType) {
   std::vector<int32_t> tgt;
   for (int n = 0; n < N; ++n) tgt.push_back(n % 4 == 1 ? -1 : (n * 13 + 2) % V);
   const Tensor logits = a.random(1, act, {N, V}, 3.0f), t = a.ints(tgt, {N});
-  const Tensor sum = a.zeros(DType::f64, {1}), stats = a.zeros(DType::f32, {N, 2});
+  const Tensor sum = a.zeros(DType::f64, {1}), stats = a.poisoned(DType::f32, {N, 2});
   cross_entropy_forward(a.ctx, sum, stats, logits, t);
-  const Tensor dlogits = a.zeros(act, {N, V});
+  const Tensor dlogits = a.poisoned(act, {N, V});
   cross_entropy_backward(a.ctx, dlogits, logits, stats, t, 0.25f);
   return {{"loss", a.read_f64(sum)}, {"dlogits", a.read(dlogits)}};
 }
@@ -269,7 +278,7 @@ Outputs cross_entropy_case(Arena& a, DType act, DType) {
 Outputs cast_case(Arena& a, DType act, DType) {
   const int R = 9, Cn = 30;
   const Tensor src = a.random(1, DType::f32, {R, Cn});
-  const Tensor mid = a.zeros(act, {R, 2 * Cn}), out = a.zeros(DType::f32, {R, Cn});
+  const Tensor mid = a.zeros(act, {R, 2 * Cn}), out = a.poisoned(DType::f32, {R, Cn});
   cast(a.ctx, mid.col_range(Cn / 2, Cn), src);  // into a strided view
   cast(a.ctx, out, mid.col_range(Cn / 2, Cn));
   return {{"out", a.read(out)}};
@@ -283,7 +292,7 @@ Outputs adamw_case(Arena& a, DType act, DType grad) {
   std::vector<float> vh = a.read(v);
   for (float& x : vh) x = x * x;
   const Tensor v2 = a.input(vh, DType::f32, {n});
-  const Tensor working = act == DType::bf16 ? a.zeros(DType::bf16, {n}) : Tensor{};
+  const Tensor working = act == DType::bf16 ? a.poisoned(DType::bf16, {n}) : Tensor{};
   adamw_update(a.ctx, p, g, m, v2, working,
                {.lr = 1e-2f, .weight_decay = 0.1f, .grad_scale = 0.5f, .step = 3});
   // The working copy is the updated params rounded: the reference's are its fp32 params.

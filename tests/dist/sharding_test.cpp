@@ -51,7 +51,7 @@ struct Trained {
 // norm (a sum of the shards' squares when sharded), clipping and AdamW.
 Trained train(ShardingStage stage, const MicroSchedule& micro, int steps,
               nn::Recompute recompute = nn::Recompute::none, DType compute = DType::f32,
-              nn::Arch arch = nn::Arch::gpt2) {
+              nn::Arch arch = nn::Arch::gpt2, bool reshard_after_forward = true) {
   Communicator& c = world();
   nn::ExecConfig exec = testing::exec_for(B, T, recompute, compute);
   exec.own_params = stage == ShardingStage::none;
@@ -60,6 +60,7 @@ Trained train(ShardingStage stage, const MicroSchedule& micro, int steps,
   ParallelConfig pc;
   pc.stage = stage;
   pc.bucket_mb = 0.02;
+  pc.reshard_after_forward = reshard_after_forward;
   t.dp = make_data_parallel(c, *t.model, pc);
   init_masters(*t.dp, *t.model, deep_config(arch), 7);
   for (int step = 0; step < steps; ++step) {
@@ -135,7 +136,7 @@ std::vector<float> ddp_params(const MicroSchedule& micro, int steps, nn::Recompu
 }
 
 // 20 steps of two micro-batches: every stage ends with DDP's parameters (1e-5 relative), for
-// both architectures.
+// both architectures, and full also with reshard_after_forward = false.
 TEST(Sharding, EveryStageMatchesDdp) {
   const MicroSchedule two = [](int, int) { return 2; };
   for (nn::Arch arch : {nn::Arch::gpt2, nn::Arch::llama}) {
@@ -145,6 +146,11 @@ TEST(Sharding, EveryStageMatchesDdp) {
       EXPECT_LT(max_diff_to(*t.dp, *t.model, ref, 20), 1e-5)
           << sharding_stage_name(s) << " " << nn::arch_name(arch);
     }
+    // full, keeping every unit gathered from its forward to the step's end.
+    Trained kept =
+        train(ShardingStage::full, two, 20, nn::Recompute::none, DType::f32, arch, false);
+    EXPECT_LT(max_diff_to(*kept.dp, *kept.model, ref, 20), 1e-5)
+        << "full, reshard_after_forward false, " << nn::arch_name(arch);
   }
 }
 

@@ -93,6 +93,10 @@ const std::vector<KeySpec>& schema() {
       {"train.on_nonfinite", Kind::text, std::string("stop"),
        "A NaN/Inf loss or gradient: stop with a diagnostic, or skip the step", -1e300, 1e300,
        L{"stop", "skip"}},
+      {"train.init_from", Kind::text, std::string(""),
+       "Fine-tuning: start a new run from the weights of a checkpoint, a run directory or an "
+       "exported model (same model and tokenizer; fresh optimizer, step 0); a checkpoint of "
+       "this run, when resuming, takes precedence"},
       {"train.resume", Kind::text, std::string("auto"),
        "auto (latest checkpoint of this run, if any), none, or a checkpoint directory"},
       {"train.val_every", Kind::integer, int64_t(100), "Validate every N steps (0 = never)", 0},

@@ -180,6 +180,7 @@ RunConfig resolve_run(const Config& c) {
   r.freeze = c.list("train.freeze");
   r.on_nonfinite = c.text("train.on_nonfinite") == "skip" ? NonFinite::skip : NonFinite::stop;
   r.resume = c.text("train.resume");
+  r.init_from = c.text("train.init_from");
   r.val_every = c.integer("train.val_every");
   r.val_batches = c.integer("train.val_batches");
   r.checkpoint_every = c.integer("checkpoint.every");

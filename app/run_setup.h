@@ -44,6 +44,7 @@ struct RunConfig {
   std::vector<std::string> freeze;
   NonFinite on_nonfinite = NonFinite::stop;
   std::string resume;  // "auto", "none" or a checkpoint directory
+  std::filesystem::path init_from;  // fine-tuning's source (empty: initialise by the seed)
   int64_t val_every = 0, val_batches = 0;
   int64_t checkpoint_every = 0, keep_last = 0, keep_every = 0;
   double checkpoint_timeout_s = 0;

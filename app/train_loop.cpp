@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "app/checkpoint.h"
+#include "app/init_from.h"
 #include "app/metrics.h"
 #include "app/run_setup.h"
 #include "data/loader.h"
@@ -133,9 +134,7 @@ void check_resumable(const Config& now, const Checkpoint& ckpt) {
     CHECK(then.to_yaml_value(key) == now.to_yaml_value(key),
           "cannot resume from {}: {} was {} there but is {} now (it defines the data order)",
           ckpt.dir.string(), key, then.to_yaml_value(key), now.to_yaml_value(key));
-  for (const char* key : {"model.arch", "model.vocab_size", "model.max_seq_len", "model.n_layer",
-                          "model.n_head", "model.n_embd", "model.n_kv_head", "model.ffn_hidden",
-                          "model.ffn_multiple_of", "model.rope_theta", "model.tie_embeddings"})
+  for (const char* key : model_keys())
     CHECK(then.to_yaml_value(key) == now.to_yaml_value(key),
           "cannot resume from {}: {} was {} there but is {} now (another model; start a new "
           "run, or set train.resume=none with --force)",
@@ -346,6 +345,10 @@ void TrainLoop::start_up() {
           from.string(), rc_.train_data.data_dir.string());
     state_ = ckpt->state;
   }
+  // Fine-tuning starts a new run (not a resume) from saved weights; checked now, loaded below.
+  std::optional<InitSource> init;
+  if (!ckpt && !rc_.init_from.empty())
+    init = open_init_source(rc_.init_from, config_, tokenizer_hash_);
   const std::vector<fs::path> discard =
       leader_ ? check_overwrite(from, state_.step) : std::vector<fs::path>{};
   std::optional<data::LoaderState> loader_state;
@@ -378,6 +381,9 @@ void TrainLoop::start_up() {
     load_training_state(*ckpt, model_, *dp_);
     saved_step_ = state_.step;
     log::info("resumed from {} at step {}", from.string(), state_.step);
+  } else if (init) {
+    load_init_weights(*init, model_, *dp_);
+    log::info("fine-tuning from {}: its weights, a fresh optimizer, step 0", init->dir.string());
   } else {
     dist::init_masters(*dp_, model_, rc_.model, rc_.seed);
   }
@@ -688,7 +694,7 @@ int TrainLoop::run() {
 // Relative data paths are made absolute, so that the run's saved config (and eval, sample or
 // export of its checkpoints) works from any working directory.
 Config with_absolute_paths(Config c) {
-  for (const char* key : {"data.path", "data.tokenizer"}) {
+  for (const char* key : {"data.path", "data.tokenizer", "train.init_from"}) {
     const fs::path p = c.text(key);
     if (!p.empty() && p.is_relative()) c.set(key, fs::absolute(p).lexically_normal().string());
   }

@@ -286,4 +286,50 @@ TEST(Training, LlamaTrainsSamplesAndExportsAsHuggingFaceLlama) {
   EXPECT_EQ(config.at("tie_word_embeddings"), false);
 }
 
+// Fine-tuning (train.init_from): a new run starts from a run's latest checkpoint, or from a
+// bf16 export of it, at step 0 with a fresh optimizer, well below a fresh start's loss; another
+// model or another tokenizer is refused before anything is written.
+TEST(Training, FineTuningStartsFromSavedWeightsWithAFreshOptimizer) {
+  TempDir dir("finetune");
+  train_tiny(dir, {"train.steps=40", "log.every=1"});
+  auto first_loss = [&](const std::string& name) {
+    for (const auto& j : metrics_without_timings(dir.path / "runs" / name, 0))
+      if (j.contains("loss")) return j.at("loss").get<double>();
+    return -1.0;
+  };
+  const std::string run = (dir.path / "runs/r").string(), exported = (dir.path / "exp").string();
+  ASSERT_EQ(cmd_export({run, "--out", exported, "--dtype", "bf16"}), 0);
+  Config fresh = tiny_config(dir.path / "data", dir.path / "runs", "fresh");
+  fresh.apply_override("train.steps=2");
+  fresh.apply_override("log.every=1");
+  ASSERT_EQ(run_training(fresh), 0);
+  for (const std::string& source : {run, exported}) {
+    const std::string name = source == run ? "from_run" : "from_export";
+    Config c = tiny_config(dir.path / "data", dir.path / "runs", name);
+    c.apply_override("train.steps=2");
+    c.apply_override("log.every=1");
+    c.set("train.init_from", source);
+    ASSERT_EQ(run_training(c), 0) << source;
+    EXPECT_LT(first_loss(name), first_loss("fresh") - 0.5) << source;
+    const Checkpoint ckpt = open_checkpoint(latest_checkpoint(dir.path / "runs" / name));
+    EXPECT_EQ(ckpt.state.step, 2);  // counted from 0
+    const CheckpointTensors t(ckpt, nn::ParamLayout(model_config(c)));
+    EXPECT_EQ(t.optimizer_steps(), 2) << "a fresh optimizer";
+  }
+  // Another model: the first key that differs is named; nothing is written.
+  Config wide = tiny_config(dir.path / "data", dir.path / "runs", "wide");
+  wide.apply_override("model.n_embd=48");
+  wide.set("train.init_from", run);
+  std::string e = error_of([&] { run_training(wide); });
+  EXPECT_NE(e.find("train.init_from"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.n_embd is 32 there but 48 here"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(dir.path / "runs/wide/metrics.jsonl"));
+  // Another tokenizer.
+  write_file_atomic(fs::path(exported) / "tokenizer.model", "not this run's tokenizer");
+  Config other = tiny_config(dir.path / "data", dir.path / "runs", "other");
+  other.set("train.init_from", exported);
+  e = error_of([&] { run_training(other); });
+  EXPECT_NE(e.find("was trained with another tokenizer"), std::string::npos) << e;
+}
+
 }  // namespace trainer::app

@@ -1,0 +1,117 @@
+// Fine-tuning from saved weights; see init_from.h.
+#include "app/init_from.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "data/tokenizer.h"
+#include "runtime/error.h"
+#include "runtime/file_io.h"
+#include "runtime/memory.h"
+#include "runtime/safetensors.h"
+
+namespace trainer::app {
+
+namespace fs = std::filesystem;
+
+const std::initializer_list<const char*>& model_keys() {
+  static const std::initializer_list<const char*> keys = {
+      "model.arch",       "model.vocab_size",    "model.max_seq_len",
+      "model.n_layer",    "model.n_head",        "model.n_embd",
+      "model.n_kv_head",  "model.ffn_hidden",    "model.ffn_multiple_of",
+      "model.rope_theta", "model.tie_embeddings"};
+  return keys;
+}
+
+InitSource open_init_source(const fs::path& from, const Config& run_config,
+                            uint64_t tokenizer_hash) {
+  InitSource s;
+  std::string config_yaml;
+  fs::path tokenizer;
+  const bool exported = fs::is_regular_file(from / "model.safetensors") &&
+                        fs::is_regular_file(from / "trainer_config.yaml");
+  if (exported) {
+    s.dir = from;
+    config_yaml = read_file(from / "trainer_config.yaml");
+    tokenizer = from / "tokenizer.model";
+  } else {
+    CHECK(fs::is_directory(from),
+          "train.init_from = {} is neither a checkpoint, a run directory nor an exported model",
+          from.string());
+    s.checkpoint = open_checkpoint(checkpoint_dir_of(from));
+    s.dir = s.checkpoint->dir;
+    config_yaml = s.checkpoint->config_yaml;
+    tokenizer = s.checkpoint->tokenizer;
+  }
+  Config then;
+  then.merge_yaml(config_yaml, s.dir.string());
+  for (const char* key : model_keys())
+    if (then.to_yaml_value(key) != run_config.to_yaml_value(key))
+      throw UsageError(fmt::format(
+          "train.init_from = {}: {} is {} there but {} here (another model: fine-tuning needs "
+          "the same one)",
+          from.string(), key, then.to_yaml_value(key), run_config.to_yaml_value(key)));
+  CHECK(!tokenizer.empty() && fs::is_regular_file(tokenizer),
+        "train.init_from = {} holds no tokenizer to check against data.tokenizer", from.string());
+  const uint64_t hash = data::tokenizer_file_hash(tokenizer);
+  if (hash != tokenizer_hash)
+    throw UsageError(fmt::format(
+        "train.init_from = {} was trained with another tokenizer ({:016x}; data.tokenizer is "
+        "{:016x}): its token ids would mean other pieces",
+        from.string(), hash, tokenizer_hash));
+  return s;
+}
+
+namespace {
+
+// One tensor of an export as fp32 host values, checked against the layout's shape.
+std::vector<float> exported_tensor(const SafetensorsFile& file, const nn::ParamInfo& p) {
+  CHECK(file.contains(p.name), "{}: no tensor '{}' (an export of another model?)",
+        file.path().string(), p.name);
+  const TensorEntry& t = file.get(p.name);
+  CHECK(t.shape == p.shape && (t.dtype == DType::f32 || t.dtype == DType::bf16),
+        "{}: tensor '{}' is not {} values of the model's shape", file.path().string(), p.name,
+        "fp32 or bf16");
+  std::vector<float> out(size_t(p.numel));
+  if (t.dtype == DType::f32) {
+    std::copy_n(static_cast<const float*>(t.data), p.numel, out.begin());
+  } else {
+    const bf16* b = static_cast<const bf16*>(t.data);
+    for (int64_t i = 0; i < p.numel; ++i) out[size_t(i)] = to_float(b[i]);
+  }
+  return out;
+}
+
+}  // namespace
+
+void load_init_weights(const InitSource& source, const nn::Model& model, dist::DataParallel& dp) {
+  const Tensor masters = dp.masters();
+  std::optional<CheckpointTensors> saved;
+  std::optional<SafetensorsFile> exported;
+  if (source.checkpoint)
+    saved.emplace(*source.checkpoint, model.layout());
+  else
+    exported.emplace(source.dir / "model.safetensors");
+  std::vector<float> values;
+  for (const nn::ParamInfo& p : model.layout().params()) {
+    bool read = false;  // the tensor, once, if this rank holds any of it
+    for (const nn::FlatSlice& sl : dp.slices()) {
+      const int64_t b = std::max(sl.begin, p.offset), e = std::min(sl.end, p.offset + p.numel);
+      if (b >= e) continue;
+      if (!read) {
+        if (saved) {
+          values.resize(size_t(p.numel));
+          saved->read_params(p.offset, p.offset + p.numel, values.data());
+        } else {
+          values = exported_tensor(*exported, p);
+        }
+        read = true;
+      }
+      copy(model.context(), masters.flat(sl.local + (b - sl.begin), e - b),
+           make_tensor(values.data() + (b - p.offset), DType::f32, {e - b}));
+    }
+  }
+  dp.masters_changed();
+}
+
+}  // namespace trainer::app

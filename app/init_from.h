@@ -1,0 +1,36 @@
+// Fine-tuning (train.init_from): a new run starts from the weights of a saved model (a
+// checkpoint, a run directory's latest checkpoint, or a folder `trainer export` wrote), with a
+// fresh optimizer at step 0, on any data. The source must be the same model and tokenizer.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "app/checkpoint.h"
+#include "app/config.h"
+#include "dist/data_parallel.h"
+#include "nn/model.h"
+
+namespace trainer::app {
+
+struct InitSource {
+  std::filesystem::path dir;
+  std::optional<Checkpoint> checkpoint;  // else an export: model.safetensors in dir
+};
+
+// Opens `from` and checks it against the run that `run_config` describes: every key that
+// defines the model must match and its tokenizer must hash to `tokenizer_hash`; throws a
+// UsageError naming the first difference. Reads no weights.
+InitSource open_init_source(const std::filesystem::path& from, const Config& run_config,
+                            uint64_t tokenizer_hash);
+
+// Loads the source's weights into this rank's slices of `dp` (fp32 or bf16 exports alike), a
+// tensor at a time, and makes the model's weights agree.
+void load_init_weights(const InitSource& source, const nn::Model& model, dist::DataParallel& dp);
+
+// The keys that define a model's parameters and what they compute.
+const std::initializer_list<const char*>& model_keys();
+
+}  // namespace trainer::app

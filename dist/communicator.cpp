@@ -1,6 +1,7 @@
 // Work handles, the single-process communicator and the factory; see communicator.h.
 #include "dist/communicator.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "dist/work_state.h"
@@ -91,6 +92,17 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator&, int, const C
 std::unique_ptr<Communicator> make_communicator(const LaunchInfo& launch,
                                                 const CommOptions& options) {
   if (!launch.distributed()) return make_single_process_communicator();
+  // Launch errors MPI would report at length, or not at all: named with their fix, before MPI.
+  if (launch.launcher == "srun" && !std::getenv("PMIX_RANK") && !std::getenv("PMI_RANK"))
+    throw UsageError(fmt::format(
+        "srun started {} ranks without a process-management interface for MPI: launch with "
+        "srun --mpi=pmix (Debian's Open MPI speaks only PMIx to srun)",
+        launch.world_size));
+  if (launch.launcher == "env")
+    throw UsageError(fmt::format(
+        "RANK/WORLD_SIZE say {} ranks (a torchrun-style launcher) but this trainer's ranks talk "
+        "over MPI: launch with mpirun -np {} or srun --mpi=pmix -n {}",
+        launch.world_size, launch.world_size, launch.world_size));
   return make_mpi_communicator(launch, options);
 }
 

@@ -17,7 +17,7 @@ say() { echo "local_cluster: $*" >&2; }
 
 running() {  # NAME PIDFILE: the pid file names a live process called NAME
   local pid
-  [[ -r $2 ]] && pid=$(cat "$2") && [[ $pid =~ ^[0-9]+$ ]] &&
+  [[ -r $2 ]] && pid=$(cat "$2" 2>/dev/null) && [[ $pid =~ ^[0-9]+$ ]] &&
     [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$1" ]] &&
     [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) != Z ]]
 }
@@ -25,7 +25,7 @@ running() {  # NAME PIDFILE: the pid file names a live process called NAME
 stop_one() {  # NAME PIDFILE
   running "$1" "$2" || { rm -f "$2"; return 0; }
   local pid
-  pid=$(cat "$2")
+  pid=$(cat "$2" 2>/dev/null) || return 0
   kill -TERM "$pid" 2>/dev/null || true
   for _ in $(seq 1 50); do running "$1" "$2" || break; sleep 0.1; done
   if running "$1" "$2"; then kill -KILL "$pid" 2>/dev/null || true; fi

@@ -5,7 +5,8 @@
 #   3. sbatch scripts/launch/train.sbatch, pre-empted (SIGUSR1 to its ranks, as --signal sends
 #      before a time limit): the ranks save and exit 75, the job requeues itself and resumes from
 #      that checkpoint to the end;
-#   4. salloc -n 2 mpirun -np 2 trainer train.
+#   4. salloc -n 2 mpirun -np 2 trainer train;
+#   5. scripts/launch/srun.sh and scripts/launch/mpirun.sh.
 # The cluster is stopped by PID afterwards. Skipped (77) where Slurm cannot be installed or
 # started here (not root, no packages).
 #   slurm.sh <trainer> <source dir>
@@ -85,3 +86,12 @@ OMP_NUM_THREADS=1 salloc -n 2 mpirun --allow-run-as-root -np 2 "$TRAINER" train 
   --set run.name=salloc --set train.steps=5 >salloc.log 2>&1 || { tail -5 salloc.log; fail "salloc mpirun"; }
 [[ $(world_of runs/salloc/checkpoints/step-5/trainer_state.json) == 2 ]] || fail "salloc: not 2 ranks"
 echo "salloc -n 2 mpirun -np 2: 2 ranks"
+
+# 5. The launch scripts the docs show.
+TRAINER="$TRAINER" bash "$ROOT/scripts/launch/srun.sh" 1 2 c.yaml --set run.name=srun_sh \
+  --set train.steps=3 >srun_sh.log 2>&1 || { tail -5 srun_sh.log; fail "scripts/launch/srun.sh"; }
+[[ $(world_of runs/srun_sh/checkpoints/step-3/trainer_state.json) == 2 ]] || fail "srun.sh: not 2 ranks"
+TRAINER="$TRAINER" bash "$ROOT/scripts/launch/mpirun.sh" 2 c.yaml --set run.name=mpirun_sh \
+  --set train.steps=3 >mpirun_sh.log 2>&1 || { tail -5 mpirun_sh.log; fail "scripts/launch/mpirun.sh"; }
+[[ $(world_of runs/mpirun_sh/checkpoints/step-3/trainer_state.json) == 2 ]] || fail "mpirun.sh: not 2 ranks"
+echo "scripts/launch/srun.sh 1 2 and mpirun.sh 2: 2 ranks each"

@@ -64,54 +64,35 @@ InitSource open_init_source(const fs::path& from, const Config& run_config,
 
 namespace {
 
-// One tensor of an export as fp32 host values, checked against the layout's shape.
-std::vector<float> exported_tensor(const SafetensorsFile& file, const nn::ParamInfo& p) {
+// One tensor of an export as p.numel fp32 values in out, checked against the layout's shape.
+void exported_tensor(const SafetensorsFile& file, const nn::ParamInfo& p, float* out) {
   CHECK(file.contains(p.name), "{}: no tensor '{}' (an export of another model?)",
         file.path().string(), p.name);
   const TensorEntry& t = file.get(p.name);
   CHECK(t.shape == p.shape && (t.dtype == DType::f32 || t.dtype == DType::bf16),
         "{}: tensor '{}' is not {} values of the model's shape", file.path().string(), p.name,
         "fp32 or bf16");
-  std::vector<float> out(size_t(p.numel));
   if (t.dtype == DType::f32) {
-    std::copy_n(static_cast<const float*>(t.data), p.numel, out.begin());
+    std::copy_n(static_cast<const float*>(t.data), p.numel, out);
   } else {
     const bf16* b = static_cast<const bf16*>(t.data);
-    for (int64_t i = 0; i < p.numel; ++i) out[size_t(i)] = to_float(b[i]);
+    for (int64_t i = 0; i < p.numel; ++i) out[i] = to_float(b[i]);
   }
-  return out;
 }
 
 }  // namespace
 
 void load_init_weights(const InitSource& source, const nn::Model& model, dist::DataParallel& dp) {
-  const Tensor masters = dp.masters();
-  std::optional<CheckpointTensors> saved;
-  std::optional<SafetensorsFile> exported;
-  if (source.checkpoint)
-    saved.emplace(*source.checkpoint, model.layout());
-  else
-    exported.emplace(source.dir / "model.safetensors");
-  std::vector<float> values;
-  for (const nn::ParamInfo& p : model.layout().params()) {
-    bool read = false;  // the tensor, once, if this rank holds any of it
-    for (const nn::FlatSlice& sl : dp.slices()) {
-      const int64_t b = std::max(sl.begin, p.offset), e = std::min(sl.end, p.offset + p.numel);
-      if (b >= e) continue;
-      if (!read) {
-        if (saved) {
-          values.resize(size_t(p.numel));
-          saved->read_params(p.offset, p.offset + p.numel, values.data());
-        } else {
-          values = exported_tensor(*exported, p);
-        }
-        read = true;
-      }
-      copy(model.context(), masters.flat(sl.local + (b - sl.begin), e - b),
-           make_tensor(values.data() + (b - p.offset), DType::f32, {e - b}));
-    }
+  if (source.checkpoint) {
+    const CheckpointTensors saved(*source.checkpoint, model.layout());
+    dist::set_masters(dp, model, [&](const nn::ParamInfo& p, float* out) {
+      saved.read_params(p.offset, p.offset + p.numel, out);
+    });
+    return;
   }
-  dp.masters_changed();
+  const SafetensorsFile exported(source.dir / "model.safetensors");
+  dist::set_masters(dp, model,
+                    [&](const nn::ParamInfo& p, float* out) { exported_tensor(exported, p, out); });
 }
 
 }  // namespace trainer::app

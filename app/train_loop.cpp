@@ -141,23 +141,18 @@ void check_resumable(const Config& now, const Checkpoint& ckpt) {
           ckpt.dir.string(), key, then.to_yaml_value(key), now.to_yaml_value(key));
 }
 
-// The run's resolved config with its GPU chosen (this rank's local rank mod the node's GPUs)
-// when it runs on CUDA.
-RunConfig resolve_on_device(const Config& config) {
+// The run's resolved config, on GPU `device` (run_training chose it) when it runs on CUDA.
+RunConfig resolve_on_device(const Config& config, int device) {
   RunConfig rc = resolve_run(config);
-  if (rc.exec.device != Device::cuda) return rc;
-  const int device = dist::bind_device(dist::discover_launch());
-  if (device < 0)
-    throw UsageError(cuda_built() ? "run.device = cuda but this machine has no CUDA GPU"
-                                  : "run.device = cuda but this trainer was built without the "
-                                    "CUDA backend (build with TRAINER_CUDA=ON)");
-  rc.exec.device_index = device;
+  if (rc.exec.device == Device::cuda) rc.exec.device_index = device;
   return rc;
 }
 
 class TrainLoop {
  public:
-  TrainLoop(const Config& config, const TrainOptions& options, dist::Communicator& comm);
+  // `device`: the GPU this rank runs on (run.device: cuda), else unused.
+  TrainLoop(const Config& config, const TrainOptions& options, dist::Communicator& comm,
+            int device);
   int run();
 
  private:
@@ -206,9 +201,10 @@ class TrainLoop {
   int64_t first_step_ = 0;
 };
 
-TrainLoop::TrainLoop(const Config& config, const TrainOptions& options, dist::Communicator& comm)
+TrainLoop::TrainLoop(const Config& config, const TrainOptions& options, dist::Communicator& comm,
+                     int device)
     : config_(config),
-      rc_(resolve_on_device(config)),
+      rc_(resolve_on_device(config, device)),
       options_(options),
       comm_(comm),
       leader_(comm.rank() == 0),
@@ -472,13 +468,15 @@ void TrainLoop::finish_gradients(StepStats& s) {
 // The first parameter (of this rank's slices) with a non-finite gradient.
 std::string TrainLoop::first_nonfinite_gradient() {
   const Tensor grads = dp_->grads();
-  for (const nn::ParamInfo& p : model_.layout().params())
-    for (const nn::FlatSlice& sl : dp_->slices()) {
-      const int64_t b = std::max(sl.begin, p.offset), e = std::min(sl.end, p.offset + p.numel);
-      if (b >= e) continue;
-      for (float g : read_as_f32(model_.context(), grads.flat(sl.local + (b - sl.begin), e - b)))
-        if (!std::isfinite(g)) return "the gradient of " + p.name;
-    }
+  for (const nn::ParamInfo& p : model_.layout().params()) {
+    bool bad = false;
+    nn::for_each_held(dp_->slices(), p.offset, p.offset + p.numel,
+                      [&](int64_t local, int64_t b, int64_t e) {
+                        for (float g : read_as_f32(model_.context(), grads.flat(local, e - b)))
+                          bad |= !std::isfinite(g);
+                      });
+    if (bad) return "the gradient of " + p.name;
+  }
   return "the gradients";
 }
 
@@ -714,14 +712,20 @@ int run_training(const Config& config, const TrainOptions& options) {
   log::configure(launch.rank, launch.world_size);
   const dist::CommOptions comm_options{.timeout_s = config.real("dist.timeout_s")};
   auto comm = dist::make_communicator(launch, comm_options);
-  // GPUs talk over NCCL (its id sent over MPI, host buffers still through MPI).
+  // A CUDA run takes GPU local rank mod the node's GPUs; several GPUs talk over NCCL (its id
+  // sent over MPI, host buffers still through MPI).
+  int device = -1;
   std::unique_ptr<dist::Communicator> nccl;
-  if (config.text("run.device") == "cuda" && comm->size() > 1) {
-    const int device = dist::bind_device(launch);
-    CHECK(device >= 0, "run.device = cuda but rank {} sees no CUDA GPU", launch.rank);
-    nccl = dist::make_nccl_communicator(*comm, device, comm_options);
+  if (config.text("run.device") == "cuda") {
+    device = dist::bind_device(launch);
+    if (device < 0)
+      throw UsageError(
+          cuda_built() ? fmt::format("run.device = cuda but rank {} sees no CUDA GPU", launch.rank)
+                       : std::string("run.device = cuda but this trainer was built "
+                                     "without the CUDA backend (TRAINER_CUDA=ON)"));
+    if (comm->size() > 1) nccl = dist::make_nccl_communicator(*comm, device, comm_options);
   }
-  TrainLoop loop(with_absolute_paths(config), options, nccl ? *nccl : *comm);
+  TrainLoop loop(with_absolute_paths(config), options, nccl ? *nccl : *comm, device);
   return loop.run();
 }
 

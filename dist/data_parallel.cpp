@@ -115,25 +115,30 @@ std::unique_ptr<DataParallel> make_data_parallel(Communicator& comm, nn::Model& 
   return make_sharded(comm, model, config);
 }
 
-void init_masters(DataParallel& dp, const nn::Model& model, const nn::ModelConfig& config,
-                  uint64_t seed) {
+void set_masters(DataParallel& dp, const nn::Model& model,
+                 const std::function<void(const nn::ParamInfo& p, float* out)>& values) {
   const Tensor masters = dp.masters();
-  std::vector<float> values;
+  std::vector<float> host;
   for (const nn::ParamInfo& p : model.layout().params()) {
-    bool made = false;
-    for (const nn::FlatSlice& sl : dp.slices()) {
-      const int64_t b = std::max(sl.begin, p.offset), e = std::min(sl.end, p.offset + p.numel);
-      if (b >= e) continue;
-      if (!made) {
-        values.resize(size_t(p.numel));
-        nn::init_param(config, p, seed, values.data());
-        made = true;
-      }
-      copy(model.context(), masters.flat(sl.local + (b - sl.begin), e - b),
-           make_tensor(values.data() + (b - p.offset), DType::f32, {e - b}));
-    }
+    bool made = false;  // the tensor's values, once, if this rank holds any of it
+    nn::for_each_held(dp.slices(), p.offset, p.offset + p.numel,
+                      [&](int64_t local, int64_t b, int64_t e) {
+                        if (!made) {
+                          host.resize(size_t(p.numel));
+                          values(p, host.data());
+                          made = true;
+                        }
+                        copy(model.context(), masters.flat(local, e - b),
+                             make_tensor(host.data() + (b - p.offset), DType::f32, {e - b}));
+                      });
   }
   dp.masters_changed();
+}
+
+void init_masters(DataParallel& dp, const nn::Model& model, const nn::ModelConfig& config,
+                  uint64_t seed) {
+  set_masters(dp, model,
+              [&](const nn::ParamInfo& p, float* out) { nn::init_param(config, p, seed, out); });
 }
 
 void empty_pass(nn::Model& model, DataParallel& dp, bool backward) {

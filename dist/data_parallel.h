@@ -86,9 +86,14 @@ class DataParallel {
 std::unique_ptr<DataParallel> make_data_parallel(Communicator& comm, nn::Model& model,
                                                  const ParallelConfig& config);
 
-// Initialises the masters this rank holds by the parameters' rules (a tensor's values depend
-// only on the seed and its name, so every rank and shard agree), one tensor at a time, and
-// calls masters_changed().
+// Sets the masters this rank holds a tensor at a time: values(p, out) writes parameter p's
+// p.numel fp32 values to out, and is called once for each parameter this rank holds any of;
+// then masters_changed(). Host memory: one tensor.
+void set_masters(DataParallel& dp, const nn::Model& model,
+                 const std::function<void(const nn::ParamInfo& p, float* out)>& values);
+
+// set_masters by the parameters' initialisation rules (a tensor's values depend only on the
+// seed and its name, so every rank and shard agree).
 void init_masters(DataParallel& dp, const nn::Model& model, const nn::ModelConfig& config,
                   uint64_t seed);
 

@@ -191,8 +191,7 @@ class MpiCommunicator final : public Communicator {
     return enqueue(Kind::broadcast, data, data, bytes, DType::u8, root);
   }
   Work barrier_async(double timeout_s) override {
-    Work w = enqueue(Kind::barrier, nullptr, nullptr, 0, DType::u8, 0, timeout_s);
-    return w;
+    return enqueue(Kind::barrier, nullptr, nullptr, 0, DType::u8, 0, timeout_s);
   }
 
   double busy_seconds() const override { return busy_total_.load(); }

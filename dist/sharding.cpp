@@ -168,6 +168,7 @@ class Sharded final : public DataParallel, public nn::UnitStore {
   void forget_weights();
   Slot& weight_slot(int u);
   int predict_next(int u, nn::ParamUse use, int previous) const;
+  Slot* open_grad_slot(int u);
   void reduce(int u, const Tensor& padded_grads, const Tensor& received);
   void complete(Reduction& r);
   void complete_reductions();
@@ -371,15 +372,14 @@ Tensor Sharded::weights(int u, nn::ParamUse use) {
 Tensor Sharded::grads(int u) {
   const int64_t size = unit(u).size();
   if (plan_.full_grads) return full_grads_.view(grad_, plan_.full_grads).flat(unit(u).padded, size);
-  if (u == final_unit()) complete_reductions();  // a backward starts
-  Slot* slot = u == 0 ? &embedding_grad_ : nullptr;
-  for (Slot& s : grad_slots_)
-    if (s.unit == u && s.open) slot = &s;
-  if (!slot) {
+  if (u == final_unit()) complete_reductions();                        // a backward starts
+  if (Slot* open = open_grad_slot(u)) return open->all.flat(0, size);  // the embedding, again
+  Slot* slot = &embedding_grad_;
+  if (u != 0) {
     slot = &grad_slots_[size_t(next_grad_slot_)];
     next_grad_slot_ = (next_grad_slot_ + 1) % kSlots;
   }
-  if (!(slot->unit == u && slot->open)) {  // taking it over: its last reduce-scatter must be done
+  {  // taking it over: its last reduce-scatter must be done
     for (Reduction& r : reductions_)
       if (r.send == slot->all.data) complete(r);
     std::erase_if(reductions_, [](const Reduction& r) { return r.unit < 0; });
@@ -388,6 +388,14 @@ Tensor Sharded::grads(int u) {
     slot->open = true;
   }
   return slot->all.flat(0, size);
+}
+
+// The gradient slot backward is still adding unit u's gradient to, or null.
+Sharded::Slot* Sharded::open_grad_slot(int u) {
+  if (embedding_grad_.unit == u && embedding_grad_.open) return &embedding_grad_;
+  for (Slot& s : grad_slots_)
+    if (s.unit == u && s.open) return &s;
+  return nullptr;
 }
 
 void Sharded::reduce(int u, const Tensor& padded_grads, const Tensor& received) {
@@ -406,11 +414,8 @@ void Sharded::grads_ready(int u) {
     reduce(u, full_grads_.view(grad_, plan_.full_grads).flat(x.padded, padded(u)), to);
     return;
   }
-  Slot* slot = u == 0 ? &embedding_grad_ : nullptr;
-  for (Slot& s : grad_slots_)
-    if (s.unit == u && s.open) slot = &s;
-  TRAINER_ASSERT(slot && slot->open && slot->unit == u,
-                 "gradient of unit {} ready but never handed out", u);
+  Slot* slot = open_grad_slot(u);
+  TRAINER_ASSERT(slot, "gradient of unit {} ready but never handed out", u);
   slot->open = false;
   reduce(u, slot->all.flat(0, padded(u)), slot->received.flat(0, x.shard));
 }
@@ -440,10 +445,9 @@ void Sharded::finish() {
     }
   complete_reductions();
   for (const Range& f : config_.frozen)  // never trained: keep them out of the norm
-    for (const nn::FlatSlice& s : slices()) {
-      const int64_t b = std::max(f.begin, s.begin), e = std::min(f.end, s.end);
-      if (b < e) fill_zero(model_.context(), grads().flat(s.local + (b - s.begin), e - b));
-    }
+    nn::for_each_held(slices(), f.begin, f.end, [&](int64_t local, int64_t b, int64_t e) {
+      fill_zero(model_.context(), grads().flat(local, e - b));
+    });
   last_comm_s_ = comm_s_;
 }
 

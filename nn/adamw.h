@@ -3,6 +3,7 @@
 // few. The update itself is the fused adamw_update op, one call per parameter span.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -29,6 +30,16 @@ struct FlatSlice {
   int64_t begin = 0, end = 0, local = 0;
   int64_t size() const { return end - begin; }
 };
+
+// Calls fn(local, b, e) for each part [b, e) of the flat range [begin, end) that `slices` hold,
+// `local` being where that part starts in the local buffers.
+template <typename Fn>
+void for_each_held(const std::vector<FlatSlice>& slices, int64_t begin, int64_t end, Fn&& fn) {
+  for (const FlatSlice& s : slices) {
+    const int64_t b = std::max(begin, s.begin), e = std::min(end, s.end);
+    if (b < e) fn(s.local + (b - s.begin), b, e);
+  }
+}
 
 class AdamW {
  public:

@@ -99,9 +99,9 @@ void run(int argc, char** argv) {
     Timer step_timer, t;
     StepTimes st;
     const StepCounts counts = exchange_counts(*comm, true, int64_t(tokens.size()));
-    dp->begin_step();
+    dp->begin_step(1);
     model.reset_loss();
-    dp->set_last_micro_batch(true);
+    dp->begin_micro_batch();
     model.forward({a.B, a.T, tokens.data(), targets.data(), nullptr, nullptr});
     st.forward_s = t.seconds();
     t.reset();

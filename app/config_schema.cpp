@@ -84,8 +84,14 @@ const std::vector<KeySpec>& schema() {
       {"train.steps", Kind::integer, int64_t(600), "Optimizer steps", 1},
       {"train.grad_accum", Kind::integer, int64_t(1), "Micro-batches per optimizer step", 1,
        1 << 16},
+      {"train.global_batch", Kind::integer, int64_t(0),
+       "Micro-batches per optimizer step over all ranks, a multiple of the number of ranks (0 = "
+       "train.grad_accum on each rank): a run resumed on another number of ranks keeps its batch "
+       "and data order, the accumulation adapts",
+       0, 1 << 24},
       {"train.grad_accum_schedule", Kind::list, L{},
-       "Dynamic global batch: [\"step:micro_batches\", ...] from that step on"},
+       "Dynamic global batch: [\"step:micro_batches\", ...] from that step on (per rank; over "
+       "all ranks when train.global_batch is set)"},
       {"train.seq_len_schedule", Kind::list, L{},
        "Sequence-length curriculum (stream, pack): [\"step:seq_len\", ...] from that step on"},
       {"train.freeze", Kind::list, L{},
@@ -134,6 +140,10 @@ const std::vector<KeySpec>& schema() {
       {"dist.reshard_after_forward", Kind::boolean, true,
        "sharding full: free a unit's gathered weights after its forward and gather again for "
        "backward (false: keep every unit gathered until the step ends)"},
+      {"dist.deterministic", Kind::boolean, false,
+       "The same bits at any power-of-two number of ranks dividing the global batch: each "
+       "micro-batch's gradient summed over ranks in a fixed tree, micro-batches summed in a fixed "
+       "tree, the norm summed exactly (CPU runs, fp32 gradients; one reduction per micro-batch)"},
       {"dist.join", Kind::text, std::string("true"),
        "Uneven inputs: true (finished ranks join with zeros), false (stop all at the first uneven "
        "step), throw (error)",

@@ -165,6 +165,11 @@ RunConfig resolve_run(const Config& c) {
   r.grad_clip = float(c.real("optimizer.grad_clip"));
   r.steps = c.integer("train.steps");
   r.grad_accum = c.integer("train.grad_accum");
+  r.global_batch = c.integer("train.global_batch");
+  if (r.global_batch > 0 && r.grad_accum != 1)
+    throw UsageError(fmt::format(
+        "train.grad_accum = {} and train.global_batch = {} both set the batch: keep one",
+        r.grad_accum, r.global_batch));
   r.grad_accum_schedule = parse_schedule(c, "train.grad_accum_schedule");
   r.seq_len_schedule = parse_schedule(c, "train.seq_len_schedule");
   for (const auto& [step, v] : r.seq_len_schedule.entries)
@@ -193,6 +198,14 @@ RunConfig resolve_run(const Config& c) {
   r.bucket_mb = c.real("dist.bucket_mb");
   r.timeout_s = c.real("dist.timeout_s");
   r.join = dist::parse_join_mode(c.text("dist.join"));
+  r.deterministic = c.boolean("dist.deterministic");
+  if (r.deterministic && r.exec.device != Device::cpu)
+    throw UsageError(
+        "dist.deterministic is implemented for CPU runs (MPI), not yet for run.device = cuda");
+  if (r.deterministic && r.exec.grad != DType::f32)
+    throw UsageError(
+        "dist.deterministic needs dist.grad_dtype = fp32 (bf16 sums round at every node of the "
+        "tree)");
   return r;
 }
 

@@ -40,10 +40,11 @@ struct RunConfig {
   nn::LrSchedule schedule;
   float grad_clip = 0;
   int64_t steps = 0, grad_accum = 1;
-  StepSchedule grad_accum_schedule, seq_len_schedule;
+  int64_t global_batch = 0;  // micro-batches per step over all ranks (0: grad_accum per rank)
+  StepSchedule grad_accum_schedule, seq_len_schedule;  // the former in global_batch's unit when set
   std::vector<std::string> freeze;
   NonFinite on_nonfinite = NonFinite::stop;
-  std::string resume;  // "auto", "none" or a checkpoint directory
+  std::string resume;               // "auto", "none" or a checkpoint directory
   std::filesystem::path init_from;  // fine-tuning's source (empty: initialise by the seed)
   int64_t val_every = 0, val_batches = 0;
   int64_t checkpoint_every = 0, keep_last = 0, keep_every = 0;
@@ -55,6 +56,7 @@ struct RunConfig {
   dist::ShardingStage sharding = dist::ShardingStage::none;
   bool reshard_after_forward = true;
   dist::JoinMode join = dist::JoinMode::enabled;
+  bool deterministic = false;  // dist.deterministic (Note [World-size-invariant sums])
 };
 
 // Everything the training job needs from `c`, checked; throws UsageError naming the key.

@@ -16,6 +16,7 @@
 #include "dist/communicator.h"
 #include "dist/consistency.h"
 #include "dist/data_parallel.h"
+#include "dist/exact_norm.h"
 #include "dist/join.h"
 #include "dist/launch.h"
 #include "dist/step_stats.h"
@@ -156,6 +157,9 @@ class TrainLoop {
   int run();
 
  private:
+  void check_batch_over_ranks() const;
+  void warn_if_batch_changes(const Checkpoint& ckpt) const;
+  int64_t micro_batches(int64_t step) const;
   void start_up();
   fs::path resume_path();
   std::vector<fs::path> check_overwrite(const fs::path& from, int64_t start_step);
@@ -216,15 +220,54 @@ TrainLoop::TrainLoop(const Config& config, const TrainOptions& options, dist::Co
            .bucket_mb = rc_.bucket_mb,
            .reshard_after_forward = rc_.reshard_after_forward,
            .adamw = rc_.adamw,
+           .deterministic = rc_.deterministic,
            .frozen = frozen_ranges(model_.layout(), rc_.freeze),
            .is_frozen =
                [this](const std::string& name) { return matches_any(name, rc_.freeze); }})),
       join_(rc_.join) {
+  check_batch_over_ranks();
   for (const std::string& p : rc_.freeze) {
     bool any = false;
     for (const nn::ParamInfo& info : model_.layout().params()) any |= matches_any(info.name, {p});
     if (!any) throw UsageError(fmt::format("train.freeze: pattern '{}' matches no parameter", p));
   }
+}
+
+// train.global_batch (and its schedule) must share out evenly; dist.deterministic's trees need
+// a power-of-two world.
+void TrainLoop::check_batch_over_ranks() const {
+  const int w = comm_.size();
+  if (rc_.deterministic && (w & (w - 1)) != 0)
+    throw UsageError(fmt::format(
+        "dist.deterministic needs a power-of-two number of ranks (its reduction tree pairs "
+        "them), not {}",
+        w));
+  if (rc_.global_batch == 0) return;
+  std::vector<std::pair<int64_t, int64_t>> sizes = {{0, rc_.global_batch}};
+  for (const auto& e : rc_.grad_accum_schedule.entries) sizes.push_back(e);
+  for (const auto& [step, g] : sizes)
+    if (g % w != 0)
+      throw UsageError(fmt::format(
+          "train.global_batch{}: {} micro-batches do not share out over {} ranks (use a multiple "
+          "of the number of ranks)",
+          step > 0 ? fmt::format(" from step {}", step) : "", g, w));
+}
+
+// Resuming on another number of ranks without train.global_batch changes the global batch.
+void TrainLoop::warn_if_batch_changes(const Checkpoint& ckpt) const {
+  if (rc_.global_batch > 0 || ckpt.state.world_size == comm_.size() || !leader_) return;
+  log::warn(
+      "resuming a {}-rank run on {} ranks with train.grad_accum per rank: the global batch "
+      "changes from {} to {} micro-batches per step (set train.global_batch to keep it)",
+      ckpt.state.world_size, comm_.size(), micro_batches(state_.step) * ckpt.state.world_size,
+      micro_batches(state_.step) * comm_.size());
+}
+
+// This rank's micro-batches at `step`: train.grad_accum (or its schedule), or its share of
+// train.global_batch (or its schedule).
+int64_t TrainLoop::micro_batches(int64_t step) const {
+  if (rc_.global_batch == 0) return rc_.grad_accum_schedule.at(step, rc_.grad_accum);
+  return rc_.grad_accum_schedule.at(step, rc_.global_batch) / comm_.size();
 }
 
 // Rank 0 chooses the checkpoint to resume from and every rank opens that one, so ranks
@@ -340,6 +383,7 @@ void TrainLoop::start_up() {
           "differs); the saved data position would point elsewhere",
           from.string(), rc_.train_data.data_dir.string());
     state_ = ckpt->state;
+    warn_if_batch_changes(*ckpt);
   }
   // Fine-tuning starts a new run (not a resume) from saved weights; checked now, loaded below.
   std::optional<InitSource> init;
@@ -409,11 +453,11 @@ StepStats TrainLoop::train_step(const std::optional<std::vector<data::Batch>>& b
                                 const dist::StepCounts& counts) {
   StepStats s;
   s.tokens = counts.global_tokens;
-  dp_->begin_step();
-  model_.reset_loss();
   const size_t mine = batches ? batches->size() : 0;
+  dp_->begin_step(dp_->collective_backward() ? counts.max_micro_batches : int64_t(mine));
+  model_.reset_loss();
   for (size_t m = 0; m < mine; ++m) {
-    dp_->set_last_micro_batch(m + 1 == mine);
+    dp_->begin_micro_batch();
     Timer t;
     model_.forward(view_of((*batches)[m]));
     s.times.forward_s += t.seconds();
@@ -454,7 +498,8 @@ void TrainLoop::finish_gradients(StepStats& s) {
   dp_->finish();
   s.times.comm_wait_s = dp_->last_wait_seconds();
   s.times.comm_busy_s = dp_->last_comm_seconds();
-  const nn::StepScalars local = model_.read_step_scalars(dp_->grads());
+  const nn::StepScalars local =
+      model_.read_step_scalars(rc_.deterministic ? Tensor{} : dp_->grads());
   std::vector<double> agreed = {local.loss_sum, g_stop_signal ? 1.0 : 0.0,
                                 write_failure().empty() ? 0.0 : 1.0,
                                 dp_->grads_sharded() ? local.grad_norm_sq : 0.0};
@@ -463,6 +508,8 @@ void TrainLoop::finish_gradients(StepStats& s) {
   s.stop_requested = agreed[1] > 0;
   s.write_failed = agreed[2] > 0;
   s.grad_norm = std::sqrt(dp_->grads_sharded() ? agreed[3] : local.grad_norm_sq);
+  if (rc_.deterministic)  // Note [Exact sum of squares]
+    s.grad_norm = std::sqrt(dist::exact_sum_squares(comm_, dp_->grads(), dp_->grads_sharded()));
 }
 
 // The first parameter (of this rank's slices) with a non-finite gradient.
@@ -644,7 +691,7 @@ int TrainLoop::run() {
   run_timer_.reset();
   while (state_.step < total) {
     Timer step_timer;
-    const int micro = int(rc_.grad_accum_schedule.at(state_.step, rc_.grad_accum));
+    const int micro = int(micro_batches(state_.step));
     auto batches = next_step_batches(micro);
     const double data_s = step_timer.seconds();
     int64_t my_tokens = 0;

@@ -49,8 +49,9 @@ class SingleProcessCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string backend() const override { return "single"; }
-  Work all_reduce_async(void*, int64_t, DType) override { return done_work(); }
-  Work reduce_scatter_async(const void* send, void* recv, int64_t count, DType type) override {
+  Work all_reduce_async(void*, int64_t, DType, ReduceOrder) override { return done_work(); }
+  Work reduce_scatter_async(const void* send, void* recv, int64_t count, DType type,
+                            ReduceOrder) override {
     move(recv, send, size_t(count) * dtype_size(type));
     return done_work();
   }

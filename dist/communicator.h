@@ -35,6 +35,14 @@ class Work {
   std::shared_ptr<WorkState> state_;
 };
 
+// How a sum is associated. `any`: whatever the implementation finds fastest (MPI's or NCCL's
+// own algorithm; the order may depend on the world size and the message size). `fixed_tree`:
+// a balanced binary tree over the ranks, pairing rank r with r ^ 1 first, then pairs of pairs
+// (Note [Fixed-tree reductions] in mpi_communicator.cpp); each element's sum is then a
+// function of the ranks' values alone, and, for a world of 2^k ranks, the same tree a single
+// process builds over the same inputs (dist.deterministic). Needs a power-of-two world.
+enum class ReduceOrder : uint8_t { any, fixed_tree };
+
 struct CommOptions {
   double timeout_s = 300;  // any collective not complete after this fails on every waiting rank
 };
@@ -48,9 +56,11 @@ class Communicator {
   virtual std::string backend() const = 0;
 
   // data[0, count) = sum over ranks, in place.
-  virtual Work all_reduce_async(void* data, int64_t count, DType type) = 0;
+  virtual Work all_reduce_async(void* data, int64_t count, DType type,
+                                ReduceOrder order = ReduceOrder::any) = 0;
   // recv[0, count) = the sum over ranks of send[rank*count, (rank+1)*count).
-  virtual Work reduce_scatter_async(const void* send, void* recv, int64_t count, DType type) = 0;
+  virtual Work reduce_scatter_async(const void* send, void* recv, int64_t count, DType type,
+                                    ReduceOrder order = ReduceOrder::any) = 0;
   // recv[r*count, (r+1)*count) = rank r's send[0, count).
   virtual Work all_gather_async(const void* send, void* recv, int64_t count, DType type) = 0;
   // data[0, bytes) = root's data[0, bytes).

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "dist/consistency.h"
+#include "dist/tree_sum.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
 
@@ -62,8 +63,13 @@ class Replicated final : public DataParallel {
         frozen_(config.frozen),
         slices_{{0, model.layout().total(), 0}},
         opt_(model.layout(), config.adamw, slices_, config.is_frozen, model.context().device),
-        ddp_(comm, model, {.bucket_mb = config.bucket_mb, .frozen = config.frozen}) {
+        ddp_(comm, model,
+             {.bucket_mb = config.bucket_mb,
+              .frozen = config.frozen,
+              .order = config.deterministic ? ReduceOrder::fixed_tree : ReduceOrder::any}) {
     TRAINER_ASSERT(!model.params().empty(), "stage none needs a model that owns its parameters");
+    if (config.deterministic)
+      tree_ = std::make_unique<TreeSum>(model.context(), model.layout().total());
   }
 
   ShardingStage stage() const override { return ShardingStage::none; }
@@ -74,12 +80,26 @@ class Replicated final : public DataParallel {
     if (comm_.size() > 1) broadcast_parameters(comm_, model_.params());
     model_.sync_working_params();
   }
-  void begin_step() override { model_.zero_grads(); }
-  void set_last_micro_batch(bool last) override { ddp_.set_sync(last); }
+  void begin_step(int64_t backward_passes) override {
+    passes_ = backward_passes;
+    micro_ = -1;
+    wait_s_ = comm_s_ = 0;
+    model_.zero_grads();
+  }
+  void begin_micro_batch() override {
+    ++micro_;
+    if (tree_ && micro_ > 0) {  // the previous pass's sum over ranks joins the tree
+      reduce();
+      tree_->add(micro_ - 1, model_.grads(), 0);
+      model_.zero_grads();
+    }
+    ddp_.set_sync(tree_ || micro_ + 1 == passes_);
+  }
   bool collective_forward() const override { return false; }
-  bool collective_backward() const override { return false; }
+  bool collective_backward() const override { return tree_ != nullptr; }
   void finish() override {
-    ddp_.finish();
+    reduce();
+    if (tree_ && micro_ > 0) tree_->finish(micro_, model_.grads(), model_.grads(), 0);
     for (const Range& r : frozen_)  // never communicated: keep them out of the norm
       fill_zero(model_.context(), model_.grads().flat(r.begin, r.size()));
   }
@@ -93,18 +113,29 @@ class Replicated final : public DataParallel {
     StateBytes s =
         replicated_bytes(model_.layout().total(), model_.compute_dtype(), model_.grad_dtype());
     s.optimizer = opt_.state_size() * 2 * 4;  // frozen parameters have none
+    if (tree_) s.buffers = tree_->bytes();
     return s;
   }
-  double last_wait_seconds() const override { return ddp_.last_wait_seconds(); }
-  double last_comm_seconds() const override { return ddp_.last_comm_seconds(); }
+  double last_wait_seconds() const override { return wait_s_; }
+  double last_comm_seconds() const override { return comm_s_; }
 
  private:
+  // Completes the reduction of the pass(es) since the last one.
+  void reduce() {
+    ddp_.finish();
+    wait_s_ += ddp_.last_wait_seconds();
+    comm_s_ += ddp_.last_comm_seconds();
+  }
+
   Communicator& comm_;
   nn::Model& model_;
   std::vector<Range> frozen_;
   std::vector<nn::FlatSlice> slices_;
   nn::AdamW opt_;
   DDP ddp_;
+  std::unique_ptr<TreeSum> tree_;  // deterministic: the passes' sums
+  int64_t passes_ = 0, micro_ = -1;
+  double wait_s_ = 0, comm_s_ = 0;
 };
 
 }  // namespace
@@ -143,7 +174,7 @@ void init_masters(DataParallel& dp, const nn::Model& model, const nn::ModelConfi
 
 void empty_pass(nn::Model& model, DataParallel& dp, bool backward) {
   const int32_t token = 0, target = -1;
-  dp.set_last_micro_batch(false);
+  if (backward) dp.begin_micro_batch();
   model.forward({1, 1, &token, backward ? &target : nullptr, nullptr, nullptr});
   if (backward) model.backward(1.0f);
 }

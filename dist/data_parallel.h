@@ -29,6 +29,9 @@ struct ParallelConfig {
   double bucket_mb = 25;              // DDP bucket capacity (stage none)
   bool reshard_after_forward = true;  // full: free a unit's gathered weights after its forward
   nn::AdamWConfig adamw;
+  // dist.deterministic: every micro-batch's gradients reduced at once over a fixed tree, and
+  // the micro-batches' sums added in a fixed tree (Note [World-size-invariant sums]).
+  bool deterministic = false;
   std::vector<Range> frozen;                          // flat ranges that are not trained
   std::function<bool(const std::string&)> is_frozen;  // the same, by parameter name
 };
@@ -54,14 +57,16 @@ class DataParallel {
   // model reads agree with them (replicated: rank 0's values are broadcast).
   virtual void masters_changed() = 0;
 
-  // Starts a step: gradients to zero.
-  virtual void begin_step() = 0;
-  // Whether the next backward is this rank's last of the step (stage none and optimizer
-  // reduce only then; the others reduce every micro-batch).
-  virtual void set_last_micro_batch(bool last) = 0;
+  // Starts a step in which this rank runs `backward_passes` backward passes (its
+  // micro-batches, and the empty passes collective_backward() asks for): gradients to zero.
+  virtual void begin_step(int64_t backward_passes) = 0;
+  // Starts the next of those passes (before its forward). Stages none and optimizer reduce
+  // in the last pass only, the others in every pass (and every stage under deterministic).
+  virtual void begin_micro_batch() = 0;
   // Whether every rank must run the same number of forward passes (full: each one gathers
-  // the parameters) and of backward passes (gradients, full: each reduces). A rank with
-  // fewer batches runs empty passes (Join's zeros) to take part.
+  // the parameters) and of backward passes (gradients, full, and every stage under
+  // deterministic: each reduces). A rank with fewer batches runs empty passes (Join's zeros)
+  // to take part.
   virtual bool collective_forward() const = 0;
   virtual bool collective_backward() const = 0;
   // Completes the step's reduction: grads() then holds, for this rank's slices, the sum over
@@ -97,9 +102,10 @@ void set_masters(DataParallel& dp, const nn::Model& model,
 void init_masters(DataParallel& dp, const nn::Model& model, const nn::ModelConfig& config,
                   uint64_t seed);
 
-// A forward (and backward) of one token that counts nothing: it adds exactly zero to the loss
-// and the gradients and issues the collectives of a real micro-batch, so that a rank without
-// (enough) data takes part in the others' gathers and reductions (Join under sharding).
+// A forward (and backward, as one of the step's passes) of one token that counts nothing: it
+// adds exactly zero to the loss and the gradients and issues the collectives of a real
+// micro-batch, so that a rank without (enough) data takes part in the others' gathers and
+// reductions (Join under sharding).
 void empty_pass(nn::Model& model, DataParallel& dp, bool backward);
 
 // What one rank holds of the model state under `config.stage` on `world` ranks: what

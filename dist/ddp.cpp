@@ -46,7 +46,7 @@ std::vector<Range> plan_buckets(int64_t total, int64_t bucket_elems,
 }
 
 DDP::DDP(Communicator& comm, nn::Model& model, const DdpConfig& config)
-    : comm_(comm), model_(model) {
+    : comm_(comm), model_(model), order_(config.order) {
   CHECK(config.bucket_mb > 0, "ddp bucket_mb must be positive, got {}", config.bucket_mb);
   const double elem_bytes = double(dtype_size(model.grads().dtype));
   const int64_t elems = std::max<int64_t>(1, int64_t(config.bucket_mb * 1024 * 1024 / elem_bytes));
@@ -84,7 +84,7 @@ void DDP::launch_ready() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= ready_from_) {
     const Range& b = buckets_[next_bucket_++];
     const Tensor grads = model_.grads().flat(b.begin, b.size());
-    inflight_.push_back(comm_.all_reduce_async(grads.data, b.size(), grads.dtype));
+    inflight_.push_back(comm_.all_reduce_async(grads.data, b.size(), grads.dtype, order_));
   }
 }
 

@@ -24,6 +24,7 @@ struct Range {
 struct DdpConfig {
   double bucket_mb = 25;      // bucket capacity in MiB of gradients (in their dtype)
   std::vector<Range> frozen;  // parameter ranges that are not trained, never communicated
+  ReduceOrder order = ReduceOrder::any;  // fixed_tree under dist.deterministic
 };
 
 // The buckets for a buffer of `total` elements: contiguous ranges of at most bucket_elems,
@@ -63,6 +64,7 @@ class DDP {
   Communicator& comm_;
   nn::Model& model_;
   std::vector<Range> buckets_;
+  ReduceOrder order_;
   std::vector<Work> inflight_;
   size_t next_bucket_ = 0;  // first bucket not yet started
   int64_t ready_from_ = 0;  // grads[ready_from_, total) are final for this step

@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <thread>
@@ -30,10 +31,24 @@ namespace trainer::dist {
 // than seq. After a failure the communicator refuses further work, and the job is aborted
 // (Note [Aborting]) so it ends non-zero instead of waiting on a dead peer.
 
+// Note [Fixed-tree reductions]
+// With ReduceOrder::fixed_tree a sum is recursive halving over point-to-point messages. The
+// buffer is cut into W segments. In round k (k = 0, 1, ...) rank r exchanges with r ^ 2^k:
+// of the segments it still holds, it keeps those whose index agrees with r in bit k, sends
+// the others, and adds the partner's copies of those it keeps. After round k each kept
+// element is the sum over a group of 2^(k+1) ranks, made of the two groups' sums of round
+// k-1, so every element's sum is the balanced tree ((x0 + x1) + (x2 + x3)) + ...: the same bits
+// on every rank (IEEE addition is commutative: a + b and b + a are equal) and the same bits as
+// one process adding those values in that tree. After log2(W) rounds rank r holds the sum of
+// segment r, which is a reduce-scatter; an all-reduce then all-gathers the segments (copies,
+// exact in any order). Each phase sends (W-1)/W of the buffer, as a ring does, in log2(W)
+// messages instead of W-1.
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int kArriveTag = 7;
+constexpr int kTreeTag = 8;
 constexpr int kAllToAllArrivals = 64;
 constexpr int64_t kMaxChunk = int64_t(1) << 30;  // elements per MPI call (counts are int)
 
@@ -53,6 +68,31 @@ MPI_Datatype mpi_type(DType t) {
       return MPI_BYTE;
   }
   return MPI_BYTE;
+}
+
+// dst[0, n) += src[0, n) in `type` (bf16 pairs added in fp32 and rounded, as bf16_sum).
+void add_into(DType type, void* dst, const void* src, int64_t n) {
+  auto add = [&](auto* d, const auto* s) {
+    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+  };
+  switch (type) {
+    case DType::f32:
+      return add(static_cast<float*>(dst), static_cast<const float*>(src));
+    case DType::f64:
+      return add(static_cast<double*>(dst), static_cast<const double*>(src));
+    case DType::i32:
+      return add(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src));
+    case DType::i64:
+      return add(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src));
+    case DType::bf16: {
+      bf16* d = static_cast<bf16*>(dst);
+      const bf16* s = static_cast<const bf16*>(src);
+      for (int64_t i = 0; i < n; ++i) d[i] = to_bf16(to_float(d[i]) + to_float(s[i]));
+      return;
+    }
+    default:
+      TRAINER_ASSERT(false, "no sum for dtype {}", dtype_name(type));
+  }
 }
 
 // MPI has no bf16: sums of bf16 buffers go through this user-defined op, which adds each pair
@@ -94,6 +134,7 @@ struct Op {
   void* data = nullptr;
   int64_t count = 0;
   DType type = DType::u8;
+  ReduceOrder order = ReduceOrder::any;
   int root = 0;
   int64_t seq = 0;
   double timeout_s = 0;  // the deadline, from the operation's start
@@ -175,12 +216,15 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
 
-  Work all_reduce_async(void* data, int64_t count, DType type) override {
-    return enqueue(Kind::all_reduce, data, data, count, type);
+  Work all_reduce_async(void* data, int64_t count, DType type, ReduceOrder order) override {
+    check_order(order, count);
+    return enqueue(Kind::all_reduce, data, data, count, type, order);
   }
-  Work reduce_scatter_async(const void* send, void* recv, int64_t count, DType type) override {
+  Work reduce_scatter_async(const void* send, void* recv, int64_t count, DType type,
+                            ReduceOrder order) override {
     CHECK(count * size_ <= INT_MAX, "reduce_scatter of {} elements per rank is too large", count);
-    return enqueue(Kind::reduce_scatter, send, recv, count, type);
+    check_order(order, count);
+    return enqueue(Kind::reduce_scatter, send, recv, count, type, order);
   }
   Work all_gather_async(const void* send, void* recv, int64_t count, DType type) override {
     CHECK(count * size_ <= INT_MAX, "all_gather of {} elements per rank is too large", count);
@@ -188,19 +232,27 @@ class MpiCommunicator final : public Communicator {
   }
   Work broadcast_async(void* data, int64_t bytes, int root) override {
     CHECK(root >= 0 && root < size_, "broadcast from rank {} of {}", root, size_);
-    return enqueue(Kind::broadcast, data, data, bytes, DType::u8, root);
+    return enqueue(Kind::broadcast, data, data, bytes, DType::u8, ReduceOrder::any, root);
   }
   Work barrier_async(double timeout_s) override {
-    return enqueue(Kind::barrier, nullptr, nullptr, 0, DType::u8, 0, timeout_s);
+    return enqueue(Kind::barrier, nullptr, nullptr, 0, DType::u8, ReduceOrder::any, 0, timeout_s);
   }
 
   double busy_seconds() const override { return busy_total_.load(); }
 
  private:
-  Work enqueue(Kind kind, const void* send = nullptr, void* data = nullptr, int64_t count = 0,
-               DType type = DType::u8, int root = 0, double timeout_s = 0) {
+  void check_order(ReduceOrder order, int64_t count) const {
+    if (order != ReduceOrder::fixed_tree) return;
+    CHECK((size_ & (size_ - 1)) == 0,
+          "a fixed-tree reduction needs a power-of-two number of ranks, not {}", size_);
+    CHECK(count <= INT_MAX, "a fixed-tree reduction of {} elements is too large", count);
+  }
+
+  Work enqueue(Kind kind, const void* send, void* data, int64_t count, DType type,
+               ReduceOrder order = ReduceOrder::any, int root = 0, double timeout_s = 0) {
     Op op;
     op.kind = kind;
+    op.order = size_ > 1 ? order : ReduceOrder::any;
     op.timeout_s = timeout_s > 0 ? timeout_s : options_.timeout_s;
     op.send = send;
     op.data = data;
@@ -324,11 +376,8 @@ class MpiCommunicator final : public Communicator {
     const MPI_Datatype type = mpi_type(op.type);
     const MPI_Op sum = op.type == DType::bf16 ? bf16_sum_op_ : MPI_SUM;
     const size_t esize = dtype_size(op.type);
-    auto check = [&](int rc) {
-      if (rc != MPI_SUCCESS)
-        throw OpFailed{fmt::format("{} failed to start on rank {}: {}", describe(op), rank_,
-                                   mpi_error_string(rc))};
-    };
+    auto check = [&](int rc) { started(op, rc); };
+    if (op.order == ReduceOrder::fixed_tree) return run_fixed_tree(op, start);
     switch (op.kind) {
       case Kind::all_reduce:
         for (int64_t off = 0; off < op.count; off += kMaxChunk) {
@@ -362,6 +411,80 @@ class MpiCommunicator final : public Communicator {
         progress(req, op, start);
         break;
     }
+  }
+
+  // A fixed-tree all-reduce or reduce-scatter (Note [Fixed-tree reductions]).
+  void run_fixed_tree(const Op& op, Clock::time_point start) {
+    const size_t es = dtype_size(op.type);
+    std::vector<int64_t> bounds(size_t(size_) + 1);  // segment k: [bounds[k], bounds[k+1])
+    char* buf = static_cast<char*>(op.data);
+    if (op.kind == Kind::reduce_scatter) {
+      for (int k = 0; k <= size_; ++k) bounds[size_t(k)] = k * op.count;
+      scratch_.assign(static_cast<const char*>(op.send),
+                      static_cast<const char*>(op.send) + size_t(size_ * op.count) * es);
+      buf = scratch_.data();
+    } else {
+      for (int k = 0; k <= size_; ++k) bounds[size_t(k)] = k * op.count / size_;
+    }
+    for (int bit = 1; bit < size_; bit <<= 1) {
+      // Held: the segments whose index agrees with this rank's below `bit`.
+      auto held = [&](int k) { return (k & (bit - 1)) == (rank_ & (bit - 1)); };
+      auto kept = [&](int k) { return held(k) && (k & bit) == (rank_ & bit); };
+      send_.clear();
+      size_t recv_bytes = 0;
+      for (int k = 0; k < size_; ++k) {
+        const size_t b = size_t(bounds[size_t(k)]) * es, e = size_t(bounds[size_t(k) + 1]) * es;
+        if (kept(k))
+          recv_bytes += e - b;
+        else if (held(k))
+          send_.insert(send_.end(), buf + b, buf + e);
+      }
+      recv_.resize(recv_bytes);
+      exchange(op, rank_ ^ bit, start);
+      const char* in = recv_.data();
+      for (int k = 0; k < size_; ++k) {
+        if (!kept(k)) continue;
+        const int64_t n = bounds[size_t(k) + 1] - bounds[size_t(k)];
+        add_into(op.type, buf + size_t(bounds[size_t(k)]) * es, in, n);
+        in += size_t(n) * es;
+      }
+    }
+    const int64_t mine = bounds[size_t(rank_)], n = bounds[size_t(rank_) + 1] - mine;
+    if (op.kind == Kind::reduce_scatter) {
+      std::memcpy(op.data, buf + size_t(mine) * es, size_t(n) * es);
+      return;
+    }
+    std::vector<int> counts(static_cast<size_t>(size_)), displs(static_cast<size_t>(size_));
+    for (int k = 0; k < size_; ++k) {
+      displs[size_t(k)] = int(bounds[size_t(k)]);
+      counts[size_t(k)] = int(bounds[size_t(k) + 1] - bounds[size_t(k)]);
+    }
+    MPI_Request req = MPI_REQUEST_NULL;
+    started(op, MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, op.data, counts.data(),
+                                displs.data(), mpi_type(op.type), comm_, &req));
+    progress(req, op, start);
+  }
+
+  // Sends send_ to `peer` while receiving recv_.size() bytes from it.
+  void exchange(const Op& op, int peer, Clock::time_point start) {
+    const size_t chunk = size_t(kMaxChunk);
+    for (size_t off = 0; off < std::max(send_.size(), recv_.size()); off += chunk) {
+      MPI_Request rr = MPI_REQUEST_NULL, sr = MPI_REQUEST_NULL;
+      if (off < recv_.size())
+        started(op, MPI_Irecv(recv_.data() + off, int(std::min(chunk, recv_.size() - off)),
+                              MPI_BYTE, peer, kTreeTag, comm_, &rr));
+      if (off < send_.size())
+        started(op, MPI_Isend(send_.data() + off, int(std::min(chunk, send_.size() - off)),
+                              MPI_BYTE, peer, kTreeTag, comm_, &sr));
+      progress(rr, op, start);
+      progress(sr, op, start);
+    }
+  }
+
+  void started(const Op& op, int rc) const {
+    if (rc != MPI_SUCCESS)
+      throw OpFailed{fmt::format("{} failed to start on rank {}: {}", describe(op), rank_,
+                                 mpi_error_string(rc))};
   }
 
   void loop() {
@@ -435,6 +558,7 @@ class MpiCommunicator final : public Communicator {
   std::vector<int64_t> arrived_, arrive_buf_;
   std::vector<MPI_Request> arrive_recv_;
   std::deque<std::unique_ptr<PendingSend>> sends_;
+  std::vector<char> scratch_, send_, recv_;  // fixed-tree reductions' buffers
 };
 
 }  // namespace

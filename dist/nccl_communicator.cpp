@@ -95,14 +95,18 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return bootstrap_.size(); }
   std::string backend() const override { return "nccl"; }
 
-  Work all_reduce_async(void* data, int64_t count, DType type) override {
-    if (!on_device(data)) return bootstrap_.all_reduce_async(data, count, type);
+  // NCCL chooses its own algorithm (ring or tree, by size): no fixed order on the device yet.
+  Work all_reduce_async(void* data, int64_t count, DType type, ReduceOrder order) override {
+    if (!on_device(data)) return bootstrap_.all_reduce_async(data, count, type, order);
+    CHECK(order == ReduceOrder::any, "fixed-tree reductions are not implemented over NCCL");
     return launch("all_reduce", [&] {
       NCCL_CALL(ncclAllReduce(data, data, size_t(count), nccl_type(type), ncclSum, comm_, stream_));
     });
   }
-  Work reduce_scatter_async(const void* send, void* recv, int64_t count, DType type) override {
-    if (!on_device(recv)) return bootstrap_.reduce_scatter_async(send, recv, count, type);
+  Work reduce_scatter_async(const void* send, void* recv, int64_t count, DType type,
+                            ReduceOrder order) override {
+    if (!on_device(recv)) return bootstrap_.reduce_scatter_async(send, recv, count, type, order);
+    CHECK(order == ReduceOrder::any, "fixed-tree reductions are not implemented over NCCL");
     return launch("reduce_scatter", [&] {
       NCCL_CALL(
           ncclReduceScatter(send, recv, size_t(count), nccl_type(type), ncclSum, comm_, stream_));

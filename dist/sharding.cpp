@@ -7,6 +7,7 @@
 #include <array>
 
 #include "dist/data_parallel.h"
+#include "dist/tree_sum.h"
 #include "nn/ops/cast.h"
 #include "nn/ops/residual.h"
 #include "runtime/buffer.h"
@@ -57,7 +58,7 @@ struct ShardBuffers {
   int64_t embedding_weights = 0;  // compute dtype, padded embedding unit (full with reshard)
   int64_t weight_slot = 0;        // compute dtype, x kSlots: the largest other unit (the same)
   int64_t full_grads = 0;         // grad dtype, padded: every unit (optimizer)
-  int64_t received = 0;           // grad dtype, local (optimizer with bf16 gradients)
+  int64_t received = 0;           // grad dtype, local (optimizer: bf16 or deterministic)
   int64_t embedding_grad = 0;     // grad dtype, padded embedding unit (gradients, full)
   int64_t grad_slot = 0;          // grad dtype, x kSlots: the largest other unit (the same)
   int64_t grad_shard = 0;         // fp32, local: the step's summed gradient
@@ -93,7 +94,7 @@ ShardBuffers plan_buffers(const ShardSizes& z, const ParallelConfig& c, DType gr
   }
   if (c.stage == ShardingStage::optimizer) {
     b.full_grads = z.padded;
-    b.received = grad == DType::f32 ? 0 : z.local;
+    b.received = grad == DType::f32 && !c.deterministic ? 0 : z.local;
   } else {
     b.embedding_grad = z.embedding;
     b.grad_slot = z.largest_other;
@@ -127,10 +128,12 @@ class Sharded final : public DataParallel, public nn::UnitStore {
   Tensor masters() override { return masters_.view(DType::f32, geo_.local_size()); }
   nn::AdamW& optimizer() override { return opt_; }
   void masters_changed() override;
-  void begin_step() override;
-  void set_last_micro_batch(bool last) override { last_ = last; }
+  void begin_step(int64_t backward_passes) override;
+  void begin_micro_batch() override;
   bool collective_forward() const override { return config_.stage == ShardingStage::full; }
-  bool collective_backward() const override { return config_.stage != ShardingStage::optimizer; }
+  bool collective_backward() const override {
+    return config_.stage != ShardingStage::optimizer || tree_ != nullptr;
+  }
   void finish() override;
   Tensor grads() override { return grad_shard_.view(DType::f32, geo_.local_size()); }
   bool grads_sharded() const override { return true; }
@@ -158,6 +161,7 @@ class Sharded final : public DataParallel, public nn::UnitStore {
   struct Reduction {
     Work work;
     int unit;          // -1 once complete
+    int64_t micro;     // the pass whose gradient it sums
     const void* send;  // the padded gradient it reads
     Tensor received;   // where its result lands
   };
@@ -196,7 +200,10 @@ class Sharded final : public DataParallel, public nn::UnitStore {
   std::array<Slot, kSlots> grad_slots_;
   int next_grad_slot_ = 0;
   std::vector<Reduction> reductions_;
-  int reduced_units_ = 0;  // optimizer: units whose reduce-scatter this step has started
+  int reduced_units_ = 0;          // optimizer: units whose reduce-scatter this step has started
+  std::unique_ptr<TreeSum> tree_;  // deterministic: the passes' sums, per unit
+  ReduceOrder order_;
+  int64_t passes_ = 0, micro_ = -1;
   bool last_ = true;
   double comm_s_ = 0, last_wait_s_ = 0, last_comm_s_ = 0;
 };
@@ -214,8 +221,10 @@ Sharded::Sharded(Communicator& comm, nn::Model& model, const ParallelConfig& con
       grad_(model.grad_dtype()),
       plan_(plan_buffers(sizes_of(geo_), config, grad_)),
       opt_(model.layout(), config.adamw, geo_.slices(), config.is_frozen, model.context().device),
-      tied_(!model.layout().has(model.layout().final_unit(), nn::Role::lm_head)) {
+      tied_(!model.layout().has(model.layout().final_unit(), nn::Role::lm_head)),
+      order_(config.deterministic ? ReduceOrder::fixed_tree : ReduceOrder::any) {
   TRAINER_ASSERT(model.params().empty(), "a sharded model must not own its parameters");
+  if (config.deterministic) tree_ = std::make_unique<TreeSum>(model.context(), geo_.local_size());
   const Device d = model.context().device;
   masters_ = alloc(plan_.masters, DType::f32, d);
   full_weights_ = alloc(plan_.full_weights, compute_, d);
@@ -263,7 +272,9 @@ Sharded::~Sharded() {
 }
 
 StateBytes Sharded::state_bytes() const {
-  return bytes_of(plan_, compute_, grad_, opt_.state_size());
+  StateBytes s = bytes_of(plan_, compute_, grad_, opt_.state_size());
+  if (tree_) s.buffers += tree_->bytes();
+  return s;
 }
 
 void Sharded::wait(Work& w) {
@@ -304,12 +315,25 @@ void Sharded::masters_changed() {
   forget_weights();
 }
 
-void Sharded::begin_step() {
+void Sharded::begin_step(int64_t backward_passes) {
   last_wait_s_ = 0;
   comm_s_ = 0;
   reduced_units_ = 0;
+  passes_ = backward_passes;
+  micro_ = -1;
   if (plan_.full_grads) fill_zero(model_.context(), full_grads_.view(grad_, plan_.full_grads));
   fill_zero(model_.context(), grads());
+}
+
+void Sharded::begin_micro_batch() {
+  ++micro_;
+  last_ = micro_ + 1 == passes_;
+  // optimizer, deterministic: the last pass's reduce-scatters read the full gradient, which
+  // this pass starts again from zero.
+  if (tree_ && plan_.full_grads && micro_ > 0) {
+    complete_reductions();
+    fill_zero(model_.context(), full_grads_.view(grad_, plan_.full_grads));
+  }
 }
 
 // The slot holding (or about to hold) unit u's gathered weights, its gather started: the
@@ -400,15 +424,15 @@ Sharded::Slot* Sharded::open_grad_slot(int u) {
 
 void Sharded::reduce(int u, const Tensor& padded_grads, const Tensor& received) {
   reductions_.push_back(
-      {comm_.reduce_scatter_async(padded_grads.data, received.data, unit(u).shard, grad_), u,
-       padded_grads.data, received});
+      {comm_.reduce_scatter_async(padded_grads.data, received.data, unit(u).shard, grad_, order_),
+       u, micro_, padded_grads.data, received});
   ++reduced_units_;
 }
 
 void Sharded::grads_ready(int u) {
   const auto& x = unit(u);
-  if (plan_.full_grads) {  // optimizer: once per step, into the shard (or beside it, in bf16)
-    if (!last_) return;
+  if (plan_.full_grads) {  // optimizer: once per step (or per pass), into the shard or beside it
+    if (!last_ && !tree_) return;
     const Tensor to = plan_.received ? received_.view(grad_, plan_.received).flat(x.local, x.shard)
                                      : grads().flat(x.local, x.shard);
     reduce(u, full_grads_.view(grad_, plan_.full_grads).flat(x.padded, padded(u)), to);
@@ -420,12 +444,17 @@ void Sharded::grads_ready(int u) {
   reduce(u, slot->all.flat(0, padded(u)), slot->received.flat(0, x.shard));
 }
 
-// Waits for one reduce-scatter and puts its result into the gradient shard: added (gradients,
-// full: one per micro-batch), converted (optimizer with bf16 gradients), or already there.
+// Waits for one reduce-scatter and puts its result into the gradient shard: added in the tree
+// (deterministic), added (gradients, full: one per micro-batch), converted (optimizer with
+// bf16 gradients), or already there.
 void Sharded::complete(Reduction& r) {
   wait(r.work);
   const Tensor mine = grads().flat(unit(r.unit).local, unit(r.unit).shard);
-  if (!plan_.full_grads)
+  if (tree_ && r.micro + 1 < passes_)
+    tree_->add(r.micro, r.received, unit(r.unit).local);
+  else if (tree_)
+    tree_->finish(r.micro, r.received, mine, unit(r.unit).local);
+  else if (!plan_.full_grads)
     nn::residual_forward(model_.context(), mine, mine, r.received);
   else if (plan_.received)
     nn::cast(model_.context(), mine, r.received);

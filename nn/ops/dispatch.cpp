@@ -68,7 +68,7 @@ void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw
 }
 
 size_t layernorm_backward_workspace(const Context& ctx, int64_t C) {
-  TRAINER_DISPATCH_EACH(layernorm_backward_workspace, (op_threads(ctx), C), (C));
+  TRAINER_DISPATCH(layernorm_backward_workspace, C);
 }
 
 void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, const Tensor& inp,
@@ -82,7 +82,7 @@ void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, 
 }
 
 size_t rmsnorm_backward_workspace(const Context& ctx, int64_t C) {
-  TRAINER_DISPATCH_EACH(rmsnorm_backward_workspace, (op_threads(ctx), C), (C));
+  TRAINER_DISPATCH(rmsnorm_backward_workspace, C);
 }
 
 void rope_forward(const Context& ctx, const Tensor& x, const Tensor& positions, int head_size,

@@ -30,7 +30,14 @@ void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean
 void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& db,
                         const Tensor& dout, const Tensor& inp, const Tensor& w, const Tensor& mean,
                         const Tensor& rstd);
-size_t layernorm_backward_workspace(int threads, int64_t C);
+size_t layernorm_backward_workspace(int64_t C);
+
+// The norms' weight gradients sum their N rows in norm_parts(N) fixed parts (Note
+// [Thread-invariant norm gradients] in layernorm_cpu.cpp).
+constexpr int64_t kNormParts = 64;
+inline int64_t norm_parts(int64_t N) {
+  return N < kNormParts ? (N > 0 ? N : 1) : kNormParts;
+}
 }  // namespace cpu
 
 // The CUDA kernels (<op>_cuda.cu), in builds with the CUDA backend.

@@ -35,24 +35,23 @@ void forward_rows(T* out, float* mean, float* rstd, const float* inp, const T* w
   }
 }
 
-// Each thread sums its rows' dw/db into a private fp32 row of `partial`; the partial rows are
-// then added in thread order, so the result does not depend on scheduling. Rows are split by
-// the team OpenMP actually gives (at most `threads`, which `partial` is sized for).
+// Note [Thread-invariant norm gradients]
+// dw and db sum over every row. The rows are cut into a fixed number of parts (kParts, or N
+// when fewer), each part summed in row order into its own fp32 row of `partial`, and the
+// parts added in order afterwards: the bits depend on N alone, not on the threads the ops
+// run with or on OpenMP's scheduling, so a rank computes the same gradient with 1 thread or
+// 16 (dist.deterministic at another world size relies on it).
 template <typename T, typename G>
 void backward_rows(float* dinp, G* dw, G* db, const T* dout, const float* inp, const T* w,
                    const float* mean, const float* rstd, int64_t N, int64_t C, float* partial,
                    int threads) {
-  int team = 1;
-#pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-#pragma omp single
-    team = nt;
-    float* pdw = partial + int64_t(t) * 2 * C;
+  const int64_t parts = norm_parts(N);
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t p = 0; p < parts; ++p) {
+    float* pdw = partial + p * 2 * C;
     float* pdb = pdw + C;
     for (int64_t c = 0; c < 2 * C; ++c) pdw[c] = 0.0f;
-    const int64_t n0 = N * t / nt, n1 = N * (t + 1) / nt;
-    for (int64_t n = n0; n < n1; ++n) {
+    for (int64_t n = N * p / parts; n < N * (p + 1) / parts; ++n) {
       const float* x = inp + n * C;
       const T* d = dout + n * C;
       const float m = mean[n], r = rstd[n];
@@ -79,9 +78,9 @@ void backward_rows(float* dinp, G* dw, G* db, const T* dout, const float* inp, c
   }
   for (int64_t c = 0; c < C; ++c) {
     float w_acc = load(dw[c]), b_acc = load(db[c]);
-    for (int t = 0; t < team; ++t) {
-      w_acc += partial[int64_t(t) * 2 * C + c];
-      b_acc += partial[int64_t(t) * 2 * C + C + c];
+    for (int64_t p = 0; p < parts; ++p) {
+      w_acc += partial[p * 2 * C + c];
+      b_acc += partial[p * 2 * C + C + c];
     }
     store(dw[c], w_acc);
     store(db[c], b_acc);
@@ -115,7 +114,7 @@ void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw
                  "layernorm_backward shapes");
   const int threads = op_threads(ctx);
   Workspace::Scope scratch(ctx.workspace);
-  float* partial = scratch.take<float>(int64_t(threads) * 2 * C);
+  float* partial = scratch.take<float>(norm_parts(N) * 2 * C);
   with_floats(dout.dtype, dw.dtype, [&](auto ttag, auto gtag) {
     using T = decltype(ttag);
     using G = decltype(gtag);
@@ -124,8 +123,8 @@ void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw
   });
 }
 
-size_t layernorm_backward_workspace(int threads, int64_t C) {
-  return Workspace::bytes_for<float>(int64_t(threads) * 2 * C);
+size_t layernorm_backward_workspace(int64_t C) {
+  return Workspace::bytes_for<float>(kNormParts * 2 * C);
 }
 
 }  // namespace trainer::nn::cpu

@@ -28,7 +28,7 @@ void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, 
                      const Tensor& w);
 void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dout,
                       const Tensor& inp, const Tensor& w, const Tensor& rstd);
-size_t rmsnorm_backward_workspace(int threads, int64_t C);
+size_t rmsnorm_backward_workspace(int64_t C);
 }  // namespace cpu
 
 // The CUDA kernels (<op>_cuda.cu), in builds with the CUDA backend.

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "nn/ops/cpu_dtype.h"
+#include "nn/ops/layernorm.h"
 #include "nn/ops/rmsnorm.h"
 #include "runtime/profile.h"
 #include "runtime/workspace.h"
@@ -30,21 +31,17 @@ void forward_rows(T* out, float* rstd, const float* inp, const T* w, int64_t N, 
 }
 
 // With g = w * dout and xhat = x * rstd: dx = rstd * (g - xhat * mean(g * xhat)),
-// dw += dout * xhat. Each thread sums its rows' dw into a private fp32 row of `partial`,
-// added in thread order afterwards (Note on determinism in layernorm_cpu.cpp).
+// dw += dout * xhat, summed over fixed parts of the rows and the parts added in order (Note
+// [Thread-invariant norm gradients] in layernorm_cpu.cpp).
 template <typename T, typename G>
 void backward_rows(float* dinp, G* dw, const T* dout, const float* inp, const T* w,
                    const float* rstd, int64_t N, int64_t C, float* partial, int threads) {
-  int team = 1;
-#pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-#pragma omp single
-    team = nt;
-    float* pdw = partial + int64_t(t) * C;
+  const int64_t parts = norm_parts(N);
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t p = 0; p < parts; ++p) {
+    float* pdw = partial + p * C;
     for (int64_t c = 0; c < C; ++c) pdw[c] = 0.0f;
-    const int64_t n0 = N * t / nt, n1 = N * (t + 1) / nt;
-    for (int64_t n = n0; n < n1; ++n) {
+    for (int64_t n = N * p / parts; n < N * (p + 1) / parts; ++n) {
       const float* x = inp + n * C;
       const T* d = dout + n * C;
       const float r = rstd[n];
@@ -63,7 +60,7 @@ void backward_rows(float* dinp, G* dw, const T* dout, const float* inp, const T*
   }
   for (int64_t c = 0; c < C; ++c) {
     float acc = load(dw[c]);
-    for (int t = 0; t < team; ++t) acc += partial[int64_t(t) * C + c];
+    for (int64_t p = 0; p < parts; ++p) acc += partial[p * C + c];
     store(dw[c], acc);
   }
 }
@@ -93,7 +90,7 @@ void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, 
                  "rmsnorm_backward shapes");
   const int threads = op_threads(ctx);
   Workspace::Scope scratch(ctx.workspace);
-  float* partial = scratch.take<float>(int64_t(threads) * C);
+  float* partial = scratch.take<float>(norm_parts(N) * C);
   with_floats(dout.dtype, dw.dtype, [&](auto ttag, auto gtag) {
     using T = decltype(ttag);
     using G = decltype(gtag);
@@ -102,8 +99,8 @@ void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, 
   });
 }
 
-size_t rmsnorm_backward_workspace(int threads, int64_t C) {
-  return Workspace::bytes_for<float>(int64_t(threads) * C);
+size_t rmsnorm_backward_workspace(int64_t C) {
+  return Workspace::bytes_for<float>(kNormParts * C);
 }
 
 }  // namespace trainer::nn::cpu

@@ -72,10 +72,10 @@ Trained train(ShardingStage stage, const MicroSchedule& micro, int steps,
       tokens += rows.back().loss_tokens();
     }
     const StepCounts counts = exchange_counts(c, mine > 0, tokens, mine);
-    t.dp->begin_step();
+    t.dp->begin_step(t.dp->collective_backward() ? counts.max_micro_batches : mine);
     t.model->reset_loss();
     for (int m = 0; m < mine; ++m) {
-      t.dp->set_last_micro_batch(m + 1 == mine);
+      t.dp->begin_micro_batch();
       t.model->forward(rows[size_t(m)].view());
       t.model->backward(1.0f / float(counts.global_tokens));
     }

@@ -11,6 +11,7 @@
 #include "dist/communicator.h"
 #include "dist/consistency.h"
 #include "dist/data_parallel.h"
+#include "dist/exact_norm.h"
 #include "dist/join.h"
 #include "dist/step_stats.h"
 #include "nn/adamw.h"
@@ -27,9 +28,10 @@ using namespace dist;
 
 struct Args {
   nn::ModelConfig model;
-  int B = 8, T = 256, steps = 4, warmup = 1;
+  int B = 8, T = 256, steps = 4, warmup = 1, accum = 1;
   double bucket_mb = 10;
   ShardingStage sharding = ShardingStage::none;
+  bool deterministic = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -53,6 +55,10 @@ Args parse(int argc, char** argv) {
       a.steps = v;
     else if (k == "--warmup")
       a.warmup = v;
+    else if (k == "--accum")
+      a.accum = v;
+    else if (k == "--deterministic")
+      a.deterministic = v != 0;
     else if (k == "--bucket-mb")
       a.bucket_mb = std::atof(argv[i + 1]);
     else if (k == "--sharding")
@@ -82,6 +88,7 @@ void run(int argc, char** argv) {
   ParallelConfig pc;
   pc.stage = a.sharding;
   pc.bucket_mb = a.bucket_mb;
+  pc.deterministic = a.deterministic;
   auto dp = make_data_parallel(*comm, model, pc);
   init_masters(*dp, model, a.model, 1);
   const double live_mib = double(Buffer::live_bytes(Device::cpu) - before) / 1048576.0;
@@ -98,21 +105,30 @@ void run(int argc, char** argv) {
     comm->barrier();  // every step starts together: the wall time is the global step time
     Timer step_timer, t;
     StepTimes st;
-    const StepCounts counts = exchange_counts(*comm, true, int64_t(tokens.size()));
-    dp->begin_step(1);
+    const StepCounts counts =
+        exchange_counts(*comm, true, int64_t(tokens.size()) * a.accum, a.accum);
+    dp->begin_step(a.accum);
     model.reset_loss();
-    dp->begin_micro_batch();
-    model.forward({a.B, a.T, tokens.data(), targets.data(), nullptr, nullptr});
-    st.forward_s = t.seconds();
-    t.reset();
-    model.backward(1.0f / float(counts.global_tokens));
-    st.backward_s = t.seconds();
-    t.reset();
+    for (int m = 0; m < a.accum; ++m) {  // the same tokens each time: only the time counts
+      dp->begin_micro_batch();
+      t.reset();
+      model.forward({a.B, a.T, tokens.data(), targets.data(), nullptr, nullptr});
+      st.forward_s += t.seconds();
+      t.reset();
+      model.backward(1.0f / float(counts.global_tokens));
+      st.backward_s += t.seconds();
+    }
     dp->finish();
     t.reset();
-    std::vector<double> norm_sq = {model.read_step_scalars(dp->grads()).grad_norm_sq};
-    if (dp->grads_sharded()) comm->all_reduce(norm_sq);
-    dp->step(6e-4f, nn::clip_scale(std::sqrt(norm_sq[0]), 1.0f));
+    double norm_sq = 0;
+    if (a.deterministic) {
+      norm_sq = exact_sum_squares(*comm, dp->grads(), dp->grads_sharded());
+    } else {
+      std::vector<double> sq = {model.read_step_scalars(dp->grads()).grad_norm_sq};
+      if (dp->grads_sharded()) comm->all_reduce(sq);
+      norm_sq = sq[0];
+    }
+    dp->step(6e-4f, nn::clip_scale(std::sqrt(norm_sq), 1.0f));
     st.optimizer_s = t.seconds();
     // Under full sharding the forward's gathers wait too; all waits are exposed time.
     st.comm_wait_s = dp->last_wait_seconds();
@@ -131,11 +147,11 @@ void run(int argc, char** argv) {
   const double k = a.steps;
   if (R == 0)
     fmt::print(
-        "ranks={} sharding={} params={} bucket_mb={} step_s={:.3f} tokens_per_s={:.0f} "
+        "ranks={} sharding={} deterministic={} accum={} params={} bucket_mb={} step_s={:.3f} tokens_per_s={:.0f} "
         "forward_s={:.3f} backward_s={:.3f} comm_busy_s={:.4f} comm_wait_s={:.4f} "
         "optimizer_s={:.3f} hidden={:.3f} state_mib={:.1f} live_mib={:.1f}\n",
-        N, sharding_stage_name(a.sharding), total, a.bucket_mb, wall / k,
-        double(N) * a.B * a.T * k / wall, sum.forward_s / k, sum.backward_s / k,
+        N, sharding_stage_name(a.sharding), int(a.deterministic), a.accum, total, a.bucket_mb,
+        wall / k, double(N) * a.B * a.T * a.accum * k / wall, sum.forward_s / k, sum.backward_s / k,
         sum.comm_busy_s / k, sum.comm_wait_s / k, sum.optimizer_s / k, sum.hidden_fraction(),
         double(dp->state_bytes().total()) / 1048576.0, live_mib);
 }

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# What dist.deterministic costs, from one run at 2 ranks x 1 thread: step time with the
+# default reductions and with the deterministic ones (a fixed-tree reduction every
+# micro-batch, the tree sum over micro-batches, the exact norm), for stages none and full, with
+# 1 and 4 micro-batches per step. The default shape: L=8, C=256, V=4096, B=4, T=128.
+#   DET_BENCH=build/app/trainer_ddp_bench scripts/bench/deterministic.sh [bench options...]
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+BENCH="${DET_BENCH:-$ROOT/build/app/trainer_ddp_bench}"
+[[ -x "$BENCH" ]] || { echo "bench/deterministic: no trainer_ddp_bench at $BENCH" >&2; exit 1; }
+MPIRUN=(mpirun --oversubscribe -x OMP_NUM_THREADS=1 -np 2)
+[[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)
+ARGS=(--layers 8 --embd 256 --heads 4 --vocab 4096 --batch 4 --seq 128 --steps 4 --warmup 1
+      "$@")
+field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" <<<"$2"; }
+printf "%-8s %6s %14s %18s %8s\n" stage accum default_ms deterministic_ms ratio
+for stage in none full; do
+  for accum in 1 4; do
+    declare -A ms=()
+    for det in 0 1; do
+      line=$("${MPIRUN[@]}" "$BENCH" "${ARGS[@]}" --sharding "$stage" --accum "$accum" \
+        --deterministic "$det" | grep '^ranks=')
+      ms[$det]=$(field step_s "$line")
+    done
+    awk -v s="$stage" -v a="$accum" -v t0="${ms[0]}" -v t1="${ms[1]}" \
+      'BEGIN { printf "%-8s %6d %14.1f %18.1f %8.2f\n", s, a, 1000 * t0, 1000 * t1, t1 / t0 }'
+  done
+done

@@ -118,6 +118,11 @@ const std::vector<KeySpec>& schema() {
        1e7},
 
       {"log.every", Kind::integer, int64_t(10), "Write a metrics line every N steps", 1},
+      {"log.level", Kind::text, std::string("info"),
+       "Least severe log lines shown: debug (every rank prints everything), info, warn, error",
+       -1e300, 1e300, L{"debug", "info", "warn", "error"}},
+      {"log.all_ranks", Kind::boolean, false,
+       "Every rank also writes its lines to <run>/logs/rank-R.log (rank 0's are train.log)"},
       {"log.peak_gflops", Kind::real, 0.0,
        "The GEMM rate (GFLOP/s per rank) MFU is reported against; 0 = measured at start-up "
        "until stable (the log says which)",

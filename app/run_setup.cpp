@@ -193,6 +193,7 @@ RunConfig resolve_run(const Config& c) {
   r.keep_every = c.integer("checkpoint.keep_every");
   r.checkpoint_timeout_s = c.real("checkpoint.timeout_s");
   r.log_every = c.integer("log.every");
+  r.log_all_ranks = c.boolean("log.all_ranks");
   r.progress = c.text("log.progress");
   r.peak_gflops = c.real("log.peak_gflops");
   r.bucket_mb = c.real("dist.bucket_mb");

@@ -50,6 +50,7 @@ struct RunConfig {
   int64_t checkpoint_every = 0, keep_last = 0, keep_every = 0;
   double checkpoint_timeout_s = 0;
   int64_t log_every = 1;
+  bool log_all_ranks = false;  // every rank writes <run>/logs/rank-R.log
   std::string progress;
   double peak_gflops = 0;  // the MFU reference; 0 = measured at start-up
   double bucket_mb = 0, timeout_s = 0;

@@ -203,6 +203,7 @@ class TrainLoop {
   bool metrics_failed_ = false, write_failure_reported_ = false;
   Timer run_timer_;
   int64_t first_step_ = 0;
+  dist::CommStats comm_logged_;  // the communicator's totals at the last metrics line
 };
 
 TrainLoop::TrainLoop(const Config& config, const TrainOptions& options, dist::Communicator& comm,
@@ -417,6 +418,10 @@ void TrainLoop::start_up() {
     write_file_atomic(rc_.run_dir / "config.yaml", config_.to_yaml());
     write_file_atomic(rc_.run_dir / "tokenizer.model", tokenizer_);
   }
+  if (!leader_ && rc_.log_all_ranks) {
+    fs::create_directories(rc_.run_dir / "logs");
+    log::set_file((rc_.run_dir / "logs" / fmt::format("rank-{}.log", comm_.rank())).string());
+  }
   if (ckpt) {
     load_training_state(*ckpt, model_, *dp_);
     saved_step_ = state_.step;
@@ -625,6 +630,11 @@ void TrainLoop::log_step(const StepStats& s, double step_s) {
     j["slowest_rank"] = ranks->slowest_rank;
     j["slowest_lag"] = ranks->lag;
   }
+  if (comm_.size() > 1) {  // the collectives' bus bandwidth since the last line
+    const dist::CommStats now = comm_.stats();
+    j["comm_busbw_gbps"] = now.bus_gbps_since(comm_logged_);
+    comm_logged_ = now;
+  }
   write_metrics(j);
 }
 
@@ -705,6 +715,12 @@ int TrainLoop::run() {
           state_.step + 1);
     StepStats s = train_step(batches, counts);
     s.times.data_wait_s = data_s;
+    log::debug(
+        "step {}: {} micro-batch(es), {} loss tokens here; data {:.1f} ms, forward {:.1f} ms, "
+        "backward {:.1f} ms, exposed communication {:.1f} ms, optimizer {:.1f} ms",
+        state_.step + 1, batches ? batches->size() : 0, my_tokens, data_s * 1e3,
+        s.times.forward_s * 1e3, s.times.backward_s * 1e3, s.times.comm_wait_s * 1e3,
+        s.times.optimizer_s * 1e3);
     s.seq_len = int(rc_.seq_len_schedule.at(state_.step, rc_.train_data.seq_len));
     ++state_.step;
     state_.tokens_seen += s.tokens;
@@ -756,7 +772,8 @@ int run_training(const Config& config, const TrainOptions& options) {
     // OpenMP's threads start here, blocking the stop signals.
   }
   const dist::LaunchInfo launch = dist::discover_launch();
-  log::configure(launch.rank, launch.world_size);
+  log::configure(launch.rank, launch.world_size, log::parse_level(config.text("log.level")),
+                 config.boolean("log.all_ranks"));
   const dist::CommOptions comm_options{.timeout_s = config.real("dist.timeout_s")};
   auto comm = dist::make_communicator(launch, comm_options);
   // A CUDA run takes GPU local rank mod the node's GPUs; several GPUs talk over NCCL (its id

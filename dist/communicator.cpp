@@ -30,6 +30,23 @@ double Work::busy_seconds() const {
   return state_->busy_s;
 }
 
+void CommStats::add(std::string_view kind, double buffer_bytes, int world, double busy) {
+  const double n = world, share = n > 1 ? (n - 1) / n : 0;
+  busy_s += busy;
+  bytes += buffer_bytes;
+  if (kind == "all_reduce")
+    bus_bytes += 2 * share * buffer_bytes;
+  else if (kind == "reduce_scatter" || kind == "all_gather")
+    bus_bytes += share * buffer_bytes;
+  else if (kind == "broadcast")
+    bus_bytes += buffer_bytes;
+}
+
+double CommStats::bus_gbps_since(const CommStats& before) const {
+  const double t = busy_s - before.busy_s;
+  return t > 0 ? (bus_bytes - before.bus_bytes) / t / 1e9 : 0;
+}
+
 std::vector<int64_t> Communicator::all_gather(const std::vector<int64_t>& mine) {
   std::vector<int64_t> all(mine.size() * size_t(size()));
   all_gather_async(mine.data(), all.data(), int64_t(mine.size()), DType::i64).wait();
@@ -64,7 +81,7 @@ class SingleProcessCommunicator final : public Communicator {
     return done_work();
   }
   Work barrier_async(double) override { return done_work(); }
-  double busy_seconds() const override { return 0; }
+  CommStats stats() const override { return {}; }
 
  private:
   // Host or device buffers (a sharded model on one GPU gathers from itself).

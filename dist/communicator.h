@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dist/launch.h"
@@ -42,6 +43,19 @@ class Work {
 // function of the ranks' values alone, and, for a world of 2^k ranks, the same tree a single
 // process builds over the same inputs (dist.deterministic). Needs a power-of-two world.
 enum class ReduceOrder : uint8_t { any, fixed_tree };
+
+// Totals of the collectives a communicator completed since its creation.
+struct CommStats {
+  double busy_s = 0;     // seconds in the network (from each one's start to its completion)
+  double bytes = 0;      // their buffers: a reduce-scatter's input, an all-gather's output
+  double bus_bytes = 0;  // what each rank's link carried, as nccl-tests counts it: x 2(n-1)/n
+                         // for an all-reduce, x (n-1)/n for a reduce-scatter or all-gather
+  // Counts one collective: `kind` all_reduce, reduce_scatter, all_gather, broadcast or barrier,
+  // over a buffer of `bytes` on `world` ranks.
+  void add(std::string_view kind, double bytes, int world, double busy_s);
+  // Bus bandwidth in GB/s since `before` (0 when nothing ran).
+  double bus_gbps_since(const CommStats& before) const;
+};
 
 struct CommOptions {
   double timeout_s = 300;  // any collective not complete after this fails on every waiting rank
@@ -90,8 +104,8 @@ class Communicator {
   }
   void barrier(double timeout_s = 0) { barrier_async(timeout_s).wait(); }
 
-  // Total seconds collectives have spent in the network since creation (for overlap figures).
-  virtual double busy_seconds() const = 0;
+  // What the collectives moved and how long they took, since creation (metrics, overlap).
+  virtual CommStats stats() const = 0;
 };
 
 // A communicator for one process: reductions are no-ops, gathers are copies.

@@ -238,7 +238,10 @@ class MpiCommunicator final : public Communicator {
     return enqueue(Kind::barrier, nullptr, nullptr, 0, DType::u8, ReduceOrder::any, 0, timeout_s);
   }
 
-  double busy_seconds() const override { return busy_total_.load(); }
+  CommStats stats() const override {
+    std::lock_guard lock(stats_mu_);
+    return stats_;
+  }
 
  private:
   void check_order(ReduceOrder order, int64_t count) const {
@@ -413,6 +416,12 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
+  // The bytes of the operation's whole buffer.
+  double buffer_bytes(const Op& op) const {
+    const double b = double(op.count) * double(dtype_size(op.type));
+    return op.kind == Kind::reduce_scatter || op.kind == Kind::all_gather ? b * size_ : b;
+  }
+
   // A fixed-tree all-reduce or reduce-scatter (Note [Fixed-tree reductions]).
   void run_fixed_tree(const Op& op, Clock::time_point start) {
     const size_t es = dtype_size(op.type);
@@ -506,7 +515,10 @@ class MpiCommunicator final : public Communicator {
       try {
         run(op);
         const double busy = std::chrono::duration<double>(Clock::now() - start).count();
-        busy_total_.store(busy_total_.load() + busy);
+        {
+          std::lock_guard lock(stats_mu_);
+          stats_.add(kind_name(op.kind), buffer_bytes(op), size_, busy);
+        }
         op.state->complete(busy);
       } catch (const OpFailed& f) {
         broken_message_ = f.message;
@@ -553,7 +565,8 @@ class MpiCommunicator final : public Communicator {
   bool stop_ = false;
   std::atomic<bool> broken_{false};
   std::string broken_message_;
-  std::atomic<double> busy_total_{0};
+  mutable std::mutex stats_mu_;
+  CommStats stats_;
   // Owned by the communication thread.
   std::vector<int64_t> arrived_, arrive_buf_;
   std::vector<MPI_Request> arrive_recv_;

@@ -99,7 +99,7 @@ class NcclCommunicator final : public Communicator {
   Work all_reduce_async(void* data, int64_t count, DType type, ReduceOrder order) override {
     if (!on_device(data)) return bootstrap_.all_reduce_async(data, count, type, order);
     CHECK(order == ReduceOrder::any, "fixed-tree reductions are not implemented over NCCL");
-    return launch("all_reduce", [&] {
+    return launch("all_reduce", count * dtype_size(type), [&] {
       NCCL_CALL(ncclAllReduce(data, data, size_t(count), nccl_type(type), ncclSum, comm_, stream_));
     });
   }
@@ -107,41 +107,46 @@ class NcclCommunicator final : public Communicator {
                             ReduceOrder order) override {
     if (!on_device(recv)) return bootstrap_.reduce_scatter_async(send, recv, count, type, order);
     CHECK(order == ReduceOrder::any, "fixed-tree reductions are not implemented over NCCL");
-    return launch("reduce_scatter", [&] {
+    return launch("reduce_scatter", count * dtype_size(type) * size(), [&] {
       NCCL_CALL(
           ncclReduceScatter(send, recv, size_t(count), nccl_type(type), ncclSum, comm_, stream_));
     });
   }
   Work all_gather_async(const void* send, void* recv, int64_t count, DType type) override {
     if (!on_device(recv)) return bootstrap_.all_gather_async(send, recv, count, type);
-    return launch("all_gather", [&] {
+    return launch("all_gather", count * dtype_size(type) * size(), [&] {
       NCCL_CALL(ncclAllGather(send, recv, size_t(count), nccl_type(type), comm_, stream_));
     });
   }
   Work broadcast_async(void* data, int64_t bytes, int root) override {
     if (!on_device(data)) return bootstrap_.broadcast_async(data, bytes, root);
-    return launch("broadcast", [&] {
+    return launch("broadcast", bytes, [&] {
       NCCL_CALL(ncclBroadcast(data, data, size_t(bytes), ncclUint8, root, comm_, stream_));
     });
   }
   Work barrier_async(double timeout_s) override {
     if (timeout_s > 0) return bootstrap_.barrier_async(timeout_s);  // a host-side wait
-    return launch("barrier", [&] {
+    return launch("barrier", 0, [&] {
       NCCL_CALL(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, comm_, stream_));
     });
   }
-  double busy_seconds() const override { return busy_total_; }
+  CommStats stats() const override {
+    std::lock_guard lock(mu_);
+    return stats_;
+  }
 
  private:
   struct Pending {
     std::string name;
+    const char* kind = "";
+    double bytes = 0;
     cudaEvent_t start = nullptr, end = nullptr;
     Clock::time_point enqueued;
     std::shared_ptr<WorkState> state;
   };
 
   template <typename Fn>
-  Work launch(const char* kind, Fn&& enqueue_op) {
+  Work launch(const char* kind, double bytes, Fn&& enqueue_op) {
     auto state = std::make_shared<WorkState>();
     Pending p;
     {
@@ -159,6 +164,8 @@ class NcclCommunicator final : public Communicator {
     enqueue_op();
     CUDA_CALL(cudaEventRecord(p.end, stream_));
     p.enqueued = Clock::now();
+    p.kind = kind;
+    p.bytes = bytes;
     p.state = state;
     {
       std::lock_guard lock(mu_);
@@ -217,7 +224,8 @@ class NcclCommunicator final : public Communicator {
         ncclCommAbort(comm_);  // unblocks the stream; the destructor must not touch comm_ again
         comm_aborted_ = true;
       } else {
-        busy_total_ += ms / 1e3;
+        std::lock_guard lock(mu_);
+        stats_.add(p.kind, p.bytes, size(), ms / 1e3);
       }
       p.state->complete(ms / 1e3, error);
     }
@@ -230,13 +238,13 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream_ = nullptr;
   void* barrier_buf_ = nullptr;
   std::thread watcher_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> pending_;
   int64_t next_seq_ = 0;
   bool stop_ = false, broken_ = false, comm_aborted_ = false;
   std::string broken_message_;
-  double busy_total_ = 0;
+  CommStats stats_;
 };
 
 }  // namespace

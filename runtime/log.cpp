@@ -14,6 +14,7 @@ struct State {
   int rank = 0;
   int world_size = 1;
   Level min_level = Level::info;
+  bool all_ranks = false;
   std::FILE* file = nullptr;
   std::string file_error;
   std::mutex mutex;
@@ -26,12 +27,28 @@ State& state() {
 
 }  // namespace
 
-void configure(int rank, int world_size, Level min_level) {
+void configure(int rank, int world_size, Level min_level, bool all_ranks) {
   State& s = state();
   s.rank = rank;
   s.world_size = world_size;
   s.min_level = min_level;
+  s.all_ranks = all_ranks;
 }
+
+Level parse_level(const std::string& name) {
+  if (name == "debug") return Level::debug;
+  if (name == "info") return Level::info;
+  if (name == "warn") return Level::warn;
+  if (name == "error") return Level::error;
+  throw UsageError(fmt::format("log level must be debug, info, warn or error, got '{}'", name));
+}
+
+namespace {
+// Whether `level` goes to the console (as opposed to the rank's log file only).
+bool on_console(const State& s, Level level) {
+  return level >= Level::warn || s.rank == 0 || s.min_level == Level::debug;
+}
+}  // namespace
 
 void set_file(const std::string& path) {
   State& s = state();
@@ -52,8 +69,7 @@ std::string file_error() {
 
 bool enabled(Level level) {
   const State& s = state();
-  if (level >= Level::warn) return true;
-  return level >= s.min_level && (s.rank == 0 || s.min_level == Level::debug);
+  return level >= s.min_level && (on_console(s, level) || (s.all_ranks && s.file));
 }
 
 void write(Level level, const std::string& message) {
@@ -62,9 +78,11 @@ void write(Level level, const std::string& message) {
   std::string line = s.world_size > 1 ? fmt::format("[rank {}] {}{}\n", s.rank, tag, message)
                                       : fmt::format("{}{}\n", tag, message);
   std::lock_guard lock(s.mutex);
-  std::FILE* out = level >= Level::warn ? stderr : stdout;
-  std::fputs(line.c_str(), out);
-  std::fflush(out);
+  if (on_console(s, level)) {
+    std::FILE* out = level >= Level::warn ? stderr : stdout;
+    std::fputs(line.c_str(), out);
+    std::fflush(out);
+  }
   if (s.file) {
     errno = 0;
     if (std::fputs(line.c_str(), s.file) < 0 || std::fflush(s.file) != 0) {

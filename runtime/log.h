@@ -1,5 +1,7 @@
 // Logging through fmt: one line per call, prefixed with the rank when more than one process
-// runs. Only rank 0 prints `info` by default; warnings and errors print on every rank.
+// runs. Lines below the minimum level are dropped. On the console rank 0 prints every level,
+// the other ranks warnings and errors only (every level at `debug`); a rank's log file, when
+// set, receives all it prints and, with `all_ranks`, its info lines too.
 #pragma once
 
 #include <fmt/format.h>
@@ -11,8 +13,11 @@ namespace trainer::log {
 
 enum class Level { debug, info, warn, error };
 
-// Sets the rank and world size shown in the prefix and the minimum level that prints.
-void configure(int rank, int world_size, Level min_level = Level::info);
+// Sets the rank and world size shown in the prefix, the minimum level that prints, and whether
+// every rank (not only rank 0) writes its info lines to its log file.
+void configure(int rank, int world_size, Level min_level = Level::info, bool all_ranks = false);
+// "debug", "info", "warn" or "error"; throws trainer::UsageError otherwise.
+Level parse_level(const std::string& name);
 // Also appends every printed line to this file (the run's log); empty closes it. Throws
 // trainer::Error when the file cannot be opened.
 void set_file(const std::string& path);
@@ -31,7 +36,7 @@ void info(fmt::format_string<Args...> f, Args&&... args) {
 }
 template <typename... Args>
 void warn(fmt::format_string<Args...> f, Args&&... args) {
-  write(Level::warn, fmt::format(f, std::forward<Args>(args)...));
+  if (enabled(Level::warn)) write(Level::warn, fmt::format(f, std::forward<Args>(args)...));
 }
 template <typename... Args>
 void error(fmt::format_string<Args...> f, Args&&... args) {

@@ -147,7 +147,8 @@ void run(int argc, char** argv) {
   const double k = a.steps;
   if (R == 0)
     fmt::print(
-        "ranks={} sharding={} deterministic={} accum={} params={} bucket_mb={} step_s={:.3f} tokens_per_s={:.0f} "
+        "ranks={} sharding={} deterministic={} accum={} params={} bucket_mb={} step_s={:.3f} "
+        "tokens_per_s={:.0f} "
         "forward_s={:.3f} backward_s={:.3f} comm_busy_s={:.4f} comm_wait_s={:.4f} "
         "optimizer_s={:.3f} hidden={:.3f} state_mib={:.1f} live_mib={:.1f}\n",
         N, sharding_stage_name(a.sharding), int(a.deterministic), a.accum, total, a.bucket_mb,

@@ -64,6 +64,11 @@ const std::vector<KeySpec>& schema() {
        "Drop an epoch's incomplete last step (else wrap around)"},
       {"data.prefetch", Kind::integer, int64_t(4), "Batches kept ready by the loader thread", 1,
        1024},
+      {"data.verify_checksums", Kind::text, std::string("first_use"),
+       "When each shard's payload (checksum, offsets, token ids) is checked: all (every rank "
+       "reads the whole split at start), first_use (a shard when this rank first reads from it, "
+       "on the loader thread), none (headers and sizes only)",
+       -1e300, 1e300, L{"all", "first_use", "none"}},
       {"data.epochs", Kind::integer, int64_t(0),
        "Stop after this many epochs (0 = run train.steps)", 0},
 

@@ -105,6 +105,7 @@ data::LoaderConfig loader_config(const Config& c, const std::string& split) {
   l.drop_last = c.boolean("data.drop_last");
   l.prefetch = int(c.integer("data.prefetch"));
   l.max_epochs = c.integer("data.epochs");
+  l.verify = data::parse_verify(c.text("data.verify_checksums"));
   l.vocab_size = uint32_t(c.integer("model.vocab_size"));
   if (l.seq_len > c.integer("model.max_seq_len"))
     throw UsageError(fmt::format("data.seq_len = {} exceeds model.max_seq_len = {}", l.seq_len,

@@ -346,7 +346,9 @@ void TrainLoop::check_data() {
         "train.val_every = {} but the val split of {} yields no batch of this shape on rank {} "
         "(prepare with a larger --val-fraction, or set train.val_every=0)",
         rc_.val_every, rc_.val_data.data_dir.string(), comm_.rank());
-  val_verified_ = true;  // its shards were checksummed just now
+  // Under `all` its shards were checked just now; under first_use each validation checks what
+  // it reads.
+  val_verified_ = rc_.val_data.verify == data::Verify::all;
 }
 
 void TrainLoop::start_up() {
@@ -534,9 +536,8 @@ std::string TrainLoop::first_nonfinite_gradient() {
 
 double TrainLoop::validate() {
   data::LoaderConfig vc = rc_.val_data;
-  vc.verify_checksums = !val_verified_;
+  if (val_verified_) vc.verify = data::Verify::none;
   data::Loader val(vc, comm_.rank(), comm_.size());
-  val_verified_ = true;
   model_.reset_loss();
   std::vector<double> sums = {0, 0};  // loss, tokens: each rank takes its share of the batches
   for (int64_t i = 0; i < rc_.val_batches; i += comm_.size()) {

@@ -15,15 +15,15 @@ DocIndex doc_index_from_lengths(const std::vector<uint64_t>& lengths) {
 }
 
 Corpus::Corpus(const fs::path& dir, const std::string& split, const ShardExpect& expect,
-               bool verify, bool index_docs)
+               Verify verify, bool index_docs)
     : dir_(dir), split_(split), manifest_(read_manifest(dir)) {
   fs::path mpath = dir / kManifestName;
   auto it = manifest_.splits.find(split);
   CHECK(it != manifest_.splits.end(), "{}: no split '{}'", mpath.string(), split);
   const SplitInfo& info = it->second;
   CHECK(expect.vocab_size == 0 || manifest_.vocab_size <= expect.vocab_size,
-        "{}: corpus vocab size {} exceeds the model's {}", mpath.string(),
-        manifest_.vocab_size, expect.vocab_size);
+        "{}: corpus vocab size {} exceeds the model's {}", mpath.string(), manifest_.vocab_size,
+        expect.vocab_size);
   CHECK(expect.tokenizer_hash == 0 || manifest_.tokenizer_hash == expect.tokenizer_hash,
         "{}: corpus was made with another tokenizer (hash {:016x}, expected {:016x})",
         mpath.string(), manifest_.tokenizer_hash, expect.tokenizer_hash);

@@ -28,9 +28,9 @@ DocIndex doc_index_from_lengths(const std::vector<uint64_t>& lengths);
 class Corpus {
  public:
   // Opens <dir>/manifest.json's split: every shard is mapped and its header checked against
-  // the manifest and `expect`; with `verify` each payload is checksummed once. With
+  // the manifest and `expect`; each payload is checked as `verify` says. With
   // `index_docs` the document boundaries are loaded (8 bytes per document).
-  Corpus(const fs::path& dir, const std::string& split, const ShardExpect& expect, bool verify,
+  Corpus(const fs::path& dir, const std::string& split, const ShardExpect& expect, Verify verify,
          bool index_docs);
   ~Corpus();
   const Manifest& manifest() const { return manifest_; }

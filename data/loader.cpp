@@ -38,7 +38,7 @@ Loader::Loader(const LoaderConfig& config, int rank, int world_size,
   if (config_.prefetch < 1) throw UsageError("loader prefetch depth must be >= 1");
   corpus_ = std::make_unique<Corpus>(config_.data_dir, config_.split,
                                      ShardExpect{config_.vocab_size, config_.tokenizer_hash},
-                                     config_.verify_checksums, config_.mode != Mode::stream);
+                                     config_.verify, config_.mode != Mode::stream);
   state_ = resume ? *resume : LoaderState{config_.seed, 0, 0};
   seed_ = state_.seed;
   if (resume && resume->seed != config_.seed)

@@ -33,7 +33,7 @@ struct LoaderConfig {
   int64_t max_epochs = 0;       // 0 = infinite
   uint32_t vocab_size = 0;      // checked against the shards when non-zero
   uint64_t tokenizer_hash = 0;  // checked against the shards when non-zero
-  bool verify_checksums = true;
+  Verify verify = Verify::all;  // when each shard's payload is checked
 };
 
 // Where a loader stands: after `cursor` global batches (all ranks together) of `epoch`.

@@ -132,20 +132,30 @@ void verify_shard_payload(const uint8_t* data, size_t size, const ShardHeader& h
         h.vocab_size);
 }
 
-Shard::Shard(const fs::path& path, const ShardExpect& expect, bool verify) {
+Verify parse_verify(std::string_view name) {
+  if (name == "all") return Verify::all;
+  if (name == "first_use") return Verify::first_use;
+  if (name == "none") return Verify::none;
+  throw UsageError(
+      fmt::format("shard verification must be all, first_use or none, got '{}'", name));
+}
+
+Shard::Shard(const fs::path& path, const ShardExpect& expect, Verify verify) : verify_(verify) {
   std::error_code ec;
   CHECK(fs::is_regular_file(path, ec), "{}: no such shard file", path.string());
   file_ = MappedFile(path);
   header_ = parse_shard_header(file_.data(), file_.size(), path.string(), expect);
   tokens_offset_ = kShardHeaderBytes + 8 * (header_.num_docs + 1);
-  if (verify) {
-    verify_shard_payload(
-        file_.data(), file_.size(), header_, path.string(),
-        [](const void* ctx, size_t offset, size_t bytes) {
-          static_cast<const Shard*>(ctx)->release_bytes(offset, bytes);
-        },
-        this);
-  }
+  if (verify == Verify::all) verify_payload();
+}
+
+void Shard::verify_payload() const {
+  verify_shard_payload(
+      file_.data(), file_.size(), header_, path().string(),
+      [](const void* ctx, size_t offset, size_t bytes) {
+        static_cast<const Shard*>(ctx)->release_bytes(offset, bytes);
+      },
+      this);
 }
 
 uint64_t Shard::doc_offset(uint64_t d) const {
@@ -160,6 +170,7 @@ void Shard::release_bytes(size_t offset, size_t bytes) const {
 }
 
 void Shard::read_tokens(uint64_t begin, uint64_t count, int32_t* out) const {
+  if (verify_ == Verify::first_use) std::call_once(verified_, [this] { verify_payload(); });
   CHECK(begin + count <= header_.num_tokens, "{}: read of tokens [{}, {}) past the end ({})",
         path().string(), begin, begin + count, header_.num_tokens);
   const uint8_t* p = file_.data() + tokens_offset_ + begin * header_.token_bytes;

@@ -6,8 +6,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/file_io.h"
@@ -55,11 +57,19 @@ void verify_shard_payload(const uint8_t* data, size_t size, const ShardHeader& h
                           void (*release)(const void* ctx, size_t offset, size_t bytes) = nullptr,
                           const void* ctx = nullptr);
 
+// When a shard's payload (its checksum, offsets and token ids) is checked: `all` when the shard
+// is opened (every rank reads every shard at start), `first_use` when a read first touches it
+// (on the reading thread, only the shards this process reads), `none` never (the header,
+// sizes and manifest are always checked).
+enum class Verify : uint8_t { all, first_use, none };
+// Parses "all", "first_use" or "none"; throws a UsageError otherwise.
+Verify parse_verify(std::string_view name);
+
 // A shard file mapped read-only. Resident memory follows what was read and not released.
 class Shard {
  public:
-  // Maps and checks the header; with `verify` also the whole payload (one streaming pass).
-  Shard(const fs::path& path, const ShardExpect& expect, bool verify);
+  // Maps and checks the header, and the payload as `verify` says (one streaming pass).
+  Shard(const fs::path& path, const ShardExpect& expect, Verify verify);
   const ShardHeader& header() const { return header_; }
   const fs::path& path() const { return file_.path(); }
   // Token offset of local document d (d <= num_docs).
@@ -71,7 +81,10 @@ class Shard {
 
  private:
   void release_bytes(size_t offset, size_t bytes) const;
+  void verify_payload() const;
   MappedFile file_;
+  Verify verify_;
+  mutable std::once_flag verified_;  // first_use: the payload check has passed
   ShardHeader header_;
   size_t tokens_offset_ = 0;
 };

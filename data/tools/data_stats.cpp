@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     po::notify(vm);
-    Corpus corpus(dir, split, {}, true, true);
+    Corpus corpus(dir, split, {}, Verify::all, true);
     const DocIndex& docs = corpus.docs();
     uint64_t longest = 0;
     for (uint64_t d = 0; d < docs.num_docs(); ++d) longest = std::max(longest, docs.length(d));
@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
       lc.seq_len = T;
       lc.max_tokens = max_tokens;
       lc.seed = 1;
-      lc.verify_checksums = false;
+      lc.verify = Verify::none;
       Loader loader(lc, 0, 1);
       auto t0 = std::chrono::steady_clock::now();
       int64_t tokens = 0, batches = 0;

@@ -99,6 +99,30 @@ TEST(StartUp, AMissingValidationSplitIsCaughtBeforeTheFirstStep) {
   EXPECT_EQ(run_training(no_val), 0);
 }
 
+// data.verify_checksums on a train shard with one flipped payload byte: `all` refuses to start
+// (nothing written), first_use fails at the first read of the shard, naming it, with no
+// checkpoint, and `none` trains on.
+TEST(StartUp, ACorruptShardIsCaughtWhenVerificationSaysSo) {
+  TempDir dir("verify");
+  testing::write_corpus(dir.path / "data");
+  const fs::path shard = dir.path / "data/train-00000.bin";
+  std::string bytes = read_file(shard);
+  bytes[bytes.size() - 3] ^= 0x01;
+  write_file_atomic(shard, bytes);
+  Config c = tiny_config(dir.path / "data", dir.path / "runs", "all");
+  c.apply_override("data.verify_checksums=all");
+  std::string e = error_of([&] { run_training(c); });
+  EXPECT_NE(e.find("train-00000.bin: shard checksum mismatch"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(dir.path / "runs/all/metrics.jsonl"));
+  c = tiny_config(dir.path / "data", dir.path / "runs", "first_use");
+  e = error_of([&] { run_training(c); });  // the default
+  EXPECT_NE(e.find("train-00000.bin: shard checksum mismatch"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(dir.path / "runs/first_use/checkpoints"));
+  c = tiny_config(dir.path / "data", dir.path / "runs", "none");
+  c.apply_override("data.verify_checksums=none");
+  EXPECT_EQ(run_training(c), 0);
+}
+
 TEST(StartUp, TheTokenizerMustExistAndBeTheCorpusTokenizer) {
   TempDir dir("tokcheck");
   testing::write_corpus(dir.path / "data");

@@ -50,7 +50,7 @@ TEST(Shard, RoundTrip) {
   TempDir dir("shard");
   fs::path p = small_shard(dir.path);
   EXPECT_EQ(fs::file_size(p), shard_file_bytes(2, 7, 2));
-  Shard s(p, {1000, 42}, true);
+  Shard s(p, {1000, 42}, Verify::all);
   EXPECT_EQ(s.header().num_docs, 2u);
   EXPECT_EQ(s.header().num_tokens, 7u);
   EXPECT_EQ(s.header().token_bytes, 2u);
@@ -66,7 +66,7 @@ TEST(Shard, WideTokens) {
   std::vector<int32_t> a = {99999, 0, 70000};
   w.add_document(a);
   w.write(dir.path / "w.bin");
-  Shard s(dir.path / "w.bin", {}, true);
+  Shard s(dir.path / "w.bin", {}, Verify::all);
   EXPECT_EQ(s.header().token_bytes, 4u);
   std::vector<int32_t> out(3);
   s.read_tokens(0, 3, out.data());
@@ -79,7 +79,7 @@ TEST(Shard, BadMagic) {
   std::string b = read_bytes(p);
   b[0] = 'X';
   write_bytes(p, b);
-  expect_error([&] { Shard(p, {}, true); }, p, "bad magic");
+  expect_error([&] { Shard(p, {}, Verify::all); }, p, "bad magic");
 }
 
 TEST(Shard, BadVersion) {
@@ -88,7 +88,7 @@ TEST(Shard, BadVersion) {
   std::string b = read_bytes(p);
   b[8] = 7;
   write_bytes(p, b);
-  expect_error([&] { Shard(p, {}, true); }, p, "unsupported shard version 7");
+  expect_error([&] { Shard(p, {}, Verify::all); }, p, "unsupported shard version 7");
 }
 
 TEST(Shard, Truncated) {
@@ -96,9 +96,9 @@ TEST(Shard, Truncated) {
   fs::path p = small_shard(dir.path);
   std::string b = read_bytes(p);
   write_bytes(p, b.substr(0, b.size() - 3));
-  expect_error([&] { Shard(p, {}, false); }, p, "truncated");
+  expect_error([&] { Shard(p, {}, Verify::none); }, p, "truncated");
   write_bytes(p, b.substr(0, 10));
-  expect_error([&] { Shard(p, {}, false); }, p, "truncated");
+  expect_error([&] { Shard(p, {}, Verify::none); }, p, "truncated");
 }
 
 TEST(Shard, ChecksumMismatch) {
@@ -107,12 +107,22 @@ TEST(Shard, ChecksumMismatch) {
   std::string b = read_bytes(p);
   b[b.size() - 1] ^= 0x01;
   write_bytes(p, b);
-  Shard unverified(p, {}, false);  // the header alone is fine
-  expect_error([&] { Shard(p, {}, true); }, p, "checksum mismatch");
+  Shard unverified(p, {}, Verify::none);  // the header alone is fine
+  expect_error([&] { Shard(p, {}, Verify::all); }, p, "checksum mismatch");
+  // first_use: opening is fine, the first read fails, and so does every later one.
+  Shard lazy(p, {}, Verify::first_use);
+  int32_t token = 0;
+  expect_error([&] { lazy.read_tokens(0, 1, &token); }, p, "checksum mismatch");
+  expect_error([&] { lazy.read_tokens(0, 1, &token); }, p, "checksum mismatch");
+  b[b.size() - 1] ^= 0x01;  // repaired: a fresh shard checks on first use and reads
+  write_bytes(p, b);
+  Shard repaired(p, {}, Verify::first_use);
+  repaired.read_tokens(0, 1, &token);
+  unverified.read_tokens(0, 1, &token);
   b = read_bytes(p);
   b[30] ^= 0x01;  // a header count
   write_bytes(p, b);
-  expect_error([&] { Shard(p, {}, false); }, p, "header checksum");
+  expect_error([&] { Shard(p, {}, Verify::none); }, p, "header checksum");
 }
 
 TEST(Shard, TokenOutOfRange) {
@@ -126,7 +136,7 @@ TEST(Shard, TokenOutOfRange) {
   uint32_t crc = crc32(b.data(), kShardHeaderBytes);
   std::memcpy(&b[20], &crc, 4);
   write_bytes(p, b);
-  expect_error([&] { Shard(p, {}, true); }, p, "token id 500 at position 5 is out of range");
+  expect_error([&] { Shard(p, {}, Verify::all); }, p, "token id 500 at position 5 is out of range");
 }
 
 TEST(Shard, WriterRejectsOutOfRange) {
@@ -138,39 +148,43 @@ TEST(Shard, WriterRejectsOutOfRange) {
 TEST(Shard, OtherTokenizer) {
   TempDir dir("shard");
   fs::path p = small_shard(dir.path);
-  expect_error([&] { Shard(p, {0, 43}, false); }, p, "another tokenizer");
-  expect_error([&] { Shard(p, {999, 0}, false); }, p, "vocab size 1000 exceeds the model's 999");
-  Shard(p, {1024, 0}, false);  // a model vocabulary padded beyond the tokenizer's is fine
+  expect_error([&] { Shard(p, {0, 43}, Verify::none); }, p, "another tokenizer");
+  expect_error(
+      [&] {
+        Shard(p, {999, 0}, Verify::none);
+      },
+      p, "vocab size 1000 exceeds the model's 999");
+  Shard(p, {1024, 0}, Verify::none);  // a model vocabulary padded beyond the tokenizer's is fine
 }
 
 TEST(Shard, Unreadable) {
   TempDir dir("shard");
   fs::path p = dir.path / "missing.bin";
-  expect_error([&] { Shard(p, {}, false); }, p, "no such shard");
+  expect_error([&] { Shard(p, {}, Verify::none); }, p, "no such shard");
   fs::create_directories(dir.path / "adir.bin");
-  expect_error([&] { Shard(dir.path / "adir.bin", {}, false); }, dir.path / "adir.bin",
+  expect_error([&] { Shard(dir.path / "adir.bin", {}, Verify::none); }, dir.path / "adir.bin",
                "no such shard");
 }
 
 TEST(Corpus, EmptyCorpusAndMissingManifest) {
   TempDir dir("shard");
-  expect_error([&] { Corpus(dir.path, "train", {}, true, false); }, dir.path / "manifest.json",
-               "no manifest");
+  expect_error([&] { Corpus(dir.path, "train", {}, Verify::all, false); },
+               dir.path / "manifest.json", "no manifest");
   testing::write_corpus(dir.path, {});
-  expect_error([&] { Corpus(dir.path, "train", {}, true, false); }, dir.path / "manifest.json",
-               "is empty");
-  expect_error([&] { Corpus(dir.path, "test", {}, true, false); }, dir.path / "manifest.json",
-               "no split 'test'");
+  expect_error([&] { Corpus(dir.path, "train", {}, Verify::all, false); },
+               dir.path / "manifest.json", "is empty");
+  expect_error([&] { Corpus(dir.path, "test", {}, Verify::all, false); },
+               dir.path / "manifest.json", "no split 'test'");
   write_bytes(dir.path / "manifest.json", "{not json");
-  expect_error([&] { Corpus(dir.path, "train", {}, true, false); }, dir.path / "manifest.json",
-               "malformed manifest");
+  expect_error([&] { Corpus(dir.path, "train", {}, Verify::all, false); },
+               dir.path / "manifest.json", "malformed manifest");
 }
 
 TEST(Corpus, ReadsAcrossShards) {
   TempDir dir("shard");
   std::vector<uint64_t> lengths = {5, 7, 3, 9, 1};
   testing::write_corpus(dir.path, lengths, 2);
-  Corpus c(dir.path, "train", {testing::kVocab, testing::kHash}, true, true);
+  Corpus c(dir.path, "train", {testing::kVocab, testing::kHash}, Verify::all, true);
   EXPECT_EQ(c.num_tokens(), 25u);
   EXPECT_EQ(c.docs().num_docs(), 5u);
   EXPECT_EQ(c.docs().length(3), 9u);
@@ -181,7 +195,7 @@ TEST(Corpus, ReadsAcrossShards) {
   EXPECT_EQ(out[8], testing::token_of(3, 5));
   expect_error(
       [&] {
-        Corpus(dir.path, "train", {0, 1}, false, false);
+        Corpus(dir.path, "train", {0, 1}, Verify::none, false);
       },
       dir.path / "manifest.json", "another tokenizer");
 }

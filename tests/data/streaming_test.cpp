@@ -57,7 +57,7 @@ TEST(Streaming, ResidentMemoryStaysBounded) {
     c.seq_len = 1024;
     c.prefetch = 4;
     c.max_epochs = 1;
-    c.verify_checksums = true;  // the open-time scan must not stay resident either
+    c.verify = Verify::all;  // the open-time scan must not stay resident either
     Loader loader(c, 0, 1);
     uint64_t peak = rss_bytes(), tokens = 0;
     int batches = 0;

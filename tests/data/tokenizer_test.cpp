@@ -122,8 +122,8 @@ TEST_F(TokenizerTest, PrepareIsDeterministicAndCountsRight) {
   EXPECT_EQ(files, s1.shards + 1);
 
   Tokenizer tok(o.tokenizer);
-  Corpus train(dir_->path / "out1", "train", {400, tok.hash()}, true, true);
-  Corpus val(dir_->path / "out1", "val", {400, tok.hash()}, true, true);
+  Corpus train(dir_->path / "out1", "train", {400, tok.hash()}, Verify::all, true);
+  Corpus val(dir_->path / "out1", "val", {400, tok.hash()}, Verify::all, true);
   EXPECT_EQ(train.docs().num_docs() + val.docs().num_docs(), 2001u);
   EXPECT_EQ(train.num_tokens() + val.num_tokens(), s1.tokens);
   // Documents end with eos and decode back to the input paragraphs; UTF-8 bytes add up.
@@ -215,14 +215,14 @@ TEST_F(TokenizerTest, PrepareReplacesACorpusOnlyWhenComplete) {
   // A successful replacement: the new corpus reads, old shards are gone, tok.model stays.
   o.inputs = {(dir_->path / "a.txt").string()};
   const PrepareSummary s = prepare_corpus(o);
-  Corpus train(out, "train", {}, true, false);
+  Corpus train(out, "train", {}, Verify::all, false);
   EXPECT_EQ(train.num_tokens(), s.tokens);
   for (const auto& [name, bytes] : before)
     if (name.ends_with(".bin")) EXPECT_FALSE(fs::exists(out / name)) << name << " was kept";
   EXPECT_TRUE(fs::exists(out / "tok.model"));
   // And again: the names alternate, so the previous corpus stays intact until the commit.
   prepare_corpus(o);
-  EXPECT_EQ(Corpus(out, "train", {}, true, false).num_tokens(), s.tokens);
+  EXPECT_EQ(Corpus(out, "train", {}, Verify::all, false).num_tokens(), s.tokens);
 }
 
 TEST_F(TokenizerTest, AFailedTrainingKeepsTheEarlierTokenizer) {

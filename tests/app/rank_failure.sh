@@ -6,6 +6,8 @@
 #      uninterrupted run's bit for bit (the data order continues exactly);
 #   2. a stop signal (SIGUSR1) reaches one rank only: every rank saves at the same step and
 #      exits 75; relaunching finishes with the same bits again.
+#   3. rank 0 is killed while it writes a checkpoint: the half-written checkpoint is never
+#      used, and relaunching resumes from the one before it and ends with the same bits.
 #   rank_failure.sh <trainer> <mpiexec>
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/small_corpus.sh"
@@ -83,3 +85,22 @@ stopped_at=$(readlink runs/signalled/checkpoints/latest)
 launch --set run.name=signalled >/dev/null 2>&1
 same_state straight signalled
 echo "stop signal to rank 1: every rank saved $stopped_at and exited 75; the relaunch ends identical"
+
+# 3. SIGKILL to rank 0 while it writes the step-20 checkpoint (a save made 3 s slow): the other
+#    rank gives up at checkpoint.timeout_s, the half-written step-20.tmp is never taken for a
+#    checkpoint, and the relaunch resumes from step 10 and ends identical.
+TRAINER_TEST_SAVE_DELAY_S=3 launch --set run.name=midsave --set checkpoint.timeout_s=8 \
+  >midsave.log 2>&1 &
+job=$!
+wait_for runs/midsave/checkpoints/step-20.tmp
+kill -9 "$(rank_pid midsave 0)"
+status=0
+wait "$job" || status=$?
+[[ $status -ne 0 ]] || { echo "FAIL: the job exited 0 after rank 0 died in a save"; exit 1; }
+[[ ! -d runs/midsave/checkpoints/step-20 ]] || { echo "FAIL: step-20 was committed"; exit 1; }
+launch --set run.name=midsave >midsave_relaunch.log 2>&1 ||
+  { echo "FAIL: relaunch after a kill mid-save failed:"; tail -3 midsave_relaunch.log; exit 1; }
+grep -q "resumed from .*step-10 " midsave_relaunch.log ||
+  { echo "FAIL: the relaunch did not resume from step-10:"; grep resumed midsave_relaunch.log; exit 1; }
+same_state straight midsave
+echo "rank 0 killed while writing step 20: the job exited $status; relaunched from step-10, final state identical"

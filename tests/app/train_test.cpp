@@ -33,8 +33,10 @@ using testing::TempDir;
 using testing::tiny_config;
 using testing::train_tiny;
 
-// Param: the data mode, optionally followed by "+bf16" (mixed precision, bf16 gradients) and
-// "+full" (full activation checkpointing).
+// Param: the data mode, optionally followed by "+bf16" (mixed precision, bf16 gradients),
+// "+full" (full activation checkpointing) and "+schedules" (the global batch growing from 1 to
+// 2 to 3 micro-batches and rows from 8 to 16 tokens, with the resume at step 5 between
+// changes of both).
 class ExactResume : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ExactResume, StoppingAndResumingGivesBitIdenticalParametersAndMetrics) {
@@ -51,6 +53,10 @@ TEST_P(ExactResume, StoppingAndResumingGivesBitIdenticalParametersAndMetrics) {
   }
   if (param.find("+full") != std::string::npos)
     straight.apply_override("model.activation_checkpointing=full");
+  if (param.find("+schedules") != std::string::npos) {
+    straight.apply_override("train.grad_accum_schedule=['0:1', '4:2', '7:3']");
+    straight.apply_override("train.seq_len_schedule=['0:8', '3:12', '9:16']");
+  }
   ASSERT_EQ(run_training(straight), 0);
 
   // The second run starts from the straight run's step-5 checkpoint, as if stopped there.
@@ -67,11 +73,19 @@ TEST_P(ExactResume, StoppingAndResumingGivesBitIdenticalParametersAndMetrics) {
   ASSERT_EQ(ma.size(), 7u + 2u);  // steps 6..12 and validations at 8 and 12
   EXPECT_EQ(ma, mb);
   EXPECT_LT(ma.back().value("val_loss", 99.0), 4.0);  // it learns (ln 64 = 4.16)
+  if (param == "stream+schedules") {  // the schedules act: 3 micro-batches of 4 x 16 at the end
+    int64_t at11 = -1, at12 = -1;
+    for (const auto& m : ma) {
+      if (m.value("step", 0) == 11 && m.contains("tokens")) at11 = m["tokens"];
+      if (m.value("step", 0) == 12 && m.contains("tokens")) at12 = m["tokens"];
+    }
+    EXPECT_EQ(at12 - at11, 3 * 4 * 16);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ExactResume,
                          ::testing::Values("stream", "pack", "bucket", "stream+bf16+full",
-                                           "pack+full"),
+                                           "pack+full", "stream+schedules", "pack+schedules"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '+', '_');

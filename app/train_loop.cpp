@@ -405,6 +405,7 @@ void TrainLoop::start_up() {
   dist::check_consistency(
       comm_, {{"the resolved config",
                fmt::format("{}resumed at step: {}\n", config_.to_yaml(), state_.step)},
+              {"the trainer binary", dist::binary_identity()},
               {"the data manifest", data_manifest_},
               {"the tokenizer", tokenizer_},
               {"the parameter layout", fmt::format("{:016x}", model_.layout().digest())}});

@@ -4,6 +4,9 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "runtime/error.h"
@@ -68,7 +71,9 @@ std::string first_difference(const std::string& a, const std::string& b, int ran
   size_t k = 0;
   while (k < x.size() && k < y.size() && x[k] == y[k]) ++k;
   auto shown = [](const std::vector<std::string>& l, size_t i) {
-    return i < l.size() ? fmt::format("'{}'", l[i]) : std::string("nothing");
+    if (i >= l.size()) return std::string("nothing");
+    const size_t b = l[i].find_first_not_of(' ');  // YAML indentation says nothing here
+    return fmt::format("'{}'", b == std::string::npos ? "" : l[i].substr(b));
   };
   const std::string key = k < x.size() ? yaml_key(x, k) : k < y.size() ? yaml_key(y, k) : "";
   return fmt::format("at {}: rank 0 has {}, rank {} has {}",
@@ -96,6 +101,15 @@ void check_consistency(Communicator& comm, const std::vector<ConsistencyItem>& i
         "tokenizer",
         items[item].name, fmt::join(differ, ", "), first_difference(ours, theirs, differ.front()));
   }
+}
+
+std::string binary_identity() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "unknown (no /proc/self/exe)\n";
+  std::ifstream in(exe, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return fmt::format("{} bytes, hash {:016x}\n", bytes.size(), hash64(bytes));
 }
 
 void broadcast_parameters(Communicator& comm, const Tensor& params) {

@@ -29,6 +29,10 @@ void check_consistency(Communicator& comm, const std::vector<ConsistencyItem>& i
 // 7: ...", or "at byte 1234" for binary content.
 std::string first_difference(const std::string& a, const std::string& b, int rank_b);
 
+// This process's executable, for the consistency check: "<bytes> bytes, hash <hex>" (not its
+// path: nodes may hold the same build in different places), or why it could not be read.
+std::string binary_identity();
+
 // params = rank 0's values on every rank (a contiguous tensor in host memory).
 void broadcast_parameters(Communicator& comm, const Tensor& params);
 

@@ -136,6 +136,14 @@ LaunchInfo discover_launch() {
   });
 }
 
+void check_ranks_per_node(const LaunchInfo& launch, int gpus) {
+  if (launch.local_size <= gpus) return;
+  throw UsageError(fmt::format(
+      "{} ranks run on node {} but it has {} GPU(s): start at most {} rank(s) per node "
+      "(mpirun --map-by ppr:{}:node, srun --ntasks-per-node={}, sbatch --gpus-per-node)",
+      launch.local_size, launch.node, gpus, gpus, gpus, gpus));
+}
+
 int bind_device(const LaunchInfo& launch) {
 #ifdef TRAINER_DIST_CUDA
   int count = 0;
@@ -143,7 +151,8 @@ int bind_device(const LaunchInfo& launch) {
     cudaGetLastError();
     return -1;
   }
-  const int device = launch.local_rank % count;
+  check_ranks_per_node(launch, count);
+  const int device = launch.local_rank;
   cudaError_t err = cudaSetDevice(device);
   CHECK(err == cudaSuccess, "cudaSetDevice({}) for local rank {} failed: {}", device,
         launch.local_rank, cudaGetErrorString(err));

@@ -29,8 +29,13 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string& na
 LaunchInfo discover_launch(const EnvLookup& env);
 LaunchInfo discover_launch();
 
-// Selects the CUDA device local_rank % device count for this process and returns its index;
-// returns -1 (and does nothing) in a build without CUDA or on a machine without a GPU.
+// Selects the CUDA device local_rank for this process and returns its index; returns -1 (and
+// does nothing) in a build without CUDA or on a machine without a GPU. Throws a UsageError
+// (check_ranks_per_node) when the node has fewer GPUs than ranks.
 int bind_device(const LaunchInfo& launch);
+
+// Throws a UsageError naming the fix when `launch` puts more ranks on its node than the node's
+// `gpus`: ranks sharing a GPU would run several times slower and may run out of memory.
+void check_ranks_per_node(const LaunchInfo& launch, int gpus);
 
 }  // namespace trainer::dist

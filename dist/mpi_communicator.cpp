@@ -161,6 +161,45 @@ struct OpFailed {
   std::string message;
 };
 
+// Note [Ranks that never join]
+// MPI_Init returns only once every rank of the job has started and called it, and it has no
+// deadline of its own: a rank that never starts (a node that failed to launch it, a process
+// stuck before main) would leave the others waiting for ever. A watchdog ends the process with
+// one line if MPI_Init has not returned within dist.timeout_s.
+class JoinWatchdog {
+ public:
+  JoinWatchdog(const LaunchInfo& launch, double timeout_s) {
+    thread_ = std::thread([this, launch, timeout_s] {
+      std::unique_lock lock(mu_);
+      if (cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return done_; }))
+        return;
+      std::fprintf(stderr,
+                   "[rank %d] error: MPI_Init has waited %.1f s (dist.timeout_s) for the other "
+                   "%d rank(s) of the job: at least one never started or never reached it; check "
+                   "the launcher's output for every rank and node\n",
+                   launch.rank, timeout_s, launch.world_size - 1);
+      std::fflush(stderr);
+      std::_Exit(1);
+    });
+  }
+  ~JoinWatchdog() {
+    {
+      std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  JoinWatchdog(const JoinWatchdog&) = delete;
+  JoinWatchdog& operator=(const JoinWatchdog&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(const LaunchInfo& launch, const CommOptions& options) : options_(options) {
@@ -168,7 +207,11 @@ class MpiCommunicator final : public Communicator {
     MPI_Initialized(&initialized);
     CHECK(!initialized, "MPI is already initialised: create one MPI communicator per process");
     int provided = 0;
-    int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    int rc = 0;
+    {
+      const JoinWatchdog watchdog(launch, options.timeout_s);
+      rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    }
     CHECK(rc == MPI_SUCCESS, "MPI_Init_thread failed: {}", mpi_error_string(rc));
     CHECK(provided >= MPI_THREAD_SERIALIZED,
           "MPI provides thread level {} but the communication thread needs "

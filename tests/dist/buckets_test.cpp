@@ -79,7 +79,7 @@ TEST(Consistency, HashIsStableAndSingleProcessPasses) {
   auto comm = make_single_process_communicator();
   EXPECT_NO_THROW(check_consistency(*comm, {{"x", "y"}}));
   EXPECT_EQ(first_difference("a:\n  b: 1\n  c: 2\n", "a:\n  b: 1\n  c: 3\n", 1),
-            "at 'a.c': rank 0 has '  c: 2', rank 1 has '  c: 3'");
+            "at 'a.c': rank 0 has 'c: 2', rank 1 has 'c: 3'");
   EXPECT_EQ(first_difference("x\ny\n", "x\n", 2), "at line 2: rank 0 has 'y', rank 2 has nothing");
 }
 

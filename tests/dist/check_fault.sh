@@ -10,7 +10,7 @@ case $mode in
   kill) np=3 extra="--mca orte_abort_on_non_zero_status 0"
         want='timed out after 3.0 s on rank [02]: rank\(s\) 1 did not arrive' ;;
   stall) np=3 want='timed out after 3.0 s on rank [02]: rank\(s\) 1 did not arrive' ;;
-  mismatch) np=2 want="the resolved config differs between ranks: rank\\(s\\) 1 do not match rank 0, first at 'optimizer.lr': rank 0 has '  lr: 0.1', rank 1 has '  lr: 0.2'" ;;
+  mismatch) np=2 want="the resolved config differs between ranks: rank\\(s\\) 1 do not match rank 0, first at 'optimizer.lr': rank 0 has 'lr: 0.1', rank 1 has 'lr: 0.2'" ;;
   *) echo "unknown mode $mode"; exit 2 ;;
 esac
 log=$(mktemp)

@@ -119,6 +119,25 @@ TEST(Launch, OutOfRangeAndGarbageAreClearErrors) {
             std::string::npos);
 }
 
+TEST(Launch, MoreRanksOnANodeThanGpusIsRefusedWithTheFix) {
+  LaunchInfo l;
+  l.rank = 5;
+  l.world_size = 8;
+  l.local_rank = 1;
+  l.local_size = 4;
+  l.node = 1;
+  EXPECT_NO_THROW(check_ranks_per_node(l, 4));
+  EXPECT_NO_THROW(check_ranks_per_node(l, 8));
+  try {
+    check_ranks_per_node(l, 2);
+    ADD_FAILURE() << "4 ranks on 2 GPUs accepted";
+  } catch (const UsageError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("4 ranks run on node 1 but it has 2 GPU(s)"), std::string::npos) << m;
+    EXPECT_NE(m.find("--ntasks-per-node=2"), std::string::npos) << m;
+  }
+}
+
 TEST(Launch, BindDeviceIsANoOpWithoutCuda) {
   LaunchInfo l;
   EXPECT_LE(bind_device(l), 0);

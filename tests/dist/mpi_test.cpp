@@ -343,7 +343,7 @@ TEST(Consistency, MismatchesAreCaughtOnEveryRankByContentAndNamed) {
                  odd ? "model:\n  n_layer: 2\n  n_head: 8\ntrain:\n  steps: 5\n" : config},
                 {"the data", "abc"}});
   EXPECT_NE(e.find("the resolved config differs between ranks: rank(s) 1 do not match rank 0, "
-                   "first at 'model.n_head': rank 0 has '  n_head: 4', rank 1 has '  n_head: 8'"),
+                   "first at 'model.n_head': rank 0 has 'n_head: 4', rank 1 has 'n_head: 8'"),
             std::string::npos)
       << e;
   // Equal sizes and counts are not enough: the content decides.

@@ -22,6 +22,7 @@
 #include "dist/step_stats.h"
 #include "nn/adamw.h"
 #include "nn/transformer.h"
+#include "runtime/cuda_stream.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/file_io.h"
@@ -142,18 +143,27 @@ void check_resumable(const Config& now, const Checkpoint& ckpt) {
           ckpt.dir.string(), key, then.to_yaml_value(key), now.to_yaml_value(key));
 }
 
-// The run's resolved config, on GPU `device` (run_training chose it) when it runs on CUDA.
-RunConfig resolve_on_device(const Config& config, int device) {
+// The GPU run_training chose for this rank, and the stream the model's work goes to.
+struct GpuChoice {
+  int device = -1;
+  void* stream = nullptr;
+};
+
+// The run's resolved config, on the chosen GPU when it runs on CUDA.
+RunConfig resolve_on_device(const Config& config, const GpuChoice& gpu) {
   RunConfig rc = resolve_run(config);
-  if (rc.exec.device == Device::cuda) rc.exec.device_index = device;
+  if (rc.exec.device == Device::cuda) {
+    rc.exec.device_index = gpu.device;
+    rc.exec.stream = gpu.stream;
+  }
   return rc;
 }
 
 class TrainLoop {
  public:
-  // `device`: the GPU this rank runs on (run.device: cuda), else unused.
+  // `gpu`: where this rank runs under run.device: cuda, else unused.
   TrainLoop(const Config& config, const TrainOptions& options, dist::Communicator& comm,
-            int device);
+            const GpuChoice& gpu);
   int run();
 
  private:
@@ -207,9 +217,9 @@ class TrainLoop {
 };
 
 TrainLoop::TrainLoop(const Config& config, const TrainOptions& options, dist::Communicator& comm,
-                     int device)
+                     const GpuChoice& gpu)
     : config_(config),
-      rc_(resolve_on_device(config, device)),
+      rc_(resolve_on_device(config, gpu)),
       options_(options),
       comm_(comm),
       leader_(comm.rank() == 0),
@@ -776,22 +786,26 @@ int run_training(const Config& config, const TrainOptions& options) {
   const dist::LaunchInfo launch = dist::discover_launch();
   log::configure(launch.rank, launch.world_size, log::parse_level(config.text("log.level")),
                  config.boolean("log.all_ranks"));
-  const dist::CommOptions comm_options{.timeout_s = config.real("dist.timeout_s")};
+  dist::CommOptions comm_options{.timeout_s = config.real("dist.timeout_s")};
   auto comm = dist::make_communicator(launch, comm_options);
-  // A CUDA run takes GPU local rank mod the node's GPUs; several GPUs talk over NCCL (its id
-  // sent over MPI, host buffers still through MPI).
-  int device = -1;
+  // A CUDA run takes GPU local rank, queues its work on a stream of its own, and talks to
+  // other GPUs over NCCL (its id sent over MPI, host buffers still through MPI), whose
+  // collectives follow that stream.
+  GpuChoice gpu;
+  std::unique_ptr<CudaStream> stream;
   std::unique_ptr<dist::Communicator> nccl;
   if (config.text("run.device") == "cuda") {
-    device = dist::bind_device(launch);
-    if (device < 0)
+    gpu.device = dist::bind_device(launch);
+    if (gpu.device < 0)
       throw UsageError(
           cuda_built() ? fmt::format("run.device = cuda but rank {} sees no CUDA GPU", launch.rank)
                        : std::string("run.device = cuda but this trainer was built "
                                      "without the CUDA backend (TRAINER_CUDA=ON)"));
-    if (comm->size() > 1) nccl = dist::make_nccl_communicator(*comm, device, comm_options);
+    stream = std::make_unique<CudaStream>();
+    gpu.stream = comm_options.cuda_stream = stream->get();
+    if (comm->size() > 1) nccl = dist::make_nccl_communicator(*comm, gpu.device, comm_options);
   }
-  TrainLoop loop(with_absolute_paths(config), options, nccl ? *nccl : *comm, device);
+  TrainLoop loop(with_absolute_paths(config), options, nccl ? *nccl : *comm, gpu);
   return loop.run();
 }
 

@@ -59,6 +59,9 @@ struct CommStats {
 
 struct CommOptions {
   double timeout_s = 300;  // any collective not complete after this fails on every waiting rank
+  // NCCL: the CUDA stream the model's work is queued on (null: the legacy default stream).
+  // Each collective's stream waits for what was queued there before it was issued.
+  void* cuda_stream = nullptr;
 };
 
 class Communicator {

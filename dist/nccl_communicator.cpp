@@ -71,6 +71,7 @@ class NcclCommunicator final : public Communicator {
     NCCL_CALL(ncclCommInitRank(&comm_, bootstrap_.size(), id, bootstrap_.rank()));
     CUDA_CALL(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CALL(cudaMalloc(&barrier_buf_, sizeof(float)));
+    CUDA_CALL(cudaEventCreateWithFlags(&issued_, cudaEventDisableTiming));
     watcher_ = std::thread([this] { watch(); });
   }
 
@@ -88,6 +89,7 @@ class NcclCommunicator final : public Communicator {
       ncclCommDestroy(comm_);
     }
     cudaFree(barrier_buf_);
+    cudaEventDestroy(issued_);
     cudaStreamDestroy(stream_);
   }
 
@@ -160,6 +162,9 @@ class NcclCommunicator final : public Communicator {
     }
     CUDA_CALL(cudaEventCreate(&p.start));
     CUDA_CALL(cudaEventCreate(&p.end));
+    // The collective reads what the model's stream has queued so far (a gradient bucket).
+    CUDA_CALL(cudaEventRecord(issued_, static_cast<cudaStream_t>(options_.cuda_stream)));
+    CUDA_CALL(cudaStreamWaitEvent(stream_, issued_, 0));
     CUDA_CALL(cudaEventRecord(p.start, stream_));
     enqueue_op();
     CUDA_CALL(cudaEventRecord(p.end, stream_));
@@ -237,6 +242,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   void* barrier_buf_ = nullptr;
+  cudaEvent_t issued_ = nullptr;  // recorded on the model's stream as each collective is issued
   std::thread watcher_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

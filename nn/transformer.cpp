@@ -28,6 +28,7 @@ Context make_context(const ExecConfig& e) {
   Context c;
   c.device = e.device;
   c.device_index = e.device_index;
+  c.stream = e.stream;
   c.bf16_math = detect_cpu_bf16_math();
   c.threads = omp_get_max_threads();  // fixed for the model's life: its workspace is sized so
   return c;
@@ -80,8 +81,8 @@ int64_t Transformer::workspace_bytes(const ModelConfig& m, const ExecConfig& e,
         attention_workspace(ctx, e.max_seq_len, m.max_seq_len, m.head_size(), act, false),
         attention_workspace(ctx, e.max_seq_len, e.max_seq_len, m.head_size(), act, true),
         cross_entropy_workspace(ctx, N), sum_squares_workspace(ctx),
-        matmul_workspace_bytes(ctx, N, V, C, act),
-        matmul_workspace_bytes(ctx, N, C, V, act), matmul_workspace_bytes(ctx, V, C, N, act)})
+        matmul_workspace_bytes(ctx, N, V, C, act), matmul_workspace_bytes(ctx, N, C, V, act),
+        matmul_workspace_bytes(ctx, V, C, N, act)})
     most = std::max(most, b);
   return int64_t(most);
 }
@@ -119,6 +120,8 @@ Transformer::Transformer(const ModelConfig& config, const ExecConfig& exec)
     *b = Buffer(N * sizeof(int32_t), dev);
   scalars_ = Buffer(2 * sizeof(double), dev);
   host_positions_.resize(N);
+  if (dev == Device::cuda)  // Note [Batch upload]
+    upload_ = std::make_unique<PinnedUpload>((4 * N + size_t(exec.max_rows)) * sizeof(int32_t));
 }
 
 Transformer::Memory Transformer::memory() const {
@@ -295,8 +298,12 @@ int64_t Transformer::stage_batch(const BatchView& b, int first_position) {
     }
   B_ = b.B;
   T_ = b.T;
+  if (upload_) upload_->begin();
   auto stage = [&](Buffer& dst, const int32_t* src, int64_t count) {
-    copy(ctx_, dst.view(DType::i32, count), make_tensor(src, DType::i32, {count}));
+    if (upload_)
+      upload_->copy(dst.data(), src, size_t(count) * sizeof(int32_t), ctx_.stream);
+    else
+      copy(ctx_, dst.view(DType::i32, count), make_tensor(src, DType::i32, {count}));
   };
   stage(tokens_, b.tokens, N);
   stage(positions_, host_positions_.data(), N);
@@ -306,6 +313,7 @@ int64_t Transformer::stage_batch(const BatchView& b, int first_position) {
   if (has_targets_) stage(targets_, b.targets, N);
   if (has_segments_) stage(segments_, b.segments, N);
   if (has_lengths_) stage(lengths_, b.lengths, b.B);
+  if (upload_) upload_->end(ctx_.stream);
   return counted;
 }
 

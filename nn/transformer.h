@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "nn/activation_plan.h"
@@ -14,6 +15,7 @@
 #include "nn/model.h"
 #include "nn/model_config.h"
 #include "runtime/buffer.h"
+#include "runtime/cuda_stream.h"
 #include "runtime/workspace.h"
 
 namespace trainer::nn {
@@ -102,6 +104,7 @@ class Transformer final : public Model {
   // (rows) lengths; and [loss_sum, grad_norm_sq] fp64 on the device.
   Buffer tokens_, targets_, positions_, segments_, lengths_, scalars_;
   std::vector<int32_t> host_positions_;
+  std::unique_ptr<PinnedUpload> upload_;  // CUDA: Note [Batch upload]
   int B_ = 0, T_ = 0;
   bool has_targets_ = false, has_segments_ = false, has_lengths_ = false;
 };

@@ -23,9 +23,36 @@ void cuda_memset_zero(void*, size_t) {
 void cuda_copy(void*, const void*, size_t) {
   THROW_ERROR("this trainer was built without the CUDA backend");
 }
+void cuda_copy_async(void*, const void*, size_t, void*) {
+  THROW_ERROR("this trainer was built without the CUDA backend");
+}
+void cuda_memset_zero_async(void*, size_t, void*) {
+  THROW_ERROR("this trainer was built without the CUDA backend");
+}
 void cuda_synchronize(void*) {
   THROW_ERROR("this trainer was built without the CUDA backend");
 }
+void* cuda_stream_create() {
+  THROW_ERROR("this trainer was built without the CUDA backend");
+}
+void cuda_stream_destroy(void*) noexcept {}
+void* cuda_event_create() {
+  THROW_ERROR("this trainer was built without the CUDA backend");
+}
+void cuda_event_destroy(void*) noexcept {}
+void cuda_event_record(void*, void*) {
+  THROW_ERROR("this trainer was built without the CUDA backend");
+}
+void cuda_event_wait(void*) {
+  THROW_ERROR("this trainer was built without the CUDA backend");
+}
+void cuda_stream_wait_event(void*, void*) {
+  THROW_ERROR("this trainer was built without the CUDA backend");
+}
+void* cuda_host_alloc(size_t) {
+  THROW_ERROR("this trainer was built without the CUDA backend");
+}
+void cuda_host_free(void*) noexcept {}
 void cuda_matmul(const Context&, const Tensor&, const Tensor&, bool, const Tensor&, bool, float,
                  float, const Tensor*) {
   THROW_ERROR("this trainer was built without the CUDA backend");

@@ -22,6 +22,9 @@ void* cuda_malloc_zeroed(size_t bytes) {
   void* p = nullptr;
   CUDA_CHECK(cudaMalloc(&p, bytes));
   CUDA_CHECK(cudaMemset(p, 0, bytes));
+  // Zero before any stream uses it: models run on non-blocking streams, which do not wait
+  // for the legacy default stream the memset went to. (Allocation happens at construction.)
+  CUDA_CHECK(cudaDeviceSynchronize());
   return p;
 }
 
@@ -31,14 +34,69 @@ void cuda_free(void* ptr) noexcept {
 
 void cuda_memset_zero(void* ptr, size_t bytes) {
   CUDA_CHECK(cudaMemset(ptr, 0, bytes));
+  CUDA_CHECK(cudaDeviceSynchronize());  // visible to every stream
 }
 
 void cuda_copy(void* dst, const void* src, size_t bytes) {
+  CUDA_CHECK(cudaDeviceSynchronize());  // the model's non-blocking stream included
   CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void cuda_copy_async(void* dst, const void* src, size_t bytes, void* stream) {
+  CUDA_CHECK(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)));
+}
+
+void cuda_memset_zero_async(void* ptr, size_t bytes, void* stream) {
+  CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, static_cast<cudaStream_t>(stream)));
 }
 
 void cuda_synchronize(void* stream) {
   CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+}
+
+void* cuda_stream_create() {
+  cudaStream_t s = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
+void cuda_stream_destroy(void* stream) noexcept {
+  if (stream) cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+}
+
+void* cuda_event_create() {
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return e;
+}
+
+void cuda_event_destroy(void* event) noexcept {
+  if (event) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+void cuda_event_record(void* event, void* stream) {
+  CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
+}
+
+void cuda_event_wait(void* event) {
+  CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+}
+
+void cuda_stream_wait_event(void* stream, void* event) {
+  CUDA_CHECK(
+      cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0));
+}
+
+void* cuda_host_alloc(size_t bytes) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+  return p;
+}
+
+void cuda_host_free(void* ptr) noexcept {
+  if (ptr) cudaFreeHost(ptr);
 }
 
 }  // namespace trainer

@@ -8,10 +8,31 @@ namespace trainer {
 
 void* cuda_malloc_zeroed(size_t bytes);
 void cuda_free(void* ptr) noexcept;
+// Zeroes device memory and waits for it (visible to every stream); outside the step only.
 void cuda_memset_zero(void* ptr, size_t bytes);
-// Copies between host and device memory (direction inferred by the runtime).
+// Copies between host and device memory (direction inferred by the runtime), after all work
+// queued on the device, on any stream, and before anything after it: for code that has no
+// stream of its own (the single-process communicator, tests).
 void cuda_copy(void* dst, const void* src, size_t bytes);
+// The same queued on `stream` (a cudaStream_t; null: the legacy default stream): the host does
+// not wait, except that pageable host memory is staged before the call returns.
+void cuda_copy_async(void* dst, const void* src, size_t bytes, void* stream);
+void cuda_memset_zero_async(void* ptr, size_t bytes, void* stream);
 // Waits for the work queued on `stream` (a cudaStream_t; null: the default stream).
 void cuda_synchronize(void* stream);
+
+// Handles for runtime/cuda_stream.h's RAII types (opaque cudaStream_t, cudaEvent_t, pinned
+// host memory).
+void* cuda_stream_create();
+void cuda_stream_destroy(void* stream) noexcept;
+void* cuda_event_create();
+void cuda_event_destroy(void* event) noexcept;
+// Marks the point `stream` has reached; event_wait blocks the host until the work before it is
+// done; stream_wait_event makes `stream`'s later work wait for it (the host does not).
+void cuda_event_record(void* event, void* stream);
+void cuda_event_wait(void* event);
+void cuda_stream_wait_event(void* stream, void* event);
+void* cuda_host_alloc(size_t bytes);
+void cuda_host_free(void* ptr) noexcept;
 
 }  // namespace trainer

@@ -12,10 +12,14 @@ void copy(const Context& ctx, const Tensor& dst, const Tensor& src) {
                  src.numel(), dtype_name(src.dtype), dst.numel(), dtype_name(dst.dtype));
   const size_t bytes = size_t(src.bytes());
   if (bytes == 0 || dst.data == src.data) return;
-  if (dst.device == Device::cpu && src.device == Device::cpu)
+  if (dst.device == Device::cpu && src.device == Device::cpu) {
     std::memmove(dst.data, src.data, bytes);
-  else
-    cuda_copy(dst.data, src.data, bytes);
+  } else if (dst.device == Device::cpu) {  // a read-back: the host uses it next
+    cuda_copy_async(dst.data, src.data, bytes, ctx.stream);
+    cuda_synchronize(ctx.stream);
+  } else {  // ordered with ctx's kernels
+    cuda_copy_async(dst.data, src.data, bytes, ctx.stream);
+  }
 }
 
 std::vector<float> read_as_f32(const Context& ctx, const Tensor& t) {
@@ -39,7 +43,7 @@ void fill_zero(const Context& ctx, const Tensor& t) {
       std::memset(t.data, 0, bytes);
       break;
     case Device::cuda:
-      cuda_memset_zero(t.data, bytes);
+      cuda_memset_zero_async(t.data, bytes, ctx.stream);
       break;
   }
 }

@@ -10,7 +10,9 @@
 namespace trainer {
 
 // dst = src, element for element: same dtype and element count, both contiguous, on any pair
-// of devices (host <-> device copies complete before this returns).
+// of devices. A copy to the host is complete when this returns; a copy to the device is queued
+// on ctx's stream, in order with its kernels (a pageable host source may be reused at once, a
+// pinned one only once the stream has passed the copy).
 void copy(const Context& ctx, const Tensor& dst, const Tensor& src);
 
 // The elements of a contiguous fp32 or bf16 tensor, on the host as fp32 (a copy; for

@@ -5,10 +5,10 @@
 // reported as skipped, never as passed.
 //
 // Outputs an op must write whole start as NaN (poisoned), so a missed element fails; inputs are
-// random and fresh for every case. The reference runs on the same inputs as the case under test (rounded to bf16 first when
-// the case is bf16), so the error measured is the op's own: its arithmetic and the rounding of
-// its outputs. The CPU fp32 kernels themselves are checked against finite differences
-// (ops_grad_test) and the whole model against PyTorch (torch_parity_test).
+// random and fresh for every case. The reference runs on the same inputs as the case under test
+// (rounded to bf16 first when the case is bf16), so the error measured is the op's own: its
+// arithmetic and the rounding of its outputs. The CPU fp32 kernels themselves are checked against
+// finite differences (ops_grad_test) and the whole model against PyTorch (torch_parity_test).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -35,6 +35,7 @@
 #include "nn/ops/swiglu.h"
 #include "nn/transformer.h"
 #include "runtime/buffer.h"
+#include "runtime/cuda_stream.h"
 #include "runtime/memory.h"
 #include "runtime/workspace.h"
 
@@ -110,8 +111,7 @@ class Arena {
   Tensor poisoned(DType dt, std::initializer_list<int64_t> shape) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
-    return input(std::vector<float>(size_t(n), std::numeric_limits<float>::quiet_NaN()), dt,
-                 shape);
+    return input(std::vector<float>(size_t(n), std::numeric_limits<float>::quiet_NaN()), dt, shape);
   }
   std::vector<float> read(const Tensor& t) { return read_as_f32(ctx, t); }
   std::vector<float> read_f64(const Tensor& t) {
@@ -452,13 +452,22 @@ TEST_P(StepParity, OneTrainingStepMatchesCpuFp32) {
     segments.push_back((i % T) < 7 ? 0 : 1);
   }
   const BatchView batch{B, T, tokens.data(), targets.data(), segments.data(), nullptr};
+  // On a GPU the model runs on a stream of its own, as in training, and the step allocates no
+  // device memory (everything was planned at construction).
   auto run = [&](ExecConfig e) {
+    std::unique_ptr<CudaStream> stream;
+    if (e.device == Device::cuda) {
+      stream = std::make_unique<CudaStream>();
+      e.stream = stream->get();
+    }
     Transformer m(cfg, e);
     m.init_weights(21);
     AdamW opt(m.layout(), {}, {{0, m.layout().total(), 0}}, nullptr, e.device);
+    const size_t planned = Buffer::live_bytes(e.device);
     const testing::LossSum ls = testing::forward_backward(m, batch);
     std::vector<float> grads = testing::host_grads(m);
     testing::optimizer_step(m, opt, 1e-3f, 1.0f);
+    EXPECT_EQ(Buffer::live_bytes(e.device), planned) << "memory allocated inside the step";
     return std::tuple{ls.sum / double(ls.count), grads, testing::host_params(m)};
   };
   const auto [want_loss, want_grads, want_params] = run(testing::exec_for(B, T));

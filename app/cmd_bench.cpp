@@ -1,12 +1,17 @@
 // `trainer bench`: training-step speed on synthetic tokens (no data files needed): ms per
 // step, tokens/s, achieved GFLOP/s and MFU against this machine's GEMM rate for the precision
-// measured in the same run, activation memory, plus a per-op profile of where the time goes.
+// measured in the same run (or a stated peak), activation memory (and on a GPU all device
+// buffers), plus a per-op profile of where the time goes and its share by kernel family.
 #include <cstdio>
+#include <map>
+#include <memory>
 #include <vector>
 
 #include "app/options.h"
 #include "nn/adamw.h"
 #include "nn/transformer.h"
+#include "runtime/buffer.h"
+#include "runtime/cuda_stream.h"
 #include "runtime/device.h"
 #include "runtime/gemm.h"
 #include "runtime/memory.h"
@@ -22,6 +27,44 @@ DType parse_precision(const std::string& p) {
   if (p == "fp32") return DType::f32;
   if (p == "bf16") return DType::bf16;
   throw UsageError(fmt::format("bench: --precision must be fp32 or bf16, got '{}'", p));
+}
+
+// The kernel family an op's time counts to; empty for scopes that contain other ops' scopes.
+std::string family_of(const std::string& op) {
+  if (op == "recompute" || op == "linear_bias_grad") return "";  // inside other scopes
+  for (const auto& [prefix, family] :
+       std::vector<std::pair<std::string, std::string>>{{"linear", "gemm"},
+                                                        {"lm_head", "gemm"},
+                                                        {"attention", "attention"},
+                                                        {"layernorm", "norms"},
+                                                        {"rmsnorm", "norms"},
+                                                        {"gelu", "activations"},
+                                                        {"swiglu", "activations"},
+                                                        {"rope", "rope"},
+                                                        {"cross_entropy", "loss"},
+                                                        {"embedding", "embedding"},
+                                                        {"adamw", "optimizer"}})
+    if (op.rfind(prefix, 0) == 0) return family;
+  return "other";
+}
+
+// Each op's time per step and share of the `total_ms` the steps took, then the families'.
+void print_profile(int steps, double total_ms) {
+  std::map<std::string, double> families;
+  double ops = 0;
+  for (const auto& e : profile::report()) {
+    std::printf("  %-24s %8.2f ms/step %5.1f%%\n", e.name.c_str(), e.ms / steps,
+                100 * e.ms / total_ms);
+    if (const std::string f = family_of(e.name); !f.empty()) {
+      families[f] += e.ms;
+      ops += e.ms;
+    }
+  }
+  families["(between ops)"] = total_ms - ops;
+  std::printf("  families:");
+  for (const auto& [name, ms] : families)
+    std::printf(" %s %.1f%%", name.c_str(), 100 * ms / total_ms);
+  std::printf("\n");
 }
 
 }  // namespace
@@ -41,8 +84,10 @@ int cmd_bench(const Args& args) {
       "precision", po::value<std::string>()->default_value("fp32"), "fp32 or bf16")(
       "device", po::value<std::string>()->default_value("cpu"), "cpu or cuda (GPU 0)")(
       "checkpointing", po::value<std::string>()->default_value("none"),
-      "activation checkpointing: none, selective or full")("profile",
-                                                           "print a per-op time profile")(
+      "activation checkpointing: none, selective or full")(
+      "peak-gflops", po::value<double>()->default_value(0),
+      "the rate MFU is reported against (0: the GEMM rate measured here; 989000 for an H100 or "
+      "H200's dense bf16)")("profile", "print a per-op time profile (CUDA: timed by events)")(
       "gemm", "only measure the GEMM rate (of --precision) at a few square sizes");
   po::variables_map vm;
   if (!parse_options("bench", args, desc, vm)) return 0;
@@ -66,8 +111,14 @@ int cmd_bench(const Args& args) {
   if (exec.device == Device::cuda && cuda_device_count() == 0)
     throw UsageError(cuda_built() ? "bench: --device cuda but this machine has no CUDA GPU"
                                   : "bench: --device cuda but this trainer has no CUDA backend");
+  std::unique_ptr<CudaStream> stream;  // a GPU model's work goes to its own stream
+  if (exec.device == Device::cuda) {
+    stream = std::make_unique<CudaStream>();
+    exec.stream = stream->get();
+  }
   Context ctx;
   ctx.device = exec.device;
+  ctx.stream = exec.stream;
   ctx.bf16_math = detect_cpu_bf16_math();
   if (vm.count("gemm")) {
     for (int64_t n : {256, 512, 1024, 2048})
@@ -112,11 +163,14 @@ int cmd_bench(const Args& args) {
     model.backward(1.0f / float(count));
     opt.step(model.context(), model.params(), model.grads(), model.working_copy(), 1e-4f, 1.0f);
   };
-  const double peak = measure_gemm_peak(ctx, exec.compute, 2.0);
+  const double stated = vm["peak-gflops"].as<double>();
+  if (stated < 0) throw UsageError("bench: --peak-gflops must not be negative");
+  const double peak = stated > 0 ? stated : measure_gemm_peak(ctx, exec.compute, 2.0);
   step();
   step();
   synchronize(model.context());
   profile::set_enabled(vm.count("profile") > 0);
+  profile::set_cuda_stream(exec.stream);
   Timer t;
   for (int i = 0; i < steps; ++i) step();
   synchronize(model.context());  // a GPU's steps are queued: time them done
@@ -124,22 +178,20 @@ int cmd_bench(const Args& args) {
   profile::set_enabled(false);
   const double tok_s = double(B) * T / s;
   const double gflops = mc.flops_per_token(T) * tok_s / 1e9;
+  if (vm.count("profile")) print_profile(steps, t.ms());
+  profile::set_cuda_stream(nullptr);
+  const std::string device_memory =
+      exec.device == Device::cuda
+          ? fmt::format(" | device buffers {:.1f} MiB",
+                        double(Buffer::live_bytes(Device::cuda)) / 1048576.0)
+          : "";
   std::printf(
       "bench %s L=%d C=%d H=%d V=%d B=%d T=%d %s %s: %.1f ms/step | %.0f tok/s | %.1f GFLOP/s | "
-      "GEMM peak %.1f GFLOP/s | MFU %.1f%% | activations %.1f MiB\n",
+      "%s %.1f GFLOP/s | MFU %.1f%% | activations %.1f MiB%s\n",
       nn::arch_name(mc.arch), mc.n_layer, mc.n_embd, mc.n_head, mc.vocab_size, B, T,
       std::string(float_dtype_name(exec.compute)).c_str(), nn::recompute_name(exec.recompute),
-      s * 1e3, tok_s, gflops, peak, 100 * gflops / peak,
-      double(model.memory().activations) / 1048576.0);
-  if (vm.count("profile")) {
-    double total = 0;
-    for (const auto& e : profile::report()) total += e.ms;
-    for (const auto& e : profile::report())
-      std::printf("  %-24s %8.2f ms/step %5.1f%%\n", e.name.c_str(), e.ms / steps,
-                  100 * e.ms / (t.ms()));
-    std::printf("  %-24s %8.2f ms/step %5.1f%%\n", "(outside ops)", (t.ms() - total) / steps,
-                100 * (t.ms() - total) / t.ms());
-  }
+      s * 1e3, tok_s, gflops, stated > 0 ? "stated peak" : "GEMM peak", peak, 100 * gflops / peak,
+      double(model.memory().activations) / 1048576.0, device_memory.c_str());
   return 0;
 }
 

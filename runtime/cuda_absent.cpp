@@ -49,6 +49,12 @@ void cuda_event_wait(void*) {
 void cuda_stream_wait_event(void*, void*) {
   THROW_ERROR("this trainer was built without the CUDA backend");
 }
+void* cuda_timing_event_create() {
+  THROW_ERROR("this trainer was built without the CUDA backend");
+}
+float cuda_event_elapsed_ms(void*, void*) {
+  THROW_ERROR("this trainer was built without the CUDA backend");
+}
 void* cuda_host_alloc(size_t) {
   THROW_ERROR("this trainer was built without the CUDA backend");
 }

@@ -89,6 +89,19 @@ void cuda_stream_wait_event(void* stream, void* event) {
       cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0));
 }
 
+void* cuda_timing_event_create() {
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK(cudaEventCreate(&e));
+  return e;
+}
+
+float cuda_event_elapsed_ms(void* start, void* end) {
+  float ms = 0;
+  CUDA_CHECK(
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)));
+  return ms;
+}
+
 void* cuda_host_alloc(size_t bytes) {
   void* p = nullptr;
   CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));

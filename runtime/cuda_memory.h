@@ -32,6 +32,9 @@ void cuda_event_destroy(void* event) noexcept;
 void cuda_event_record(void* event, void* stream);
 void cuda_event_wait(void* event);
 void cuda_stream_wait_event(void* stream, void* event);
+// A timing event (for the profile) and the milliseconds between two recorded ones.
+void* cuda_timing_event_create();
+float cuda_event_elapsed_ms(void* start, void* end);
 void* cuda_host_alloc(size_t bytes);
 void cuda_host_free(void* ptr) noexcept;
 

@@ -15,7 +15,8 @@
 #   4. 20 training steps of a small GPT-2 and a small Llama on the GPU and on the CPU from the
 #      same initialisation and data: the loss curves must agree (fp32: 1e-3 relative);
 #   5. a checkpoint written on the GPU resumes on the CPU;
-#   6. step time and MFU on the GPU: GPT-2 124M and 350M shapes, bf16, T=1024.
+#   6. step time, tokens/s, MFU against 989 TFLOP/s, device memory and each kernel family's
+#      share of the step (CUDA events) on the GPU: GPT-2 124M and 350M shapes, bf16, T=1024.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TARBALL="$ROOT/gpu-check.tar.xz"
@@ -99,12 +100,17 @@ PY
     row "GPU checkpoint resumed on the CPU" "FAIL (resume.log)"
   fi
 
+  # MFU against 989 TFLOP/s, the H100/H200 datasheet's dense bf16 rate; the profile's kernel
+  # families are timed by CUDA events on the model's stream.
   for shape in "124M -L 12 -C 768 -H 12" "350M -L 24 -C 1024 -H 16"; do
     read -r name args <<<"$shape"
     # shellcheck disable=SC2086
-    line=$(trainer bench --device cuda --precision bf16 $args -V 50304 -B 8 -T 1024 --steps 10 2>&1 | tail -1)
-    echo "$line" >>"$out/bench.txt"
-    row "bench GPT-2 $name bf16 T=1024" "$(sed -n 's/.*: \(.*ms\/step\).*MFU \([0-9.]*%\).*/\1, MFU \2/p' <<<"$line")"
+    trainer bench --device cuda --precision bf16 $args -V 50304 -B 8 -T 1024 --steps 10 \
+      --peak-gflops 989000 --profile >"$out/bench-$name.txt" 2>&1 || true
+    line=$(tail -1 "$out/bench-$name.txt")
+    row "bench GPT-2 $name bf16 T=1024" \
+      "$(sed -n 's/.*: \([0-9.]* ms\/step\) | \([0-9]* tok\/s\).*MFU \([0-9.]*%\).*device buffers \([0-9.]* MiB\).*/\1, \2, MFU \3 (of 989 TFLOP\/s), \4 device memory/p' <<<"$line")"
+    row "  kernel families, GPT-2 $name" "$(sed -n 's/^  families: //p' "$out/bench-$name.txt")"
   done
   rm -rf "$work"
   printf '\n%s\n' "${table[@]}"

@@ -87,8 +87,7 @@ void gpt2_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
   residual_forward(ctx, A(t, res_mid), t.x, t.tmp);
   layernorm_forward(ctx, A(t, ln2), A(t, ln2_mean), A(t, ln2_rstd), A(t, res_mid), W(t, R::norm2_w),
                     W(t, R::norm2_b));
-  linear_forward(ctx, A(t, fch), A(t, ln2), W(t, R::fc_w), W(t, R::fc_b));
-  gelu_forward(ctx, A(t, fch_gelu), A(t, fch));
+  linear_gelu_forward(ctx, A(t, fch_gelu), A(t, fch), A(t, ln2), W(t, R::fc_w), W(t, R::fc_b));
   linear_forward(ctx, t.tmp, A(t, fch_gelu), W(t, R::fc_proj_w), W(t, R::fc_proj_b));
   if (pass == BlockPass::train) residual_forward(ctx, t.out, A(t, res_mid), t.tmp);
 }

@@ -63,5 +63,9 @@ void cuda_matmul(const Context&, const Tensor&, const Tensor&, bool, const Tenso
                  float, const Tensor*) {
   THROW_ERROR("this trainer was built without the CUDA backend");
 }
+bool cuda_matmul_gelu(const Context&, const Tensor&, const Tensor&, const Tensor&, bool,
+                      const Tensor&, bool, const Tensor&) {
+  THROW_ERROR("this trainer was built without the CUDA backend");
+}
 
 }  // namespace trainer

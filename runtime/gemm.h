@@ -26,6 +26,14 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
 void matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B,
             bool trans_b, float alpha = 1.0f, float beta = 0.0f, const Tensor* bias = nullptr);
 
+// pre = op(A) op(B) + bias and out = gelu(pre) (the tanh approximation, nn's gelu_forward), in
+// one product where the device has that epilogue: cuBLASLt's GELU_AUX_BIAS on CUDA. Returns
+// false, having written nothing, where it has not (the CPU; a shape without such an
+// algorithm): the caller then runs the product and the GELU apart. out, pre and bias have C's
+// dtype rules as in matmul.
+bool matmul_gelu(const Context& ctx, const Tensor& out, const Tensor& pre, const Tensor& A,
+                 bool trans_a, const Tensor& B, bool trans_b, const Tensor& bias);
+
 // Scratch `matmul` takes from ctx.workspace for an (M,N,K) product of `ab` operands.
 size_t matmul_workspace_bytes(const Context& ctx, int64_t M, int64_t N, int64_t K, DType ab);
 

@@ -291,6 +291,12 @@ void matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool trans_a, 
     matmul_via_fp32(ctx, s, C, A, trans_a, B, trans_b, alpha, beta, bias);
 }
 
+bool matmul_gelu(const Context& ctx, const Tensor& out, const Tensor& pre, const Tensor& A,
+                 bool trans_a, const Tensor& B, bool trans_b, const Tensor& bias) {
+  if (ctx.device != Device::cuda) return false;  // the CPU runs the product and the GELU apart
+  return cuda_matmul_gelu(ctx, out, pre, A, trans_a, B, trans_b, bias);
+}
+
 size_t matmul_workspace_bytes(const Context& ctx, int64_t M, int64_t N, int64_t K, DType ab) {
   if (ctx.device == Device::cuda) return kCublasLtWorkspace;
   if (ab != DType::bf16 || ctx.bf16_math == CpuBf16Math::native) return 0;

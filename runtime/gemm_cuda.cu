@@ -1,13 +1,15 @@
 // cuBLASLt products. cuBLASLt is column-major: a row-major (M,N) C = op(A) op(B) is the
 // column-major (N,M) C^T = op(B)^T op(A)^T, so B and A swap places and keep their own
 // transposes and leading dimensions. fp32 or bf16 operands, fp32 accumulation (no TF32: fp32
-// products match the CPU's), an optional bias epilogue; the heuristic's algorithm is chosen
-// once per shape and cached. Handles and descriptors are RAII.
+// products match the CPU's), an optional bias epilogue, or GELU keeping its input (the
+// pre-activation) for backward; the heuristic's algorithm is chosen once per shape and
+// epilogue and cached. Handles and descriptors are RAII.
 #include <cublasLt.h>
 
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <tuple>
 
 #include "runtime/cuda_check.h"
@@ -83,17 +85,23 @@ cublasLtHandle_t handle(int device) {
 }
 
 using Key = std::tuple<int, int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, DType,
-                       DType, int, bool>;
+                       DType, int, bool, int>;
 
-}  // namespace
+// What a product writes on the way out besides C = alpha op(A) op(B) + beta C.
+struct Epilogue {
+  const Tensor* bias = nullptr;  // + bias(N) on every row
+  const Tensor* aux = nullptr;   // GELU: C = gelu(x), aux = x (C's shape), x the result above
+};
 
-void cuda_matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool ta, const Tensor& B,
-                 bool tb, float alpha, float beta, const Tensor* bias) {
+// The product with its epilogue. Returns false, having run nothing, when cuBLASLt has no
+// algorithm for it (remembered per shape, like the algorithm itself).
+bool run_matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool ta, const Tensor& B,
+                bool tb, float alpha, float beta, const Epilogue& e) {
   const int64_t M = C.rows(), N = C.cols(), K = ta ? A.rows() : A.cols();
   TRAINER_ASSERT((ta ? A.cols() : A.rows()) == M && (tb ? B.cols() : B.rows()) == K &&
                      (tb ? B.rows() : B.cols()) == N && A.dtype == B.dtype,
                  "cuda matmul shapes");
-  if (M == 0 || N == 0) return;
+  if (M == 0 || N == 0) return true;
   const int device = ctx.device_index;
   cublasLtHandle_t lt = handle(device);
   // Column-major view: (N, M) = op(B)^T (N, K) x op(A)^T (K, M).
@@ -102,13 +110,24 @@ void cuda_matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool ta, 
                           op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   desc.set(CUBLASLT_MATMUL_DESC_TRANSA, op_b);
   desc.set(CUBLASLT_MATMUL_DESC_TRANSB, op_a);
-  if (bias) {
-    TRAINER_ASSERT(beta == 0.0f && bias->numel() == N, "cuda matmul bias");
-    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
-    const void* bias_ptr = bias->data;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  if (e.bias) {
+    TRAINER_ASSERT(beta == 0.0f && e.bias->numel() == N, "cuda matmul bias");
+    epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const void* bias_ptr = e.bias->data;
     desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_ptr);
-    desc.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(bias->dtype));
+    desc.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(e.bias->dtype));
   }
+  if (e.aux) {
+    TRAINER_ASSERT(beta == 0.0f && e.aux->rows() == M && e.aux->cols() == N, "cuda matmul aux");
+    epilogue = e.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    const void* aux_ptr = e.aux->data;
+    const int64_t aux_ld = e.aux->ld();
+    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux_ptr);
+    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld);
+    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, cuda_type(e.aux->dtype));
+  }
+  desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
   const cudaDataType_t ab = cuda_type(A.dtype), ct = cuda_type(C.dtype);
   // Stored (row-major) shapes, seen column-major: B is (B.cols, B.rows) with ld B.ld.
   Layout lb(ab, B.cols(), B.rows(), B.ld()), la(ab, A.cols(), A.rows(), A.ld()),
@@ -117,11 +136,22 @@ void cuda_matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool ta, 
   void* workspace = scratch.take<char>(int64_t(kCublasLtWorkspace));
 
   static std::mutex mu;
-  static std::map<Key, cublasLtMatmulAlgo_t> algos;
-  const Key key{device,      M,      N,      K,       ta,      tb,
-                A.ld(),      B.ld(), C.ld(), A.dtype, C.dtype, bias ? int(bias->dtype) : -1,
-                beta != 0.0f};
-  cublasLtMatmulAlgo_t algo;
+  static std::map<Key, std::optional<cublasLtMatmulAlgo_t>> algos;
+  const Key key{device,
+                M,
+                N,
+                K,
+                ta,
+                tb,
+                A.ld(),
+                B.ld(),
+                C.ld(),
+                A.dtype,
+                C.dtype,
+                e.bias ? int(e.bias->dtype) : -1,
+                beta != 0.0f,
+                int(epilogue)};
+  std::optional<cublasLtMatmulAlgo_t> algo;
   {
     std::lock_guard lock(mu);
     auto it = algos.find(key);
@@ -129,17 +159,39 @@ void cuda_matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool ta, 
       Preference pref(kCublasLtWorkspace);
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
-      CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc.d, lb.l, la.l, lc.l, lc.l, pref.p, 1,
-                                                  &result, &found));
-      CHECK(found > 0, "cuBLASLt has no algorithm for a {} x {} x {} product of {}", M, N, K,
-            dtype_name(A.dtype));
-      it = algos.emplace(key, result.algo).first;
+      const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, desc.d, lb.l, la.l, lc.l, lc.l,
+                                                               pref.p, 1, &result, &found);
+      CHECK(st == CUBLAS_STATUS_SUCCESS || st == CUBLAS_STATUS_NOT_SUPPORTED,
+            "cuBLASLt error in cublasLtMatmulAlgoGetHeuristic: {}", cublasGetStatusString(st));
+      it = algos
+               .emplace(key, st == CUBLAS_STATUS_SUCCESS && found > 0 ? std::optional(result.algo)
+                                                                      : std::nullopt)
+               .first;
     }
     algo = it->second;
   }
+  if (!algo) return false;
   CUBLAS_CHECK(cublasLtMatmul(lt, desc.d, &alpha, B.data, lb.l, A.data, la.l, &beta, C.data, lc.l,
-                              C.data, lc.l, &algo, workspace, kCublasLtWorkspace,
+                              C.data, lc.l, &*algo, workspace, kCublasLtWorkspace,
                               static_cast<cudaStream_t>(ctx.stream)));
+  return true;
+}
+
+}  // namespace
+
+void cuda_matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool ta, const Tensor& B,
+                 bool tb, float alpha, float beta, const Tensor* bias) {
+  const bool ran = run_matmul(ctx, C, A, ta, B, tb, alpha, beta, {.bias = bias});
+  CHECK(ran, "cuBLASLt has no algorithm for a {} x {} x {} product of {}", C.rows(), C.cols(),
+        ta ? A.rows() : A.cols(), dtype_name(A.dtype));
+}
+
+bool cuda_matmul_gelu(const Context& ctx, const Tensor& out, const Tensor& pre, const Tensor& A,
+                      bool ta, const Tensor& B, bool tb, const Tensor& bias) {
+  // The epilogue's auxiliary output needs a leading dimension that is a multiple of 8.
+  if (pre.ld() % 8 != 0 || pre.dtype != out.dtype) return false;
+  return run_matmul(ctx, out, A, ta, B, tb, 1.0f, 0.0f,
+                    {.bias = bias.empty() ? nullptr : &bias, .aux = &pre});
 }
 
 }  // namespace trainer

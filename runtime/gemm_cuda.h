@@ -11,6 +11,9 @@ namespace trainer {
 
 void cuda_matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool trans_a,
                  const Tensor& B, bool trans_b, float alpha, float beta, const Tensor* bias);
+// matmul_gelu on CUDA (gemm.h): false when cuBLASLt has no GELU_AUX_BIAS algorithm for it.
+bool cuda_matmul_gelu(const Context& ctx, const Tensor& out, const Tensor& pre, const Tensor& A,
+                      bool trans_a, const Tensor& B, bool trans_b, const Tensor& bias);
 
 // The cuBLASLt workspace every product may use (taken from ctx.workspace).
 constexpr size_t kCublasLtWorkspace = size_t(32) << 20;

@@ -1,10 +1,11 @@
 // The linear layer on any device: its products are matmul's (oneDNN on the CPU, cuBLASLt on
-// CUDA, chosen by the context), the bias added in the product's epilogue; only the bias
-// gradient has a kernel per backend (linear_bias_grad, dispatch.cpp).
+// CUDA, chosen by the context), the bias (and on CUDA the MLP's GELU) added in the product's
+// epilogue; only the bias gradient has a kernel per backend (linear_bias_grad, dispatch.cpp).
 #include "nn/ops/linear.h"
 
 #include <algorithm>
 
+#include "nn/ops/gelu.h"
 #include "runtime/gemm.h"
 #include "runtime/profile.h"
 
@@ -15,6 +16,17 @@ void linear_forward(const Context& ctx, const Tensor& out, const Tensor& inp, co
   PROFILE_SCOPE("linear_forward");
   matmul(ctx, out, inp, false, w, layout == WeightLayout::out_in, 1.0f, 0.0f,
          bias.empty() ? nullptr : &bias);
+}
+
+void linear_gelu_forward(const Context& ctx, const Tensor& out, const Tensor& pre,
+                         const Tensor& inp, const Tensor& w, const Tensor& bias,
+                         WeightLayout layout) {
+  {
+    PROFILE_SCOPE("linear_gelu_forward");
+    if (matmul_gelu(ctx, out, pre, inp, false, w, layout == WeightLayout::out_in, bias)) return;
+  }
+  linear_forward(ctx, pre, inp, w, bias, layout);
+  gelu_forward(ctx, out, pre);
 }
 
 void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dbias,

@@ -19,6 +19,13 @@ enum class WeightLayout : uint8_t { in_out, out_in };
 void linear_forward(const Context& ctx, const Tensor& out, const Tensor& inp, const Tensor& w,
                     const Tensor& bias, WeightLayout layout = WeightLayout::in_out);
 
+// pre(N,O) = inp @ w + bias and out(N,O) = gelu(pre): the MLP's first layer and its GELU,
+// fused into the product's epilogue on CUDA (cuBLASLt's GELU_AUX_BIAS, which writes both), a
+// product then gelu_forward elsewhere (or where cuBLASLt has no such algorithm).
+void linear_gelu_forward(const Context& ctx, const Tensor& out, const Tensor& pre,
+                         const Tensor& inp, const Tensor& w, const Tensor& bias,
+                         WeightLayout layout = WeightLayout::in_out);
+
 // dinp(N,I) = dout @ w^T (overwritten; skipped when dinp is empty); dw += inp^T @ dout (in
 // w's layout); dbias(O) += the column sums of dout (skipped when empty; deterministic).
 void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dbias,

@@ -223,6 +223,18 @@ Outputs linear_case(Arena& a, DType act, DType grad, int N, int I, int O, bool b
   return o;
 }
 
+// The MLP's first layer with its GELU: on CUDA one cuBLASLt product with the GELU_AUX_BIAS
+// epilogue (O a multiple of 8, as the epilogue's auxiliary output needs), whose GELU must be
+// the CPU's tanh approximation.
+Outputs linear_gelu_case(Arena& a, DType act, DType) {
+  const int N = 19, I = 24, O = 48;
+  const Tensor x = a.random(1, act, {N, I}), w = a.random(2, act, {I, O}),
+               b = a.random(3, act, {O});
+  const Tensor out = a.poisoned(act, {N, O}), pre = a.poisoned(act, {N, O});
+  linear_gelu_forward(a.ctx, out, pre, x, w, b);
+  return {{"out", a.read(out)}, {"pre", a.read(pre)}};
+}
+
 Outputs gelu_case(Arena& a, DType act, DType) {
   const int n = 301;
   const Tensor x = a.random(1, act, {n}, 2.0f), out = a.poisoned(act, {n});
@@ -324,6 +336,7 @@ std::vector<Case> make_cases() {
       {"rope", rope_case},
       {"swiglu", swiglu_case},
       {"gelu", gelu_case},
+      {"linear_gelu", linear_gelu_case},
       {"residual", residual_case},
       {"cross_entropy", cross_entropy_case},
       {"cast", cast_case},

@@ -84,9 +84,8 @@ void gpt2_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
   attention_forward(ctx, A(t, atty).reshape({t.B, t.T, C}), A(t, att_lse),
                     qkv_part(A(t, qkv), t.B, t.T, 0), k, v, t.mask, t.n_head, t.q_pos);
   linear_forward(ctx, t.tmp, A(t, atty), W(t, R::attn_proj_w), W(t, R::attn_proj_b));
-  residual_forward(ctx, A(t, res_mid), t.x, t.tmp);
-  layernorm_forward(ctx, A(t, ln2), A(t, ln2_mean), A(t, ln2_rstd), A(t, res_mid), W(t, R::norm2_w),
-                    W(t, R::norm2_b));
+  layernorm_residual_forward(ctx, A(t, res_mid), A(t, ln2), A(t, ln2_mean), A(t, ln2_rstd), t.x,
+                             t.tmp, W(t, R::norm2_w), W(t, R::norm2_b));
   linear_gelu_forward(ctx, A(t, fch_gelu), A(t, fch), A(t, ln2), W(t, R::fc_w), W(t, R::fc_b));
   linear_forward(ctx, t.tmp, A(t, fch_gelu), W(t, R::fc_proj_w), W(t, R::fc_proj_b));
   if (pass == BlockPass::train) residual_forward(ctx, t.out, A(t, res_mid), t.tmp);

@@ -118,8 +118,8 @@ void llama_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pa
   attention_forward(ctx, A(t, atty).reshape({t.B, t.T, C}), A(t, att_lse), q, k, v, t.mask,
                     t.n_head, t.q_pos);
   linear_forward(ctx, t.tmp, A(t, atty), W(t, R::attn_proj_w), {}, kOutIn);
-  residual_forward(ctx, A(t, res_mid), t.x, t.tmp);
-  rmsnorm_forward(ctx, A(t, ln2), A(t, ln2_rstd), A(t, res_mid), W(t, R::norm2_w));
+  rmsnorm_residual_forward(ctx, A(t, res_mid), A(t, ln2), A(t, ln2_rstd), t.x, t.tmp,
+                           W(t, R::norm2_w));
   linear_forward(ctx, A(t, gate_up), A(t, ln2), gate_up_weight(t.w), {}, kOutIn);
   swiglu_forward(ctx, A(t, swiglu), A(t, gate_up));
   linear_forward(ctx, t.tmp, A(t, swiglu), W(t, R::down_w), {}, kOutIn);

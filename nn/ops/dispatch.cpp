@@ -61,6 +61,12 @@ void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean
   TRAINER_DISPATCH(layernorm_forward, ctx, out, mean, rstd, inp, w, b);
 }
 
+void layernorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
+                                const Tensor& mean, const Tensor& rstd, const Tensor& res_in,
+                                const Tensor& branch, const Tensor& w, const Tensor& b) {
+  TRAINER_DISPATCH(layernorm_residual_forward, ctx, res_out, out, mean, rstd, res_in, branch, w, b);
+}
+
 void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& db,
                         const Tensor& dout, const Tensor& inp, const Tensor& w, const Tensor& mean,
                         const Tensor& rstd) {
@@ -79,6 +85,12 @@ void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, 
 void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dout,
                       const Tensor& inp, const Tensor& w, const Tensor& rstd) {
   TRAINER_DISPATCH(rmsnorm_backward, ctx, dinp, dw, dout, inp, w, rstd);
+}
+
+void rmsnorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
+                              const Tensor& rstd, const Tensor& res_in, const Tensor& branch,
+                              const Tensor& w) {
+  TRAINER_DISPATCH(rmsnorm_residual_forward, ctx, res_out, out, rstd, res_in, branch, w);
 }
 
 size_t rmsnorm_backward_workspace(const Context& ctx, int64_t C) {

@@ -15,6 +15,13 @@ namespace trainer::nn {
 void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean,
                        const Tensor& rstd, const Tensor& inp, const Tensor& w, const Tensor& b);
 
+// res_out(N,C) = res_in + branch (the residual add: res_in and res_out fp32, branch fp32 or
+// bf16), then out = layernorm(res_out) as above: the two ops in one pass over the rows, with
+// the bits of residual_forward followed by layernorm_forward.
+void layernorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
+                                const Tensor& mean, const Tensor& rstd, const Tensor& res_in,
+                                const Tensor& branch, const Tensor& w, const Tensor& b);
+
 // dinp(N,C) fp32 += ...; dw(C), db(C) (gradient dtype) += ...; dout(N,C) in out's dtype.
 // Deterministic: per-thread partial sums added in thread order.
 void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& db,
@@ -27,6 +34,9 @@ size_t layernorm_backward_workspace(const Context& ctx, int64_t C);
 namespace cpu {
 void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean,
                        const Tensor& rstd, const Tensor& inp, const Tensor& w, const Tensor& b);
+void layernorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
+                                const Tensor& mean, const Tensor& rstd, const Tensor& res_in,
+                                const Tensor& branch, const Tensor& w, const Tensor& b);
 void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& db,
                         const Tensor& dout, const Tensor& inp, const Tensor& w, const Tensor& mean,
                         const Tensor& rstd);
@@ -44,6 +54,9 @@ inline int64_t norm_parts(int64_t N) {
 namespace cuda {
 void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean,
                        const Tensor& rstd, const Tensor& inp, const Tensor& w, const Tensor& b);
+void layernorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
+                                const Tensor& mean, const Tensor& rstd, const Tensor& res_in,
+                                const Tensor& branch, const Tensor& w, const Tensor& b);
 void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& db,
                         const Tensor& dout, const Tensor& inp, const Tensor& w, const Tensor& mean,
                         const Tensor& rstd);

@@ -13,12 +13,20 @@ namespace {
 
 constexpr float kLayerNormEps = 1e-5f;
 
-template <typename T>
-void forward_rows(T* out, float* mean, float* rstd, const float* inp, const T* w, const T* b,
-                  int64_t N, int64_t C) {
+// With `branch` (R its dtype), inp[n] = res_in[n] + branch[n] is written first (the fused
+// residual add), then normalised.
+template <typename T, typename R = float>
+void forward_rows(T* out, float* mean, float* rstd, float* inp, const T* w, const T* b, int64_t N,
+                  int64_t C, const float* res_in = nullptr, const R* branch = nullptr) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
-    const float* x = inp + n * C;
+    float* x = inp + n * C;
+    if (branch) {
+      const float* a = res_in + n * C;
+      const R* r = branch + n * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) x[c] = a[c] + load(r[c]);
+    }
     float s = 0;
 #pragma omp simd reduction(+ : s)
     for (int64_t c = 0; c < C; ++c) s += x[c];
@@ -101,6 +109,26 @@ void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean
     using T = decltype(tag);
     forward_rows(out.as<T>(), mean.as<float>(), rstd.as<float>(), inp.as<float>(), w.as<T>(),
                  b.as<T>(), N, C);
+  });
+}
+
+void layernorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
+                                const Tensor& mean, const Tensor& rstd, const Tensor& res_in,
+                                const Tensor& branch, const Tensor& w, const Tensor& b) {
+  PROFILE_SCOPE("layernorm_residual_forward");
+  const int64_t N = res_out.rows(), C = res_out.cols();
+  TRAINER_ASSERT(res_out.contiguous() && res_in.contiguous() && branch.contiguous() &&
+                     out.contiguous() && res_out.dtype == DType::f32 &&
+                     res_in.dtype == DType::f32 && res_in.numel() == N * C &&
+                     branch.numel() == N * C && out.numel() == N * C && mean.numel() == N &&
+                     rstd.numel() == N && w.numel() == C && b.numel() == C &&
+                     w.dtype == out.dtype && b.dtype == out.dtype,
+                 "layernorm_residual_forward shapes");
+  with_floats(out.dtype, branch.dtype, [&](auto ttag, auto rtag) {
+    using T = decltype(ttag);
+    using R = decltype(rtag);
+    forward_rows(out.as<T>(), mean.as<float>(), rstd.as<float>(), res_out.as<float>(), w.as<T>(),
+                 b.as<T>(), N, C, res_in.as<float>(), branch.as<R>());
   });
 }
 

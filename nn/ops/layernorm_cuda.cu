@@ -10,13 +10,18 @@ namespace {
 constexpr float kLayerNormEps = 1e-5f;
 constexpr int kRowsPerBlock = 4;  // warps per block, a row each
 
-template <typename T>
-__global__ void forward_kernel(T* out, float* mean, float* rstd, const float* inp, const T* w,
-                               const T* b, int64_t N, int64_t C) {
+// With `branch` (R its dtype), inp[n] = res_in[n] + branch[n] is written first (the fused
+// residual add), each lane its own columns, then normalised.
+template <typename T, typename R = float>
+__global__ void forward_kernel(T* out, float* mean, float* rstd, float* inp, const T* w, const T* b,
+                               int64_t N, int64_t C, const float* res_in = nullptr,
+                               const R* branch = nullptr) {
   const int64_t n = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (n >= N) return;
   const int lane = threadIdx.x;
-  const float* x = inp + n * C;
+  float* x = inp + n * C;
+  if (branch)
+    for (int64_t c = lane; c < C; c += 32) x[c] = res_in[n * C + c] + ld(branch[n * C + c]);
   float s = 0;
   for (int64_t c = lane; c < C; c += 32) s += x[c];
   const float m = warp_sum(s) / float(C);
@@ -85,6 +90,30 @@ void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean
         C);
   });
   check_launch("layernorm_forward");
+}
+
+void layernorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
+                                const Tensor& mean, const Tensor& rstd, const Tensor& res_in,
+                                const Tensor& branch, const Tensor& w, const Tensor& b) {
+  const int64_t N = res_out.rows(), C = res_out.cols();
+  TRAINER_ASSERT(res_out.contiguous() && res_in.contiguous() && branch.contiguous() &&
+                     out.contiguous() && res_out.dtype == DType::f32 &&
+                     res_in.dtype == DType::f32 && res_in.numel() == N * C &&
+                     branch.numel() == N * C && out.numel() == N * C && mean.numel() == N &&
+                     rstd.numel() == N && w.numel() == C && b.numel() == C &&
+                     w.dtype == out.dtype && b.dtype == out.dtype,
+                 "layernorm_residual_forward shapes");
+  const dim3 block(32, kRowsPerBlock);
+  with_float(out.dtype, [&](auto ttag) {
+    using T = decltype(ttag);
+    with_float(branch.dtype, [&](auto rtag) {
+      using R = decltype(rtag);
+      forward_kernel<<<blocks_for(N, kRowsPerBlock), block, 0, stream_of(ctx)>>>(
+          ptr<T>(out), ptr<float>(mean), ptr<float>(rstd), ptr<float>(res_out), ptr<T>(w),
+          ptr<T>(b), N, C, ptr<float>(res_in), ptr<R>(branch));
+    });
+  });
+  check_launch("layernorm_residual_forward");
 }
 
 void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& db,

@@ -15,6 +15,13 @@ namespace trainer::nn {
 void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, const Tensor& inp,
                      const Tensor& w);
 
+// res_out(N,C) = res_in + branch (the residual add: res_in and res_out fp32, branch fp32 or
+// bf16), then out = rmsnorm(res_out) as above: the two ops in one pass over the rows, with the
+// bits of residual_forward followed by rmsnorm_forward.
+void rmsnorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
+                              const Tensor& rstd, const Tensor& res_in, const Tensor& branch,
+                              const Tensor& w);
+
 // dinp(N,C) fp32 += ...; dw(C) (gradient dtype) += ...; dout(N,C) in out's dtype.
 // Deterministic: per-thread partial sums added in thread order.
 void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dout,
@@ -26,6 +33,9 @@ size_t rmsnorm_backward_workspace(const Context& ctx, int64_t C);
 namespace cpu {
 void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, const Tensor& inp,
                      const Tensor& w);
+void rmsnorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
+                              const Tensor& rstd, const Tensor& res_in, const Tensor& branch,
+                              const Tensor& w);
 void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dout,
                       const Tensor& inp, const Tensor& w, const Tensor& rstd);
 size_t rmsnorm_backward_workspace(int64_t C);
@@ -35,6 +45,9 @@ size_t rmsnorm_backward_workspace(int64_t C);
 namespace cuda {
 void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, const Tensor& inp,
                      const Tensor& w);
+void rmsnorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
+                              const Tensor& rstd, const Tensor& res_in, const Tensor& branch,
+                              const Tensor& w);
 void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dout,
                       const Tensor& inp, const Tensor& w, const Tensor& rstd);
 size_t rmsnorm_backward_workspace(int64_t C);

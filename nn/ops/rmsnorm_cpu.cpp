@@ -14,11 +14,20 @@ namespace {
 
 constexpr float kRmsNormEps = 1e-5f;
 
-template <typename T>
-void forward_rows(T* out, float* rstd, const float* inp, const T* w, int64_t N, int64_t C) {
+// With `branch` (R its dtype), inp[n] = res_in[n] + branch[n] is written first (the fused
+// residual add), then normalised.
+template <typename T, typename R = float>
+void forward_rows(T* out, float* rstd, float* inp, const T* w, int64_t N, int64_t C,
+                  const float* res_in = nullptr, const R* branch = nullptr) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
-    const float* x = inp + n * C;
+    float* x = inp + n * C;
+    if (branch) {
+      const float* a = res_in + n * C;
+      const R* r = branch + n * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) x[c] = a[c] + load(r[c]);
+    }
     float ss = 0;
 #pragma omp simd reduction(+ : ss)
     for (int64_t c = 0; c < C; ++c) ss += x[c] * x[c];
@@ -78,6 +87,25 @@ void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, 
   with_float(out.dtype, [&](auto tag) {
     using T = decltype(tag);
     forward_rows(out.as<T>(), rstd.as<float>(), inp.as<float>(), w.as<T>(), N, C);
+  });
+}
+
+void rmsnorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
+                              const Tensor& rstd, const Tensor& res_in, const Tensor& branch,
+                              const Tensor& w) {
+  PROFILE_SCOPE("rmsnorm_residual_forward");
+  const int64_t N = res_out.rows(), C = res_out.cols();
+  TRAINER_ASSERT(res_out.contiguous() && res_in.contiguous() && branch.contiguous() &&
+                     out.contiguous() && res_out.dtype == DType::f32 &&
+                     res_in.dtype == DType::f32 && res_in.numel() == N * C &&
+                     branch.numel() == N * C && out.numel() == N * C && rstd.numel() == N &&
+                     w.numel() == C && w.dtype == out.dtype,
+                 "rmsnorm_residual_forward shapes");
+  with_floats(out.dtype, branch.dtype, [&](auto ttag, auto rtag) {
+    using T = decltype(ttag);
+    using R = decltype(rtag);
+    forward_rows(out.as<T>(), rstd.as<float>(), res_out.as<float>(), w.as<T>(), N, C,
+                 res_in.as<float>(), branch.as<R>());
   });
 }
 

@@ -10,13 +10,17 @@ namespace {
 constexpr float kRmsNormEps = 1e-5f;
 constexpr int kRowsPerBlock = 4;
 
-template <typename T>
-__global__ void forward_kernel(T* out, float* rstd, const float* inp, const T* w, int64_t N,
-                               int64_t C) {
+// With `branch` (R its dtype), inp[n] = res_in[n] + branch[n] is written first (the fused
+// residual add), each lane its own columns, then normalised.
+template <typename T, typename R = float>
+__global__ void forward_kernel(T* out, float* rstd, float* inp, const T* w, int64_t N, int64_t C,
+                               const float* res_in = nullptr, const R* branch = nullptr) {
   const int64_t n = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (n >= N) return;
   const int lane = threadIdx.x;
-  const float* x = inp + n * C;
+  float* x = inp + n * C;
+  if (branch)
+    for (int64_t c = lane; c < C; c += 32) x[c] = res_in[n * C + c] + ld(branch[n * C + c]);
   float ss = 0;
   for (int64_t c = lane; c < C; c += 32) ss += x[c] * x[c];
   const float r = rsqrtf(warp_sum(ss) / float(C) + kRmsNormEps);
@@ -66,6 +70,29 @@ void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, 
         ptr<T>(out), ptr<float>(rstd), ptr<float>(inp), ptr<T>(w), N, C);
   });
   check_launch("rmsnorm_forward");
+}
+
+void rmsnorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
+                              const Tensor& rstd, const Tensor& res_in, const Tensor& branch,
+                              const Tensor& w) {
+  const int64_t N = res_out.rows(), C = res_out.cols();
+  TRAINER_ASSERT(res_out.contiguous() && res_in.contiguous() && branch.contiguous() &&
+                     out.contiguous() && res_out.dtype == DType::f32 &&
+                     res_in.dtype == DType::f32 && res_in.numel() == N * C &&
+                     branch.numel() == N * C && out.numel() == N * C && rstd.numel() == N &&
+                     w.numel() == C && w.dtype == out.dtype,
+                 "rmsnorm_residual_forward shapes");
+  const dim3 block(32, kRowsPerBlock);
+  with_float(out.dtype, [&](auto ttag) {
+    using T = decltype(ttag);
+    with_float(branch.dtype, [&](auto rtag) {
+      using R = decltype(rtag);
+      forward_kernel<<<blocks_for(N, kRowsPerBlock), block, 0, stream_of(ctx)>>>(
+          ptr<T>(out), ptr<float>(rstd), ptr<float>(res_out), ptr<T>(w), N, C, ptr<float>(res_in),
+          ptr<R>(branch));
+    });
+  });
+  check_launch("rmsnorm_residual_forward");
 }
 
 void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dout,

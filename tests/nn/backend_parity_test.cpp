@@ -175,6 +175,28 @@ Outputs layernorm_case(Arena& a, DType act, DType grad) {
           {"dx", a.read(dx)},   {"dw", a.read(dw)},     {"db", a.read(db)}};
 }
 
+// The residual add fused with the LayerNorm that follows it: the sum and the normalised rows.
+Outputs layernorm_residual_case(Arena& a, DType act, DType) {
+  const int N = 13, C = 40;
+  const Tensor x = a.random(1, DType::f32, {N, C}), branch = a.random(2, act, {N, C}, 2.0f);
+  const Tensor w = a.random(3, act, {C}), b = a.random(4, act, {C});
+  const Tensor sum = a.poisoned(DType::f32, {N, C}), out = a.poisoned(act, {N, C}),
+               mean = a.poisoned(DType::f32, {N}), rstd = a.poisoned(DType::f32, {N});
+  layernorm_residual_forward(a.ctx, sum, out, mean, rstd, x, branch, w, b);
+  return {
+      {"sum", a.read(sum)}, {"out", a.read(out)}, {"mean", a.read(mean)}, {"rstd", a.read(rstd)}};
+}
+
+Outputs rmsnorm_residual_case(Arena& a, DType act, DType) {
+  const int N = 13, C = 40;
+  const Tensor x = a.random(1, DType::f32, {N, C}), branch = a.random(2, act, {N, C}, 2.0f);
+  const Tensor w = a.random(3, act, {C});
+  const Tensor sum = a.poisoned(DType::f32, {N, C}), out = a.poisoned(act, {N, C}),
+               rstd = a.poisoned(DType::f32, {N});
+  rmsnorm_residual_forward(a.ctx, sum, out, rstd, x, branch, w);
+  return {{"sum", a.read(sum)}, {"out", a.read(out)}, {"rstd", a.read(rstd)}};
+}
+
 Outputs rmsnorm_case(Arena& a, DType act, DType grad) {
   const int N = 13, C = 40;
   const Tensor x = a.random(1, DType::f32, {N, C}, 2.0f), w = a.random(2, act, {C});
@@ -332,7 +354,9 @@ std::vector<Case> make_cases() {
        [](Arena& a, DType t, DType g) {
          return linear_case(a, t, g, 19, 24, 40, false, WeightLayout::out_in);
        }},
+      {"layernorm_residual", layernorm_residual_case},
       {"rmsnorm", rmsnorm_case},
+      {"rmsnorm_residual", rmsnorm_residual_case},
       {"rope", rope_case},
       {"swiglu", swiglu_case},
       {"gelu", gelu_case},

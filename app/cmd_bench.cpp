@@ -53,7 +53,7 @@ void print_profile(int steps, double total_ms) {
   std::map<std::string, double> families;
   double ops = 0;
   for (const auto& e : profile::report()) {
-    std::printf("  %-24s %8.2f ms/step %5.1f%%\n", e.name.c_str(), e.ms / steps,
+    std::printf("  %-28s %8.2f ms/step %5.1f%%\n", e.name.c_str(), e.ms / steps,
                 100 * e.ms / total_ms);
     if (const std::string f = family_of(e.name); !f.empty()) {
       families[f] += e.ms;

@@ -2,7 +2,6 @@
 
 #include "nn/ops/adamw.h"
 #include "nn/ops/cpu_dtype.h"
-#include "runtime/profile.h"
 
 namespace trainer::nn::cpu {
 
@@ -34,7 +33,6 @@ void update(float* p, const G* grads, float* m, float* v, bf16* working, int64_t
 
 void adamw_update(const Context& ctx, const Tensor& params, const Tensor& grads, const Tensor& m,
                   const Tensor& v, const Tensor& working, const AdamWHyper& h) {
-  PROFILE_SCOPE("adamw_step");
   const int64_t n = params.numel();
   TRAINER_ASSERT(grads.numel() == n && m.numel() == n && v.numel() == n &&
                      (working.empty() || working.numel() == n),

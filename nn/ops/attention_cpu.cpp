@@ -14,7 +14,6 @@
 #include "nn/ops/cpu_dtype.h"
 #include "nn/ops/vec_math.h"
 #include "runtime/gemm.h"
-#include "runtime/profile.h"
 #include "runtime/workspace.h"
 
 namespace trainer::nn::cpu {
@@ -184,7 +183,6 @@ const int32_t* segments_of(const AttentionMask& m, int64_t b, int64_t T) {
 void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& q,
                        const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head,
                        int q_pos) {
-  PROFILE_SCOPE("attention_forward");
   const Dims d = dims_of(q, k, n_head);
   TRAINER_ASSERT(out.contiguous() && out.numel() == d.B * d.Tq * d.C &&
                      lse.numel() == d.B * d.H * d.Tq && v.dtype == q.dtype &&
@@ -229,7 +227,6 @@ void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
 void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& q,
                         const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head) {
-  PROFILE_SCOPE("attention_backward");
   const Dims d = dims_of(q, k, n_head);
   TRAINER_ASSERT(d.Tq == d.Tk && out.contiguous() && dout.contiguous() &&
                      dout.numel() == d.B * d.Tq * d.C && lse.dtype == DType::f32 &&

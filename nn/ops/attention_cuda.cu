@@ -4,6 +4,7 @@
 // key/value head, over the query heads it serves) for dk and dv; both recompute the
 // probabilities from the saved log-sum-exp. Masks as Note [Attention masks]; head size <= 256.
 #include "nn/ops/attention.h"
+#include "nn/ops/attention_cudnn.h"
 #include "nn/ops/cuda_common.cuh"
 
 namespace trainer::nn::cuda {
@@ -184,6 +185,7 @@ const int32_t* mask_ptr(const Tensor& t) {
 void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& q,
                        const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head,
                        int q_pos) {
+  if (cudnn_attention_forward(ctx, out, lse, q, k, v, mask, n_head, q_pos)) return;
   const Dims d = dims_of(q, k, v, n_head, q_pos);
   TRAINER_ASSERT(out.contiguous() && out.numel() == d.B * d.Tq * d.H * d.hs &&
                      lse.numel() == d.B * d.H * d.Tq && out.dtype == q.dtype &&
@@ -203,6 +205,7 @@ void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
 void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& q,
                         const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head) {
+  if (cudnn_attention_backward(ctx, dq, dk, dv, dout, out, lse, q, k, v, mask, n_head)) return;
   const Dims d = dims_of(q, k, v, n_head, 0);
   TRAINER_ASSERT(d.Tq == d.Tk && out.contiguous() && dout.contiguous() &&
                      dout.numel() == d.B * d.Tq * d.H * d.hs && lse.dtype == DType::f32 &&

@@ -3,7 +3,6 @@
 #include "nn/ops/cpu_dtype.h"
 #include "nn/ops/cross_entropy.h"
 #include "nn/ops/vec_math.h"
-#include "runtime/profile.h"
 #include "runtime/workspace.h"
 
 namespace trainer::nn::cpu {
@@ -56,7 +55,6 @@ void backward_rows(T* dlogits, const T* logits, const float* stats, const int32_
 
 void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Tensor& stats,
                            const Tensor& logits, const Tensor& targets) {
-  PROFILE_SCOPE("cross_entropy_forward");
   const int64_t N = logits.rows(), V = logits.cols();
   TRAINER_ASSERT(logits.contiguous() && targets.numel() == N && stats.numel() >= 2 * N &&
                      loss_sum.numel() == 1,
@@ -74,7 +72,6 @@ void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Ten
 
 void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const Tensor& logits,
                             const Tensor& stats, const Tensor& targets, float scale) {
-  PROFILE_SCOPE("cross_entropy_backward");
   const int64_t N = logits.rows(), V = logits.cols();
   TRAINER_ASSERT(dlogits.contiguous() && dlogits.numel() == N * V &&
                      dlogits.dtype == logits.dtype && targets.numel() == N,

@@ -15,6 +15,7 @@
 #include "nn/ops/sum_squares.h"
 #include "nn/ops/swiglu.h"
 #include "runtime/error.h"
+#include "runtime/profile.h"
 
 namespace trainer::nn {
 
@@ -42,14 +43,20 @@ namespace {
 
 #define TRAINER_DISPATCH(op, ...) TRAINER_DISPATCH_EACH(op, (__VA_ARGS__), (__VA_ARGS__))
 
+// An op: timed under its name in the profile (runtime/profile.h), whatever the backend, then
+// dispatched.
+#define TRAINER_OP(op, ...) \
+  PROFILE_SCOPE(#op);       \
+  TRAINER_DISPATCH(op, __VA_ARGS__)
+
 void embedding_forward(const Context& ctx, const Tensor& out, const Tensor& tokens,
                        const Tensor& positions, const Tensor& wte, const Tensor& wpe) {
-  TRAINER_DISPATCH(embedding_forward, ctx, out, tokens, positions, wte, wpe);
+  TRAINER_OP(embedding_forward, ctx, out, tokens, positions, wte, wpe);
 }
 
 void embedding_backward(const Context& ctx, const Tensor& dwte, const Tensor& dwpe,
                         const Tensor& dout, const Tensor& tokens, const Tensor& positions) {
-  TRAINER_DISPATCH(embedding_backward, ctx, dwte, dwpe, dout, tokens, positions);
+  TRAINER_OP(embedding_backward, ctx, dwte, dwpe, dout, tokens, positions);
 }
 
 size_t embedding_backward_workspace(const Context& ctx, int64_t N, int64_t C) {
@@ -58,19 +65,19 @@ size_t embedding_backward_workspace(const Context& ctx, int64_t N, int64_t C) {
 
 void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean,
                        const Tensor& rstd, const Tensor& inp, const Tensor& w, const Tensor& b) {
-  TRAINER_DISPATCH(layernorm_forward, ctx, out, mean, rstd, inp, w, b);
+  TRAINER_OP(layernorm_forward, ctx, out, mean, rstd, inp, w, b);
 }
 
 void layernorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
                                 const Tensor& mean, const Tensor& rstd, const Tensor& res_in,
                                 const Tensor& branch, const Tensor& w, const Tensor& b) {
-  TRAINER_DISPATCH(layernorm_residual_forward, ctx, res_out, out, mean, rstd, res_in, branch, w, b);
+  TRAINER_OP(layernorm_residual_forward, ctx, res_out, out, mean, rstd, res_in, branch, w, b);
 }
 
 void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& db,
                         const Tensor& dout, const Tensor& inp, const Tensor& w, const Tensor& mean,
                         const Tensor& rstd) {
-  TRAINER_DISPATCH(layernorm_backward, ctx, dinp, dw, db, dout, inp, w, mean, rstd);
+  TRAINER_OP(layernorm_backward, ctx, dinp, dw, db, dout, inp, w, mean, rstd);
 }
 
 size_t layernorm_backward_workspace(const Context& ctx, int64_t C) {
@@ -79,18 +86,18 @@ size_t layernorm_backward_workspace(const Context& ctx, int64_t C) {
 
 void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, const Tensor& inp,
                      const Tensor& w) {
-  TRAINER_DISPATCH(rmsnorm_forward, ctx, out, rstd, inp, w);
+  TRAINER_OP(rmsnorm_forward, ctx, out, rstd, inp, w);
 }
 
 void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dout,
                       const Tensor& inp, const Tensor& w, const Tensor& rstd) {
-  TRAINER_DISPATCH(rmsnorm_backward, ctx, dinp, dw, dout, inp, w, rstd);
+  TRAINER_OP(rmsnorm_backward, ctx, dinp, dw, dout, inp, w, rstd);
 }
 
 void rmsnorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
                               const Tensor& rstd, const Tensor& res_in, const Tensor& branch,
                               const Tensor& w) {
-  TRAINER_DISPATCH(rmsnorm_residual_forward, ctx, res_out, out, rstd, res_in, branch, w);
+  TRAINER_OP(rmsnorm_residual_forward, ctx, res_out, out, rstd, res_in, branch, w);
 }
 
 size_t rmsnorm_backward_workspace(const Context& ctx, int64_t C) {
@@ -99,25 +106,25 @@ size_t rmsnorm_backward_workspace(const Context& ctx, int64_t C) {
 
 void rope_forward(const Context& ctx, const Tensor& x, const Tensor& positions, int head_size,
                   float theta) {
-  TRAINER_DISPATCH(rope_forward, ctx, x, positions, head_size, theta);
+  TRAINER_OP(rope_forward, ctx, x, positions, head_size, theta);
 }
 
 void rope_backward(const Context& ctx, const Tensor& dx, const Tensor& positions, int head_size,
                    float theta) {
-  TRAINER_DISPATCH(rope_backward, ctx, dx, positions, head_size, theta);
+  TRAINER_OP(rope_backward, ctx, dx, positions, head_size, theta);
 }
 
 void swiglu_forward(const Context& ctx, const Tensor& out, const Tensor& gate_up) {
-  TRAINER_DISPATCH(swiglu_forward, ctx, out, gate_up);
+  TRAINER_OP(swiglu_forward, ctx, out, gate_up);
 }
 
 void swiglu_backward(const Context& ctx, const Tensor& dgate_up, const Tensor& dout,
                      const Tensor& gate_up) {
-  TRAINER_DISPATCH(swiglu_backward, ctx, dgate_up, dout, gate_up);
+  TRAINER_OP(swiglu_backward, ctx, dgate_up, dout, gate_up);
 }
 
 void linear_bias_grad(const Context& ctx, const Tensor& dbias, const Tensor& dout) {
-  TRAINER_DISPATCH(linear_bias_grad, ctx, dbias, dout);
+  TRAINER_OP(linear_bias_grad, ctx, dbias, dout);
 }
 
 size_t linear_bias_grad_workspace(const Context& ctx, int64_t O) {
@@ -127,13 +134,13 @@ size_t linear_bias_grad_workspace(const Context& ctx, int64_t O) {
 void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& q,
                        const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head,
                        int q_pos) {
-  TRAINER_DISPATCH(attention_forward, ctx, out, lse, q, k, v, mask, n_head, q_pos);
+  TRAINER_OP(attention_forward, ctx, out, lse, q, k, v, mask, n_head, q_pos);
 }
 
 void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& q,
                         const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head) {
-  TRAINER_DISPATCH(attention_backward, ctx, dq, dk, dv, dout, out, lse, q, k, v, mask, n_head);
+  TRAINER_OP(attention_backward, ctx, dq, dk, dv, dout, out, lse, q, k, v, mask, n_head);
 }
 
 size_t attention_workspace(const Context& ctx, int64_t Tq, int64_t Tk, int64_t head_size, DType act,
@@ -143,25 +150,25 @@ size_t attention_workspace(const Context& ctx, int64_t Tq, int64_t Tk, int64_t h
 }
 
 void gelu_forward(const Context& ctx, const Tensor& out, const Tensor& inp) {
-  TRAINER_DISPATCH(gelu_forward, ctx, out, inp);
+  TRAINER_OP(gelu_forward, ctx, out, inp);
 }
 
 void gelu_backward(const Context& ctx, const Tensor& dinp, const Tensor& dout, const Tensor& inp) {
-  TRAINER_DISPATCH(gelu_backward, ctx, dinp, dout, inp);
+  TRAINER_OP(gelu_backward, ctx, dinp, dout, inp);
 }
 
 void residual_forward(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b) {
-  TRAINER_DISPATCH(residual_forward, ctx, out, a, b);
+  TRAINER_OP(residual_forward, ctx, out, a, b);
 }
 
 void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Tensor& stats,
                            const Tensor& logits, const Tensor& targets) {
-  TRAINER_DISPATCH(cross_entropy_forward, ctx, loss_sum, stats, logits, targets);
+  TRAINER_OP(cross_entropy_forward, ctx, loss_sum, stats, logits, targets);
 }
 
 void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const Tensor& logits,
                             const Tensor& stats, const Tensor& targets, float scale) {
-  TRAINER_DISPATCH(cross_entropy_backward, ctx, dlogits, logits, stats, targets, scale);
+  TRAINER_OP(cross_entropy_backward, ctx, dlogits, logits, stats, targets, scale);
 }
 
 size_t cross_entropy_workspace(const Context& ctx, int64_t N) {
@@ -169,16 +176,16 @@ size_t cross_entropy_workspace(const Context& ctx, int64_t N) {
 }
 
 void cast(const Context& ctx, const Tensor& dst, const Tensor& src) {
-  TRAINER_DISPATCH(cast, ctx, dst, src);
+  TRAINER_OP(cast, ctx, dst, src);
 }
 
 void adamw_update(const Context& ctx, const Tensor& params, const Tensor& grads, const Tensor& m,
                   const Tensor& v, const Tensor& working, const AdamWHyper& h) {
-  TRAINER_DISPATCH(adamw_update, ctx, params, grads, m, v, working, h);
+  TRAINER_OP(adamw_update, ctx, params, grads, m, v, working, h);
 }
 
 void sum_squares(const Context& ctx, const Tensor& out, const Tensor& x) {
-  TRAINER_DISPATCH(sum_squares, ctx, out, x);
+  TRAINER_OP(sum_squares, ctx, out, x);
 }
 
 size_t sum_squares_workspace(const Context& ctx) {

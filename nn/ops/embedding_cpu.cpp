@@ -4,7 +4,6 @@
 
 #include "nn/ops/cpu_dtype.h"
 #include "nn/ops/embedding.h"
-#include "runtime/profile.h"
 #include "runtime/workspace.h"
 
 namespace trainer::nn::cpu {
@@ -60,7 +59,6 @@ void accumulate_rows(G* table, const float* dout, const int32_t* ids, int64_t N,
 
 void embedding_forward(const Context& ctx, const Tensor& out, const Tensor& tokens,
                        const Tensor& positions, const Tensor& wte, const Tensor& wpe) {
-  PROFILE_SCOPE("embedding_forward");
   const int64_t N = out.rows(), C = out.cols();
   TRAINER_ASSERT(out.contiguous() && tokens.numel() == N && positions.numel() == N &&
                      wte.cols() == C &&
@@ -75,7 +73,6 @@ void embedding_forward(const Context& ctx, const Tensor& out, const Tensor& toke
 
 void embedding_backward(const Context& ctx, const Tensor& dwte, const Tensor& dwpe,
                         const Tensor& dout, const Tensor& tokens, const Tensor& positions) {
-  PROFILE_SCOPE("embedding_backward");
   const int64_t N = dout.rows(), C = dout.cols();
   TRAINER_ASSERT(dout.contiguous() && tokens.numel() == N && positions.numel() == N &&
                      dwte.cols() == C && (dwpe.empty() || dwpe.cols() == C),

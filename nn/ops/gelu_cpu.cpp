@@ -1,7 +1,6 @@
 #include "nn/ops/cpu_dtype.h"
 #include "nn/ops/gelu.h"
 #include "nn/ops/vec_math.h"
-#include "runtime/profile.h"
 
 namespace trainer::nn::cpu {
 
@@ -41,7 +40,6 @@ void backward(T* dinp, const T* dout, const T* inp, int64_t n) {
 }  // namespace
 
 void gelu_forward(const Context& ctx, const Tensor& out, const Tensor& inp) {
-  PROFILE_SCOPE("gelu_forward");
   TRAINER_ASSERT(
       out.contiguous() && inp.contiguous() && out.numel() == inp.numel() && out.dtype == inp.dtype,
       "gelu_forward shapes");
@@ -52,7 +50,6 @@ void gelu_forward(const Context& ctx, const Tensor& out, const Tensor& inp) {
 }
 
 void gelu_backward(const Context& ctx, const Tensor& dinp, const Tensor& dout, const Tensor& inp) {
-  PROFILE_SCOPE("gelu_backward");
   TRAINER_ASSERT(dinp.numel() == inp.numel() && dout.numel() == inp.numel() &&
                      dinp.dtype == inp.dtype && dout.dtype == inp.dtype,
                  "gelu_backward shapes");

@@ -4,7 +4,6 @@
 
 #include "nn/ops/cpu_dtype.h"
 #include "nn/ops/layernorm.h"
-#include "runtime/profile.h"
 #include "runtime/workspace.h"
 
 namespace trainer::nn::cpu {
@@ -99,7 +98,6 @@ void backward_rows(float* dinp, G* dw, G* db, const T* dout, const float* inp, c
 
 void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean,
                        const Tensor& rstd, const Tensor& inp, const Tensor& w, const Tensor& b) {
-  PROFILE_SCOPE("layernorm_forward");
   const int64_t N = inp.rows(), C = inp.cols();
   TRAINER_ASSERT(inp.contiguous() && out.contiguous() && out.numel() == N * C &&
                      mean.numel() == N && rstd.numel() == N && w.numel() == C && b.numel() == C &&
@@ -115,7 +113,6 @@ void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean
 void layernorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
                                 const Tensor& mean, const Tensor& rstd, const Tensor& res_in,
                                 const Tensor& branch, const Tensor& w, const Tensor& b) {
-  PROFILE_SCOPE("layernorm_residual_forward");
   const int64_t N = res_out.rows(), C = res_out.cols();
   TRAINER_ASSERT(res_out.contiguous() && res_in.contiguous() && branch.contiguous() &&
                      out.contiguous() && res_out.dtype == DType::f32 &&
@@ -135,7 +132,6 @@ void layernorm_residual_forward(const Context& ctx, const Tensor& res_out, const
 void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& db,
                         const Tensor& dout, const Tensor& inp, const Tensor& w, const Tensor& mean,
                         const Tensor& rstd) {
-  PROFILE_SCOPE("layernorm_backward");
   const int64_t N = inp.rows(), C = inp.cols();
   TRAINER_ASSERT(dinp.numel() == N * C && dout.numel() == N * C && dw.numel() == C &&
                      db.numel() == C && dw.dtype == db.dtype && w.dtype == dout.dtype,

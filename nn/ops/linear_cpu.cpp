@@ -2,7 +2,6 @@
 
 #include "nn/ops/cpu_dtype.h"
 #include "nn/ops/linear.h"
-#include "runtime/profile.h"
 #include "runtime/workspace.h"
 
 namespace trainer::nn::cpu {
@@ -30,7 +29,6 @@ void add_column_sums(G* out, const T* x, int64_t N, int64_t O, float* acc) {
 }  // namespace
 
 void linear_bias_grad(const Context& ctx, const Tensor& dbias, const Tensor& dout) {
-  PROFILE_SCOPE("linear_bias_grad");
   TRAINER_ASSERT(dout.contiguous() && dbias.numel() == dout.cols(), "linear_backward bias");
   Workspace::Scope scratch(ctx.workspace);
   float* acc = scratch.take<float>(dout.cols());

@@ -1,11 +1,9 @@
 #include "nn/ops/cpu_dtype.h"
 #include "nn/ops/residual.h"
-#include "runtime/profile.h"
 
 namespace trainer::nn::cpu {
 
 void residual_forward(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b) {
-  PROFILE_SCOPE("residual_forward");
   TRAINER_ASSERT(out.numel() == a.numel() && b.numel() == a.numel() && b.contiguous(),
                  "residual_forward shapes");
   float* o = out.as<float>();

@@ -5,7 +5,6 @@
 #include "nn/ops/cpu_dtype.h"
 #include "nn/ops/layernorm.h"
 #include "nn/ops/rmsnorm.h"
-#include "runtime/profile.h"
 #include "runtime/workspace.h"
 
 namespace trainer::nn::cpu {
@@ -78,7 +77,6 @@ void backward_rows(float* dinp, G* dw, const T* dout, const float* inp, const T*
 
 void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, const Tensor& inp,
                      const Tensor& w) {
-  PROFILE_SCOPE("rmsnorm_forward");
   const int64_t N = inp.rows(), C = inp.cols();
   TRAINER_ASSERT(inp.contiguous() && out.contiguous() && out.numel() == N * C &&
                      inp.dtype == DType::f32 && rstd.numel() == N && w.numel() == C &&
@@ -93,7 +91,6 @@ void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, 
 void rmsnorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
                               const Tensor& rstd, const Tensor& res_in, const Tensor& branch,
                               const Tensor& w) {
-  PROFILE_SCOPE("rmsnorm_residual_forward");
   const int64_t N = res_out.rows(), C = res_out.cols();
   TRAINER_ASSERT(res_out.contiguous() && res_in.contiguous() && branch.contiguous() &&
                      out.contiguous() && res_out.dtype == DType::f32 &&
@@ -111,7 +108,6 @@ void rmsnorm_residual_forward(const Context& ctx, const Tensor& res_out, const T
 
 void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dout,
                       const Tensor& inp, const Tensor& w, const Tensor& rstd) {
-  PROFILE_SCOPE("rmsnorm_backward");
   const int64_t N = inp.rows(), C = inp.cols();
   TRAINER_ASSERT(dinp.numel() == N * C && dout.numel() == N * C && dw.numel() == C &&
                      w.dtype == dout.dtype && dinp.dtype == DType::f32,

@@ -2,7 +2,6 @@
 
 #include "nn/ops/cpu_dtype.h"
 #include "nn/ops/rope.h"
-#include "runtime/profile.h"
 
 namespace trainer::nn::cpu {
 
@@ -56,13 +55,11 @@ void run(const Tensor& x, const Tensor& positions, int head_size, float theta, f
 
 void rope_forward(const Context&, const Tensor& x, const Tensor& positions, int head_size,
                   float theta) {
-  PROFILE_SCOPE("rope_forward");
   run(x, positions, head_size, theta, 1.0f);
 }
 
 void rope_backward(const Context&, const Tensor& dx, const Tensor& positions, int head_size,
                    float theta) {
-  PROFILE_SCOPE("rope_backward");
   run(dx, positions, head_size, theta, -1.0f);
 }
 

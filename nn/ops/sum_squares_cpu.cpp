@@ -1,11 +1,9 @@
 #include "nn/ops/cpu_dtype.h"
 #include "nn/ops/sum_squares.h"
-#include "runtime/profile.h"
 
 namespace trainer::nn::cpu {
 
 void sum_squares(const Context& ctx, const Tensor& out, const Tensor& x) {
-  PROFILE_SCOPE("sum_squares");
   // Fixed chunks summed in order: the same bits whatever the thread count or schedule.
   constexpr int64_t kChunks = 256;
   const int64_t n = x.numel();

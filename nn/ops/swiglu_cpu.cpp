@@ -1,7 +1,6 @@
 #include "nn/ops/cpu_dtype.h"
 #include "nn/ops/swiglu.h"
 #include "nn/ops/vec_math.h"
-#include "runtime/profile.h"
 
 namespace trainer::nn::cpu {
 
@@ -49,7 +48,6 @@ void backward(T* dgu, const T* dout, const T* gu, int64_t N, int64_t F) {
 }  // namespace
 
 void swiglu_forward(const Context&, const Tensor& out, const Tensor& gate_up) {
-  PROFILE_SCOPE("swiglu_forward");
   const int64_t N = gate_up.rows(), F = gate_up.cols() / 2;
   TRAINER_ASSERT(out.contiguous() && gate_up.contiguous() && gate_up.cols() == 2 * F &&
                      out.numel() == N * F && out.dtype == gate_up.dtype,
@@ -62,7 +60,6 @@ void swiglu_forward(const Context&, const Tensor& out, const Tensor& gate_up) {
 
 void swiglu_backward(const Context&, const Tensor& dgate_up, const Tensor& dout,
                      const Tensor& gate_up) {
-  PROFILE_SCOPE("swiglu_backward");
   const int64_t N = gate_up.rows(), F = gate_up.cols() / 2;
   TRAINER_ASSERT(dgate_up.contiguous() && dout.contiguous() && gate_up.contiguous() &&
                      dgate_up.numel() == N * 2 * F && dout.numel() == N * F &&

@@ -48,14 +48,25 @@ struct Backend {
   std::string name;
   Device device;
   CpuBf16Math math;
+  bool cudnn_attention = true;  // CUDA: cuDNN's fused attention where it applies, else ours
 };
 
 const std::vector<Backend>& backends() {
-  static const std::vector<Backend> all = {{"cpu_native", Device::cpu, CpuBf16Math::native},
-                                           {"cpu_via_fp32", Device::cpu, CpuBf16Math::via_fp32},
-                                           {"cuda", Device::cuda, CpuBf16Math::via_fp32}};
+  static const std::vector<Backend> all = {
+      {"cpu_native", Device::cpu, CpuBf16Math::native},
+      {"cpu_via_fp32", Device::cpu, CpuBf16Math::via_fp32},
+      {"cuda", Device::cuda, CpuBf16Math::via_fp32},
+      {"cuda_own_attention", Device::cuda, CpuBf16Math::via_fp32, false}};
   return all;
 }
+
+// Turns cuDNN's attention off for the backends that test the own kernel, for one scope.
+struct AttentionChoice {
+  explicit AttentionChoice(const Backend& b) {
+    if (!b.cudnn_attention) ::setenv("TRAINER_CUDNN_ATTENTION", "off", 1);
+  }
+  ~AttentionChoice() { ::unsetenv("TRAINER_CUDNN_ATTENTION"); }
+};
 
 // Why `b` cannot run here, or "" when it can.
 std::string unavailable(const Backend& b) {
@@ -381,6 +392,17 @@ std::vector<Case> make_cases() {
   c.push_back({"attention_multi_query", [](Arena& a, DType t, DType g) {
                  return attention_case(a, t, g, 2, 13, 16, 2, 2, 1);
                }});
+  // The head sizes of GPT-2 (64) and of larger models (128), causal: cuDNN's fused attention
+  // in bf16 on CUDA; also with grouped key/value heads.
+  c.push_back({"attention_head64", [](Arena& a, DType t, DType g) {
+                 return attention_case(a, t, g, 2, 40, 128, 2, 0);
+               }});
+  c.push_back({"attention_head128", [](Arena& a, DType t, DType g) {
+                 return attention_case(a, t, g, 1, 33, 256, 2, 0);
+               }});
+  c.push_back({"attention_grouped_head64", [](Arena& a, DType t, DType g) {
+                 return attention_case(a, t, g, 2, 24, 256, 4, 0, 2);
+               }});
   return c;
 }
 
@@ -424,6 +446,7 @@ TEST_P(OpParity, MatchesTheCpuFp32Reference) {
   const Case& c = cases()[p.op];
   Arena ref(Backend{"cpu", Device::cpu, CpuBf16Math::via_fp32}, p.act);
   Arena under_test(b, p.act);
+  const AttentionChoice attention(b);
   const Outputs want = c.run(ref, DType::f32, DType::f32);
   const Outputs got = c.run(under_test, p.act, p.grad);
   ASSERT_EQ(got.size(), want.size());

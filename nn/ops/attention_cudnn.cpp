@@ -1,0 +1,289 @@
+// cuDNN flash attention: the forward and backward graphs cuDNN's fused SDPA engines run, built
+// with the backend API the way cuDNN's frontend library composes them, one plan cached per
+// shape. See attention_cudnn.h.
+//
+// Note [cuDNN attention graphs]
+// Tensors are 4-D, [batch, head, sequence, head dim]; the layout is in the strides, so q, k and
+// v are read where they lie in the packed qkv rows (row stride ld: strides {T ld, D, ld, 1}) and
+// k enters the first product transposed by swapping its last two strides. Forward:
+//   S = (Q K^T) * scale; S = select(row >= col, S, -inf)           (causal)
+//   M = max_j S; E = exp(S - M); L = sum_j E; Stats = M + log L;  O = (E / L, as bf16) V
+// Backward (deterministic: dQ straight from its product, no atomic accumulator):
+//   D = sum_d dO * O;  P = exp(select(causal, (Q K^T) * scale - Stats, -inf))
+//   dV = P^T dO;  dS = P * (dO V^T - D) * scale;  dK = dS^T Q;  dQ = dS K
+// with P^T and dS^T as bf16 views, and with grouped heads dK and dV summed over each group.
+
+#include "nn/ops/attention_cudnn.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <tuple>
+
+#include "runtime/buffer.h"
+#include "runtime/cudnn_graph.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+
+namespace trainer::nn::cuda {
+
+namespace {
+
+using cudnn::Dims;
+
+struct Shape {
+  int device;
+  int64_t B, H, Hk, T, D, ldq, ldk, ldv, ld_dq, ld_dk, ld_dv;
+  bool backward;
+  auto key() const {
+    return std::tuple{device, B, H, Hk, T, D, ldq, ldk, ldv, ld_dq, ld_dk, ld_dv, backward};
+  }
+  bool operator<(const Shape& o) const { return key() < o.key(); }
+};
+
+// One shape's graph and plan (or the reason cuDNN cannot run it), the ids of its non-virtual
+// tensors in variant-pack order, its workspace and its by-value scalars.
+struct Entry {
+  cudnn::Graph graph;
+  std::optional<cudnn::Graph::Plan> plan;
+  std::vector<int64_t> uids;
+  Buffer workspace;
+  int64_t scratch = 0;  // bytes of our own at the workspace's start (backward's row sums)
+  float scale = 0, one = 1, masked = 0;
+};
+
+// Strides of a (B, T, H*D) view with row stride ld, as [B, H, T, D], and transposed [B, H, D, T].
+Dims seq_major(int64_t T, int64_t D, int64_t ld) {
+  return {T * ld, D, ld, 1};
+}
+Dims transposed(int64_t T, int64_t D, int64_t ld) {
+  return {T * ld, D, 1, ld};
+}
+Dims packed(const Dims& d) {
+  return {d[1] * d[2] * d[3], d[2] * d[3], d[3], 1};
+}
+
+// The score mask value: -inf where cuDNN takes it (9.10 on), else the lowest float.
+float masked_value() {
+  return cudnnGetVersion() >= 91000 ? -std::numeric_limits<float>::infinity()
+                                    : std::numeric_limits<float>::lowest();
+}
+
+bool enabled() {
+  const char* env = std::getenv("TRAINER_CUDNN_ATTENTION");
+  return !(env && std::strcmp(env, "off") == 0);
+}
+
+// Whether cuDNN's engines serve this call at all (Note [Attention masks]: only the causal mask).
+bool eligible(const Tensor& q, const Tensor& k, const AttentionMask& mask, int n_head, int q_pos) {
+  if (!enabled() || q.dtype != DType::bf16 || q_pos != 0 || !mask.segments.empty() ||
+      !mask.lengths.empty() || q.ndim != 3 || k.ndim != 3)
+    return false;
+  const int64_t D = q.dim(2) / n_head;
+  return q.dim(1) == k.dim(1) && q.dim(1) > 1 && D % 8 == 0 && D <= 128;
+}
+
+// Masks S (scores, [B,H,T,T]) to the causal triangle: a new virtual tensor.
+int64_t causal(cudnn::Graph& g, int64_t S, const Dims& ss, int64_t masked) {
+  const Dims st = packed(ss);
+  const int64_t row = g.tensor(CUDNN_DATA_INT32, ss, st, true);
+  const int64_t col = g.tensor(CUDNN_DATA_INT32, ss, st, true);
+  const int64_t keep = g.tensor(CUDNN_DATA_BOOLEAN, ss, st, true);
+  const int64_t out = g.tensor(CUDNN_DATA_FLOAT, ss, st, true);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, S, row, 0, 0, CUDNN_DATA_INT32, 2);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, S, col, 0, 0, CUDNN_DATA_INT32, 3);
+  g.pointwise(CUDNN_POINTWISE_CMP_GE, row, keep, col, 0, CUDNN_DATA_BOOLEAN);
+  g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, S, out, masked, keep);
+  return out;
+}
+
+void build_forward(Entry& e, const Shape& s) {
+  cudnn::Graph& g = e.graph;
+  const Dims qd{s.B, s.H, s.T, s.D}, kd{s.B, s.Hk, s.T, s.D}, ss{s.B, s.H, s.T, s.T};
+  const Dims row{s.B, s.H, s.T, 1}, scalar{1, 1, 1, 1};
+  const int64_t Q = g.tensor(CUDNN_DATA_BFLOAT16, qd, seq_major(s.T, s.D, s.ldq));
+  const int64_t KT =
+      g.tensor(CUDNN_DATA_BFLOAT16, {s.B, s.Hk, s.D, s.T}, transposed(s.T, s.D, s.ldk));
+  const int64_t V = g.tensor(CUDNN_DATA_BFLOAT16, kd, seq_major(s.T, s.D, s.ldv));
+  const int64_t O = g.tensor(CUDNN_DATA_BFLOAT16, qd, seq_major(s.T, s.D, s.H * s.D));
+  const int64_t Stats = g.tensor(CUDNN_DATA_FLOAT, row, packed(row));
+  const int64_t scale = g.tensor(CUDNN_DATA_FLOAT, scalar, scalar, false, true);
+  const int64_t masked = g.tensor(CUDNN_DATA_FLOAT, scalar, scalar, false, true);
+  auto virt = [&](const Dims& d, cudnnDataType_t t = CUDNN_DATA_FLOAT) {
+    return g.tensor(t, d, packed(d), true);
+  };
+  const int64_t S0 = virt(ss), S1 = virt(ss);
+  g.matmul(Q, KT, S0);
+  g.pointwise(CUDNN_POINTWISE_MUL, S0, S1, scale);
+  const int64_t S = causal(g, S1, ss, masked);
+  const int64_t M = virt(row), Z = virt(ss), E = virt(ss), L = virt(row), logL = virt(row);
+  const int64_t P = virt(ss, CUDNN_DATA_BFLOAT16);
+  g.reduction(CUDNN_REDUCE_TENSOR_MAX, S, M);
+  g.pointwise(CUDNN_POINTWISE_SUB, S, Z, M);
+  g.pointwise(CUDNN_POINTWISE_EXP, Z, E);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, E, L);
+  g.pointwise(CUDNN_POINTWISE_LOG, L, logL);
+  g.pointwise(CUDNN_POINTWISE_ADD, M, Stats, logL);
+  g.pointwise(CUDNN_POINTWISE_DIV, E, P, L);
+  g.matmul(P, V, O);
+  e.uids = {Q, KT, V, O, Stats, scale, masked};
+}
+
+void build_backward(Entry& e, const Shape& s) {
+  cudnn::Graph& g = e.graph;
+  const Dims qd{s.B, s.H, s.T, s.D}, kd{s.B, s.Hk, s.T, s.D}, ss{s.B, s.H, s.T, s.T};
+  const Dims row{s.B, s.H, s.T, 1}, scalar{1, 1, 1, 1}, kt{s.B, s.Hk, s.D, s.T};
+  const Dims o_strides = seq_major(s.T, s.D, s.H * s.D);
+  const int64_t Q = g.tensor(CUDNN_DATA_BFLOAT16, qd, seq_major(s.T, s.D, s.ldq));
+  const int64_t KT = g.tensor(CUDNN_DATA_BFLOAT16, kt, transposed(s.T, s.D, s.ldk));
+  const int64_t VT = g.tensor(CUDNN_DATA_BFLOAT16, kt, transposed(s.T, s.D, s.ldv));
+  const int64_t O = g.tensor(CUDNN_DATA_BFLOAT16, qd, o_strides);
+  const int64_t dO = g.tensor(CUDNN_DATA_BFLOAT16, qd, o_strides);  // O's strides, as cuDNN wants
+  const int64_t Stats = g.tensor(CUDNN_DATA_FLOAT, row, packed(row));
+  const int64_t dQ = g.tensor(CUDNN_DATA_BFLOAT16, qd, seq_major(s.T, s.D, s.ld_dq));
+  const int64_t dK = g.tensor(CUDNN_DATA_BFLOAT16, kd, seq_major(s.T, s.D, s.ld_dk));
+  const int64_t dV = g.tensor(CUDNN_DATA_BFLOAT16, kd, seq_major(s.T, s.D, s.ld_dv));
+  const int64_t scale = g.tensor(CUDNN_DATA_FLOAT, scalar, scalar, false, true);
+  const int64_t one = g.tensor(CUDNN_DATA_FLOAT, scalar, scalar, false, true);
+  const int64_t masked = g.tensor(CUDNN_DATA_FLOAT, scalar, scalar, false, true);
+  const int64_t rowsum = g.tensor(CUDNN_DATA_FLOAT, row, packed(row));  // in our workspace
+  auto virt = [&](const Dims& d, cudnnDataType_t t = CUDNN_DATA_FLOAT) {
+    return g.tensor(t, d, packed(d), true);
+  };
+  // D = sum over the head dimension of dO * O.
+  const int64_t t0 = virt(qd), t1 = virt(row);
+  g.pointwise(CUDNN_POINTWISE_MUL, dO, t0, O);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, t0, t1);
+  g.pointwise(CUDNN_POINTWISE_MUL, t1, rowsum, one);
+  // P, recomputed from the saved statistics.
+  const int64_t s0 = virt(ss), s1 = virt(ss), s2 = virt(ss), expS = virt(ss);
+  g.matmul(Q, KT, s0);
+  g.pointwise(CUDNN_POINTWISE_MUL, s0, s1, scale);
+  g.pointwise(CUDNN_POINTWISE_SUB, s1, s2, Stats);
+  const int64_t s3 = causal(g, s2, ss, masked);
+  g.pointwise(CUDNN_POINTWISE_EXP, s3, expS);
+  // (B, H, Tk, Tq) views of an (B, H, Tq, Tk) score tensor, as bf16 product inputs.
+  const Dims st{s.B, s.H, s.T, s.T}, st_strides{s.H * s.T * s.T, s.T * s.T, 1, s.T};
+  const bool grouped = s.Hk != s.H;
+  // dV = P^T dO (summed over each group of query heads when they share a key/value head).
+  const int64_t PT = g.tensor(CUDNN_DATA_BFLOAT16, st, st_strides, true);
+  g.reshape(expS, PT);
+  if (grouped) {
+    const int64_t dV_all = virt(qd, CUDNN_DATA_BFLOAT16);
+    g.matmul(PT, dO, dV_all);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, dV_all, dV);
+  } else {
+    g.matmul(PT, dO, dV);
+  }
+  // dS = P * (dO V^T - D) * scale.
+  const int64_t dP = virt(ss), u1 = virt(ss), u2 = virt(ss), dS = virt(ss);
+  g.matmul(dO, VT, dP);
+  g.pointwise(CUDNN_POINTWISE_SUB, dP, u1, rowsum);
+  g.pointwise(CUDNN_POINTWISE_MUL, u1, u2, expS);
+  g.pointwise(CUDNN_POINTWISE_MUL, u2, dS, scale);
+  // dK = dS^T Q.
+  const int64_t dST = g.tensor(CUDNN_DATA_BFLOAT16, st, st_strides, true);
+  g.reshape(dS, dST);
+  if (grouped) {
+    const int64_t dK_all = virt(qd, CUDNN_DATA_BFLOAT16);
+    g.matmul(dST, Q, dK_all);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, dK_all, dK);
+  } else {
+    g.matmul(dST, Q, dK);
+  }
+  // dQ = dS K, K seen untransposed.
+  const int64_t K = g.tensor(CUDNN_DATA_FLOAT, kd, seq_major(s.T, s.D, s.ldk), true);
+  g.reshape(KT, K);
+  g.matmul(dS, K, dQ);
+  e.uids = {Q, KT, VT, O, dO, Stats, dQ, dK, dV, scale, one, masked, rowsum};
+  e.scratch = (s.B * s.H * s.T * int64_t(sizeof(float)) + 255) / 256 * 256;
+}
+
+// The entry for `s`, built on first use; null when cuDNN cannot run it.
+Entry* entry(const Shape& s) {
+  static std::mutex mu;
+  static std::map<Shape, std::unique_ptr<Entry>> cache;
+  std::lock_guard lock(mu);
+  auto it = cache.find(s);
+  if (it == cache.end()) {
+    auto e = std::make_unique<Entry>();
+    e->scale = 1.0f / std::sqrt(float(s.D));
+    e->masked = masked_value();
+    std::string why;
+    try {
+      if (s.backward)
+        build_backward(*e, s);
+      else
+        build_forward(*e, s);
+      e->plan = e->graph.build(s.device, &why);
+    } catch (const Error& err) {
+      why = err.what();
+    }
+    if (e->plan) {
+      e->workspace = Buffer(size_t(e->scratch + e->plan->workspace), Device::cuda);
+    } else {
+      log::warn("cuDNN attention {} (B={} H={} Hkv={} T={} head size {}): {}; using the own kernel",
+                s.backward ? "backward" : "forward", s.B, s.H, s.Hk, s.T, s.D, why);
+    }
+    it = cache.emplace(s, std::move(e)).first;
+  }
+  return it->second->plan ? it->second.get() : nullptr;
+}
+
+void* at(const Tensor& t) {
+  return t.data;
+}
+
+}  // namespace
+
+bool cudnn_attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
+                             const Tensor& q, const Tensor& k, const Tensor& v,
+                             const AttentionMask& mask, int n_head, int q_pos) {
+  if (!eligible(q, k, mask, n_head, q_pos) || !out.contiguous() || !lse.contiguous()) return false;
+  const int64_t D = q.dim(2) / n_head;
+  const Shape s{ctx.device_index,
+                q.dim(0),
+                n_head,
+                k.dim(2) / D,
+                q.dim(1),
+                D,
+                q.ld(),
+                k.ld(),
+                v.ld(),
+                0,
+                0,
+                0,
+                false};
+  Entry* e = entry(s);
+  if (!e) return false;
+  char* ws = static_cast<char*>(e->workspace.data());
+  e->plan->execute(ctx.stream, e->uids,
+                   {at(q), at(k), at(v), at(out), at(lse), &e->scale, &e->masked}, ws);
+  return true;
+}
+
+bool cudnn_attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk,
+                              const Tensor& dv, const Tensor& dout, const Tensor& out,
+                              const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const AttentionMask& mask, int n_head) {
+  if (!eligible(q, k, mask, n_head, 0) || !out.contiguous() || !dout.contiguous() ||
+      !lse.contiguous() || dq.dtype != DType::bf16)
+    return false;
+  const int64_t D = q.dim(2) / n_head;
+  const Shape s{ctx.device_index, q.dim(0), n_head,  k.dim(2) / D, q.dim(1), D,   q.ld(),
+                k.ld(),           v.ld(),   dq.ld(), dk.ld(),      dv.ld(),  true};
+  Entry* e = entry(s);
+  if (!e) return false;
+  char* ws = static_cast<char*>(e->workspace.data());
+  e->plan->execute(ctx.stream, e->uids,
+                   {at(q), at(k), at(v), at(out), at(dout), at(lse), at(dq), at(dk), at(dv),
+                    &e->scale, &e->one, &e->masked, ws},
+                   ws + e->scratch);
+  return true;
+}
+
+}  // namespace trainer::nn::cuda

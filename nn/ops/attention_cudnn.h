@@ -1,0 +1,25 @@
+// Attention through cuDNN's fused flash-attention engines, composed with the backend graph API
+// (runtime/cudnn_graph.h), for the case a training step spends its time on: bf16, causal,
+// neither packed nor padded rows, training shapes (Tq == Tk > 1), head size a multiple of 8 up
+// to 128, any number of key/value heads dividing the query heads. attention_cuda.cu tries it
+// first and runs its own kernel where these return false: another dtype or mask, or a shape
+// for which cuDNN offers no engine (remembered per shape, with one warning). Forward and
+// backward may each fall back alone: cuDNN's softmax statistics are the own kernel's lse
+// (per query, log-sum-exp of the scaled scores, laid out (B,H,T)). TRAINER_CUDNN_ATTENTION=off
+// turns cuDNN off (to test the own kernel on a GPU). Built with the CUDA backend only.
+#pragma once
+
+#include "nn/ops/attention.h"
+
+namespace trainer::nn::cuda {
+
+bool cudnn_attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
+                             const Tensor& q, const Tensor& k, const Tensor& v,
+                             const AttentionMask& mask, int n_head, int q_pos);
+
+bool cudnn_attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk,
+                              const Tensor& dv, const Tensor& dout, const Tensor& out,
+                              const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const AttentionMask& mask, int n_head);
+
+}  // namespace trainer::nn::cuda

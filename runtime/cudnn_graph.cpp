@@ -1,0 +1,223 @@
+// cuDNN backend descriptors, graphs and plans; see cudnn_graph.h.
+#include "runtime/cudnn_graph.h"
+
+#include <mutex>
+
+#include "runtime/error.h"
+
+namespace trainer::cudnn {
+
+namespace {
+
+std::string last_error(cudnnStatus_t st) {
+  char text[512] = {0};
+  cudnnGetLastErrorString(text, sizeof text);
+  return fmt::format("{}{}{}", cudnnGetErrorString(st), text[0] ? ": " : "", text);
+}
+
+void check(cudnnStatus_t st, const char* what) {
+  CHECK(st == CUDNN_STATUS_SUCCESS, "cuDNN {} failed: {}", what, last_error(st));
+}
+
+struct Handle {
+  cudnnHandle_t h = nullptr;
+  explicit Handle(int device) {
+    (void)device;  // the current device, which the caller has set
+    check(cudnnCreate(&h), "cudnnCreate");
+  }
+  ~Handle() { cudnnDestroy(h); }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+};
+
+}  // namespace
+
+cudnnHandle_t handle(int device) {
+  static std::mutex mu;
+  static std::map<int, std::unique_ptr<Handle>> handles;
+  std::lock_guard lock(mu);
+  auto& h = handles[device];
+  if (!h) h = std::make_unique<Handle>(device);
+  return h->h;
+}
+
+Descriptor::Descriptor(cudnnBackendDescriptorType_t type) {
+  check(cudnnBackendCreateDescriptor(type, &d_), "cudnnBackendCreateDescriptor");
+}
+
+Descriptor::~Descriptor() {
+  if (d_) cudnnBackendDestroyDescriptor(d_);
+}
+
+Descriptor& Descriptor::set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
+                            const void* values, int64_t count) {
+  const cudnnStatus_t st = cudnnBackendSetAttribute(d_, name, type, count, values);
+  CHECK(st == CUDNN_STATUS_SUCCESS, "cuDNN cudnnBackendSetAttribute({}) failed: {}", int(name),
+        last_error(st));
+  return *this;
+}
+
+Descriptor& Descriptor::set(cudnnBackendAttributeName_t name, const Descriptor& d) {
+  cudnnBackendDescriptor_t raw = d.get();
+  return set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw);
+}
+
+bool Descriptor::finalize(std::string* why) {
+  const cudnnStatus_t st = cudnnBackendFinalize(d_);
+  if (st == CUDNN_STATUS_SUCCESS) return true;
+  if (why) *why = last_error(st);
+  return false;
+}
+
+bool Graph::failed(bool ok, const std::string& what, std::string* why) {
+  if (!ok && why) *why = what + ": " + *why;
+  return !ok;
+}
+
+int64_t Graph::tensor(cudnnDataType_t type, const Dims& dims, const Dims& strides, bool is_virtual,
+                      bool by_value) {
+  const int64_t uid = next_uid_++;
+  Descriptor t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  const int64_t alignment = 16;
+  t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, &type)
+      .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, dims.data(), 4)
+      .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, strides.data(), 4)
+      .set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, &uid)
+      .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, &alignment);
+  const bool yes = true;
+  if (is_virtual) t.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, &yes);
+  if (by_value) t.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, &yes);
+  std::string why;
+  CHECK(t.finalize(&why), "cuDNN tensor {} (type {}) refused: {}", uid, int(type), why);
+  tensors_.emplace(uid, std::move(t));
+  return uid;
+}
+
+void Graph::pointwise(cudnnPointwiseMode_t mode, int64_t x, int64_t y, int64_t b, int64_t t,
+                      cudnnDataType_t precision, int64_t axis) {
+  Descriptor& pw = helpers_.emplace_back(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+  pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, &mode)
+      .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, &precision);
+  if (axis >= 0) pw.set(CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, &axis);
+  std::string why;
+  CHECK(pw.finalize(&why), "cuDNN pointwise mode {} refused: {}", int(mode), why);
+  Descriptor op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+  const float one = 1.0f;
+  op.set(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw)
+      .set(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, tensors_.at(x))
+      .set(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, tensors_.at(y))
+      .set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, &one)
+      .set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, &one);
+  if (b) op.set(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, tensors_.at(b));
+  if (t) op.set(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, tensors_.at(t));
+  CHECK(op.finalize(&why), "cuDNN pointwise operation (mode {}) refused: {}", int(mode), why);
+  ops_.push_back(std::move(op));
+}
+
+void Graph::matmul(int64_t a, int64_t b, int64_t c) {
+  Descriptor& mm = helpers_.emplace_back(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+  const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
+  mm.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, &compute);
+  std::string why;
+  CHECK(mm.finalize(&why), "cuDNN matmul descriptor refused: {}", why);
+  Descriptor op(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+  op.set(CUDNN_ATTR_OPERATION_MATMUL_ADESC, tensors_.at(a))
+      .set(CUDNN_ATTR_OPERATION_MATMUL_BDESC, tensors_.at(b))
+      .set(CUDNN_ATTR_OPERATION_MATMUL_CDESC, tensors_.at(c))
+      .set(CUDNN_ATTR_OPERATION_MATMUL_DESC, mm);
+  CHECK(op.finalize(&why), "cuDNN matmul operation refused: {}", why);
+  ops_.push_back(std::move(op));
+}
+
+void Graph::reduction(cudnnReduceTensorOp_t reduce, int64_t x, int64_t y) {
+  Descriptor& r = helpers_.emplace_back(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+  const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
+  r.set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, &reduce)
+      .set(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, &compute);
+  std::string why;
+  CHECK(r.finalize(&why), "cuDNN reduction descriptor refused: {}", why);
+  Descriptor op(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+  op.set(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, tensors_.at(x))
+      .set(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, tensors_.at(y))
+      .set(CUDNN_ATTR_OPERATION_REDUCTION_DESC, r);
+  CHECK(op.finalize(&why), "cuDNN reduction operation refused: {}", why);
+  ops_.push_back(std::move(op));
+}
+
+void Graph::reshape(int64_t x, int64_t y) {
+  Descriptor op(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+  op.set(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, tensors_.at(x))
+      .set(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, tensors_.at(y));
+  std::string why;
+  CHECK(op.finalize(&why), "cuDNN reshape operation refused: {}", why);
+  ops_.push_back(std::move(op));
+}
+
+std::optional<Graph::Plan> Graph::build(int device, std::string* why) {
+  cudnnHandle_t h = handle(device);
+  auto graph_ptr = std::make_shared<Descriptor>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  Descriptor& graph = *graph_ptr;
+  std::vector<cudnnBackendDescriptor_t> ops;
+  for (const Descriptor& op : ops_) ops.push_back(op.get());
+  graph
+      .set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, ops.data(),
+           int64_t(ops.size()))
+      .set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, &h);
+  if (failed(graph.finalize(why), "operation graph", why)) return std::nullopt;
+  Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+  heuristics.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
+      .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, &mode);
+  if (failed(heuristics.finalize(why), "engine heuristics", why)) return std::nullopt;
+  int64_t count = 0;
+  check(cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr),
+        "reading the heuristics' result count");
+  std::vector<std::shared_ptr<Descriptor>> configs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < count; ++i)
+    raw.push_back(
+        configs.emplace_back(std::make_shared<Descriptor>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR))
+            ->get());
+  if (count > 0)
+    check(cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &count, raw.data()),
+          "reading the heuristics' results");
+  std::string last = "the heuristics offered no engine configuration";
+  for (int64_t i = 0; i < count; ++i) {
+    auto plan = std::make_unique<Descriptor>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, &h)
+        .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, *configs[size_t(i)]);
+    if (!plan->finalize(&last)) continue;
+    Plan p;
+    int64_t n = 0;
+    check(cudnnBackendGetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                   CUDNN_TYPE_INT64, 1, &n, &p.workspace),
+          "reading a plan's workspace size");
+    p.graph = graph_ptr;
+    p.configs = configs;
+    p.plan = std::move(plan);
+    p.device = device;
+    return p;
+  }
+  if (why) *why = "execution plan: " + last;
+  return std::nullopt;
+}
+
+void Graph::Plan::execute(void* stream, const std::vector<int64_t>& uids,
+                          const std::vector<void*>& data, void* workspace_ptr) const {
+  TRAINER_ASSERT(uids.size() == data.size(), "cuDNN variant pack of {} ids and {} pointers",
+                 uids.size(), data.size());
+  cudnnHandle_t h = handle(device);
+  check(cudnnSetStream(h, static_cast<cudaStream_t>(stream)), "cudnnSetStream");
+  Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids.data(), int64_t(uids.size()))
+      .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, data.data(),
+           int64_t(data.size()))
+      .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &workspace_ptr);
+  std::string why;
+  CHECK(pack.finalize(&why), "cuDNN variant pack refused: {}", why);
+  check(cudnnBackendExecute(h, plan->get(), pack.get()), "cudnnBackendExecute");
+}
+
+}  // namespace trainer::cudnn

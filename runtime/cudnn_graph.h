@@ -1,0 +1,90 @@
+// A small RAII layer over cuDNN's backend graph API (cudnnBackend* descriptors): 4-D tensors
+// named by unique ids, pointwise, matmul, reduction and reshape operations, an operation graph,
+// and the execution plan of the first engine configuration cuDNN's heuristics offer that it can
+// build. Built only with the CUDA backend; included from host code of that build only.
+#pragma once
+
+#include <cudnn.h>
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace trainer::cudnn {
+
+// The cuDNN handle for CUDA device `device` (one per device, made on first use).
+cudnnHandle_t handle(int device);
+
+// Owns one backend descriptor.
+class Descriptor {
+ public:
+  explicit Descriptor(cudnnBackendDescriptorType_t type);
+  ~Descriptor();
+  Descriptor(Descriptor&& o) noexcept : d_(o.d_) { o.d_ = nullptr; }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  Descriptor& operator=(Descriptor&&) = delete;
+
+  // Sets `count` values of attribute `name` (of backend type `type`).
+  Descriptor& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
+                  const void* values, int64_t count = 1);
+  Descriptor& set(cudnnBackendAttributeName_t name, const Descriptor& d);
+  // Finalizes it; false (with cuDNN's reason in *why) when cuDNN refuses.
+  bool finalize(std::string* why);
+  cudnnBackendDescriptor_t get() const { return d_; }
+
+ private:
+  cudnnBackendDescriptor_t d_ = nullptr;
+};
+
+using Dims = std::array<int64_t, 4>;
+
+// The tensors and operations of one graph, in order.
+class Graph {
+ public:
+  // A tensor with the next unique id (from 1): device memory unless virtual (an intermediate
+  // cuDNN keeps to itself) or by_value (a host scalar read at execution). Returns its id.
+  int64_t tensor(cudnnDataType_t type, const Dims& dims, const Dims& strides,
+                 bool is_virtual = false, bool by_value = false);
+  // y = mode(x[, b[, t]]) elementwise with broadcasting; gen_index (axis >= 0) writes indices.
+  void pointwise(cudnnPointwiseMode_t mode, int64_t x, int64_t y, int64_t b = 0, int64_t t = 0,
+                 cudnnDataType_t precision = CUDNN_DATA_FLOAT, int64_t axis = -1);
+  // c = a b over the last two dimensions, batched over the first two (fp32 accumulation).
+  void matmul(int64_t a, int64_t b, int64_t c);
+  // y = op(x) over the dimensions where y has extent 1.
+  void reduction(cudnnReduceTensorOp_t op, int64_t x, int64_t y);
+  // y = x seen with y's dimensions and strides (a transpose is a change of strides).
+  void reshape(int64_t x, int64_t y);
+
+  // The plan for this graph on `device`, or nullopt with cuDNN's reason in *why when no engine
+  // configuration can run it. The graph must outlive the plan (its descriptors are the plan's).
+  struct Plan;
+  std::optional<Plan> build(int device, std::string* why);
+
+ private:
+  bool failed(bool ok, const std::string& what, std::string* why);
+
+  std::map<int64_t, Descriptor> tensors_;
+  std::deque<Descriptor> helpers_;  // pointwise, matmul and reduction descriptors
+  std::vector<Descriptor> ops_;
+  int64_t next_uid_ = 1;
+};
+
+struct Graph::Plan {
+  std::shared_ptr<Descriptor> graph;  // the operation graph and the engine configurations
+  std::vector<std::shared_ptr<Descriptor>> configs;  // the plan was made from, kept with it
+  std::unique_ptr<Descriptor> plan;
+  int64_t workspace = 0;  // bytes the execution needs
+  int device = 0;
+  // Runs it on `stream` with the non-virtual tensors' data: device pointers, host pointers for
+  // by-value scalars. Throws trainer::Error on failure.
+  void execute(void* stream, const std::vector<int64_t>& uids, const std::vector<void*>& data,
+               void* workspace_ptr) const;
+};
+
+}  // namespace trainer::cudnn

@@ -71,6 +71,14 @@ void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean
 void layernorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
                                 const Tensor& mean, const Tensor& rstd, const Tensor& res_in,
                                 const Tensor& branch, const Tensor& w, const Tensor& b) {
+  const int64_t N = res_out.rows(), C = res_out.cols();  // checked once for both backends
+  TRAINER_ASSERT(res_out.contiguous() && res_in.contiguous() && branch.contiguous() &&
+                     out.contiguous() && res_out.dtype == DType::f32 &&
+                     res_in.dtype == DType::f32 && res_in.numel() == N * C &&
+                     branch.numel() == N * C && out.numel() == N * C && mean.numel() == N &&
+                     rstd.numel() == N && w.numel() == C && b.numel() == C &&
+                     w.dtype == out.dtype && b.dtype == out.dtype,
+                 "layernorm_residual_forward shapes");
   TRAINER_OP(layernorm_residual_forward, ctx, res_out, out, mean, rstd, res_in, branch, w, b);
 }
 
@@ -97,6 +105,13 @@ void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, 
 void rmsnorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
                               const Tensor& rstd, const Tensor& res_in, const Tensor& branch,
                               const Tensor& w) {
+  const int64_t N = res_out.rows(), C = res_out.cols();  // checked once for both backends
+  TRAINER_ASSERT(res_out.contiguous() && res_in.contiguous() && branch.contiguous() &&
+                     out.contiguous() && res_out.dtype == DType::f32 &&
+                     res_in.dtype == DType::f32 && res_in.numel() == N * C &&
+                     branch.numel() == N * C && out.numel() == N * C && rstd.numel() == N &&
+                     w.numel() == C && w.dtype == out.dtype,
+                 "rmsnorm_residual_forward shapes");
   TRAINER_OP(rmsnorm_residual_forward, ctx, res_out, out, rstd, res_in, branch, w);
 }
 

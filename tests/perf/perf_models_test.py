@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Checks the two paper models of docs/performance.md against properties they must have.
+
+usage: perf_models_test.py <source dir> <trainer>
+  scaling_model.py: no step shorter than its compute and its optimizer update; DDP never gains
+  from more nodes; at one GPU every stage is DDP; the model reacts to its assumptions (slower
+  links or more contention never make a step shorter).
+  largest_model.py: more sharding or checkpointing never fits a smaller model.
+"""
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+SRC, TRAINER = Path(sys.argv[1]), sys.argv[2]
+spec = importlib.util.spec_from_file_location("scaling", SRC / "scripts/perf/scaling_model.py")
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+errors = []
+for shape in m.SHAPES:
+    compute = shape.flops_per_token() * shape.tokens() / (m.PEAK * 0.45)
+    prev = 0.0
+    for ranks in (1, 8, 16, 32, 64, 128):
+        for stage in ("none", "optimizer", "gradients", "full"):
+            t, c, e = m.step(shape, stage, ranks, 0.45, 0.1)
+            if t < compute or abs(c - compute) > 1e-12 or e < 0:
+                errors.append(f"{shape.name} {stage} x{ranks}: step {t} below compute {compute}")
+            if ranks == 1 and abs(t - m.step(shape, "none", 1, 0.45, 0.1)[0]) > 1e-12:
+                errors.append(f"{shape.name} {stage}: one GPU differs from DDP")
+            if m.step(shape, stage, ranks, 0.45, 0.3)[0] < t:
+                errors.append(f"{shape.name} {stage} x{ranks}: more contention, shorter step")
+        ddp = m.step(shape, "none", ranks, 0.45, 0.1)[0]
+        if ddp < prev:
+            errors.append(f"{shape.name}: DDP faster on {ranks} GPUs than on fewer")
+        prev = ddp
+m.IB_BUSBW /= 4
+if m.step(m.SHAPES[-1], "full", 128, 0.45, 0.1)[0] <= m.step(m.SHAPES[-1], "full", 8, 0.45, 0.1)[0]:
+    errors.append("a 4x slower InfiniBand does not slow 16 nodes under full sharding")
+
+out = subprocess.run([sys.executable, str(SRC / "scripts/perf/largest_model.py"), TRAINER],
+                     check=True, stdout=subprocess.PIPE, text=True).stdout.splitlines()[1:]
+order = ["1B", "3B", "7B", "13B", "20B", "34B", "50B", "70B", "140B", "none fits"]
+size = {}
+for line in out:
+    f = line.split()
+    gpus, stage, precision, ckpt, largest = f[0] + f[1], f[2], f[3], f[4], f[5]
+    size[(gpus, stage, precision, ckpt)] = order.index(largest) if largest in order else -1
+for (gpus, stage, precision, ckpt), s in size.items():
+    if gpus.startswith("8") and stage != "none":
+        less = {"optimizer": "none", "gradients": "optimizer", "full": "gradients"}[stage]
+        if s < size[(gpus, less, precision, ckpt)]:
+            errors.append(f"{stage} fits less than {less} ({precision}, checkpointing {ckpt})")
+    if ckpt == "full" and s < size[(gpus, stage, precision, "none")]:
+        errors.append(f"{gpus} {stage} {precision}: checkpointing fits a smaller model")
+for e in errors[:10]:
+    print("FAIL:", e)
+print(f"perf models: {len(errors)} failure(s)")
+sys.exit(1 if errors else 0)

@@ -129,6 +129,30 @@ TEST(Config, SchedulesAndPatterns) {
   EXPECT_FALSE(matches_any("h.3.mlp.c_fc.weight", {"h.*.attn.*"}));
 }
 
+// Keys that cannot go together, refused at resolution with both named.
+TEST(Config, ConflictingBatchAndDeterminismKeysAreUsageErrors) {
+  auto message = [](std::initializer_list<const char*> sets) {
+    Config c;
+    for (const char* s : sets) c.apply_override(s);
+    try {
+      resolve_run(c);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_NE(message({"train.grad_accum=2", "train.global_batch=8"})
+                .find("train.grad_accum = 2 and train.global_batch = 8 both set the batch"),
+            std::string::npos);
+  EXPECT_NE(message({"model.precision=bf16", "dist.grad_dtype=bf16", "dist.deterministic=true"})
+                .find("dist.deterministic needs dist.grad_dtype = fp32"),
+            std::string::npos);
+  EXPECT_NE(message({"run.device=cuda", "dist.deterministic=true"})
+                .find("dist.deterministic is implemented for CPU runs"),
+            std::string::npos);
+  EXPECT_EQ(message({"train.global_batch=8", "dist.deterministic=true"}), "(accepted)");
+}
+
 TEST(Config, ModelShapeErrorsAreUsageErrors) {
   Config c;
   c.apply_override("model.n_embd=100");

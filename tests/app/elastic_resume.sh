@@ -7,7 +7,8 @@
 #   2. the default reductions: every loss within 1e-5 relative of the 1-rank run's (summation
 #      order differs, nothing else);
 #   3. without train.global_batch a resume at another world size warns that the batch changes;
-#      a global batch that does not share out over the ranks is refused.
+#      a global batch that does not share out over the ranks is refused, and so is
+#      dist.deterministic on a world that is not a power of two.
 # The legs end at different train.steps, so the learning rate is constant after warmup.
 #   elastic_resume.sh <trainer> <mpiexec>
 set -euo pipefail
@@ -94,4 +95,11 @@ status=0
   --set run.name=uneven --set train.global_batch=6 >uneven.log 2>&1 || status=$?
 [[ $status -eq 2 ]] && grep -q "6 micro-batches do not share out over 4 ranks" uneven.log ||
   { echo "FAIL: global_batch 6 on 4 ranks gave exit $status:"; tail -2 uneven.log; exit 1; }
-echo "a resume at another world size without global_batch warns; 6 over 4 ranks is refused"
+status=0
+"$MPIEXEC" --allow-run-as-root --oversubscribe -np 3 "$TRAINER" train "${common[@]}" \
+  --set run.name=three --set train.global_batch=3 --set dist.deterministic=true >three.log 2>&1 ||
+  status=$?
+[[ $status -eq 2 ]] && grep -q "dist.deterministic needs a power-of-two number of ranks" three.log ||
+  { echo "FAIL: dist.deterministic on 3 ranks gave exit $status:"; tail -2 three.log; exit 1; }
+echo "a resume at another world size without global_batch warns; 6 over 4 ranks and"\
+  "dist.deterministic on 3 ranks are refused"

@@ -140,6 +140,11 @@ const std::vector<KeySpec>& schema() {
        "Gradient buffer dtype: fp32, or bf16 (needs model.precision bf16; halves gradient memory "
        "and all-reduce bytes; sums are computed in fp32 and rounded)",
        -1e300, 1e300, L{"fp32", "bf16"}},
+      {"dist.backend", Kind::text, std::string("auto"),
+       "auto (MPI between CPU ranks, NCCL between GPUs when there are several), or nccl (NCCL "
+       "even for one GPU, whose collectives then run for real: to measure them and their "
+       "overlap on a single GPU; run.device cuda)",
+       -1e300, 1e300, L{"auto", "nccl"}},
       {"dist.timeout_s", Kind::real, 300.0,
        "A collective waiting longer than this fails every rank", 0.1, 1e6},
       {"dist.sharding", Kind::text, std::string("none"),

@@ -200,6 +200,8 @@ RunConfig resolve_run(const Config& c) {
   r.bucket_mb = c.real("dist.bucket_mb");
   r.timeout_s = c.real("dist.timeout_s");
   r.join = dist::parse_join_mode(c.text("dist.join"));
+  if (c.text("dist.backend") == "nccl" && r.exec.device != Device::cuda)
+    throw UsageError("dist.backend = nccl needs run.device = cuda (NCCL connects GPUs)");
   r.deterministic = c.boolean("dist.deterministic");
   if (r.deterministic && r.exec.device != Device::cpu)
     throw UsageError(

@@ -803,7 +803,8 @@ int run_training(const Config& config, const TrainOptions& options) {
                                      "without the CUDA backend (TRAINER_CUDA=ON)"));
     stream = std::make_unique<CudaStream>();
     gpu.stream = comm_options.cuda_stream = stream->get();
-    if (comm->size() > 1) nccl = dist::make_nccl_communicator(*comm, gpu.device, comm_options);
+    if (comm->size() > 1 || config.text("dist.backend") == "nccl")
+      nccl = dist::make_nccl_communicator(*comm, gpu.device, comm_options);
   }
   TrainLoop loop(with_absolute_paths(config), options, nccl ? *nccl : *comm, gpu);
   return loop.run();

@@ -46,7 +46,10 @@ std::vector<Range> plan_buckets(int64_t total, int64_t bucket_elems,
 }
 
 DDP::DDP(Communicator& comm, nn::Model& model, const DdpConfig& config)
-    : comm_(comm), model_(model), order_(config.order) {
+    : comm_(comm),
+      model_(model),
+      order_(config.order),
+      active_(comm.size() > 1 || comm.backend() == "nccl") {
   CHECK(config.bucket_mb > 0, "ddp bucket_mb must be positive, got {}", config.bucket_mb);
   const double elem_bytes = double(dtype_size(model.grads().dtype));
   const int64_t elems = std::max<int64_t>(1, int64_t(config.bucket_mb * 1024 * 1024 / elem_bytes));
@@ -67,7 +70,7 @@ DDP::~DDP() {
 }
 
 void DDP::on_ready(int64_t begin, int64_t end) {
-  if (!sync_ || comm_.size() == 1) return;
+  if (!sync_ || !active_) return;
   if (end == model_.layout().total()) {
     CHECK(next_bucket_ == 0,
           "DDP: a second synchronised backward in one step; call set_sync(false) on every "
@@ -91,7 +94,7 @@ void DDP::launch_ready() {
 void DDP::finish() {
   last_overlapped_ = int(next_bucket_);
   Timer timer;
-  if (comm_.size() > 1) {
+  if (active_) {
     ready_from_ = 0;
     launch_ready();
   }

@@ -65,6 +65,9 @@ class DDP {
   nn::Model& model_;
   std::vector<Range> buckets_;
   ReduceOrder order_;
+  // Whether there is anything to reduce: several ranks, or NCCL on one (dist.backend: nccl,
+  // which runs the collectives for real to measure them on a single GPU).
+  bool active_;
   std::vector<Work> inflight_;
   size_t next_bucket_ = 0;  // first bucket not yet started
   int64_t ready_from_ = 0;  // grads[ready_from_, total) are final for this step

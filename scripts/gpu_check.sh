@@ -14,7 +14,8 @@
 #      poisoned outputs, and one whole training step (nn_backend_parity_test's CUDA cases);
 #   4. 20 training steps of a small GPT-2 and a small Llama on the GPU and on the CPU from the
 #      same initialisation and data: the loss curves must agree (fp32: 1e-3 relative);
-#   5. a checkpoint written on the GPU resumes on the CPU;
+#   5. DDP through a 1-rank NCCL communicator (dist.backend: nccl) gives the same losses; a
+#      checkpoint written on the GPU resumes on the CPU;
 #   6. step time, tokens/s, MFU against 989 TFLOP/s, device memory and each kernel family's
 #      share of the step (CUDA events) on the GPU: GPT-2 124M and 350M shapes, bf16, T=1024.
 set -euo pipefail
@@ -30,16 +31,19 @@ pack() {
     "$build/tests/runtime/runtime_cuda_test" "$build/tests/nn/nn_backend_parity_test"
 }
 
-# A small corpus and two small models trained 20 steps on `device`; prints their losses.
+# A small model trained 20 steps on `device` (run name $4, default arch-device; more --set
+# options after it).
 train_small() {
-  local device=$1 arch=$2 dir=$3
+  local device=$1 arch=$2 dir=$3 name=${4:-$2-$1}
+  shift 3
+  [[ $# -gt 0 ]] && shift
   trainer train --set data.path="$dir/corpus" --set data.tokenizer="$dir/tok.model" \
-    --set run.dir="$dir/runs" --set run.name="$arch-$device" --set run.device="$device" \
+    --set run.dir="$dir/runs" --set run.name="$name" --set run.device="$device" \
     --set model.arch="$arch" --set model.vocab_size=512 --set model.n_layer=2 \
     --set model.n_head=4 --set model.n_embd=128 --set model.max_seq_len=64 \
     --set data.seq_len=64 --set data.batch_size=8 --set train.steps=20 --set train.val_every=0 \
     --set checkpoint.every=10 --set log.every=1 --set log.progress=off \
-    --set optimizer.lr=3e-3 --set log.peak_gflops=1000 >"$dir/$arch-$device.log" 2>&1
+    --set optimizer.lr=3e-3 --set log.peak_gflops=1000 "$@" >"$dir/$name.log" 2>&1
 }
 
 checks() {
@@ -87,6 +91,18 @@ PY
     fi
     cp "$work"/*.log "$out/" 2>/dev/null || true
   done
+  # DDP through a 1-rank NCCL communicator: its all-reduces run, and change nothing.
+  if train_small cuda gpt2 "$work" gpt2-nccl1 --set dist.backend=nccl; then
+    if cmp -s <(grep -o '"loss":[0-9.e+-]*' "$work/runs/gpt2-cuda/metrics.jsonl") \
+        <(grep -o '"loss":[0-9.e+-]*' "$work/runs/gpt2-nccl1/metrics.jsonl"); then
+      row "1-rank NCCL DDP, 20 steps" "pass: the same losses as without NCCL"
+    else
+      row "1-rank NCCL DDP, 20 steps" "FAIL: losses differ from the run without NCCL"
+    fi
+  else
+    row "1-rank NCCL DDP, 20 steps" "FAIL (gpt2-nccl1.log)"
+  fi
+  cp "$work"/gpt2-nccl1.log "$out/" 2>/dev/null || true
   # The GPU's step-10 checkpoint continued on the CPU.
   if trainer train --set data.path="$work/corpus" --set data.tokenizer="$work/tok.model" \
       --set run.dir="$work/runs" --set run.name=gpt2-cuda-on-cpu --set model.vocab_size=512 \

@@ -150,6 +150,8 @@ TEST(Config, ConflictingBatchAndDeterminismKeysAreUsageErrors) {
   EXPECT_NE(message({"run.device=cuda", "dist.deterministic=true"})
                 .find("dist.deterministic is implemented for CPU runs"),
             std::string::npos);
+  EXPECT_NE(message({"dist.backend=nccl"}).find("dist.backend = nccl needs run.device = cuda"),
+            std::string::npos);
   EXPECT_EQ(message({"train.global_batch=8", "dist.deterministic=true"}), "(accepted)");
 }
 

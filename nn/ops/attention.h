@@ -38,9 +38,10 @@ void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, 
                         const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& q,
                         const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head);
 
-// Scratch attention_forward (or attention_backward) takes for these sizes.
-size_t attention_workspace(const Context& ctx, int64_t Tq, int64_t Tk, int64_t head_size, DType act,
-                           bool backward);
+// Scratch attention_forward (or attention_backward) takes for up to `rows` rows of these sizes
+// and n_head query heads.
+size_t attention_workspace(const Context& ctx, int64_t rows, int n_head, int64_t Tq, int64_t Tk,
+                           int64_t head_size, DType act, bool backward);
 
 namespace cpu {
 void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& q,
@@ -61,7 +62,8 @@ void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
 void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& q,
                         const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head);
-size_t attention_workspace(int64_t Tq, int64_t Tk, int64_t head_size, DType act, bool backward);
+size_t attention_workspace(int64_t rows, int n_head, int64_t Tq, int64_t head_size, DType act,
+                           bool backward);
 }  // namespace cuda
 
 }  // namespace trainer::nn

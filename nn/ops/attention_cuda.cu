@@ -225,8 +225,9 @@ void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, 
   check_launch("attention_backward");
 }
 
-size_t attention_workspace(int64_t, int64_t, int64_t, DType, bool) {
-  return 0;
+size_t attention_workspace(int64_t rows, int n_head, int64_t Tq, int64_t head_size, DType act,
+                           bool backward) {
+  return cudnn_attention_workspace(rows, n_head, Tq, head_size, act, backward);
 }
 
 }  // namespace trainer::nn::cuda

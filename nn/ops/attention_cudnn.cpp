@@ -24,10 +24,10 @@
 #include <optional>
 #include <tuple>
 
-#include "runtime/buffer.h"
 #include "runtime/cudnn_graph.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
+#include "runtime/workspace.h"
 
 namespace trainer::nn::cuda {
 
@@ -45,14 +45,22 @@ struct Shape {
   bool operator<(const Shape& o) const { return key() < o.key(); }
 };
 
+// The part of the model's workspace a plan may use beyond our own scratch: cuDNN's flash
+// attention needs little (none, mostly); a plan that wants more falls back to the own kernel.
+constexpr int64_t kPlanWorkspace = int64_t(16) << 20;
+
+// Bytes of our own scratch at the workspace's start: backward's row sums of dO * O.
+int64_t scratch_bytes(int64_t B, int64_t H, int64_t T, bool backward) {
+  return backward ? int64_t(Workspace::bytes_for<float>(B * H * T)) : 0;
+}
+
 // One shape's graph and plan (or the reason cuDNN cannot run it), the ids of its non-virtual
-// tensors in variant-pack order, its workspace and its by-value scalars.
+// tensors in variant-pack order and its by-value scalars. Its workspace is the model's.
 struct Entry {
   cudnn::Graph graph;
   std::optional<cudnn::Graph::Plan> plan;
   std::vector<int64_t> uids;
-  Buffer workspace;
-  int64_t scratch = 0;  // bytes of our own at the workspace's start (backward's row sums)
+  int64_t scratch = 0;
   float scale = 0, one = 1, masked = 0;
 };
 
@@ -200,7 +208,6 @@ void build_backward(Entry& e, const Shape& s) {
   g.reshape(KT, K);
   g.matmul(dS, K, dQ);
   e.uids = {Q, KT, VT, O, dO, Stats, dQ, dK, dV, scale, one, masked, rowsum};
-  e.scratch = (s.B * s.H * s.T * int64_t(sizeof(float)) + 255) / 256 * 256;
 }
 
 // The entry for `s`, built on first use; null when cuDNN cannot run it.
@@ -213,6 +220,7 @@ Entry* entry(const Shape& s) {
     auto e = std::make_unique<Entry>();
     e->scale = 1.0f / std::sqrt(float(s.D));
     e->masked = masked_value();
+    e->scratch = scratch_bytes(s.B, s.H, s.T, s.backward);
     std::string why;
     try {
       if (s.backward)
@@ -223,9 +231,12 @@ Entry* entry(const Shape& s) {
     } catch (const Error& err) {
       why = err.what();
     }
-    if (e->plan) {
-      e->workspace = Buffer(size_t(e->scratch + e->plan->workspace), Device::cuda);
-    } else {
+    if (e->plan && e->plan->workspace > kPlanWorkspace) {
+      why = fmt::format("its plan needs {} MiB of workspace, more than the {} MiB planned",
+                        e->plan->workspace >> 20, kPlanWorkspace >> 20);
+      e->plan.reset();
+    }
+    if (!e->plan) {
       log::warn("cuDNN attention {} (B={} H={} Hkv={} T={} head size {}): {}; using the own kernel",
                 s.backward ? "backward" : "forward", s.B, s.H, s.Hk, s.T, s.D, why);
     }
@@ -239,6 +250,13 @@ void* at(const Tensor& t) {
 }
 
 }  // namespace
+
+size_t cudnn_attention_workspace(int64_t rows, int n_head, int64_t T, int64_t head_size, DType act,
+                                 bool backward) {
+  if (act != DType::bf16 || head_size % 8 != 0 || head_size > 128) return 0;
+  return size_t(scratch_bytes(rows, n_head, T, backward) +
+                int64_t(Workspace::bytes_for<char>(kPlanWorkspace)));
+}
 
 bool cudnn_attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
                              const Tensor& q, const Tensor& k, const Tensor& v,
@@ -260,7 +278,8 @@ bool cudnn_attention_forward(const Context& ctx, const Tensor& out, const Tensor
                 false};
   Entry* e = entry(s);
   if (!e) return false;
-  char* ws = static_cast<char*>(e->workspace.data());
+  Workspace::Scope scratch(ctx.workspace);
+  void* ws = scratch.take<char>(e->plan->workspace);
   e->plan->execute(ctx.stream, e->uids,
                    {at(q), at(k), at(v), at(out), at(lse), &e->scale, &e->masked}, ws);
   return true;
@@ -278,11 +297,13 @@ bool cudnn_attention_backward(const Context& ctx, const Tensor& dq, const Tensor
                 k.ld(),           v.ld(),   dq.ld(), dk.ld(),      dv.ld(),  true};
   Entry* e = entry(s);
   if (!e) return false;
-  char* ws = static_cast<char*>(e->workspace.data());
+  Workspace::Scope scratch(ctx.workspace);
+  float* rowsum = scratch.take<float>(s.B * s.H * s.T);
+  void* ws = scratch.take<char>(e->plan->workspace);
   e->plan->execute(ctx.stream, e->uids,
                    {at(q), at(k), at(v), at(out), at(dout), at(lse), at(dq), at(dk), at(dv),
-                    &e->scale, &e->one, &e->masked, ws},
-                   ws + e->scratch);
+                    &e->scale, &e->one, &e->masked, rowsum},
+                   ws);
   return true;
 }
 

@@ -13,6 +13,11 @@
 
 namespace trainer::nn::cuda {
 
+// Scratch the cuDNN path takes from ctx.workspace for up to `rows` rows (0 where it never runs:
+// fp32); a shape whose plan needs more runs the own kernel.
+size_t cudnn_attention_workspace(int64_t rows, int n_head, int64_t T, int64_t head_size, DType act,
+                                 bool backward);
+
 bool cudnn_attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
                              const Tensor& q, const Tensor& k, const Tensor& v,
                              const AttentionMask& mask, int n_head, int q_pos);

@@ -34,9 +34,6 @@ void update(float* p, const G* grads, float* m, float* v, bf16* working, int64_t
 void adamw_update(const Context& ctx, const Tensor& params, const Tensor& grads, const Tensor& m,
                   const Tensor& v, const Tensor& working, const AdamWHyper& h) {
   const int64_t n = params.numel();
-  TRAINER_ASSERT(grads.numel() == n && m.numel() == n && v.numel() == n &&
-                     (working.empty() || working.numel() == n),
-                 "adamw_update shapes");
   with_float(grads.dtype, [&](auto tag) {
     using G = decltype(tag);
     if (working.empty())

@@ -33,9 +33,6 @@ __global__ void update_kernel(float* p, const G* grads, float* m, float* v, bf16
 void adamw_update(const Context& ctx, const Tensor& params, const Tensor& grads, const Tensor& m,
                   const Tensor& v, const Tensor& working, const AdamWHyper& h) {
   const int64_t n = params.numel();
-  TRAINER_ASSERT(grads.numel() == n && m.numel() == n && v.numel() == n &&
-                     (working.empty() || working.numel() == n),
-                 "adamw_update shapes");
   const float bc1 = 1.0f - std::pow(h.beta1, float(h.step));
   const float bc2 = 1.0f - std::pow(h.beta2, float(h.step));
   const Coefficients k{h.beta1,

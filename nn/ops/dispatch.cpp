@@ -1,6 +1,7 @@
 // The one dispatch point: every op's device switch, in one file. The CPU kernels live in
-// <op>_cpu.cpp; the CUDA kernels (<op>_cuda.cu, the CUDA backend issue) plug into the cuda
-// cases, which today report that this build has no kernel for the op.
+// <op>_cpu.cpp, the CUDA kernels in <op>_cuda.cu (a build without the CUDA backend reports
+// that it has none). Shape checks that hold for every backend are made here, once, and every
+// op is timed here under its name for the profile.
 #include "nn/ops/adamw.h"
 #include "nn/ops/attention.h"
 #include "nn/ops/cast.h"
@@ -65,6 +66,11 @@ size_t embedding_backward_workspace(const Context& ctx, int64_t N, int64_t C) {
 
 void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean,
                        const Tensor& rstd, const Tensor& inp, const Tensor& w, const Tensor& b) {
+  const int64_t N = inp.rows(), C = inp.cols();
+  TRAINER_ASSERT(inp.contiguous() && out.contiguous() && out.numel() == N * C &&
+                     mean.numel() == N && rstd.numel() == N && w.numel() == C && b.numel() == C &&
+                     w.dtype == out.dtype && b.dtype == out.dtype,
+                 "layernorm_forward shapes");
   TRAINER_OP(layernorm_forward, ctx, out, mean, rstd, inp, w, b);
 }
 
@@ -85,6 +91,10 @@ void layernorm_residual_forward(const Context& ctx, const Tensor& res_out, const
 void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& db,
                         const Tensor& dout, const Tensor& inp, const Tensor& w, const Tensor& mean,
                         const Tensor& rstd) {
+  const int64_t N = inp.rows(), C = inp.cols();
+  TRAINER_ASSERT(dinp.numel() == N * C && dout.numel() == N * C && dw.numel() == C &&
+                     db.numel() == C && dw.dtype == db.dtype && w.dtype == dout.dtype,
+                 "layernorm_backward shapes");
   TRAINER_OP(layernorm_backward, ctx, dinp, dw, db, dout, inp, w, mean, rstd);
 }
 
@@ -94,11 +104,20 @@ size_t layernorm_backward_workspace(const Context& ctx, int64_t C) {
 
 void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, const Tensor& inp,
                      const Tensor& w) {
+  const int64_t N = inp.rows(), C = inp.cols();
+  TRAINER_ASSERT(inp.contiguous() && out.contiguous() && out.numel() == N * C &&
+                     inp.dtype == DType::f32 && rstd.numel() == N && w.numel() == C &&
+                     w.dtype == out.dtype,
+                 "rmsnorm_forward shapes");
   TRAINER_OP(rmsnorm_forward, ctx, out, rstd, inp, w);
 }
 
 void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dout,
                       const Tensor& inp, const Tensor& w, const Tensor& rstd) {
+  const int64_t N = inp.rows(), C = inp.cols();
+  TRAINER_ASSERT(dinp.numel() == N * C && dout.numel() == N * C && dw.numel() == C &&
+                     w.dtype == dout.dtype && dinp.dtype == DType::f32,
+                 "rmsnorm_backward shapes");
   TRAINER_OP(rmsnorm_backward, ctx, dinp, dw, dout, inp, w, rstd);
 }
 
@@ -130,15 +149,25 @@ void rope_backward(const Context& ctx, const Tensor& dx, const Tensor& positions
 }
 
 void swiglu_forward(const Context& ctx, const Tensor& out, const Tensor& gate_up) {
+  const int64_t N = gate_up.rows(), F = gate_up.cols() / 2;
+  TRAINER_ASSERT(out.contiguous() && gate_up.contiguous() && gate_up.cols() == 2 * F &&
+                     out.numel() == N * F && out.dtype == gate_up.dtype,
+                 "swiglu_forward shapes");
   TRAINER_OP(swiglu_forward, ctx, out, gate_up);
 }
 
 void swiglu_backward(const Context& ctx, const Tensor& dgate_up, const Tensor& dout,
                      const Tensor& gate_up) {
+  const int64_t N = gate_up.rows(), F = gate_up.cols() / 2;
+  TRAINER_ASSERT(dgate_up.contiguous() && dout.contiguous() && gate_up.contiguous() &&
+                     dgate_up.numel() == N * 2 * F && dout.numel() == N * F &&
+                     dgate_up.dtype == gate_up.dtype && dout.dtype == gate_up.dtype,
+                 "swiglu_backward shapes");
   TRAINER_OP(swiglu_backward, ctx, dgate_up, dout, gate_up);
 }
 
 void linear_bias_grad(const Context& ctx, const Tensor& dbias, const Tensor& dout) {
+  TRAINER_ASSERT(dout.contiguous() && dbias.numel() == dout.cols(), "linear_backward bias");
   TRAINER_OP(linear_bias_grad, ctx, dbias, dout);
 }
 
@@ -165,10 +194,16 @@ size_t attention_workspace(const Context& ctx, int64_t rows, int n_head, int64_t
 }
 
 void gelu_forward(const Context& ctx, const Tensor& out, const Tensor& inp) {
+  TRAINER_ASSERT(
+      out.contiguous() && inp.contiguous() && out.numel() == inp.numel() && out.dtype == inp.dtype,
+      "gelu_forward shapes");
   TRAINER_OP(gelu_forward, ctx, out, inp);
 }
 
 void gelu_backward(const Context& ctx, const Tensor& dinp, const Tensor& dout, const Tensor& inp) {
+  TRAINER_ASSERT(dinp.numel() == inp.numel() && dout.numel() == inp.numel() &&
+                     dinp.dtype == inp.dtype && dout.dtype == inp.dtype,
+                 "gelu_backward shapes");
   TRAINER_OP(gelu_backward, ctx, dinp, dout, inp);
 }
 
@@ -196,6 +231,10 @@ void cast(const Context& ctx, const Tensor& dst, const Tensor& src) {
 
 void adamw_update(const Context& ctx, const Tensor& params, const Tensor& grads, const Tensor& m,
                   const Tensor& v, const Tensor& working, const AdamWHyper& h) {
+  const int64_t n = params.numel();
+  TRAINER_ASSERT(grads.numel() == n && m.numel() == n && v.numel() == n &&
+                     (working.empty() || working.numel() == n),
+                 "adamw_update shapes");
   TRAINER_OP(adamw_update, ctx, params, grads, m, v, working, h);
 }
 

@@ -78,10 +78,6 @@ void backward_rows(float* dinp, G* dw, const T* dout, const float* inp, const T*
 void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, const Tensor& inp,
                      const Tensor& w) {
   const int64_t N = inp.rows(), C = inp.cols();
-  TRAINER_ASSERT(inp.contiguous() && out.contiguous() && out.numel() == N * C &&
-                     inp.dtype == DType::f32 && rstd.numel() == N && w.numel() == C &&
-                     w.dtype == out.dtype,
-                 "rmsnorm_forward shapes");
   with_float(out.dtype, [&](auto tag) {
     using T = decltype(tag);
     forward_rows(out.as<T>(), rstd.as<float>(), inp.as<float>(), w.as<T>(), N, C);
@@ -103,9 +99,6 @@ void rmsnorm_residual_forward(const Context& ctx, const Tensor& res_out, const T
 void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dout,
                       const Tensor& inp, const Tensor& w, const Tensor& rstd) {
   const int64_t N = inp.rows(), C = inp.cols();
-  TRAINER_ASSERT(dinp.numel() == N * C && dout.numel() == N * C && dw.numel() == C &&
-                     w.dtype == dout.dtype && dinp.dtype == DType::f32,
-                 "rmsnorm_backward shapes");
   const int threads = op_threads(ctx);
   Workspace::Scope scratch(ctx.workspace);
   float* partial = scratch.take<float>(norm_parts(N) * C);

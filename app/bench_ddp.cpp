@@ -11,7 +11,6 @@
 #include "dist/communicator.h"
 #include "dist/consistency.h"
 #include "dist/data_parallel.h"
-#include "dist/exact_norm.h"
 #include "dist/join.h"
 #include "dist/step_stats.h"
 #include "nn/adamw.h"
@@ -120,15 +119,7 @@ void run(int argc, char** argv) {
     }
     dp->finish();
     t.reset();
-    double norm_sq = 0;
-    if (a.deterministic) {
-      norm_sq = exact_sum_squares(*comm, dp->grads(), dp->grads_sharded());
-    } else {
-      std::vector<double> sq = {model.read_step_scalars(dp->grads()).grad_norm_sq};
-      if (dp->grads_sharded()) comm->all_reduce(sq);
-      norm_sq = sq[0];
-    }
-    dp->step(6e-4f, nn::clip_scale(std::sqrt(norm_sq), 1.0f));
+    dp->step(6e-4f, nn::clip_scale(grad_norm(*comm, *dp, model, a.deterministic), 1.0f));
     st.optimizer_s = t.seconds();
     // Under full sharding the forward's gathers wait too; all waits are exposed time.
     st.comm_wait_s = dp->last_wait_seconds();

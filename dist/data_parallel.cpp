@@ -3,9 +3,11 @@
 #include "dist/data_parallel.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "dist/consistency.h"
+#include "dist/exact_norm.h"
 #include "dist/tree_sum.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
@@ -170,6 +172,13 @@ void init_masters(DataParallel& dp, const nn::Model& model, const nn::ModelConfi
                   uint64_t seed) {
   set_masters(dp, model,
               [&](const nn::ParamInfo& p, float* out) { nn::init_param(config, p, seed, out); });
+}
+
+double grad_norm(Communicator& comm, DataParallel& dp, nn::Model& model, bool deterministic) {
+  if (deterministic) return std::sqrt(exact_sum_squares(comm, dp.grads(), dp.grads_sharded()));
+  std::vector<double> sq = {model.read_step_scalars(dp.grads()).grad_norm_sq};
+  if (dp.grads_sharded() && comm.size() > 1) comm.all_reduce(sq);
+  return std::sqrt(sq[0]);
 }
 
 void empty_pass(nn::Model& model, DataParallel& dp, bool backward) {

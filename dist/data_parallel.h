@@ -108,6 +108,11 @@ void init_masters(DataParallel& dp, const nn::Model& model, const nn::ModelConfi
 // reductions (Join under sharding).
 void empty_pass(nn::Model& model, DataParallel& dp, bool backward);
 
+// The global gradient norm once finish() has run: summed exactly (deterministic: Note [Exact
+// sum of squares]) or as the device sums it, over every rank's shard when sharded. A
+// collective. (The training loop folds the sharded sum into its step's one small all-reduce.)
+double grad_norm(Communicator& comm, DataParallel& dp, nn::Model& model, bool deterministic);
+
 // What one rank holds of the model state under `config.stage` on `world` ranks: what
 // make_data_parallel allocates, computed without allocating (`trainer plan`). Counts the
 // model's own parameter buffers under stage none.

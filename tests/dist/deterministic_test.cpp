@@ -195,8 +195,7 @@ std::vector<float> train_deterministic(Communicator& comm, ShardingStage stage, 
       model.backward(1.0f / float(counts.global_tokens));
     }
     dp->finish();
-    const double norm = std::sqrt(exact_sum_squares(comm, dp->grads(), dp->grads_sharded()));
-    dp->step(kLr, nn::clip_scale(norm, kMaxNorm));
+    dp->step(kLr, nn::clip_scale(grad_norm(comm, *dp, model, true), kMaxNorm));
   }
   // Gather the slices into the whole flat buffer (each element held by exactly one rank).
   std::vector<float> whole(size_t(model.layout().total()), 0.0f);

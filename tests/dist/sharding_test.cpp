@@ -82,9 +82,7 @@ Trained train(ShardingStage stage, const MicroSchedule& micro, int steps,
     if (t.dp->collective_backward())
       for (int64_t m = mine; m < counts.max_micro_batches; ++m) empty_pass(*t.model, *t.dp, true);
     t.dp->finish();
-    std::vector<double> norm_sq = {t.model->read_step_scalars(t.dp->grads()).grad_norm_sq};
-    if (t.dp->grads_sharded()) c.all_reduce(norm_sq);
-    t.dp->step(kLr, nn::clip_scale(std::sqrt(norm_sq[0]), kMaxNorm));
+    t.dp->step(kLr, nn::clip_scale(grad_norm(c, *t.dp, *t.model, false), kMaxNorm));
   }
   return t;
 }

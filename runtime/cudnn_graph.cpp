@@ -114,7 +114,7 @@ void Graph::pointwise(cudnnPointwiseMode_t mode, int64_t x, int64_t y, int64_t b
   ops_.push_back(std::move(op));
 }
 
-void Graph::matmul(int64_t a, int64_t b, int64_t c) {
+void Graph::matmul(int64_t a, int64_t b, int64_t c, int64_t m, int64_t n, int64_t k) {
   Descriptor& mm = helpers_.emplace_back(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
   const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
   mm.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, &compute);
@@ -125,6 +125,9 @@ void Graph::matmul(int64_t a, int64_t b, int64_t c) {
       .set(CUDNN_ATTR_OPERATION_MATMUL_BDESC, tensors_.at(b))
       .set(CUDNN_ATTR_OPERATION_MATMUL_CDESC, tensors_.at(c))
       .set(CUDNN_ATTR_OPERATION_MATMUL_DESC, mm);
+  if (m) op.set(CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, tensors_.at(m));
+  if (n) op.set(CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, tensors_.at(n));
+  if (k) op.set(CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, tensors_.at(k));
   CHECK(op.finalize(&why), "cuDNN matmul operation refused: {}", why);
   ops_.push_back(std::move(op));
 }

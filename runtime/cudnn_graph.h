@@ -55,7 +55,9 @@ class Graph {
   void pointwise(cudnnPointwiseMode_t mode, int64_t x, int64_t y, int64_t b = 0, int64_t t = 0,
                  cudnnDataType_t precision = CUDNN_DATA_FLOAT, int64_t axis = -1);
   // c = a b over the last two dimensions, batched over the first two (fp32 accumulation).
-  void matmul(int64_t a, int64_t b, int64_t c);
+  // m, n, k (ids of int32 [B,1,1,1] tensors, 0: none) cut each batch's product to its own
+  // rows, columns and inner length (padded sequences).
+  void matmul(int64_t a, int64_t b, int64_t c, int64_t m = 0, int64_t n = 0, int64_t k = 0);
   // y = op(x) over the dimensions where y has extent 1.
   void reduction(cudnnReduceTensorOp_t op, int64_t x, int64_t y);
   // y = x seen with y's dimensions and strides (a transpose is a change of strides).

@@ -176,6 +176,34 @@ Dims dims_of(const Tensor& q, const Tensor& k, const Tensor& v, int n_head, int 
   return d;
 }
 
+// After cuDNN, which leaves the rows beyond each row's length alone: zero there (Note
+// [Attention masks]: padding queries output zeros and a zero lse, padding keys get no
+// gradient). x is a (B, T, cols) view with row stride ld; lse is (B, H, T).
+template <typename T>
+__global__ void zero_padding_kernel(T* x, const int32_t* len, int64_t B, int64_t Tn, int64_t cols,
+                                    int64_t ld) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= B * Tn * cols) return;
+  const int64_t c = i % cols, t = (i / cols) % Tn, b = i / (cols * Tn);
+  if (t >= length_of(len, b, Tn)) st(x[(b * Tn + t) * ld + c], 0.0f);
+}
+
+__global__ void zero_padding_lse_kernel(float* lse, const int32_t* len, int64_t B, int64_t H,
+                                        int64_t Tn) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= B * H * Tn) return;
+  if (i % Tn >= length_of(len, i / (H * Tn), Tn)) lse[i] = 0.0f;
+}
+
+void zero_padding(const Context& ctx, const Tensor& x, const Tensor& len) {
+  const int64_t B = x.dim(0), Tn = x.dim(1), cols = x.dim(2);
+  with_float(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    zero_padding_kernel<<<blocks_for(B * Tn * cols), kThreads, 0, stream_of(ctx)>>>(
+        ptr<T>(x), ptr<int32_t>(len), B, Tn, cols, x.ld());
+  });
+}
+
 const int32_t* mask_ptr(const Tensor& t) {
   return t.empty() ? nullptr : static_cast<const int32_t*>(t.data);
 }
@@ -185,7 +213,16 @@ const int32_t* mask_ptr(const Tensor& t) {
 void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& q,
                        const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head,
                        int q_pos) {
-  if (cudnn_attention_forward(ctx, out, lse, q, k, v, mask, n_head, q_pos)) return;
+  if (cudnn_attention_forward(ctx, out, lse, q, k, v, mask, n_head, q_pos)) {
+    if (!mask.lengths.empty()) {
+      zero_padding(ctx, out, mask.lengths);
+      const int64_t B = q.dim(0), Tn = q.dim(1);
+      zero_padding_lse_kernel<<<blocks_for(B * n_head * Tn), kThreads, 0, stream_of(ctx)>>>(
+          ptr<float>(lse), ptr<int32_t>(mask.lengths), B, n_head, Tn);
+    }
+    check_launch("attention_forward (cuDNN)");
+    return;
+  }
   const Dims d = dims_of(q, k, v, n_head, q_pos);
   TRAINER_ASSERT(out.contiguous() && out.numel() == d.B * d.Tq * d.H * d.hs &&
                      lse.numel() == d.B * d.H * d.Tq && out.dtype == q.dtype &&
@@ -205,7 +242,12 @@ void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
 void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& q,
                         const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head) {
-  if (cudnn_attention_backward(ctx, dq, dk, dv, dout, out, lse, q, k, v, mask, n_head)) return;
+  if (cudnn_attention_backward(ctx, dq, dk, dv, dout, out, lse, q, k, v, mask, n_head)) {
+    if (!mask.lengths.empty())
+      for (const Tensor* g : {&dq, &dk, &dv}) zero_padding(ctx, *g, mask.lengths);
+    check_launch("attention_backward (cuDNN)");
+    return;
+  }
   const Dims d = dims_of(q, k, v, n_head, 0);
   TRAINER_ASSERT(d.Tq == d.Tk && out.contiguous() && dout.contiguous() &&
                      dout.numel() == d.B * d.Tq * d.H * d.hs && lse.dtype == DType::f32 &&

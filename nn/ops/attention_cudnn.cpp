@@ -5,7 +5,9 @@
 // Note [cuDNN attention graphs]
 // Tensors are 4-D, [batch, head, sequence, head dim]; the layout is in the strides, so q, k and
 // v are read where they lie in the packed qkv rows (row stride ld: strides {T ld, D, ld, 1}) and
-// k enters the first product transposed by swapping its last two strides. Forward:
+// k enters the first product transposed by swapping its last two strides. With row lengths,
+// every product is cut to them (cuDNN's M/N/K overrides) and the scores are masked to them
+// before the causal mask. Forward:
 //   S = (Q K^T) * scale; S = select(row >= col, S, -inf)           (causal)
 //   M = max_j S; E = exp(S - M); L = sum_j E; Stats = M + log L;  O = (E / L, as bf16) V
 // Backward (deterministic: dQ straight from its product, no atomic accumulator):
@@ -37,10 +39,11 @@ using cudnn::Dims;
 
 struct Shape {
   int device;
-  int64_t B, H, Hk, T, D, ldq, ldk, ldv, ld_dq, ld_dk, ld_dv;
-  bool backward;
+  int64_t B, H, Hk, T, D, ldq, ldk, ldv, ld_dq = 0, ld_dk = 0, ld_dv = 0;
+  bool backward = false;
+  bool padded = false;  // rows have lengths (Note [Attention masks])
   auto key() const {
-    return std::tuple{device, B, H, Hk, T, D, ldq, ldk, ldv, ld_dq, ld_dk, ld_dv, backward};
+    return std::tuple{device, B, H, Hk, T, D, ldq, ldk, ldv, ld_dq, ld_dk, ld_dv, backward, padded};
   }
   bool operator<(const Shape& o) const { return key() < o.key(); }
 };
@@ -86,13 +89,25 @@ bool enabled() {
   return !(env && std::strcmp(env, "off") == 0);
 }
 
-// Whether cuDNN's engines serve this call at all (Note [Attention masks]: only the causal mask).
+// Whether cuDNN's engines serve this call at all (Note [Attention masks]: the causal mask, with
+// row lengths or without; packed rows' segments are not composed). Before 9.15.1 a backward
+// without lengths could go wrong when T is not a multiple of 128 (cudnn-frontend issue 160).
 bool eligible(const Tensor& q, const Tensor& k, const AttentionMask& mask, int n_head, int q_pos) {
-  if (!enabled() || q.dtype != DType::bf16 || q_pos != 0 || !mask.segments.empty() ||
-      !mask.lengths.empty() || q.ndim != 3 || k.ndim != 3)
+  if (!enabled() || q.dtype != DType::bf16 || q_pos != 0 || !mask.segments.empty() || q.ndim != 3 ||
+      k.ndim != 3)
     return false;
+  const int64_t D = q.dim(2) / n_head, T = q.dim(1);
+  if (mask.lengths.empty() && T % 128 != 0 && cudnnGetVersion() < 91501) return false;
+  return k.dim(1) == T && T > 1 && D % 8 == 0 && D <= 128;
+}
+
+// The shape key of a call (q, k, v as (B, T, heads * D) views).
+Shape shape_of(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, int n_head,
+               const AttentionMask& mask) {
   const int64_t D = q.dim(2) / n_head;
-  return q.dim(1) == k.dim(1) && q.dim(1) > 1 && D % 8 == 0 && D <= 128;
+  Shape s{ctx.device_index, q.dim(0), n_head, k.dim(2) / D, q.dim(1), D, q.ld(), k.ld(), v.ld()};
+  s.padded = !mask.lengths.empty();
+  return s;
 }
 
 // Masks S (scores, [B,H,T,T]) to the causal triangle: a new virtual tensor.
@@ -109,6 +124,29 @@ int64_t causal(cudnn::Graph& g, int64_t S, const Dims& ss, int64_t masked) {
   return out;
 }
 
+// The rows' lengths, as cuDNN's per-batch sequence lengths (queries and keys alike).
+int64_t lengths_tensor(cudnn::Graph& g, const Shape& s) {
+  return g.tensor(CUDNN_DATA_INT32, {s.B, 1, 1, 1}, {1, 1, 1, 1});
+}
+
+// Masks S to the rows' lengths: query i and key j both below the row's length.
+int64_t padding(cudnn::Graph& g, int64_t S, const Dims& ss, int64_t len, int64_t masked) {
+  const Dims st = packed(ss);
+  const int64_t row = g.tensor(CUDNN_DATA_INT32, ss, st, true);
+  const int64_t col = g.tensor(CUDNN_DATA_INT32, ss, st, true);
+  const int64_t in_q = g.tensor(CUDNN_DATA_BOOLEAN, ss, st, true);
+  const int64_t in_k = g.tensor(CUDNN_DATA_BOOLEAN, ss, st, true);
+  const int64_t keep = g.tensor(CUDNN_DATA_BOOLEAN, ss, st, true);
+  const int64_t out = g.tensor(CUDNN_DATA_FLOAT, ss, st, true);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, S, row, 0, 0, CUDNN_DATA_INT32, 2);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, S, col, 0, 0, CUDNN_DATA_INT32, 3);
+  g.pointwise(CUDNN_POINTWISE_CMP_LT, row, in_q, len, 0, CUDNN_DATA_BOOLEAN);
+  g.pointwise(CUDNN_POINTWISE_CMP_LT, col, in_k, len, 0, CUDNN_DATA_BOOLEAN);
+  g.pointwise(CUDNN_POINTWISE_LOGICAL_AND, in_q, keep, in_k, 0, CUDNN_DATA_BOOLEAN);
+  g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, S, out, masked, keep);
+  return out;
+}
+
 void build_forward(Entry& e, const Shape& s) {
   cudnn::Graph& g = e.graph;
   const Dims qd{s.B, s.H, s.T, s.D}, kd{s.B, s.Hk, s.T, s.D}, ss{s.B, s.H, s.T, s.T};
@@ -121,13 +159,14 @@ void build_forward(Entry& e, const Shape& s) {
   const int64_t Stats = g.tensor(CUDNN_DATA_FLOAT, row, packed(row));
   const int64_t scale = g.tensor(CUDNN_DATA_FLOAT, scalar, scalar, false, true);
   const int64_t masked = g.tensor(CUDNN_DATA_FLOAT, scalar, scalar, false, true);
+  const int64_t len = s.padded ? lengths_tensor(g, s) : 0;
   auto virt = [&](const Dims& d, cudnnDataType_t t = CUDNN_DATA_FLOAT) {
     return g.tensor(t, d, packed(d), true);
   };
   const int64_t S0 = virt(ss), S1 = virt(ss);
-  g.matmul(Q, KT, S0);
+  g.matmul(Q, KT, S0, len, len);
   g.pointwise(CUDNN_POINTWISE_MUL, S0, S1, scale);
-  const int64_t S = causal(g, S1, ss, masked);
+  const int64_t S = causal(g, s.padded ? padding(g, S1, ss, len, masked) : S1, ss, masked);
   const int64_t M = virt(row), Z = virt(ss), E = virt(ss), L = virt(row), logL = virt(row);
   const int64_t P = virt(ss, CUDNN_DATA_BFLOAT16);
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, S, M);
@@ -137,8 +176,9 @@ void build_forward(Entry& e, const Shape& s) {
   g.pointwise(CUDNN_POINTWISE_LOG, L, logL);
   g.pointwise(CUDNN_POINTWISE_ADD, M, Stats, logL);
   g.pointwise(CUDNN_POINTWISE_DIV, E, P, L);
-  g.matmul(P, V, O);
+  g.matmul(P, V, O, len, 0, len);
   e.uids = {Q, KT, V, O, Stats, scale, masked};
+  if (len) e.uids.push_back(len);
 }
 
 void build_backward(Entry& e, const Shape& s) {
@@ -159,6 +199,7 @@ void build_backward(Entry& e, const Shape& s) {
   const int64_t one = g.tensor(CUDNN_DATA_FLOAT, scalar, scalar, false, true);
   const int64_t masked = g.tensor(CUDNN_DATA_FLOAT, scalar, scalar, false, true);
   const int64_t rowsum = g.tensor(CUDNN_DATA_FLOAT, row, packed(row));  // in our workspace
+  const int64_t len = s.padded ? lengths_tensor(g, s) : 0;
   auto virt = [&](const Dims& d, cudnnDataType_t t = CUDNN_DATA_FLOAT) {
     return g.tensor(t, d, packed(d), true);
   };
@@ -169,9 +210,9 @@ void build_backward(Entry& e, const Shape& s) {
   g.pointwise(CUDNN_POINTWISE_MUL, t1, rowsum, one);
   // P, recomputed from the saved statistics.
   const int64_t s0 = virt(ss), s1 = virt(ss), s2 = virt(ss), expS = virt(ss);
-  g.matmul(Q, KT, s0);
+  g.matmul(Q, KT, s0, len, len);
   g.pointwise(CUDNN_POINTWISE_MUL, s0, s1, scale);
-  g.pointwise(CUDNN_POINTWISE_SUB, s1, s2, Stats);
+  g.pointwise(CUDNN_POINTWISE_SUB, s.padded ? padding(g, s1, ss, len, masked) : s1, s2, Stats);
   const int64_t s3 = causal(g, s2, ss, masked);
   g.pointwise(CUDNN_POINTWISE_EXP, s3, expS);
   // (B, H, Tk, Tq) views of an (B, H, Tq, Tk) score tensor, as bf16 product inputs.
@@ -182,14 +223,14 @@ void build_backward(Entry& e, const Shape& s) {
   g.reshape(expS, PT);
   if (grouped) {
     const int64_t dV_all = virt(qd, CUDNN_DATA_BFLOAT16);
-    g.matmul(PT, dO, dV_all);
+    g.matmul(PT, dO, dV_all, len, 0, len);
     g.reduction(CUDNN_REDUCE_TENSOR_ADD, dV_all, dV);
   } else {
-    g.matmul(PT, dO, dV);
+    g.matmul(PT, dO, dV, len, 0, len);
   }
   // dS = P * (dO V^T - D) * scale.
   const int64_t dP = virt(ss), u1 = virt(ss), u2 = virt(ss), dS = virt(ss);
-  g.matmul(dO, VT, dP);
+  g.matmul(dO, VT, dP, len, len);
   g.pointwise(CUDNN_POINTWISE_SUB, dP, u1, rowsum);
   g.pointwise(CUDNN_POINTWISE_MUL, u1, u2, expS);
   g.pointwise(CUDNN_POINTWISE_MUL, u2, dS, scale);
@@ -198,16 +239,17 @@ void build_backward(Entry& e, const Shape& s) {
   g.reshape(dS, dST);
   if (grouped) {
     const int64_t dK_all = virt(qd, CUDNN_DATA_BFLOAT16);
-    g.matmul(dST, Q, dK_all);
+    g.matmul(dST, Q, dK_all, len, 0, len);
     g.reduction(CUDNN_REDUCE_TENSOR_ADD, dK_all, dK);
   } else {
-    g.matmul(dST, Q, dK);
+    g.matmul(dST, Q, dK, len, 0, len);
   }
   // dQ = dS K, K seen untransposed.
   const int64_t K = g.tensor(CUDNN_DATA_FLOAT, kd, seq_major(s.T, s.D, s.ldk), true);
   g.reshape(KT, K);
-  g.matmul(dS, K, dQ);
+  g.matmul(dS, K, dQ, len, 0, len);
   e.uids = {Q, KT, VT, O, dO, Stats, dQ, dK, dV, scale, one, masked, rowsum};
+  if (len) e.uids.push_back(len);
 }
 
 // The entry for `s`, built on first use; null when cuDNN cannot run it.
@@ -262,26 +304,14 @@ bool cudnn_attention_forward(const Context& ctx, const Tensor& out, const Tensor
                              const Tensor& q, const Tensor& k, const Tensor& v,
                              const AttentionMask& mask, int n_head, int q_pos) {
   if (!eligible(q, k, mask, n_head, q_pos) || !out.contiguous() || !lse.contiguous()) return false;
-  const int64_t D = q.dim(2) / n_head;
-  const Shape s{ctx.device_index,
-                q.dim(0),
-                n_head,
-                k.dim(2) / D,
-                q.dim(1),
-                D,
-                q.ld(),
-                k.ld(),
-                v.ld(),
-                0,
-                0,
-                0,
-                false};
+  const Shape s = shape_of(ctx, q, k, v, n_head, mask);
   Entry* e = entry(s);
   if (!e) return false;
   Workspace::Scope scratch(ctx.workspace);
   void* ws = scratch.take<char>(e->plan->workspace);
-  e->plan->execute(ctx.stream, e->uids,
-                   {at(q), at(k), at(v), at(out), at(lse), &e->scale, &e->masked}, ws);
+  std::vector<void*> data = {at(q), at(k), at(v), at(out), at(lse), &e->scale, &e->masked};
+  if (s.padded) data.push_back(at(mask.lengths));
+  e->plan->execute(ctx.stream, e->uids, data, ws);
   return true;
 }
 
@@ -292,18 +322,20 @@ bool cudnn_attention_backward(const Context& ctx, const Tensor& dq, const Tensor
   if (!eligible(q, k, mask, n_head, 0) || !out.contiguous() || !dout.contiguous() ||
       !lse.contiguous() || dq.dtype != DType::bf16)
     return false;
-  const int64_t D = q.dim(2) / n_head;
-  const Shape s{ctx.device_index, q.dim(0), n_head,  k.dim(2) / D, q.dim(1), D,   q.ld(),
-                k.ld(),           v.ld(),   dq.ld(), dk.ld(),      dv.ld(),  true};
+  Shape s = shape_of(ctx, q, k, v, n_head, mask);
+  s.backward = true;
+  s.ld_dq = dq.ld();
+  s.ld_dk = dk.ld();
+  s.ld_dv = dv.ld();
   Entry* e = entry(s);
   if (!e) return false;
   Workspace::Scope scratch(ctx.workspace);
   float* rowsum = scratch.take<float>(s.B * s.H * s.T);
   void* ws = scratch.take<char>(e->plan->workspace);
-  e->plan->execute(ctx.stream, e->uids,
-                   {at(q), at(k), at(v), at(out), at(dout), at(lse), at(dq), at(dk), at(dv),
-                    &e->scale, &e->one, &e->masked, rowsum},
-                   ws);
+  std::vector<void*> data = {at(q),  at(k),  at(v),     at(out), at(dout),   at(lse), at(dq),
+                             at(dk), at(dv), &e->scale, &e->one, &e->masked, rowsum};
+  if (s.padded) data.push_back(at(mask.lengths));
+  e->plan->execute(ctx.stream, e->uids, data, ws);
   return true;
 }
 

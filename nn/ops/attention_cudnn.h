@@ -1,9 +1,11 @@
 // Attention through cuDNN's fused flash-attention engines, composed with the backend graph API
-// (runtime/cudnn_graph.h), for the case a training step spends its time on: bf16, causal,
-// neither packed nor padded rows, training shapes (Tq == Tk > 1), head size a multiple of 8 up
-// to 128, any number of key/value heads dividing the query heads. attention_cuda.cu tries it
-// first and runs its own kernel where these return false: another dtype or mask, or a shape
-// for which cuDNN offers no engine (remembered per shape, with one warning). Forward and
+// (runtime/cudnn_graph.h), for the cases a training step spends its time on: bf16, causal,
+// with or without row lengths (padded rows: cuDNN's per-batch sequence lengths), not packed
+// rows, training shapes (Tq == Tk > 1), head size a multiple of 8 up to 128, any number of
+// key/value heads dividing the query heads. attention_cuda.cu tries it first (and zeroes what
+// cuDNN leaves beyond each row's length) and runs its own kernel where these return false:
+// another dtype or mask, or a shape for which cuDNN offers no engine (remembered per shape,
+// with one warning). Forward and
 // backward may each fall back alone: cuDNN's softmax statistics are the own kernel's lse
 // (per query, log-sum-exp of the scaled scores, laid out (B,H,T)). TRAINER_CUDNN_ATTENTION=off
 // turns cuDNN off (to test the own kernel on a GPU). Built with the CUDA backend only.

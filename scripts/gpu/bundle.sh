@@ -42,7 +42,8 @@ pack() {
 cuda_dirs() {
   local site
   site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null || true)
-  find /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/nvidia/lib64 \
+  find /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib \
+    /usr/local/nvidia/lib64 \
     /usr/lib/x86_64-linux-gnu ${site:+"$site/nvidia"} -maxdepth 4 \
     \( -name 'libcudart.so*' -o -name 'libcublas*.so*' -o -name 'libcudnn.so*' \
     -o -name 'libnccl.so*' -o -name 'libcuda.so*' -o -name 'libnvrtc.so*' \) 2>/dev/null | xargs -r -n1 dirname | sort -u || true

@@ -1,9 +1,6 @@
 #include "app/train_loop.h"
 
-#include <pthread.h>
-
 #include <cmath>
-#include <csignal>
 #include <memory>
 #include <optional>
 
@@ -11,6 +8,7 @@
 #include "app/init_from.h"
 #include "app/metrics.h"
 #include "app/run_setup.h"
+#include "app/stop_signals.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
 #include "dist/communicator.h"
@@ -39,43 +37,6 @@ namespace trainer::app {
 namespace {
 
 constexpr double kMiB = 1048576.0;
-
-// Note [Stop signals]
-// SIGINT, SIGTERM and SIGUSR1 ask the run to stop at the next step boundary (after a
-// checkpoint). The handler only sets a flag, and it runs on an alternate stack of its own:
-// with the kernel's signal frame pushed on the interrupted thread's stack, a stop signal to
-// one rank of two corrupted that rank's memory in 9 of 22 trials on the machines this was
-// built on (Linux 6.18, AVX-512 and AMX: a frame of several KiB below whatever the interrupted
-// code was doing; a no-op handler did the same), and in 0 of 24 with the alternate stack
-// (tests/app/rank_failure.sh). An alternate stack belongs to one thread, so the signals are
-// blocked from the start of run_training, every thread started meanwhile (MPI's, the
-// communication thread, OpenMP's pool, the loader's) inherits the block, and only the
-// training thread takes them, once run() installs the handler and unblocks them there.
-volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int sig) {
-  g_stop_signal = sig;
-}
-
-// The stop signals' handler, run on an alternate stack of its own (Note [Stop signals]).
-void install_stop_handler() {
-  static std::vector<char> stack(size_t(1) << 16);  // beyond any XSAVE frame, AMX included
-  stack_t ss{};
-  ss.ss_sp = stack.data();
-  ss.ss_size = stack.size();
-  sigaltstack(&ss, nullptr);
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sa.sa_flags = SA_RESTART | SA_ONSTACK;
-  sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaction(sig, &sa, nullptr);
-}
-
-sigset_t stop_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaddset(&set, sig);
-  return set;
-}
 
 // A batch cut to its first `t` positions (sequence-length curriculum).
 void truncate_batch(data::Batch& b, int t) {
@@ -518,7 +479,7 @@ void TrainLoop::finish_gradients(StepStats& s) {
   s.times.comm_busy_s = dp_->last_comm_seconds();
   const nn::StepScalars local =
       model_.read_step_scalars(rc_.deterministic ? Tensor{} : dp_->grads());
-  std::vector<double> agreed = {local.loss_sum, g_stop_signal ? 1.0 : 0.0,
+  std::vector<double> agreed = {local.loss_sum, stop_signal_received() ? 1.0 : 0.0,
                                 write_failure().empty() ? 0.0 : 1.0,
                                 dp_->grads_sharded() ? local.grad_norm_sq : 0.0};
   if (comm_.size() > 1) comm_.all_reduce(agreed);
@@ -707,9 +668,7 @@ int TrainLoop::run() {
   }
   log_setup();
   progress_ = std::make_unique<Progress>(leader_ ? rc_.progress : "off", total);
-  install_stop_handler();
-  const sigset_t stops = stop_signals();
-  pthread_sigmask(SIG_UNBLOCK, &stops, nullptr);  // Note [Stop signals]
+  take_stop_signals();  // Note [Stop signals]
   run_timer_.reset();
   while (state_.step < total) {
     Timer step_timer;
@@ -777,8 +736,7 @@ Config with_absolute_paths(Config c) {
 }  // namespace
 
 int run_training(const Config& config, const TrainOptions& options) {
-  const sigset_t stops = stop_signals();  // Note [Stop signals]
-  pthread_sigmask(SIG_BLOCK, &stops, nullptr);
+  block_stop_signals();  // Note [Stop signals]
 #pragma omp parallel
   {
     // OpenMP's threads start here, blocking the stop signals.

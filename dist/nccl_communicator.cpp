@@ -97,10 +97,11 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return bootstrap_.size(); }
   std::string backend() const override { return "nccl"; }
 
-  // NCCL chooses its own algorithm (ring or tree, by size): no fixed order on the device yet.
+  // NCCL chooses its own algorithm (ring or tree, by size), so it has no fixed order: run setup
+  // refuses dist.deterministic on CUDA, and no fixed-tree reduction reaches here.
   Work all_reduce_async(void* data, int64_t count, DType type, ReduceOrder order) override {
     if (!on_device(data)) return bootstrap_.all_reduce_async(data, count, type, order);
-    CHECK(order == ReduceOrder::any, "fixed-tree reductions are not implemented over NCCL");
+    TRAINER_ASSERT(order == ReduceOrder::any, "a fixed-tree reduction on NCCL");
     return launch("all_reduce", count * dtype_size(type), [&] {
       NCCL_CALL(ncclAllReduce(data, data, size_t(count), nccl_type(type), ncclSum, comm_, stream_));
     });
@@ -108,7 +109,7 @@ class NcclCommunicator final : public Communicator {
   Work reduce_scatter_async(const void* send, void* recv, int64_t count, DType type,
                             ReduceOrder order) override {
     if (!on_device(recv)) return bootstrap_.reduce_scatter_async(send, recv, count, type, order);
-    CHECK(order == ReduceOrder::any, "fixed-tree reductions are not implemented over NCCL");
+    TRAINER_ASSERT(order == ReduceOrder::any, "a fixed-tree reduction on NCCL");
     return launch("reduce_scatter", count * dtype_size(type) * size(), [&] {
       NCCL_CALL(
           ncclReduceScatter(send, recv, size_t(count), nccl_type(type), ncclSum, comm_, stream_));

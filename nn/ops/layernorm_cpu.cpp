@@ -4,6 +4,7 @@
 
 #include "nn/ops/cpu_dtype.h"
 #include "nn/ops/layernorm.h"
+#include "nn/ops/residual.h"
 #include "runtime/workspace.h"
 
 namespace trainer::nn::cpu {
@@ -20,12 +21,7 @@ void forward_rows(T* out, float* mean, float* rstd, float* inp, const T* w, cons
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     float* x = inp + n * C;
-    if (branch) {
-      const float* a = res_in + n * C;
-      const R* r = branch + n * C;
-#pragma omp simd
-      for (int64_t c = 0; c < C; ++c) x[c] = a[c] + load(r[c]);
-    }
+    if (branch) residual_add(x, res_in + n * C, branch + n * C, C);
     float s = 0;
 #pragma omp simd reduction(+ : s)
     for (int64_t c = 0; c < C; ++c) s += x[c];

@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "nn/ops/cpu_dtype.h"
 #include "nn/ops/residual.h"
 
@@ -9,11 +11,13 @@ void residual_forward(const Context& ctx, const Tensor& out, const Tensor& a, co
   float* o = out.as<float>();
   const float* x = a.as<float>();
   const int64_t n = a.numel();
+  constexpr int64_t kChunk = 4096;  // elements a thread adds at a time
   with_float(b.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* y = b.as<T>();
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) o[i] = x[i] + load(y[i]);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i += kChunk)
+      residual_add(o + i, x + i, y + i, std::min(kChunk, n - i));
   });
 }
 

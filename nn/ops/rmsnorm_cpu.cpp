@@ -4,6 +4,7 @@
 
 #include "nn/ops/cpu_dtype.h"
 #include "nn/ops/layernorm.h"
+#include "nn/ops/residual.h"
 #include "nn/ops/rmsnorm.h"
 #include "runtime/workspace.h"
 
@@ -21,12 +22,7 @@ void forward_rows(T* out, float* rstd, float* inp, const T* w, int64_t N, int64_
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     float* x = inp + n * C;
-    if (branch) {
-      const float* a = res_in + n * C;
-      const R* r = branch + n * C;
-#pragma omp simd
-      for (int64_t c = 0; c < C; ++c) x[c] = a[c] + load(r[c]);
-    }
+    if (branch) residual_add(x, res_in + n * C, branch + n * C, C);
     float ss = 0;
 #pragma omp simd reduction(+ : ss)
     for (int64_t c = 0; c < C; ++c) ss += x[c] * x[c];

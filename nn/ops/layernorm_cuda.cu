@@ -1,5 +1,7 @@
-// CUDA LayerNorm: a warp per row for the forward and the input gradient; a thread per channel
-// summing the weight and bias gradients over rows in order (deterministic, no atomics).
+// CUDA LayerNorm: a warp per row for the forward and the input gradient; the weight and bias
+// gradients are column sums over the rows in a fixed order (column_sums.cuh: deterministic, no
+// atomics).
+#include "nn/ops/column_sums.cuh"
 #include "nn/ops/cuda_common.cuh"
 #include "nn/ops/layernorm.h"
 
@@ -58,20 +60,18 @@ __global__ void input_grad_kernel(float* dinp, const T* dout, const float* inp, 
   }
 }
 
-template <typename T, typename G>
-__global__ void param_grad_kernel(G* dw, G* db, const T* dout, const float* inp, const float* mean,
-                                  const float* rstd, int64_t N, int64_t C) {
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float aw = ld(dw[c]), ab = ld(db[c]);
-  for (int64_t n = 0; n < N; ++n) {
+// The weight and bias gradients' terms: xhat * dout and dout (column_sums).
+template <typename T>
+struct ParamGradTerms {
+  const T* dout;
+  const float *inp, *mean, *rstd;
+  int64_t C;
+  __device__ void operator()(int64_t n, int64_t c, float* acc) const {
     const float d = ld(dout[n * C + c]);
-    aw += (inp[n * C + c] - mean[n]) * rstd[n] * d;
-    ab += d;
+    acc[0] += (inp[n * C + c] - mean[n]) * rstd[n] * d;
+    acc[1] += d;
   }
-  st(dw[c], aw);
-  st(db[c], ab);
-}
+};
 
 }  // namespace
 
@@ -116,15 +116,16 @@ void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw
     input_grad_kernel<<<blocks_for(N, kRowsPerBlock), block, 0, stream_of(ctx)>>>(
         ptr<float>(dinp), ptr<T>(dout), ptr<float>(inp), ptr<T>(w), ptr<float>(mean),
         ptr<float>(rstd), N, C);
-    param_grad_kernel<<<blocks_for(C, 128), 128, 0, stream_of(ctx)>>>(
-        ptr<G>(dw), ptr<G>(db), ptr<T>(dout), ptr<float>(inp), ptr<float>(mean), ptr<float>(rstd),
-        N, C);
+    column_sums<2>(
+        ctx, ColumnOutputs<G, 2>{{ptr<G>(dw), ptr<G>(db)}},
+        ParamGradTerms<T>{ptr<T>(dout), ptr<float>(inp), ptr<float>(mean), ptr<float>(rstd), C}, N,
+        C);
   });
   check_launch("layernorm_backward");
 }
 
-size_t layernorm_backward_workspace(int64_t) {
-  return 0;
+size_t layernorm_backward_workspace(int64_t C) {
+  return column_sums_workspace(2, C);
 }
 
 }  // namespace trainer::nn::cuda

@@ -1,5 +1,6 @@
-// CUDA bias gradient of the linear layer (whose products go through matmul, cuBLASLt): a
-// thread per column summing the rows in order (deterministic).
+// CUDA bias gradient of the linear layer (whose products go through matmul, cuBLASLt): column
+// sums of dout over the rows in a fixed order (column_sums.cuh: deterministic, no atomics).
+#include "nn/ops/column_sums.cuh"
 #include "nn/ops/cuda_common.cuh"
 #include "nn/ops/linear.h"
 
@@ -7,14 +8,14 @@ namespace trainer::nn::cuda {
 
 namespace {
 
-template <typename T, typename G>
-__global__ void column_sums_kernel(G* out, const T* x, int64_t N, int64_t O) {
-  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= O) return;
-  float acc = ld(out[j]);
-  for (int64_t n = 0; n < N; ++n) acc += ld(x[n * O + j]);
-  st(out[j], acc);
-}
+template <typename T>
+struct BiasGradTerm {
+  const T* dout;
+  int64_t O;
+  __device__ void operator()(int64_t n, int64_t j, float* acc) const {
+    acc[0] += ld(dout[n * O + j]);
+  }
+};
 
 }  // namespace
 
@@ -22,14 +23,14 @@ void linear_bias_grad(const Context& ctx, const Tensor& dbias, const Tensor& dou
   with_floats(dout.dtype, dbias.dtype, [&](auto ttag, auto gtag) {
     using T = decltype(ttag);
     using G = decltype(gtag);
-    column_sums_kernel<<<blocks_for(dout.cols(), 128), 128, 0, stream_of(ctx)>>>(
-        ptr<G>(dbias), ptr<T>(dout), dout.rows(), dout.cols());
+    column_sums<1>(ctx, ColumnOutputs<G, 1>{{ptr<G>(dbias)}},
+                   BiasGradTerm<T>{ptr<T>(dout), dout.cols()}, dout.rows(), dout.cols());
   });
   check_launch("linear_bias_grad");
 }
 
-size_t linear_bias_grad_workspace(int64_t) {
-  return 0;
+size_t linear_bias_grad_workspace(int64_t O) {
+  return column_sums_workspace(1, O);
 }
 
 }  // namespace trainer::nn::cuda

@@ -1,5 +1,6 @@
-// CUDA RMSNorm: a warp per row for the forward and the input gradient; a thread per channel
-// summing the weight gradient over rows in order (deterministic, no atomics).
+// CUDA RMSNorm: a warp per row for the forward and the input gradient; the weight gradient is a
+// column sum over the rows in a fixed order (column_sums.cuh: deterministic, no atomics).
+#include "nn/ops/column_sums.cuh"
 #include "nn/ops/cuda_common.cuh"
 #include "nn/ops/rmsnorm.h"
 
@@ -44,15 +45,16 @@ __global__ void input_grad_kernel(float* dinp, const T* dout, const float* inp, 
     dinp[n * C + c] += (ld(w[c]) * ld(d[c]) - x[c] * r * dot) * r;
 }
 
-template <typename T, typename G>
-__global__ void weight_grad_kernel(G* dw, const T* dout, const float* inp, const float* rstd,
-                                   int64_t N, int64_t C) {
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float acc = ld(dw[c]);
-  for (int64_t n = 0; n < N; ++n) acc += inp[n * C + c] * rstd[n] * ld(dout[n * C + c]);
-  st(dw[c], acc);
-}
+// The weight gradient's term: x * rstd * dout (column_sums).
+template <typename T>
+struct WeightGradTerm {
+  const T* dout;
+  const float *inp, *rstd;
+  int64_t C;
+  __device__ void operator()(int64_t n, int64_t c, float* acc) const {
+    acc[0] += inp[n * C + c] * rstd[n] * ld(dout[n * C + c]);
+  }
+};
 
 }  // namespace
 
@@ -94,14 +96,14 @@ void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, 
     using G = decltype(gtag);
     input_grad_kernel<<<blocks_for(N, kRowsPerBlock), block, 0, stream_of(ctx)>>>(
         ptr<float>(dinp), ptr<T>(dout), ptr<float>(inp), ptr<T>(w), ptr<float>(rstd), N, C);
-    weight_grad_kernel<<<blocks_for(C, 128), 128, 0, stream_of(ctx)>>>(
-        ptr<G>(dw), ptr<T>(dout), ptr<float>(inp), ptr<float>(rstd), N, C);
+    column_sums<1>(ctx, ColumnOutputs<G, 1>{{ptr<G>(dw)}},
+                   WeightGradTerm<T>{ptr<T>(dout), ptr<float>(inp), ptr<float>(rstd), C}, N, C);
   });
   check_launch("rmsnorm_backward");
 }
 
-size_t rmsnorm_backward_workspace(int64_t) {
-  return 0;
+size_t rmsnorm_backward_workspace(int64_t C) {
+  return column_sums_workspace(1, C);
 }
 
 }  // namespace trainer::nn::cuda

@@ -98,7 +98,8 @@ Transformer::Memory Transformer::planned_memory(const ModelConfig& m, const Exec
   mem.grads = e.training ? own * int64_t(dtype_size(e.grad)) : 0;
   mem.activations = ActivationPlan(m, e).bytes();
   mem.workspace = workspace_bytes(m, e, make_context(e));
-  mem.inputs = 5 * N * 4 + 2 * 8;  // tokens, targets, positions, segments, lengths; scalars
+  // tokens, targets, positions, segments, lengths, runs; scalars
+  mem.inputs = 5 * N * 4 + (N + 1) * 4 + 2 * 8;
   return mem;
 }
 
@@ -120,10 +121,11 @@ Transformer::Transformer(const ModelConfig& config, const ExecConfig& exec)
   const size_t N = size_t(plan_.capacity());
   for (Buffer* b : {&tokens_, &targets_, &positions_, &segments_, &lengths_})
     *b = Buffer(N * sizeof(int32_t), dev);
+  runs_ = Buffer((N + 1) * sizeof(int32_t), dev);
   scalars_ = Buffer(2 * sizeof(double), dev);
   host_positions_.resize(N);
   if (dev == Device::cuda)  // Note [Batch upload]
-    upload_ = std::make_unique<PinnedUpload>((4 * N + size_t(exec.max_rows)) * sizeof(int32_t));
+    upload_ = std::make_unique<PinnedUpload>((5 * N + 1 + size_t(exec.max_rows)) * sizeof(int32_t));
 }
 
 Transformer::Memory Transformer::memory() const {
@@ -133,7 +135,7 @@ Transformer::Memory Transformer::memory() const {
           int64_t(acts_.bytes()),
           int64_t(workspace_.capacity()),
           int64_t(tokens_.bytes() + targets_.bytes() + positions_.bytes() + segments_.bytes() +
-                  lengths_.bytes() + scalars_.bytes())};
+                  lengths_.bytes() + runs_.bytes() + scalars_.bytes())};
 }
 
 void init_param(const ModelConfig& config, const ParamInfo& p, uint64_t seed, float* out) {
@@ -264,6 +266,7 @@ BlockTensors Transformer::block_tensors(int l, ParamUse use) {
   if (plan_.d_branch.offset >= 0) t.d_branch = act(plan_.d_branch);
   const int64_t N = int64_t(B_) * T_;
   if (has_segments_) t.mask.segments = segments_.view(DType::i32, N).reshape({B_, T_});
+  if (runs_count_ > 0) t.mask.runs = runs_.view(DType::i32, runs_count_ + 1);
   if (has_lengths_) t.mask.lengths = lengths_.view(DType::i32, B_);
   return t;
 }
@@ -314,6 +317,12 @@ int64_t Transformer::stage_batch(const BatchView& b, int first_position) {
   has_lengths_ = b.lengths != nullptr;
   if (has_targets_) stage(targets_, b.targets, N);
   if (has_segments_) stage(segments_, b.segments, N);
+  runs_count_ = 0;
+  if (has_segments_) {
+    const std::vector<int32_t> runs = segment_runs(b.segments, b.B, b.T);
+    runs_count_ = runs.empty() ? 0 : int64_t(runs.size()) - 1;
+    if (runs_count_ > 0) stage(runs_, runs.data(), int64_t(runs.size()));
+  }
   if (has_lengths_) stage(lengths_, b.lengths, b.B);
   if (upload_) upload_->end(ctx_.stream);
   return counted;

@@ -100,10 +100,12 @@ class Transformer final : public Model {
   Workspace workspace_;
   Context ctx_;
   Buffer params_, working_, grads_, acts_;
-  // Device copies of the last forward's inputs: (N) tokens, targets, positions, segments and
-  // (rows) lengths; and [loss_sum, grad_norm_sq] fp64 on the device.
-  Buffer tokens_, targets_, positions_, segments_, lengths_, scalars_;
+  // Device copies of the last forward's inputs: (N) tokens, targets, positions, segments,
+  // (rows) lengths and (runs + 1) the segments' runs; and [loss_sum, grad_norm_sq] fp64 on the
+  // device.
+  Buffer tokens_, targets_, positions_, segments_, lengths_, runs_, scalars_;
   std::vector<int32_t> host_positions_;
+  int64_t runs_count_ = 0;                // runs in runs_ (0: none)
   std::unique_ptr<PinnedUpload> upload_;  // CUDA: Note [Batch upload]
   int B_ = 0, T_ = 0;
   bool has_targets_ = false, has_segments_ = false, has_lengths_ = false;

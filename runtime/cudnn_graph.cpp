@@ -75,7 +75,7 @@ bool Graph::failed(bool ok, const std::string& what, std::string* why) {
 }
 
 int64_t Graph::tensor(cudnnDataType_t type, const Dims& dims, const Dims& strides, bool is_virtual,
-                      bool by_value) {
+                      bool by_value, int64_t ragged) {
   const int64_t uid = next_uid_++;
   Descriptor t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
   const int64_t alignment = 16;
@@ -87,6 +87,7 @@ int64_t Graph::tensor(cudnnDataType_t type, const Dims& dims, const Dims& stride
   const bool yes = true;
   if (is_virtual) t.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, &yes);
   if (by_value) t.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, &yes);
+  if (ragged) t.set(CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC, tensors_.at(ragged));
   std::string why;
   CHECK(t.finalize(&why), "cuDNN tensor {} (type {}) refused: {}", uid, int(type), why);
   tensors_.emplace(uid, std::move(t));

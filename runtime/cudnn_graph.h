@@ -48,9 +48,11 @@ using Dims = std::array<int64_t, 4>;
 class Graph {
  public:
   // A tensor with the next unique id (from 1): device memory unless virtual (an intermediate
-  // cuDNN keeps to itself) or by_value (a host scalar read at execution). Returns its id.
+  // cuDNN keeps to itself) or by_value (a host scalar read at execution). `ragged` (an id, 0:
+  // none) names an int64 [B+1,1,1,1] tensor of element offsets where each batch entry starts
+  // (variable-length sequences); the strides then apply from there. Returns its id.
   int64_t tensor(cudnnDataType_t type, const Dims& dims, const Dims& strides,
-                 bool is_virtual = false, bool by_value = false);
+                 bool is_virtual = false, bool by_value = false, int64_t ragged = 0);
   // y = mode(x[, b[, t]]) elementwise with broadcasting; gen_index (axis >= 0) writes indices.
   void pointwise(cudnnPointwiseMode_t mode, int64_t x, int64_t y, int64_t b = 0, int64_t t = 0,
                  cudnnDataType_t precision = CUDNN_DATA_FLOAT, int64_t axis = -1);

@@ -7,11 +7,15 @@
 // given, segments[b,j] == segments[b,i] (packed rows: no attention across documents) and
 // j < lengths[b] (padded rows). Queries at padding positions (i >= lengths[b]) produce zeros
 // and receive no gradient. Masks apply to training batches (Tq == Tk, q_pos == 0); a KV cache
-// (q_pos > 0) is one unmasked sequence.
+// (q_pos > 0) is one unmasked sequence. A packed batch may also list its runs: where each row's
+// segment ids form runs with no id in two of them (as the loader packs documents), the segment
+// mask is exactly "attend within the run", and a kernel may treat every run as a sequence of its
+// own (cuDNN's variable-length attention does).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "runtime/context.h"
 #include "runtime/tensor.h"
@@ -21,7 +25,13 @@ namespace trainer::nn {
 struct AttentionMask {
   Tensor segments;  // (B, T) int32, or empty
   Tensor lengths;   // (B) int32, or empty
+  Tensor runs;      // (R+1) int32 with segments, or empty: segment_runs of them
 };
+
+// The flat indices (b * T + t) where each run of equal ids in the rows of segments (B, T) starts,
+// then B * T: R + 1 values for R runs (the rows' runs in order; a run never crosses a row). Empty
+// when some row has an id in two separate runs (the mask is then not a set of runs).
+std::vector<int32_t> segment_runs(const int32_t* segments, int B, int T);
 
 // out(B,Tq,C) = softmax(q k^T / sqrt(hs) + mask) v per head. q (B,Tq,C), k and v (B,Tk,Ckv)
 // with Ckv = Hkv * hs for Hkv key/value heads dividing H (grouped-query attention: query head

@@ -1,5 +1,6 @@
-// CUDA attention, the simple kernel (the fused cuDNN path is the CUDA issue's next step): a
-// warp per query computes its scores key by key with an online softmax, so no (T, T) matrix is
+// CUDA attention: cuDNN's fused engines first (attention_cudnn.cpp, which this file also serves
+// with the ragged path's small kernels), else the simple kernel of our own: a warp per query
+// computes its scores key by key with an online softmax, so no (T, T) matrix is
 // held. Backward is two kernels without atomics: a warp per query for dq, a warp per key (and
 // key/value head, over the query heads it serves) for dk and dv; both recompute the
 // probabilities from the saved log-sum-exp. Masks as Note [Attention masks]; head size <= 256.
@@ -204,11 +205,50 @@ void zero_padding(const Context& ctx, const Tensor& x, const Tensor& len) {
   });
 }
 
+// Thread i <= bucket: run i's length and its offset in each tensor (ragged_layout).
+__global__ void ragged_layout_kernel(int32_t* lengths, int64_t* offsets, const int32_t* runs,
+                                     int64_t R, int64_t bucket, RaggedStrides strides) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i > bucket) return;
+  const int64_t first = runs[i < R ? i : R];
+  if (i < bucket) lengths[i] = i < R ? runs[i + 1] - runs[i] : 0;
+  for (int j = 0; j < strides.count; ++j) offsets[j * (bucket + 1) + i] = first * strides.token[j];
+}
+
+// One thread per (b, h, t): lse (B, H, T) and token-major stats (B * T, H), either way.
+__global__ void transpose_lse_kernel(float* lse, float* stats, int64_t B, int64_t H, int64_t T,
+                                     bool to_token_major) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= B * H * T) return;
+  const int64_t t = i % T, h = (i / T) % H, b = i / (H * T);
+  float& s = stats[(b * T + t) * H + h];
+  if (to_token_major)
+    s = lse[i];
+  else
+    lse[i] = s;
+}
+
 const int32_t* mask_ptr(const Tensor& t) {
   return t.empty() ? nullptr : static_cast<const int32_t*>(t.data);
 }
 
 }  // namespace
+
+void ragged_layout(const Context& ctx, int32_t* lengths, int64_t* offsets, const Tensor& runs,
+                   int64_t bucket, const RaggedStrides& strides) {
+  const int64_t R = runs.numel() - 1;
+  TRAINER_ASSERT(R >= 1 && R <= bucket && strides.count <= 8, "ragged_layout of {} runs", R);
+  ragged_layout_kernel<<<blocks_for(bucket + 1), kThreads, 0, stream_of(ctx)>>>(
+      lengths, offsets, ptr<int32_t>(runs), R, bucket, strides);
+  check_launch("ragged_layout");
+}
+
+void transpose_lse(const Context& ctx, float* lse, float* stats, int64_t B, int64_t H, int64_t T,
+                   bool to_token_major) {
+  transpose_lse_kernel<<<blocks_for(B * H * T), kThreads, 0, stream_of(ctx)>>>(lse, stats, B, H, T,
+                                                                               to_token_major);
+  check_launch("transpose_lse");
+}
 
 void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& q,
                        const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head,

@@ -14,6 +14,19 @@
 //   D = sum_d dO * O;  P = exp(select(causal, (Q K^T) * scale - Stats, -inf))
 //   dV = P^T dO;  dS = P * (dO V^T - D) * scale;  dK = dS^T Q;  dQ = dS K
 // with P^T and dS^T as bf16 views, and with grouped heads dK and dV summed over each group.
+//
+// Note [cuDNN ragged batches]
+// A packed batch (documents in rows, segment ids) goes to cuDNN as variable-length sequences:
+// every run of the mask (AttentionMask::runs) is a batch entry of its own, so no query sees
+// another document and no work is spent across documents. The graph's batch is the run count
+// rounded up to a power of two (one plan per bucket), its sequence length the row length T;
+// entries beyond the runs have length 0. Each tensor carries ragged offsets (int64, in its own
+// elements, cuDNN 9.6 on): where run i starts, its first flat index f (b * T + t) times the
+// tensor's token stride (the batch's end for the entries beyond), computed on the device from the
+// runs (ragged_layout). The softmax statistics (and backward's row sums) are
+// ragged too, token-major (N, H) as cuDNN's frontend lays them out, in our scratch; the lse
+// (B, H, T) our own kernel and the CPU share is transposed from and to it. The runs cover every
+// position, so nothing is left for a zeroing pass.
 
 #include "nn/ops/attention_cudnn.h"
 
@@ -42,8 +55,10 @@ struct Shape {
   int64_t B, H, Hk, T, D, ldq, ldk, ldv, ld_dq = 0, ld_dk = 0, ld_dv = 0;
   bool backward = false;
   bool padded = false;  // rows have lengths (Note [Attention masks])
+  bool ragged = false;  // runs as sequences, B the bucket (Note [cuDNN ragged batches])
   auto key() const {
-    return std::tuple{device, B, H, Hk, T, D, ldq, ldk, ldv, ld_dq, ld_dk, ld_dv, backward, padded};
+    return std::tuple{device, B,     H,     Hk,    T,        D,      ldq,   ldk,
+                      ldv,    ld_dq, ld_dk, ld_dv, backward, padded, ragged};
   }
   bool operator<(const Shape& o) const { return key() < o.key(); }
 };
@@ -52,9 +67,24 @@ struct Shape {
 // attention needs little (none, mostly); a plan that wants more falls back to the own kernel.
 constexpr int64_t kPlanWorkspace = int64_t(16) << 20;
 
-// Bytes of our own scratch at the workspace's start: backward's row sums of dO * O.
-int64_t scratch_bytes(int64_t B, int64_t H, int64_t T, bool backward) {
-  return backward ? int64_t(Workspace::bytes_for<float>(B * H * T)) : 0;
+// The graph batch of R runs: a power of two from 8 (Note [cuDNN ragged batches]).
+int64_t ragged_bucket(int64_t R) {
+  int64_t b = 8;
+  while (b < R) b *= 2;
+  return b;
+}
+
+// Tensors with ragged offsets: forward's first five, backward's all eight.
+enum Ragged { kQ, kK, kV, kO, kStats, kDq, kDk, kDv, kRaggedTensors };
+
+// Bytes of our own scratch at the workspace's start, for up to `rows` rows of T: backward's row
+// sums of dO * O and, for packed rows, the token-major statistics, the sequence lengths and the
+// offsets of the largest bucket.
+int64_t scratch_bytes(int64_t rows, int64_t H, int64_t T, bool backward) {
+  const int64_t N = rows * T, bucket = ragged_bucket(N);
+  return int64_t(Workspace::bytes_for<float>(N * H) * (backward ? 2 : 1) +
+                 Workspace::bytes_for<int32_t>(bucket) +
+                 Workspace::bytes_for<int64_t>(kRaggedTensors * (bucket + 1)));
 }
 
 // One shape's graph and plan (or the reason cuDNN cannot run it), the ids of its non-virtual
@@ -63,7 +93,6 @@ struct Entry {
   cudnn::Graph graph;
   std::optional<cudnn::Graph::Plan> plan;
   std::vector<int64_t> uids;
-  int64_t scratch = 0;
   float scale = 0, one = 1, masked = 0;
 };
 
@@ -76,6 +105,10 @@ Dims transposed(int64_t T, int64_t D, int64_t ld) {
 }
 Dims packed(const Dims& d) {
   return {d[1] * d[2] * d[3], d[2] * d[3], d[3], 1};
+}
+// Strides of [B, H, T, 1] statistics: (B, H, T), or token-major (B, T, H) when ragged.
+Dims stats_strides(const Shape& s) {
+  return s.ragged ? Dims{s.T * s.H, 1, s.H, 1} : Dims{s.H * s.T, s.T, 1, 1};
 }
 
 // The score mask value: -inf where cuDNN takes it (9.10 on), else the lowest float.
@@ -90,14 +123,18 @@ bool enabled() {
 }
 
 // Whether cuDNN's engines serve this call at all (Note [Attention masks]: the causal mask, with
-// row lengths or without; packed rows' segments are not composed). Before 9.15.1 a backward
-// without lengths could go wrong when T is not a multiple of 128 (cudnn-frontend issue 160).
+// row lengths, or with segments that form runs, or neither). Before 9.15.1 a backward without
+// lengths could go wrong when T is not a multiple of 128 (cudnn-frontend issue 160); ragged
+// statistics need 9.6, and its frontend composes them for head sizes that are multiples of 16.
 bool eligible(const Tensor& q, const Tensor& k, const AttentionMask& mask, int n_head, int q_pos) {
-  if (!enabled() || q.dtype != DType::bf16 || q_pos != 0 || !mask.segments.empty() || q.ndim != 3 ||
-      k.ndim != 3)
+  if (!enabled() || q.dtype != DType::bf16 || q_pos != 0 || q.ndim != 3 || k.ndim != 3)
     return false;
   const int64_t D = q.dim(2) / n_head, T = q.dim(1);
-  if (mask.lengths.empty() && T % 128 != 0 && cudnnGetVersion() < 91501) return false;
+  if (!mask.segments.empty() &&
+      (mask.runs.empty() || !mask.lengths.empty() || D % 16 != 0 || cudnnGetVersion() < 90600))
+    return false;
+  if (mask.lengths.empty() && mask.segments.empty() && T % 128 != 0 && cudnnGetVersion() < 91501)
+    return false;
   return k.dim(1) == T && T > 1 && D % 8 == 0 && D <= 128;
 }
 
@@ -107,7 +144,30 @@ Shape shape_of(const Context& ctx, const Tensor& q, const Tensor& k, const Tenso
   const int64_t D = q.dim(2) / n_head;
   Shape s{ctx.device_index, q.dim(0), n_head, k.dim(2) / D, q.dim(1), D, q.ld(), k.ld(), v.ld()};
   s.padded = !mask.lengths.empty();
+  s.ragged = !mask.segments.empty();
+  if (s.ragged) s.B = ragged_bucket(mask.runs.numel() - 1);
   return s;
+}
+
+// The ragged offset tensors of a graph (ids 0 where it is not ragged), in Ragged order.
+struct Offsets {
+  int64_t id[kRaggedTensors] = {};
+  int64_t operator[](Ragged r) const { return id[r]; }
+};
+int ragged_count(const Shape& s) {
+  return s.ragged ? (s.backward ? kRaggedTensors : kDq) : 0;
+}
+Offsets offsets(cudnn::Graph& g, const Shape& s) {
+  Offsets o;
+  for (int r = 0; r < ragged_count(s); ++r)
+    o.id[r] = g.tensor(CUDNN_DATA_INT64, {s.B + 1, 1, 1, 1}, {1, 1, 1, 1});
+  return o;
+}
+
+// The variant pack's ids after the data tensors and scalars: lengths, then the offsets.
+void add_mask_ids(std::vector<int64_t>& uids, int64_t len, const Offsets& o, const Shape& s) {
+  if (len) uids.push_back(len);
+  for (int r = 0; r < ragged_count(s); ++r) uids.push_back(o.id[r]);
 }
 
 // Masks S (scores, [B,H,T,T]) to the causal triangle: a new virtual tensor.
@@ -124,9 +184,9 @@ int64_t causal(cudnn::Graph& g, int64_t S, const Dims& ss, int64_t masked) {
   return out;
 }
 
-// The rows' lengths, as cuDNN's per-batch sequence lengths (queries and keys alike).
+// The rows' (or runs') lengths, as cuDNN's per-batch sequence lengths (queries and keys alike).
 int64_t lengths_tensor(cudnn::Graph& g, const Shape& s) {
-  return g.tensor(CUDNN_DATA_INT32, {s.B, 1, 1, 1}, {1, 1, 1, 1});
+  return s.padded || s.ragged ? g.tensor(CUDNN_DATA_INT32, {s.B, 1, 1, 1}, {1, 1, 1, 1}) : 0;
 }
 
 // Masks S to the rows' lengths: query i and key j both below the row's length.
@@ -151,22 +211,27 @@ void build_forward(Entry& e, const Shape& s) {
   cudnn::Graph& g = e.graph;
   const Dims qd{s.B, s.H, s.T, s.D}, kd{s.B, s.Hk, s.T, s.D}, ss{s.B, s.H, s.T, s.T};
   const Dims row{s.B, s.H, s.T, 1}, scalar{1, 1, 1, 1};
-  const int64_t Q = g.tensor(CUDNN_DATA_BFLOAT16, qd, seq_major(s.T, s.D, s.ldq));
-  const int64_t KT =
-      g.tensor(CUDNN_DATA_BFLOAT16, {s.B, s.Hk, s.D, s.T}, transposed(s.T, s.D, s.ldk));
-  const int64_t V = g.tensor(CUDNN_DATA_BFLOAT16, kd, seq_major(s.T, s.D, s.ldv));
-  const int64_t O = g.tensor(CUDNN_DATA_BFLOAT16, qd, seq_major(s.T, s.D, s.H * s.D));
-  const int64_t Stats = g.tensor(CUDNN_DATA_FLOAT, row, packed(row));
+  const Offsets off = offsets(g, s);
+  const int64_t Q =
+      g.tensor(CUDNN_DATA_BFLOAT16, qd, seq_major(s.T, s.D, s.ldq), false, false, off[kQ]);
+  const int64_t KT = g.tensor(CUDNN_DATA_BFLOAT16, {s.B, s.Hk, s.D, s.T},
+                              transposed(s.T, s.D, s.ldk), false, false, off[kK]);
+  const int64_t V =
+      g.tensor(CUDNN_DATA_BFLOAT16, kd, seq_major(s.T, s.D, s.ldv), false, false, off[kV]);
+  const int64_t O =
+      g.tensor(CUDNN_DATA_BFLOAT16, qd, seq_major(s.T, s.D, s.H * s.D), false, false, off[kO]);
+  const int64_t Stats =
+      g.tensor(CUDNN_DATA_FLOAT, row, stats_strides(s), false, false, off[kStats]);
   const int64_t scale = g.tensor(CUDNN_DATA_FLOAT, scalar, scalar, false, true);
   const int64_t masked = g.tensor(CUDNN_DATA_FLOAT, scalar, scalar, false, true);
-  const int64_t len = s.padded ? lengths_tensor(g, s) : 0;
+  const int64_t len = lengths_tensor(g, s);
   auto virt = [&](const Dims& d, cudnnDataType_t t = CUDNN_DATA_FLOAT) {
     return g.tensor(t, d, packed(d), true);
   };
   const int64_t S0 = virt(ss), S1 = virt(ss);
   g.matmul(Q, KT, S0, len, len);
   g.pointwise(CUDNN_POINTWISE_MUL, S0, S1, scale);
-  const int64_t S = causal(g, s.padded ? padding(g, S1, ss, len, masked) : S1, ss, masked);
+  const int64_t S = causal(g, len ? padding(g, S1, ss, len, masked) : S1, ss, masked);
   const int64_t M = virt(row), Z = virt(ss), E = virt(ss), L = virt(row), logL = virt(row);
   const int64_t P = virt(ss, CUDNN_DATA_BFLOAT16);
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, S, M);
@@ -178,7 +243,7 @@ void build_forward(Entry& e, const Shape& s) {
   g.pointwise(CUDNN_POINTWISE_DIV, E, P, L);
   g.matmul(P, V, O, len, 0, len);
   e.uids = {Q, KT, V, O, Stats, scale, masked};
-  if (len) e.uids.push_back(len);
+  add_mask_ids(e.uids, len, off, s);
 }
 
 void build_backward(Entry& e, const Shape& s) {
@@ -186,20 +251,27 @@ void build_backward(Entry& e, const Shape& s) {
   const Dims qd{s.B, s.H, s.T, s.D}, kd{s.B, s.Hk, s.T, s.D}, ss{s.B, s.H, s.T, s.T};
   const Dims row{s.B, s.H, s.T, 1}, scalar{1, 1, 1, 1}, kt{s.B, s.Hk, s.D, s.T};
   const Dims o_strides = seq_major(s.T, s.D, s.H * s.D);
-  const int64_t Q = g.tensor(CUDNN_DATA_BFLOAT16, qd, seq_major(s.T, s.D, s.ldq));
-  const int64_t KT = g.tensor(CUDNN_DATA_BFLOAT16, kt, transposed(s.T, s.D, s.ldk));
-  const int64_t VT = g.tensor(CUDNN_DATA_BFLOAT16, kt, transposed(s.T, s.D, s.ldv));
-  const int64_t O = g.tensor(CUDNN_DATA_BFLOAT16, qd, o_strides);
-  const int64_t dO = g.tensor(CUDNN_DATA_BFLOAT16, qd, o_strides);  // O's strides, as cuDNN wants
-  const int64_t Stats = g.tensor(CUDNN_DATA_FLOAT, row, packed(row));
-  const int64_t dQ = g.tensor(CUDNN_DATA_BFLOAT16, qd, seq_major(s.T, s.D, s.ld_dq));
-  const int64_t dK = g.tensor(CUDNN_DATA_BFLOAT16, kd, seq_major(s.T, s.D, s.ld_dk));
-  const int64_t dV = g.tensor(CUDNN_DATA_BFLOAT16, kd, seq_major(s.T, s.D, s.ld_dv));
+  const Offsets off = offsets(g, s);
+  auto data = [&](const Dims& d, const Dims& strides, Ragged r) {
+    return g.tensor(CUDNN_DATA_BFLOAT16, d, strides, false, false, off[r]);
+  };
+  const int64_t Q = data(qd, seq_major(s.T, s.D, s.ldq), kQ);
+  const int64_t KT = data(kt, transposed(s.T, s.D, s.ldk), kK);
+  const int64_t VT = data(kt, transposed(s.T, s.D, s.ldv), kV);
+  const int64_t O = data(qd, o_strides, kO);
+  const int64_t dO = data(qd, o_strides, kO);  // O's strides (and offsets), as cuDNN wants
+  const int64_t Stats =
+      g.tensor(CUDNN_DATA_FLOAT, row, stats_strides(s), false, false, off[kStats]);
+  const int64_t dQ = data(qd, seq_major(s.T, s.D, s.ld_dq), kDq);
+  const int64_t dK = data(kd, seq_major(s.T, s.D, s.ld_dk), kDk);
+  const int64_t dV = data(kd, seq_major(s.T, s.D, s.ld_dv), kDv);
   const int64_t scale = g.tensor(CUDNN_DATA_FLOAT, scalar, scalar, false, true);
   const int64_t one = g.tensor(CUDNN_DATA_FLOAT, scalar, scalar, false, true);
   const int64_t masked = g.tensor(CUDNN_DATA_FLOAT, scalar, scalar, false, true);
-  const int64_t rowsum = g.tensor(CUDNN_DATA_FLOAT, row, packed(row));  // in our workspace
-  const int64_t len = s.padded ? lengths_tensor(g, s) : 0;
+  // In our workspace, laid out as the statistics.
+  const int64_t rowsum =
+      g.tensor(CUDNN_DATA_FLOAT, row, stats_strides(s), false, false, off[kStats]);
+  const int64_t len = lengths_tensor(g, s);
   auto virt = [&](const Dims& d, cudnnDataType_t t = CUDNN_DATA_FLOAT) {
     return g.tensor(t, d, packed(d), true);
   };
@@ -212,7 +284,7 @@ void build_backward(Entry& e, const Shape& s) {
   const int64_t s0 = virt(ss), s1 = virt(ss), s2 = virt(ss), expS = virt(ss);
   g.matmul(Q, KT, s0, len, len);
   g.pointwise(CUDNN_POINTWISE_MUL, s0, s1, scale);
-  g.pointwise(CUDNN_POINTWISE_SUB, s.padded ? padding(g, s1, ss, len, masked) : s1, s2, Stats);
+  g.pointwise(CUDNN_POINTWISE_SUB, len ? padding(g, s1, ss, len, masked) : s1, s2, Stats);
   const int64_t s3 = causal(g, s2, ss, masked);
   g.pointwise(CUDNN_POINTWISE_EXP, s3, expS);
   // (B, H, Tk, Tq) views of an (B, H, Tq, Tk) score tensor, as bf16 product inputs.
@@ -244,12 +316,13 @@ void build_backward(Entry& e, const Shape& s) {
   } else {
     g.matmul(dST, Q, dK, len, 0, len);
   }
-  // dQ = dS K, K seen untransposed.
-  const int64_t K = g.tensor(CUDNN_DATA_FLOAT, kd, seq_major(s.T, s.D, s.ldk), true);
+  // dQ = dS K, K seen untransposed (with K's offsets, as cuDNN's frontend gives it).
+  const int64_t K =
+      g.tensor(CUDNN_DATA_FLOAT, kd, seq_major(s.T, s.D, s.ldk), true, false, off[kK]);
   g.reshape(KT, K);
   g.matmul(dS, K, dQ, len, 0, len);
   e.uids = {Q, KT, VT, O, dO, Stats, dQ, dK, dV, scale, one, masked, rowsum};
-  if (len) e.uids.push_back(len);
+  add_mask_ids(e.uids, len, off, s);
 }
 
 // The entry for `s`, built on first use; null when cuDNN cannot run it.
@@ -262,7 +335,6 @@ Entry* entry(const Shape& s) {
     auto e = std::make_unique<Entry>();
     e->scale = 1.0f / std::sqrt(float(s.D));
     e->masked = masked_value();
-    e->scratch = scratch_bytes(s.B, s.H, s.T, s.backward);
     std::string why;
     try {
       if (s.backward)
@@ -291,6 +363,19 @@ void* at(const Tensor& t) {
   return t.data;
 }
 
+// Appends the mask's data to a variant pack: the rows' lengths, or the runs' lengths and ragged
+// offsets (made in `scratch`) for tensors of these token strides, in Ragged order.
+void add_mask_data(std::vector<void*>& data, Workspace::Scope& scratch, const Context& ctx,
+                   const Shape& s, const AttentionMask& mask, const RaggedStrides& strides) {
+  if (s.padded) data.push_back(at(mask.lengths));
+  if (!s.ragged) return;
+  int32_t* lengths = scratch.take<int32_t>(s.B);
+  int64_t* offsets = scratch.take<int64_t>(strides.count * (s.B + 1));
+  ragged_layout(ctx, lengths, offsets, mask.runs, s.B, strides);
+  data.push_back(lengths);
+  for (int r = 0; r < strides.count; ++r) data.push_back(offsets + r * (s.B + 1));
+}
+
 }  // namespace
 
 size_t cudnn_attention_workspace(int64_t rows, int n_head, int64_t T, int64_t head_size, DType act,
@@ -308,10 +393,16 @@ bool cudnn_attention_forward(const Context& ctx, const Tensor& out, const Tensor
   Entry* e = entry(s);
   if (!e) return false;
   Workspace::Scope scratch(ctx.workspace);
+  const int64_t rows = q.dim(0);
+  // Ragged statistics are token-major, in our scratch.
+  void* stats = s.ragged ? scratch.take<float>(rows * s.T * s.H) : at(lse);
+  std::vector<void*> data = {at(q), at(k), at(v), at(out), stats, &e->scale, &e->masked};
+  add_mask_data(data, scratch, ctx, s, mask, {kDq, {s.ldq, s.ldk, s.ldv, s.H * s.D, s.H}});
   void* ws = scratch.take<char>(e->plan->workspace);
-  std::vector<void*> data = {at(q), at(k), at(v), at(out), at(lse), &e->scale, &e->masked};
-  if (s.padded) data.push_back(at(mask.lengths));
   e->plan->execute(ctx.stream, e->uids, data, ws);
+  if (s.ragged)
+    transpose_lse(ctx, static_cast<float*>(at(lse)), static_cast<float*>(stats), rows, s.H, s.T,
+                  false);
   return true;
 }
 
@@ -330,11 +421,19 @@ bool cudnn_attention_backward(const Context& ctx, const Tensor& dq, const Tensor
   Entry* e = entry(s);
   if (!e) return false;
   Workspace::Scope scratch(ctx.workspace);
-  float* rowsum = scratch.take<float>(s.B * s.H * s.T);
-  void* ws = scratch.take<char>(e->plan->workspace);
-  std::vector<void*> data = {at(q),  at(k),  at(v),     at(out), at(dout),   at(lse), at(dq),
+  const int64_t rows = q.dim(0), N = rows * s.T;
+  float* rowsum = scratch.take<float>(N * s.H);
+  void* stats = at(lse);
+  if (s.ragged) {  // token-major, in our scratch
+    stats = scratch.take<float>(N * s.H);
+    transpose_lse(ctx, static_cast<float*>(at(lse)), static_cast<float*>(stats), rows, s.H, s.T,
+                  true);
+  }
+  std::vector<void*> data = {at(q),  at(k),  at(v),     at(out), at(dout),   stats, at(dq),
                              at(dk), at(dv), &e->scale, &e->one, &e->masked, rowsum};
-  if (s.padded) data.push_back(at(mask.lengths));
+  add_mask_data(data, scratch, ctx, s, mask,
+                {kRaggedTensors, {s.ldq, s.ldk, s.ldv, s.H * s.D, s.H, s.ld_dq, s.ld_dk, s.ld_dv}});
+  void* ws = scratch.take<char>(e->plan->workspace);
   e->plan->execute(ctx.stream, e->uids, data, ws);
   return true;
 }

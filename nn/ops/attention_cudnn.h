@@ -1,14 +1,14 @@
 // Attention through cuDNN's fused flash-attention engines, composed with the backend graph API
 // (runtime/cudnn_graph.h), for the cases a training step spends its time on: bf16, causal,
-// with or without row lengths (padded rows: cuDNN's per-batch sequence lengths), not packed
-// rows, training shapes (Tq == Tk > 1), head size a multiple of 8 up to 128, any number of
-// key/value heads dividing the query heads. attention_cuda.cu tries it first (and zeroes what
-// cuDNN leaves beyond each row's length) and runs its own kernel where these return false:
-// another dtype or mask, or a shape for which cuDNN offers no engine (remembered per shape,
-// with one warning). Forward and
-// backward may each fall back alone: cuDNN's softmax statistics are the own kernel's lse
-// (per query, log-sum-exp of the scaled scores, laid out (B,H,T)). TRAINER_CUDNN_ATTENTION=off
-// turns cuDNN off (to test the own kernel on a GPU). Built with the CUDA backend only.
+// with or without row lengths (padded rows: cuDNN's per-batch sequence lengths) or segments
+// (packed rows: ragged sequences), training shapes (Tq == Tk > 1), head size a multiple of 8 up to
+// 128, any number of key/value heads dividing the query heads. attention_cuda.cu tries it first
+// (and zeroes what cuDNN leaves beyond each row's length) and runs its own kernel where these
+// return false: another dtype or mask, or a shape for which cuDNN offers no engine (remembered per
+// shape, with one warning). Forward and backward may each fall back alone: cuDNN's softmax
+// statistics are the own kernel's lse (per query, log-sum-exp of the scaled scores, laid out
+// (B,H,T)). TRAINER_CUDNN_ATTENTION=off turns cuDNN off (to test the own kernel on a GPU). Built
+// with the CUDA backend only.
 #pragma once
 
 #include "nn/ops/attention.h"
@@ -28,5 +28,22 @@ bool cudnn_attention_backward(const Context& ctx, const Tensor& dq, const Tensor
                               const Tensor& dv, const Tensor& dout, const Tensor& out,
                               const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                               const AttentionMask& mask, int n_head);
+
+// The ragged path's device helpers (in attention_cuda.cu). Token strides, in elements, of the
+// tensors that carry ragged offsets, in the order of their offset tensors.
+struct RaggedStrides {
+  int count;
+  int64_t token[8];
+};
+
+// lengths[i] = the length of run i of `runs` (AttentionMask::runs, R runs), 0 for R <= i <
+// bucket; offsets[j * (bucket + 1) + i] = the first flat index of run i (B * T for i >= R)
+// times strides.token[j].
+void ragged_layout(const Context& ctx, int32_t* lengths, int64_t* offsets, const Tensor& runs,
+                   int64_t bucket, const RaggedStrides& strides);
+
+// lse (B, H, T) from the token-major statistics stats (B * T, H), or the other way round.
+void transpose_lse(const Context& ctx, float* lse, float* stats, int64_t B, int64_t H, int64_t T,
+                   bool to_token_major);
 
 }  // namespace trainer::nn::cuda

@@ -285,15 +285,28 @@ Outputs residual_case(Arena& a, DType act, DType) {
   return {{"out", a.read(out)}};
 }
 
-// mask: 0 causal only, 1 packed segments, 2 padded lengths. Hkv key/value heads (0 = H).
+// mask: 0 causal only, 1 packed segments (with their runs: Note [Attention masks]), 2 padded
+// lengths. Hkv key/value heads (0 = H). Packed rows differ: row 0 holds three documents, the
+// others two and a padding tail (segment -1), as the loader packs them.
 Outputs attention_case(Arena& a, DType act, DType, int B, int T, int C, int H, int mask_kind,
                        int Hkv = 0) {
   std::vector<int32_t> seg, len;
   for (int b = 0; b < B; ++b)
-    for (int t = 0; t < T; ++t) seg.push_back(t < T / 3 ? 0 : t < T / 2 ? 1 : 2);
+    for (int t = 0; t < T; ++t)
+      seg.push_back(b == 0 ? (t < T / 3   ? 0
+                              : t < T / 2 ? 1
+                                          : 2)
+                           : (t < T / 4   ? 0
+                              : t < T - 3 ? 1
+                                          : -1));
   for (int b = 0; b < B; ++b) len.push_back(b == 0 ? T : T / 2 + 1);
   AttentionMask mask;
-  if (mask_kind == 1) mask.segments = a.ints(seg, {B, T});
+  if (mask_kind == 1) {
+    mask.segments = a.ints(seg, {B, T});
+    const std::vector<int32_t> runs = segment_runs(seg.data(), B, T);
+    EXPECT_EQ(runs.size(), size_t(3 * B + 1));
+    mask.runs = a.ints(runs, {int64_t(runs.size())});
+  }
   if (mask_kind == 2) mask.lengths = a.ints(len, {B});
   const int Ckv = (Hkv ? Hkv : H) * (C / H), width = C + 2 * Ckv;
   const Tensor qkv = a.random(1, act, {B, T, width});
@@ -402,6 +415,13 @@ std::vector<Case> make_cases() {
                }});
   c.push_back({"attention_grouped_head64", [](Arena& a, DType t, DType g) {
                  return attention_case(a, t, g, 2, 24, 256, 4, 0, 2);
+               }});
+  // Packed documents as ragged sequences (cuDNN's variable-length attention in bf16).
+  c.push_back({"attention_packed_head64", [](Arena& a, DType t, DType g) {
+                 return attention_case(a, t, g, 3, 40, 128, 2, 1);
+               }});
+  c.push_back({"attention_packed_grouped_head128", [](Arena& a, DType t, DType g) {
+                 return attention_case(a, t, g, 2, 36, 512, 4, 1, 2);
                }});
   return c;
 }

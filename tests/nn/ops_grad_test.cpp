@@ -278,6 +278,21 @@ TEST(Attention, NoAttentionAcrossSegments) {
   EXPECT_TRUE(changed);
 }
 
+TEST(Attention, SegmentRunsListEachRowsDocuments) {
+  // Two rows of 5: documents 0, 1 and a padding tail in row 0; one document in row 1.
+  const std::vector<int32_t> seg = {0, 0, 1, -1, -1, 0, 0, 0, 0, 0};
+  EXPECT_EQ(segment_runs(seg.data(), 2, 5), (std::vector<int32_t>{0, 2, 3, 5, 10}));
+  // A run that starts a row is a new run even where the id continues the row before.
+  const std::vector<int32_t> same = {3, 3, 3, 3};
+  EXPECT_EQ(segment_runs(same.data(), 2, 2), (std::vector<int32_t>{0, 2, 4}));
+  // An id in two runs of one row is not a set of runs: no runs at all.
+  const std::vector<int32_t> split = {0, 1, 0, 2};
+  EXPECT_TRUE(segment_runs(split.data(), 1, 4).empty());
+  // The same id in two rows is fine.
+  const std::vector<int32_t> rows = {0, 1, 0, 1};
+  EXPECT_EQ(segment_runs(rows.data(), 2, 2), (std::vector<int32_t>{0, 1, 2, 3, 4}));
+}
+
 TEST(Attention, QueriesAtAnOffsetMatchTheFullSequence) {
   // The KV-cache form: the last 3 queries at q_pos = 7 against all 10 keys equal the last 3
   // rows of the full causal attention.

@@ -69,7 +69,6 @@ enum class Act : uint8_t {
   d_qkv,
   d_atty,
   d_fch,
-  d_fch_gelu,
   gate_up,  // llama: the fused gate/up projection (N, 2F) and its SwiGLU (N, F)
   swiglu,
   d_gate_up,

@@ -36,15 +36,14 @@ ArchSpec gpt2_spec(const ModelConfig& m) {
   s.final = {{"ln_f.weight", Role::final_norm_w, {C}, false, Init::ones},
              {"ln_f.bias", Role::final_norm_b, {C}, false, Init::zeros}};
   using K = ActKind;
-  s.block_acts = {
-      {Act::ln1, C, false, K::cheap},         {Act::ln1_mean, 1, true, K::stat},
-      {Act::ln1_rstd, 1, true, K::stat},      {Act::qkv, 3 * C, false, K::expensive},
-      {Act::atty, C, false, K::expensive},    {Act::att_lse, H, true, K::stat},
-      {Act::res_mid, C, true, K::expensive},  {Act::ln2, C, false, K::cheap},
-      {Act::ln2_mean, 1, true, K::stat},      {Act::ln2_rstd, 1, true, K::stat},
-      {Act::fch, 4 * C, false, K::expensive}, {Act::fch_gelu, 4 * C, false, K::cheap},
-      {Act::d_qkv, 3 * C, false, K::scratch}, {Act::d_atty, C, false, K::scratch},
-      {Act::d_fch, 4 * C, false, K::scratch}, {Act::d_fch_gelu, 4 * C, false, K::scratch}};
+  s.block_acts = {{Act::ln1, C, false, K::cheap},         {Act::ln1_mean, 1, true, K::stat},
+                  {Act::ln1_rstd, 1, true, K::stat},      {Act::qkv, 3 * C, false, K::expensive},
+                  {Act::atty, C, false, K::expensive},    {Act::att_lse, H, true, K::stat},
+                  {Act::res_mid, C, true, K::expensive},  {Act::ln2, C, false, K::cheap},
+                  {Act::ln2_mean, 1, true, K::stat},      {Act::ln2_rstd, 1, true, K::stat},
+                  {Act::fch, 4 * C, false, K::expensive}, {Act::fch_gelu, 4 * C, false, K::cheap},
+                  {Act::d_qkv, 3 * C, false, K::scratch}, {Act::d_atty, C, false, K::scratch},
+                  {Act::d_fch, 4 * C, false, K::scratch}};
   return s;
 }
 
@@ -95,10 +94,9 @@ void gpt2_block_backward(const Context& ctx, const BlockTensors& t) {
   using enum Act;
   using R = Role;
   const int64_t C = t.x.cols();
-  // MLP branch.
-  linear_backward(ctx, A(t, d_fch_gelu), G(t, R::fc_proj_w), G(t, R::fc_proj_b),
-                  branch_grad(ctx, t), A(t, fch_gelu), W(t, R::fc_proj_w));
-  gelu_backward(ctx, A(t, d_fch), A(t, d_fch_gelu), A(t, fch));
+  // MLP branch (GELU's backward in the second layer's input-gradient product).
+  gelu_linear_backward(ctx, A(t, d_fch), G(t, R::fc_proj_w), G(t, R::fc_proj_b),
+                       branch_grad(ctx, t), A(t, fch_gelu), W(t, R::fc_proj_w), A(t, fch));
   linear_backward(ctx, t.d_ln, G(t, R::fc_w), G(t, R::fc_b), A(t, d_fch), A(t, ln2), W(t, R::fc_w));
   layernorm_backward(ctx, t.d_res, G(t, R::norm2_w), G(t, R::norm2_b), t.d_ln, A(t, res_mid),
                      W(t, R::norm2_w), A(t, ln2_mean), A(t, ln2_rstd));

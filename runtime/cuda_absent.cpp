@@ -67,5 +67,13 @@ bool cuda_matmul_gelu(const Context&, const Tensor&, const Tensor&, const Tensor
                       const Tensor&, bool, const Tensor&) {
   THROW_ERROR("this trainer was built without the CUDA backend");
 }
+bool cuda_matmul_bias_grad(const Context&, const Tensor&, const Tensor&, bool, const Tensor&, float,
+                           float, const Tensor&) {
+  THROW_ERROR("this trainer was built without the CUDA backend");
+}
+bool cuda_matmul_dgelu(const Context&, const Tensor&, const Tensor&, bool, const Tensor&, bool,
+                       const Tensor&) {
+  THROW_ERROR("this trainer was built without the CUDA backend");
+}
 
 }  // namespace trainer

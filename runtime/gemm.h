@@ -34,6 +34,20 @@ void matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool trans_a, 
 bool matmul_gelu(const Context& ctx, const Tensor& out, const Tensor& pre, const Tensor& A,
                  bool trans_a, const Tensor& B, bool trans_b, const Tensor& bias);
 
+// C = alpha op(A) B + beta C and bias_grad(N) = the column sums of B (overwritten, not added:
+// unscaled by alpha), in one product where the device has that epilogue: cuBLASLt's BGRADA on
+// CUDA. Returns false, having written nothing, where it has not (the CPU; a shape without such
+// an algorithm). bias_grad has C's dtype.
+bool matmul_bias_grad(const Context& ctx, const Tensor& C, const Tensor& A, bool trans_a,
+                      const Tensor& B, float alpha, float beta, const Tensor& bias_grad);
+
+// dpre = gelu'(pre) * (op(A) op(B)) (the derivative of the tanh approximation: nn's
+// gelu_backward applied to the product) in one product where the device has that epilogue:
+// cuBLASLt's DGELU on CUDA. Returns false, having written nothing, where it has not. pre has
+// dpre's shape and dtype.
+bool matmul_dgelu(const Context& ctx, const Tensor& dpre, const Tensor& A, bool trans_a,
+                  const Tensor& B, bool trans_b, const Tensor& pre);
+
 // Scratch `matmul` takes from ctx.workspace for an (M,N,K) product of `ab` operands.
 size_t matmul_workspace_bytes(const Context& ctx, int64_t M, int64_t N, int64_t K, DType ab);
 

@@ -297,6 +297,18 @@ bool matmul_gelu(const Context& ctx, const Tensor& out, const Tensor& pre, const
   return cuda_matmul_gelu(ctx, out, pre, A, trans_a, B, trans_b, bias);
 }
 
+bool matmul_bias_grad(const Context& ctx, const Tensor& C, const Tensor& A, bool trans_a,
+                      const Tensor& B, float alpha, float beta, const Tensor& bias_grad) {
+  if (ctx.device != Device::cuda) return false;  // the CPU sums the columns apart
+  return cuda_matmul_bias_grad(ctx, C, A, trans_a, B, alpha, beta, bias_grad);
+}
+
+bool matmul_dgelu(const Context& ctx, const Tensor& dpre, const Tensor& A, bool trans_a,
+                  const Tensor& B, bool trans_b, const Tensor& pre) {
+  if (ctx.device != Device::cuda) return false;  // the CPU runs the product and gelu_backward
+  return cuda_matmul_dgelu(ctx, dpre, A, trans_a, B, trans_b, pre);
+}
+
 size_t matmul_workspace_bytes(const Context& ctx, int64_t M, int64_t N, int64_t K, DType ab) {
   if (ctx.device == Device::cuda) return kCublasLtWorkspace;
   if (ab != DType::bf16 || ctx.bf16_math == CpuBf16Math::native) return 0;

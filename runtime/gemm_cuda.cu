@@ -1,9 +1,10 @@
 // cuBLASLt products. cuBLASLt is column-major: a row-major (M,N) C = op(A) op(B) is the
 // column-major (N,M) C^T = op(B)^T op(A)^T, so B and A swap places and keep their own
 // transposes and leading dimensions. fp32 or bf16 operands, fp32 accumulation (no TF32: fp32
-// products match the CPU's), an optional bias epilogue, or GELU keeping its input (the
-// pre-activation) for backward; the heuristic's algorithm is chosen once per shape and
-// epilogue and cached. Handles and descriptors are RAII.
+// products match the CPU's), and an epilogue: the bias, or GELU keeping its input (the
+// pre-activation) for backward; in backward the bias gradient (BGRADA) or GELU's derivative at
+// the kept input (DGELU). The heuristic's algorithm is chosen once per shape and epilogue and
+// cached. Handles and descriptors are RAII.
 #include <cublasLt.h>
 
 #include <map>
@@ -87,10 +88,12 @@ cublasLtHandle_t handle(int device) {
 using Key = std::tuple<int, int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, DType,
                        DType, int, bool, int>;
 
-// What a product writes on the way out besides C = alpha op(A) op(B) + beta C.
+// What a product does on the way out besides C = alpha op(A) op(B) + beta C.
 struct Epilogue {
-  const Tensor* bias = nullptr;  // + bias(N) on every row
-  const Tensor* aux = nullptr;   // GELU: C = gelu(x), aux = x (C's shape), x the result above
+  const Tensor* bias = nullptr;       // + bias(N) on every row
+  const Tensor* aux = nullptr;        // GELU: C = gelu(x), aux = x (C's shape), x the result above
+  bool dgelu = false;                 // with aux: C = gelu'(aux) * x instead (aux is read)
+  const Tensor* bias_grad = nullptr;  // bias_grad(N) = the column sums of B (B not transposed)
 };
 
 // The product with its epilogue. Returns false, having run nothing, when cuBLASLt has no
@@ -118,9 +121,22 @@ bool run_matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool ta, c
     desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_ptr);
     desc.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(e.bias->dtype));
   }
+  if (e.bias_grad) {
+    // Column-major, B is the first operand: BGRADA sums its rows over the inner dimension.
+    TRAINER_ASSERT(
+        !tb && !e.bias && !e.aux && e.bias_grad->numel() == N && e.bias_grad->dtype == C.dtype,
+        "cuda matmul bias gradient");
+    epilogue = CUBLASLT_EPILOGUE_BGRADA;
+    const void* grad_ptr = e.bias_grad->data;
+    desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, grad_ptr);
+  }
   if (e.aux) {
-    TRAINER_ASSERT(beta == 0.0f && e.aux->rows() == M && e.aux->cols() == N, "cuda matmul aux");
-    epilogue = e.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    TRAINER_ASSERT(
+        beta == 0.0f && e.aux->rows() == M && e.aux->cols() == N && (!e.dgelu || !e.bias),
+        "cuda matmul aux");
+    epilogue = e.dgelu  ? CUBLASLT_EPILOGUE_DGELU
+               : e.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                        : CUBLASLT_EPILOGUE_GELU_AUX;
     const void* aux_ptr = e.aux->data;
     const int64_t aux_ld = e.aux->ld();
     desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux_ptr);
@@ -192,6 +208,18 @@ bool cuda_matmul_gelu(const Context& ctx, const Tensor& out, const Tensor& pre, 
   if (pre.ld() % 8 != 0 || pre.dtype != out.dtype) return false;
   return run_matmul(ctx, out, A, ta, B, tb, 1.0f, 0.0f,
                     {.bias = bias.empty() ? nullptr : &bias, .aux = &pre});
+}
+
+bool cuda_matmul_bias_grad(const Context& ctx, const Tensor& C, const Tensor& A, bool ta,
+                           const Tensor& B, float alpha, float beta, const Tensor& bias_grad) {
+  return run_matmul(ctx, C, A, ta, B, false, alpha, beta, {.bias_grad = &bias_grad});
+}
+
+bool cuda_matmul_dgelu(const Context& ctx, const Tensor& dpre, const Tensor& A, bool ta,
+                       const Tensor& B, bool tb, const Tensor& pre) {
+  // As for GELU_AUX: the auxiliary input's leading dimension is a multiple of 8.
+  if (pre.ld() % 8 != 0 || pre.dtype != dpre.dtype) return false;
+  return run_matmul(ctx, dpre, A, ta, B, tb, 1.0f, 0.0f, {.aux = &pre, .dgelu = true});
 }
 
 }  // namespace trainer

@@ -8,7 +8,7 @@
 namespace trainer::nn {
 
 void gelu_forward(const Context& ctx, const Tensor& out, const Tensor& inp);
-// dinp = dout * gelu'(inp) (overwritten).
+// dinp = dout * gelu'(inp) (overwritten; dinp may be dout, in place).
 void gelu_backward(const Context& ctx, const Tensor& dinp, const Tensor& dout, const Tensor& inp);
 
 namespace cpu {

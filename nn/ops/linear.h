@@ -32,11 +32,22 @@ void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, c
                      const Tensor& dout, const Tensor& inp, const Tensor& w,
                      WeightLayout layout = WeightLayout::in_out);
 
+// linear_backward of a layer whose input was gelu(pre) (the MLP's second layer), GELU's backward
+// included: dpre(N,I) = gelu'(pre) * (dout @ w^T), overwritten, in place of dinp; dw and dbias
+// as linear_backward. On CUDA GELU's derivative rides in the product's epilogue (cuBLASLt's
+// DGELU); elsewhere (or where cuBLASLt has no such algorithm) the product goes to dpre and
+// gelu_backward follows in place.
+void gelu_linear_backward(const Context& ctx, const Tensor& dpre, const Tensor& dw,
+                          const Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                          const Tensor& w, const Tensor& pre,
+                          WeightLayout layout = WeightLayout::in_out);
+
 // Scratch linear_forward and linear_backward take for these sizes and dtypes.
 size_t linear_workspace(const Context& ctx, int64_t N, int64_t I, int64_t O, DType act);
 
 // The products go through matmul (runtime/gemm.h) on any device: the backends differ only in
-// the bias gradient, dbias(O) += the column sums of dout(N,O), in row order.
+// the bias gradient, dbias(O) += the column sums of dout(N,O), in row order, where the product's
+// epilogue does not compute it (cuBLASLt's BGRADA, with the weight gradient's product).
 namespace cpu {
 void linear_bias_grad(const Context& ctx, const Tensor& dbias, const Tensor& dout);
 size_t linear_bias_grad_workspace(int64_t O);

@@ -268,6 +268,20 @@ Outputs linear_gelu_case(Arena& a, DType act, DType) {
   return {{"out", a.read(out)}, {"pre", a.read(pre)}};
 }
 
+// The MLP's second layer's backward with GELU's: on CUDA the input gradient is one cuBLASLt
+// product with the DGELU epilogue (I a multiple of 8, as its auxiliary input needs), and the
+// weight gradient's product carries the bias gradient (BGRADA).
+Outputs gelu_linear_case(Arena& a, DType act, DType grad) {
+  const int N = 19, I = 48, O = 24;
+  const Tensor pre = a.random(1, act, {N, I}, 2.0f), x = a.poisoned(act, {N, I});
+  gelu_forward(a.ctx, x, pre);
+  const Tensor w = a.random(2, act, {I, O}), dout = a.random(3, act, {N, O});
+  const Tensor dpre = a.poisoned(act, {N, I});
+  const Tensor dw = a.random(4, grad, {I, O}), db = a.random(5, grad, {O});
+  gelu_linear_backward(a.ctx, dpre, dw, db, dout, x, w, pre);
+  return {{"dpre", a.read(dpre)}, {"dw", a.read(dw)}, {"db", a.read(db)}};
+}
+
 Outputs gelu_case(Arena& a, DType act, DType) {
   const int n = 301;
   const Tensor x = a.random(1, act, {n}, 2.0f), out = a.poisoned(act, {n});
@@ -385,6 +399,7 @@ std::vector<Case> make_cases() {
       {"swiglu", swiglu_case},
       {"gelu", gelu_case},
       {"linear_gelu", linear_gelu_case},
+      {"gelu_linear", gelu_linear_case},
       {"residual", residual_case},
       {"cross_entropy", cross_entropy_case},
       {"cast", cast_case},

@@ -88,6 +88,9 @@ int cmd_bench(const Args& args) {
       "peak-gflops", po::value<double>()->default_value(0),
       "the rate MFU is reported against (0: the GEMM rate measured here; 989000 for an H100 or "
       "H200's dense bf16)")("profile", "print a per-op time profile (CUDA: timed by events)")(
+      "cuda-graphs",
+      "replay forward and backward as CUDA graphs (train.cuda_graphs; not with "
+      "--profile, whose scopes are host work)")(
       "gemm", "only measure the GEMM rate (of --precision) at a few square sizes");
   po::variables_map vm;
   if (!parse_options("bench", args, desc, vm)) return 0;
@@ -108,6 +111,9 @@ int cmd_bench(const Args& args) {
   if (device != "cpu" && device != "cuda")
     throw UsageError(fmt::format("bench: --device must be cpu or cuda, got '{}'", device));
   exec.device = device == "cuda" ? Device::cuda : Device::cpu;
+  exec.cuda_graphs = vm.count("cuda-graphs") > 0;
+  if (exec.cuda_graphs && exec.device != Device::cuda)
+    throw UsageError("bench: --cuda-graphs needs --device cuda");
   if (exec.device == Device::cuda && cuda_device_count() == 0)
     throw UsageError(cuda_built() ? "bench: --device cuda but this machine has no CUDA GPU"
                                   : "bench: --device cuda but this trainer has no CUDA backend");
@@ -187,11 +193,12 @@ int cmd_bench(const Args& args) {
           : "";
   std::printf(
       "bench %s L=%d C=%d H=%d V=%d B=%d T=%d %s %s: %.1f ms/step | %.0f tok/s | %.1f GFLOP/s | "
-      "%s %.1f GFLOP/s | MFU %.1f%% | activations %.1f MiB%s\n",
+      "%s %.1f GFLOP/s | MFU %.1f%% | activations %.1f MiB%s%s\n",
       nn::arch_name(mc.arch), mc.n_layer, mc.n_embd, mc.n_head, mc.vocab_size, B, T,
       std::string(float_dtype_name(exec.compute)).c_str(), nn::recompute_name(exec.recompute),
       s * 1e3, tok_s, gflops, stated > 0 ? "stated peak" : "GEMM peak", peak, 100 * gflops / peak,
-      double(model.memory().activations) / 1048576.0, device_memory.c_str());
+      double(model.memory().activations) / 1048576.0, device_memory.c_str(),
+      exec.cuda_graphs && !vm.count("profile") ? " | CUDA graphs" : "");
   return 0;
 }
 

@@ -110,6 +110,10 @@ const std::vector<KeySpec>& schema() {
        "this run, when resuming, takes precedence"},
       {"train.resume", Kind::text, std::string("auto"),
        "auto (latest checkpoint of this run, if any), none, or a checkpoint directory"},
+      {"train.cuda_graphs", Kind::boolean, false,
+       "CUDA: replay each micro-batch's forward and backward as CUDA graphs where the batch's "
+       "shape repeats (one process, dist.sharding none, not dist.backend nccl; packed batches "
+       "run without)"},
       {"train.val_every", Kind::integer, int64_t(100), "Validate every N steps (0 = never)", 0},
       {"train.val_batches", Kind::integer, int64_t(20), "Batches per validation", 1},
 

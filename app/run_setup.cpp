@@ -161,6 +161,14 @@ RunConfig resolve_run(const Config& c) {
   r.sharding = dist::parse_sharding_stage(c.text("dist.sharding"));
   r.reshard_after_forward = c.boolean("dist.reshard_after_forward");
   r.exec.own_params = r.sharding == dist::ShardingStage::none;  // else the shards hold them
+  r.exec.cuda_graphs = c.boolean("train.cuda_graphs");
+  if (r.exec.cuda_graphs && r.exec.device != Device::cuda)
+    throw UsageError("train.cuda_graphs needs run.device = cuda");
+  // Their hooks queue collectives, which a replayed graph would not (Note [CUDA graphs]).
+  if (r.exec.cuda_graphs && (!r.exec.own_params || c.text("dist.backend") == "nccl"))
+    throw UsageError(
+        "train.cuda_graphs runs one-process training for now: not with dist.sharding or "
+        "dist.backend = nccl");
   r.adamw = adamw_config(c);
   r.schedule = lr_schedule(c);
   r.grad_clip = float(c.real("optimizer.grad_clip"));

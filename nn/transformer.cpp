@@ -203,7 +203,10 @@ Tensor Transformer::logits() const {
 Tensor Transformer::unit_weights(int unit, ParamUse use) {
   if (store) return store->weights(unit, use);
   TRAINER_ASSERT(exec_.own_params, "a model without weights of its own needs a UnitStore");
-  if (on_params_needed) on_params_needed(unit, use);
+  if (on_params_needed) {
+    on_params_needed(unit, use);
+    graphs_.record([this, unit, use] { on_params_needed(unit, use); });
+  }
   const Unit& u = layout_.units()[size_t(unit)];
   return working_params().flat(u.begin, u.end - u.begin);
 }
@@ -217,7 +220,10 @@ Tensor Transformer::unit_grads(int unit) {
 void Transformer::unit_ready(int unit) {
   if (store) return store->grads_ready(unit);
   const Unit& u = layout_.units()[size_t(unit)];
-  if (on_grads_ready) on_grads_ready(u.begin, u.end);
+  if (on_grads_ready) {
+    on_grads_ready(u.begin, u.end);
+    graphs_.record([this, b = u.begin, e = u.end] { on_grads_ready(b, e); });
+  }
 }
 
 bool Transformer::tied() const {
@@ -330,11 +336,26 @@ int64_t Transformer::stage_batch(const BatchView& b, int first_position) {
 
 int64_t Transformer::forward(const BatchView& batch) {
   const int64_t counted = stage_batch(batch, 0);
+  run_pass({.backward = false,
+            .rows = B_,
+            .seq_len = T_,
+            .targets = has_targets_,
+            .lengths = has_lengths_},
+           [&] { forward_pass(); });
+  return counted;
+}
+
+void Transformer::forward_pass() {
   forward_blocks_and_head(nullptr);
   if (has_targets_)
     cross_entropy_forward(ctx_, scalars_.view(DType::f64, 1), act(plan_.ce_stats), logits(),
                           targets_.view(DType::i32, int64_t(B_) * T_));
-  return counted;
+}
+
+void Transformer::run_pass(const StepGraphs::Key& key, const std::function<void()>& pass) {
+  if (!exec_.cuda_graphs || has_segments_ || profile::g_enabled) return pass();
+  TRAINER_ASSERT(!store && exec_.device == Device::cuda, "CUDA graphs of a sharded or CPU model");
+  graphs_.run(key, ctx_.stream, pass);
 }
 
 void Transformer::forward_cached(const int32_t* tokens, int count, KvCache& cache) {
@@ -381,6 +402,16 @@ void Transformer::forward_blocks_and_head(KvCache* cache) {
 void Transformer::backward(float loss_scale) {
   TRAINER_ASSERT(has_targets_ && exec_.training,
                  "backward needs a training model and a forward pass with targets");
+  run_pass({.backward = true,
+            .rows = B_,
+            .seq_len = T_,
+            .targets = true,
+            .lengths = has_lengths_,
+            .loss_scale = loss_scale},
+           [&] { backward_pass(loss_scale); });
+}
+
+void Transformer::backward_pass(float loss_scale) {
   const int E = layout_.embedding_unit(), F = layout_.final_unit(), L = config_.n_layer;
   const int64_t N = int64_t(B_) * T_;
   const Tensor wf = unit_weights(F, ParamUse::backward);

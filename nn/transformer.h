@@ -14,6 +14,7 @@
 #include "nn/block.h"
 #include "nn/model.h"
 #include "nn/model_config.h"
+#include "nn/step_graphs.h"
 #include "runtime/buffer.h"
 #include "runtime/cuda_stream.h"
 #include "runtime/workspace.h"
@@ -90,7 +91,12 @@ class Transformer final : public Model {
   // Returns the number of counted targets.
   int64_t stage_batch(const BatchView& b, int first_position);
   void forward_blocks_and_head(KvCache* cache);
+  // The training forward after stage_batch, and backward's work (Note [CUDA graphs]).
+  void forward_pass();
+  void backward_pass(float loss_scale);
   void backward_block(int layer);
+  // Runs a training pass, through graphs_ where exec.cuda_graphs allows it for this batch.
+  void run_pass(const StepGraphs::Key& key, const std::function<void()>& pass);
 
   ModelConfig config_;
   ExecConfig exec_;
@@ -109,6 +115,7 @@ class Transformer final : public Model {
   std::unique_ptr<PinnedUpload> upload_;  // CUDA: Note [Batch upload]
   int B_ = 0, T_ = 0;
   bool has_targets_ = false, has_segments_ = false, has_lengths_ = false;
+  StepGraphs graphs_;
 };
 
 }  // namespace trainer::nn

@@ -59,6 +59,17 @@ void* cuda_host_alloc(size_t) {
   THROW_ERROR("this trainer was built without the CUDA backend");
 }
 void cuda_host_free(void*) noexcept {}
+void cuda_capture_begin(void*) {
+  THROW_ERROR("this trainer was built without the CUDA backend");
+}
+void* cuda_capture_end(void*) {
+  THROW_ERROR("this trainer was built without the CUDA backend");
+}
+void cuda_capture_abort(void*) noexcept {}
+void cuda_graph_launch(void*, void*) {
+  THROW_ERROR("this trainer was built without the CUDA backend");
+}
+void cuda_graph_destroy(void*) noexcept {}
 void cuda_matmul(const Context&, const Tensor&, const Tensor&, bool, const Tensor&, bool, float,
                  float, const Tensor*) {
   THROW_ERROR("this trainer was built without the CUDA backend");

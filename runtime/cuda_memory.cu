@@ -112,4 +112,36 @@ void cuda_host_free(void* ptr) noexcept {
   if (ptr) cudaFreeHost(ptr);
 }
 
+void cuda_capture_begin(void* stream) {
+  CUDA_CHECK(
+      cudaStreamBeginCapture(static_cast<cudaStream_t>(stream), cudaStreamCaptureModeThreadLocal));
+}
+
+void* cuda_capture_end(void* stream) {
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  CHECK(err == cudaSuccess, "CUDA graph instantiation failed: {}", cudaGetErrorString(err));
+  return exec;
+}
+
+void cuda_capture_abort(void* stream) noexcept {
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph) == cudaSuccess && graph)
+    cudaGraphDestroy(graph);
+  (void)cudaGetLastError();  // the invalidated capture's error is the exception's, not the next
+                             // call's
+}
+
+void cuda_graph_launch(void* exec, void* stream) {
+  CUDA_CHECK(
+      cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), static_cast<cudaStream_t>(stream)));
+}
+
+void cuda_graph_destroy(void* exec) noexcept {
+  if (exec) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec));
+}
+
 }  // namespace trainer

@@ -37,5 +37,14 @@ void* cuda_timing_event_create();
 float cuda_event_elapsed_ms(void* start, void* end);
 void* cuda_host_alloc(size_t bytes);
 void cuda_host_free(void* ptr) noexcept;
+// Stream capture, for runtime/cuda_stream.h's CudaGraph: capture_begin records what this thread
+// queues on `stream` instead of running it; capture_end stops and instantiates it (an opaque
+// cudaGraphExec_t; throws with CUDA's reason when the capture failed); capture_abort stops and
+// discards it (for an exception thrown while capturing).
+void cuda_capture_begin(void* stream);
+void* cuda_capture_end(void* stream);
+void cuda_capture_abort(void* stream) noexcept;
+void cuda_graph_launch(void* exec, void* stream);
+void cuda_graph_destroy(void* exec) noexcept;
 
 }  // namespace trainer

@@ -1,10 +1,11 @@
-// RAII owners of a CUDA stream, an event and pinned (page-locked) host memory, and the
-// double-buffered upload of a model's inputs through them. They build in a CPU-only build too,
-// where creating one throws (runtime/cuda_absent.cpp).
+// RAII owners of a CUDA stream, an event, pinned (page-locked) host memory and a captured
+// graph, and the double-buffered upload of a model's inputs through them. They build in a CPU-only
+// build too, where creating one throws (runtime/cuda_absent.cpp).
 #pragma once
 
 #include <cstddef>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <utility>
 
@@ -60,6 +61,30 @@ class PinnedBuffer {
  private:
   void* p_ = nullptr;
   size_t bytes_ = 0;
+};
+
+// A CUDA graph: the work fn() queues on `stream`, captured (not run) at construction and run
+// again by each launch with the same arguments and memory. A capture that fails, or an
+// exception from fn(), throws; the stream is then left as it was.
+class CudaGraph {
+ public:
+  CudaGraph(void* stream, const std::function<void()>& fn) {
+    cuda_capture_begin(stream);
+    try {
+      fn();
+    } catch (...) {
+      cuda_capture_abort(stream);
+      throw;
+    }
+    exec_ = cuda_capture_end(stream);
+  }
+  ~CudaGraph() { cuda_graph_destroy(exec_); }
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+  void launch(void* stream) const { cuda_graph_launch(exec_, stream); }
+
+ private:
+  void* exec_ = nullptr;
 };
 
 // Note [Batch upload]

@@ -14,10 +14,12 @@
 #      poisoned outputs, and one whole training step (nn_backend_parity_test's CUDA cases);
 #   4. 20 training steps of a small GPT-2 and a small Llama on the GPU and on the CPU from the
 #      same initialisation and data: the loss curves must agree (fp32: 1e-3 relative);
-#   5. DDP through a 1-rank NCCL communicator (dist.backend: nccl) gives the same losses; a
+#   5. DDP through a 1-rank NCCL communicator (dist.backend: nccl) gives the same losses; so do
+#      CUDA graphs (train.cuda_graphs), bf16, in stream and bucket batches, bit for bit; a
 #      checkpoint written on the GPU resumes on the CPU;
 #   6. step time, tokens/s, MFU against 989 TFLOP/s, device memory and each kernel family's
-#      share of the step (CUDA events) on the GPU: GPT-2 124M and 350M shapes, bf16, T=1024.
+#      share of the step (CUDA events) on the GPU: GPT-2 124M and 350M shapes, bf16, T=1024,
+#      eager with the profile, then replayed as CUDA graphs.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TARBALL="$ROOT/gpu-check.tar.xz"
@@ -103,6 +105,24 @@ PY
     row "1-rank NCCL DDP, 20 steps" "FAIL (gpt2-nccl1.log)"
   fi
   cp "$work"/gpt2-nccl1.log "$out/" 2>/dev/null || true
+  # CUDA graphs replay the eager passes: the same losses, bit for bit (bf16; stream batches, and
+  # bucket batches whose padded shapes repeat).
+  for mode in stream bucket; do
+    if train_small cuda gpt2 "$work" "eager-$mode" --set model.precision=bf16 \
+          --set data.mode="$mode" &&
+        train_small cuda gpt2 "$work" "graphs-$mode" --set model.precision=bf16 \
+          --set data.mode="$mode" --set train.cuda_graphs=true; then
+      if cmp -s <(grep -o '"loss":[0-9.e+-]*' "$work/runs/eager-$mode/metrics.jsonl") \
+          <(grep -o '"loss":[0-9.e+-]*' "$work/runs/graphs-$mode/metrics.jsonl"); then
+        row "CUDA graphs, 20 steps ($mode)" "pass: the same losses as eager"
+      else
+        row "CUDA graphs, 20 steps ($mode)" "FAIL: losses differ from eager (graphs-$mode.log)"
+      fi
+    else
+      row "CUDA graphs, 20 steps ($mode)" "FAIL (eager-$mode.log, graphs-$mode.log)"
+    fi
+    cp "$work"/eager-"$mode".log "$work"/graphs-"$mode".log "$out/" 2>/dev/null || true
+  done
   # The GPU's step-10 checkpoint continued on the CPU.
   if trainer train --set data.path="$work/corpus" --set data.tokenizer="$work/tok.model" \
       --set run.dir="$work/runs" --set run.name=gpt2-cuda-on-cpu --set model.vocab_size=512 \
@@ -127,6 +147,12 @@ PY
     row "bench GPT-2 $name bf16 T=1024" \
       "$(sed -n 's/.*: \([0-9.]* ms\/step\) | \([0-9]* tok\/s\).*MFU \([0-9.]*%\).*device buffers \([0-9.]* MiB\).*/\1, \2, MFU \3 (of 989 TFLOP\/s), \4 device memory/p' <<<"$line")"
     row "  kernel families, GPT-2 $name" "$(sed -n 's/^  families: //p' "$out/bench-$name.txt")"
+    # shellcheck disable=SC2086
+    trainer bench --device cuda --precision bf16 $args -V 50304 -B 8 -T 1024 --steps 10 \
+      --peak-gflops 989000 --cuda-graphs >"$out/bench-$name-graphs.txt" 2>&1 || true
+    line=$(tail -1 "$out/bench-$name-graphs.txt")
+    row "  with CUDA graphs" \
+      "$(sed -n 's/.*: \([0-9.]* ms\/step\) | \([0-9]* tok\/s\).*MFU \([0-9.]*%\).*/\1, \2, MFU \3/p' <<<"$line")"
   done
   rm -rf "$work"
   printf '\n%s\n' "${table[@]}"

@@ -130,7 +130,7 @@ TEST(Config, SchedulesAndPatterns) {
 }
 
 // Keys that cannot go together, refused at resolution with both named.
-TEST(Config, ConflictingBatchAndDeterminismKeysAreUsageErrors) {
+TEST(Config, ConflictingKeysAreUsageErrors) {
   auto message = [](std::initializer_list<const char*> sets) {
     Config c;
     for (const char* s : sets) c.apply_override(s);
@@ -153,6 +153,15 @@ TEST(Config, ConflictingBatchAndDeterminismKeysAreUsageErrors) {
   EXPECT_NE(message({"dist.backend=nccl"}).find("dist.backend = nccl needs run.device = cuda"),
             std::string::npos);
   EXPECT_EQ(message({"train.global_batch=8", "dist.deterministic=true"}), "(accepted)");
+  // CUDA graphs replay passes whose hooks queue no collectives (Note [CUDA graphs]).
+  EXPECT_NE(message({"train.cuda_graphs=true"}).find("train.cuda_graphs needs run.device = cuda"),
+            std::string::npos);
+  for (const char* other : {"dist.sharding=full", "dist.backend=nccl"})
+    EXPECT_NE(message({"run.device=cuda", "train.cuda_graphs=true", other})
+                  .find("train.cuda_graphs runs one-process training for now"),
+              std::string::npos)
+        << other;
+  EXPECT_EQ(message({"run.device=cuda", "train.cuda_graphs=true"}), "(accepted)");
 }
 
 TEST(Config, ModelShapeErrorsAreUsageErrors) {

@@ -93,14 +93,18 @@ PY
     fi
     cp "$work"/*.log "$out/" 2>/dev/null || true
   done
+  # One row: `label` passes when runs $2 and $3 logged the same losses, bit for bit.
+  same_losses() {
+    if cmp -s <(grep -o '"loss":[0-9.e+-]*' "$work/runs/$2/metrics.jsonl") \
+        <(grep -o '"loss":[0-9.e+-]*' "$work/runs/$3/metrics.jsonl"); then
+      row "$1" "pass: the same losses as $2"
+    else
+      row "$1" "FAIL: losses differ from $2's ($3.log)"
+    fi
+  }
   # DDP through a 1-rank NCCL communicator: its all-reduces run, and change nothing.
   if train_small cuda gpt2 "$work" gpt2-nccl1 --set dist.backend=nccl; then
-    if cmp -s <(grep -o '"loss":[0-9.e+-]*' "$work/runs/gpt2-cuda/metrics.jsonl") \
-        <(grep -o '"loss":[0-9.e+-]*' "$work/runs/gpt2-nccl1/metrics.jsonl"); then
-      row "1-rank NCCL DDP, 20 steps" "pass: the same losses as without NCCL"
-    else
-      row "1-rank NCCL DDP, 20 steps" "FAIL: losses differ from the run without NCCL"
-    fi
+    same_losses "1-rank NCCL DDP, 20 steps" gpt2-cuda gpt2-nccl1
   else
     row "1-rank NCCL DDP, 20 steps" "FAIL (gpt2-nccl1.log)"
   fi
@@ -112,12 +116,7 @@ PY
           --set data.mode="$mode" &&
         train_small cuda gpt2 "$work" "graphs-$mode" --set model.precision=bf16 \
           --set data.mode="$mode" --set train.cuda_graphs=true; then
-      if cmp -s <(grep -o '"loss":[0-9.e+-]*' "$work/runs/eager-$mode/metrics.jsonl") \
-          <(grep -o '"loss":[0-9.e+-]*' "$work/runs/graphs-$mode/metrics.jsonl"); then
-        row "CUDA graphs, 20 steps ($mode)" "pass: the same losses as eager"
-      else
-        row "CUDA graphs, 20 steps ($mode)" "FAIL: losses differ from eager (graphs-$mode.log)"
-      fi
+      same_losses "CUDA graphs, 20 steps ($mode)" "eager-$mode" "graphs-$mode"
     else
       row "CUDA graphs, 20 steps ($mode)" "FAIL (eager-$mode.log, graphs-$mode.log)"
     fi

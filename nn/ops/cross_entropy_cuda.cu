@@ -1,7 +1,7 @@
 // CUDA cross-entropy over the vocabulary: a block per row finds the max and the log-sum-exp
-// offset (kept for backward) and the row's loss in double; one thread then adds the rows' losses
-// in order (deterministic). Backward recomputes the probabilities from the statistics and
-// writes the gradient in place of the logits.
+// offset (kept for backward) in one pass and the row's loss in double; one block then adds the
+// rows' losses in a fixed order (deterministic). Backward recomputes the probabilities from the
+// statistics and writes the gradient in place of the logits.
 #include "nn/ops/cross_entropy.h"
 #include "nn/ops/cuda_common.cuh"
 #include "runtime/workspace.h"
@@ -12,28 +12,38 @@ namespace {
 
 constexpr int kBlock = 256;
 
-// Reduces v over the block (sum or max) through shared memory; every thread gets the result.
-template <bool kMax>
-__device__ float block_reduce(float v, float* shared) {
-  v = kMax ? warp_max(v) : warp_sum(v);
+// Folds (m2, s2) into (m, s): running maxima and sums of exp(x - max) of two sets of values.
+__device__ __forceinline__ void combine(float& m, float& s, float m2, float s2) {
+  const float mx = fmaxf(m, m2);
+  if (mx == -INFINITY) return;  // both sets empty
+  s = s * expf(m - mx) + s2 * expf(m2 - mx);
+  m = mx;
+}
+
+// (max, sum of exp(x - max)) over the block's (m, s) pairs; every thread gets the result.
+__device__ void block_combine(float& m, float& s, float2* shared) {
+  for (int o = 16; o > 0; o >>= 1)
+    combine(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) shared[warp] = v;
+  if (lane == 0) shared[warp] = {m, s};
   __syncthreads();
   if (warp == 0) {
-    float w = lane < blockDim.x / 32 ? shared[lane] : (kMax ? -INFINITY : 0.0f);
-    w = kMax ? warp_max(w) : warp_sum(w);
+    float2 w = lane < blockDim.x / 32 ? shared[lane] : float2{-INFINITY, 0.0f};
+    for (int o = 16; o > 0; o >>= 1)
+      combine(w.x, w.y, __shfl_xor_sync(0xffffffffu, w.x, o), __shfl_xor_sync(0xffffffffu, w.y, o));
     if (lane == 0) shared[0] = w;
   }
   __syncthreads();
-  const float out = shared[0];
-  __syncthreads();
-  return out;
+  m = shared[0].x;
+  s = shared[0].y;
 }
 
+// One pass over the row (an online softmax: the running max rescales the running sum), so the
+// logits are read once here and once in backward, as a fused classifier reads them.
 template <typename T>
 __global__ void forward_kernel(double* row_loss, float* stats, const T* logits,
                                const int32_t* targets, int64_t V) {
-  __shared__ float shared[32];
+  __shared__ float2 shared[32];
   const int64_t n = blockIdx.x;
   const int32_t t = targets[n];
   if (t < 0) {  // not counted: no statistics needed
@@ -41,12 +51,17 @@ __global__ void forward_kernel(double* row_loss, float* stats, const T* logits,
     return;
   }
   const T* x = logits + n * V;
-  float m = -INFINITY;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) m = fmaxf(m, ld(x[v]));
-  m = block_reduce<true>(m, shared);
-  float s = 0;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) s += expf(ld(x[v]) - m);
-  s = block_reduce<false>(s, shared);
+  float m = -INFINITY, s = 0;
+  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+    const float xv = ld(x[v]);
+    if (xv > m) {
+      s = s * expf(m - xv) + 1.0f;
+      m = xv;
+    } else {
+      s += expf(xv - m);
+    }
+  }
+  block_combine(m, s, shared);
   if (threadIdx.x == 0) {
     const float offset = logf(s);
     stats[2 * n] = m;
@@ -55,10 +70,19 @@ __global__ void forward_kernel(double* row_loss, float* stats, const T* logits,
   }
 }
 
+// loss_sum += the rows' losses: each thread sums rows i, i + kBlock, ... in order, then a fixed
+// tree over the threads (the same bits every run).
 __global__ void sum_rows_kernel(double* loss_sum, const double* row_loss, int64_t N) {
+  __shared__ double shared[kBlock];
   double s = 0;
-  for (int64_t n = 0; n < N; ++n) s += row_loss[n];
-  *loss_sum += s;
+  for (int64_t n = threadIdx.x; n < N; n += kBlock) s += row_loss[n];
+  shared[threadIdx.x] = s;
+  __syncthreads();
+  for (int stride = kBlock / 2; stride > 0; stride >>= 1) {
+    if (threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *loss_sum += shared[0];
 }
 
 template <typename T>
@@ -94,7 +118,7 @@ void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Ten
     forward_kernel<<<unsigned(N), kBlock, 0, stream_of(ctx)>>>(
         row_loss, ptr<float>(stats), ptr<T>(logits), ptr<int32_t>(targets), V);
   });
-  sum_rows_kernel<<<1, 1, 0, stream_of(ctx)>>>(ptr<double>(loss_sum), row_loss, N);
+  sum_rows_kernel<<<1, kBlock, 0, stream_of(ctx)>>>(ptr<double>(loss_sum), row_loss, N);
   check_launch("cross_entropy_forward");
 }
 

@@ -596,6 +596,7 @@ void TrainLoop::log_step(const StepStats& s, double step_s) {
                       {"forward_ms", t.forward_s * 1e3},
                       {"backward_ms", t.backward_s * 1e3},
                       {"comm_wait_ms", t.comm_wait_s * 1e3},
+                      {"comm_busy_ms", t.comm_busy_s * 1e3},
                       {"comm_hidden", t.hidden_fraction()},
                       {"optimizer_ms", t.optimizer_s * 1e3},
                       {"rss_mib", resident_mib()}};

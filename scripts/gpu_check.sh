@@ -15,8 +15,9 @@
 #   4. 20 training steps of a small GPT-2 and a small Llama on the GPU and on the CPU from the
 #      same initialisation and data: the loss curves must agree (fp32: 1e-3 relative);
 #   5. DDP through a 1-rank NCCL communicator (dist.backend: nccl) gives the same losses; so do
-#      CUDA graphs (train.cuda_graphs), bf16, in stream and bucket batches, bit for bit; a
-#      checkpoint written on the GPU resumes on the CPU;
+#      CUDA graphs (train.cuda_graphs), bf16, in stream and bucket batches, bit for bit; how
+#      much of that all-reduce hides behind backward at the 124M shape; a checkpoint written on
+#      the GPU resumes on the CPU;
 #   6. step time, tokens/s, MFU against 989 TFLOP/s, device memory and each kernel family's
 #      share of the step (CUDA events) on the GPU: GPT-2 124M and 350M shapes, bf16, T=1024,
 #      eager with the profile, then replayed as CUDA graphs.
@@ -122,6 +123,30 @@ PY
     fi
     cp "$work"/eager-"$mode".log "$work"/graphs-"$mode".log "$out/" 2>/dev/null || true
   done
+  # DDP's bucketed all-reduce against backward on the GPU, through a 1-rank NCCL communicator
+  # (GPT-2 124M blocks, bf16, T=1024, 25 MiB buckets): the step with NCCL less the step without
+  # is the part of the collectives' busy time (CUDA events on NCCL's stream) not hidden.
+  local big=(--set model.precision=bf16 --set model.n_layer=12 --set model.n_head=12
+    --set model.n_embd=768 --set model.max_seq_len=1024 --set data.seq_len=1024
+    --set train.steps=30 --set checkpoint.every=0 --set dist.bucket_mb=25)
+  if train_small cuda gpt2 "$work" overlap-auto "${big[@]}" &&
+      train_small cuda gpt2 "$work" overlap-nccl "${big[@]}" --set dist.backend=nccl; then
+    row "DDP overlap, 1-rank NCCL, 124M blocks" "$(python3 - "$work/runs" <<'PY'
+import json, statistics, sys
+def median(run, key):
+    rows = [json.loads(l) for l in open(f"{sys.argv[1]}/{run}/metrics.jsonl")]
+    return statistics.median(r[key] for r in rows if "step_ms" in r and r["step"] > 10)
+plain, nccl = median("overlap-auto", "step_ms"), median("overlap-nccl", "step_ms")
+busy = median("overlap-nccl", "comm_busy_ms")
+hidden = 1 - max(0.0, nccl - plain) / busy if busy > 0 else float("nan")
+print(f"step {nccl:.1f} ms with NCCL, {plain:.1f} ms without; all-reduce busy {busy:.2f} ms, "
+      f"{100 * hidden:.0f}% hidden")
+PY
+)"
+  else
+    row "DDP overlap, 1-rank NCCL, 124M blocks" "FAIL (overlap-*.log)"
+  fi
+  cp "$work"/overlap-*.log "$out/" 2>/dev/null || true
   # The GPU's step-10 checkpoint continued on the CPU.
   if trainer train --set data.path="$work/corpus" --set data.tokenizer="$work/tok.model" \
       --set run.dir="$work/runs" --set run.name=gpt2-cuda-on-cpu --set model.vocab_size=512 \

@@ -125,7 +125,8 @@ inline std::vector<nlohmann::json> metrics_without_timings(const fs::path& run,
     auto j = nlohmann::json::parse(line);
     if (j["step"].get<int64_t>() <= after_step) continue;
     for (const char* k : {"tokens_per_s", "mfu", "step_ms", "data_ms", "forward_ms", "backward_ms",
-                          "optimizer_ms", "comm_wait_ms", "comm_hidden", "rss_mib"})
+                          "optimizer_ms", "comm_wait_ms", "comm_busy_ms", "comm_hidden",
+                          "rss_mib"})
       j.erase(k);
     out.push_back(j);
   }

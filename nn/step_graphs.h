@@ -3,7 +3,8 @@
 //
 // Note [CUDA graphs]
 // A pass is keyed by everything the host decides it by: forward or backward, the batch's rows
-// and length, whether it has targets and row lengths, and backward's loss scale. The first run
+// and length, whether it has targets and row lengths (backward's loss scale is a device scalar
+// uploaded before the launch, as the batch is, so it varies freely). The first run
 // of a key is eager (it builds cuDNN plans and picks cuBLASLt algorithms, which capture
 // forbids); the second is captured and launched; later ones are launched. Everything a pass
 // reads or writes has a fixed address (planned memory, the workspace's stack order), and the
@@ -33,7 +34,6 @@ class StepGraphs {
     bool backward = false;
     int rows = 0, seq_len = 0;
     bool targets = false, lengths = false;
-    float loss_scale = 0;
     auto operator<=>(const Key&) const = default;
   };
 

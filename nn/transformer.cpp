@@ -98,8 +98,8 @@ Transformer::Memory Transformer::planned_memory(const ModelConfig& m, const Exec
   mem.grads = e.training ? own * int64_t(dtype_size(e.grad)) : 0;
   mem.activations = ActivationPlan(m, e).bytes();
   mem.workspace = workspace_bytes(m, e, make_context(e));
-  // tokens, targets, positions, segments, lengths, runs; scalars
-  mem.inputs = 5 * N * 4 + (N + 1) * 4 + 2 * 8;
+  // tokens, targets, positions, segments, lengths, runs; the loss scale, scalars
+  mem.inputs = 5 * N * 4 + (N + 1) * 4 + 4 + 2 * 8;
   return mem;
 }
 
@@ -122,10 +122,11 @@ Transformer::Transformer(const ModelConfig& config, const ExecConfig& exec)
   for (Buffer* b : {&tokens_, &targets_, &positions_, &segments_, &lengths_})
     *b = Buffer(N * sizeof(int32_t), dev);
   runs_ = Buffer((N + 1) * sizeof(int32_t), dev);
+  loss_scale_ = Buffer(sizeof(float), dev);
   scalars_ = Buffer(2 * sizeof(double), dev);
   host_positions_.resize(N);
-  if (dev == Device::cuda)  // Note [Batch upload]
-    upload_ = std::make_unique<PinnedUpload>((5 * N + 1 + size_t(exec.max_rows)) * sizeof(int32_t));
+  if (dev == Device::cuda)  // Note [Batch upload]: 4 of N values, the runs, up to N lengths
+    upload_ = std::make_unique<PinnedUpload>((6 * N + 1) * sizeof(int32_t));
 }
 
 Transformer::Memory Transformer::memory() const {
@@ -135,7 +136,7 @@ Transformer::Memory Transformer::memory() const {
           int64_t(acts_.bytes()),
           int64_t(workspace_.capacity()),
           int64_t(tokens_.bytes() + targets_.bytes() + positions_.bytes() + segments_.bytes() +
-                  lengths_.bytes() + runs_.bytes() + scalars_.bytes())};
+                  lengths_.bytes() + runs_.bytes() + loss_scale_.bytes() + scalars_.bytes())};
 }
 
 void init_param(const ModelConfig& config, const ParamInfo& p, uint64_t seed, float* out) {
@@ -205,7 +206,9 @@ Tensor Transformer::unit_weights(int unit, ParamUse use) {
   TRAINER_ASSERT(exec_.own_params, "a model without weights of its own needs a UnitStore");
   if (on_params_needed) {
     on_params_needed(unit, use);
-    graphs_.record([this, unit, use] { on_params_needed(unit, use); });
+    graphs_.record([this, unit, use] {
+      if (on_params_needed) on_params_needed(unit, use);
+    });
   }
   const Unit& u = layout_.units()[size_t(unit)];
   return working_params().flat(u.begin, u.end - u.begin);
@@ -222,7 +225,9 @@ void Transformer::unit_ready(int unit) {
   const Unit& u = layout_.units()[size_t(unit)];
   if (on_grads_ready) {
     on_grads_ready(u.begin, u.end);
-    graphs_.record([this, b = u.begin, e = u.end] { on_grads_ready(b, e); });
+    graphs_.record([this, b = u.begin, e = u.end] {
+      if (on_grads_ready) on_grads_ready(b, e);
+    });
   }
 }
 
@@ -311,10 +316,7 @@ int64_t Transformer::stage_batch(const BatchView& b, int first_position) {
   T_ = b.T;
   if (upload_) upload_->begin();
   auto stage = [&](Buffer& dst, const int32_t* src, int64_t count) {
-    if (upload_)
-      upload_->copy(dst.data(), src, size_t(count) * sizeof(int32_t), ctx_.stream);
-    else
-      copy(ctx_, dst.view(DType::i32, count), make_tensor(src, DType::i32, {count}));
+    put(dst, src, DType::i32, count);
   };
   stage(tokens_, b.tokens, N);
   stage(positions_, host_positions_.data(), N);
@@ -332,6 +334,13 @@ int64_t Transformer::stage_batch(const BatchView& b, int first_position) {
   if (has_lengths_) stage(lengths_, b.lengths, b.B);
   if (upload_) upload_->end(ctx_.stream);
   return counted;
+}
+
+void Transformer::put(Buffer& dst, const void* src, DType dtype, int64_t count) {
+  if (upload_)
+    upload_->copy(dst.data(), src, size_t(count) * dtype_size(dtype), ctx_.stream);
+  else
+    copy(ctx_, dst.view(dtype, count), make_tensor(src, dtype, {count}));
 }
 
 int64_t Transformer::forward(const BatchView& batch) {
@@ -402,16 +411,14 @@ void Transformer::forward_blocks_and_head(KvCache* cache) {
 void Transformer::backward(float loss_scale) {
   TRAINER_ASSERT(has_targets_ && exec_.training,
                  "backward needs a training model and a forward pass with targets");
-  run_pass({.backward = true,
-            .rows = B_,
-            .seq_len = T_,
-            .targets = true,
-            .lengths = has_lengths_,
-            .loss_scale = loss_scale},
-           [&] { backward_pass(loss_scale); });
+  if (upload_) upload_->begin();
+  put(loss_scale_, &loss_scale, DType::f32, 1);
+  if (upload_) upload_->end(ctx_.stream);
+  run_pass({.backward = true, .rows = B_, .seq_len = T_, .targets = true, .lengths = has_lengths_},
+           [&] { backward_pass(); });
 }
 
-void Transformer::backward_pass(float loss_scale) {
+void Transformer::backward_pass() {
   const int E = layout_.embedding_unit(), F = layout_.final_unit(), L = config_.n_layer;
   const int64_t N = int64_t(B_) * T_;
   const Tensor wf = unit_weights(F, ParamUse::backward);
@@ -420,7 +427,7 @@ void Transformer::backward_pass(float loss_scale) {
   const Tensor dhead = tied() ? param(ge, E, Role::tok_embedding) : param(gf, F, Role::lm_head);
   const Tensor dlogits = logits();  // overwrites the logits in place
   cross_entropy_backward(ctx_, dlogits, logits(), act(plan_.ce_stats), targets_.view(DType::i32, N),
-                         loss_scale);
+                         loss_scale_.view(DType::f32, 1));
   {
     // Through the head (V, C): d lnf = dlogits @ head; d head += dlogits^T @ lnf.
     PROFILE_SCOPE("lm_head_backward");

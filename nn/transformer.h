@@ -90,10 +90,13 @@ class Transformer final : public Model {
   // Validates the batch and copies it to the device; positions start at first_position.
   // Returns the number of counted targets.
   int64_t stage_batch(const BatchView& b, int first_position);
+  // dst[0, count) = the host values src of `dtype`, queued on the model's stream: through
+  // upload_ on CUDA, between its begin() and end() (Note [Batch upload]).
+  void put(Buffer& dst, const void* src, DType dtype, int64_t count);
   void forward_blocks_and_head(KvCache* cache);
   // The training forward after stage_batch, and backward's work (Note [CUDA graphs]).
   void forward_pass();
-  void backward_pass(float loss_scale);
+  void backward_pass();
   void backward_block(int layer);
   // Runs a training pass, through graphs_ where exec.cuda_graphs allows it for this batch.
   void run_pass(const StepGraphs::Key& key, const std::function<void()>& pass);
@@ -107,9 +110,9 @@ class Transformer final : public Model {
   Context ctx_;
   Buffer params_, working_, grads_, acts_;
   // Device copies of the last forward's inputs: (N) tokens, targets, positions, segments,
-  // (rows) lengths and (runs + 1) the segments' runs; and [loss_sum, grad_norm_sq] fp64 on the
-  // device.
-  Buffer tokens_, targets_, positions_, segments_, lengths_, runs_, scalars_;
+  // (rows) lengths and (runs + 1) the segments' runs; the last backward's loss scale (fp32);
+  // and [loss_sum, grad_norm_sq] fp64 on the device.
+  Buffer tokens_, targets_, positions_, segments_, lengths_, runs_, loss_scale_, scalars_;
   std::vector<int32_t> host_positions_;
   int64_t runs_count_ = 0;                // runs in runs_ (0: none)
   std::unique_ptr<PinnedUpload> upload_;  // CUDA: Note [Batch upload]

@@ -119,11 +119,18 @@ void cuda_capture_begin(void* stream) {
 
 void* cuda_capture_end(void* stream) {
   cudaGraph_t graph = nullptr;
-  CUDA_CHECK(cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph));
+  const cudaError_t ended = cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph);
+  if (ended != cudaSuccess) {
+    (void)cudaGetLastError();  // reported here, not by the next kernel's launch check
+    THROW_ERROR("CUDA stream capture failed: {}", cudaGetErrorString(ended));
+  }
   cudaGraphExec_t exec = nullptr;
   const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
-  CHECK(err == cudaSuccess, "CUDA graph instantiation failed: {}", cudaGetErrorString(err));
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    THROW_ERROR("CUDA graph instantiation failed: {}", cudaGetErrorString(err));
+  }
   return exec;
 }
 

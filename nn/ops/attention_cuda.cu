@@ -206,13 +206,18 @@ void zero_padding(const Context& ctx, const Tensor& x, const Tensor& len) {
 }
 
 // Thread i <= bucket: run i's length and its offset in each tensor (ragged_layout).
-__global__ void ragged_layout_kernel(int32_t* lengths, int64_t* offsets, const int32_t* runs,
+// The offset arrays' pointers, passed to the kernel by value.
+struct OffsetArrays {
+  int64_t* p[8];
+};
+
+__global__ void ragged_layout_kernel(int32_t* lengths, OffsetArrays offsets, const int32_t* runs,
                                      int64_t R, int64_t bucket, RaggedStrides strides) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i > bucket) return;
   const int64_t first = runs[i < R ? i : R];
   if (i < bucket) lengths[i] = i < R ? runs[i + 1] - runs[i] : 0;
-  for (int j = 0; j < strides.count; ++j) offsets[j * (bucket + 1) + i] = first * strides.token[j];
+  for (int j = 0; j < strides.count; ++j) offsets.p[j][i] = first * strides.token[j];
 }
 
 // One thread per (b, h, t): lse (B, H, T) and token-major stats (B * T, H), either way.
@@ -234,12 +239,14 @@ const int32_t* mask_ptr(const Tensor& t) {
 
 }  // namespace
 
-void ragged_layout(const Context& ctx, int32_t* lengths, int64_t* offsets, const Tensor& runs,
-                   int64_t bucket, const RaggedStrides& strides) {
+void ragged_layout(const Context& ctx, int32_t* lengths, int64_t* const* offsets,
+                   const Tensor& runs, int64_t bucket, const RaggedStrides& strides) {
   const int64_t R = runs.numel() - 1;
   TRAINER_ASSERT(R >= 1 && R <= bucket && strides.count <= 8, "ragged_layout of {} runs", R);
+  OffsetArrays arrays{};
+  for (int j = 0; j < strides.count; ++j) arrays.p[j] = offsets[j];
   ragged_layout_kernel<<<blocks_for(bucket + 1), kThreads, 0, stream_of(ctx)>>>(
-      lengths, offsets, ptr<int32_t>(runs), R, bucket, strides);
+      lengths, arrays, ptr<int32_t>(runs), R, bucket, strides);
   check_launch("ragged_layout");
 }
 

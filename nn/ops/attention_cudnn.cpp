@@ -30,6 +30,7 @@
 
 #include "nn/ops/attention_cudnn.h"
 
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -84,7 +85,7 @@ int64_t scratch_bytes(int64_t rows, int64_t H, int64_t T, bool backward) {
   const int64_t N = rows * T, bucket = ragged_bucket(N);
   return int64_t(Workspace::bytes_for<float>(N * H) * (backward ? 2 : 1) +
                  Workspace::bytes_for<int32_t>(bucket) +
-                 Workspace::bytes_for<int64_t>(kRaggedTensors * (bucket + 1)));
+                 kRaggedTensors * Workspace::bytes_for<int64_t>(bucket + 1));
 }
 
 // One shape's graph and plan (or the reason cuDNN cannot run it), the ids of its non-virtual
@@ -370,10 +371,12 @@ void add_mask_data(std::vector<void*>& data, Workspace::Scope& scratch, const Co
   if (s.padded) data.push_back(at(mask.lengths));
   if (!s.ragged) return;
   int32_t* lengths = scratch.take<int32_t>(s.B);
-  int64_t* offsets = scratch.take<int64_t>(strides.count * (s.B + 1));
-  ragged_layout(ctx, lengths, offsets, mask.runs, s.B, strides);
+  // One aligned array per tensor (cuDNN reads them as 16-byte aligned tensors).
+  std::array<int64_t*, kRaggedTensors> offsets{};
+  for (int r = 0; r < strides.count; ++r) offsets[size_t(r)] = scratch.take<int64_t>(s.B + 1);
+  ragged_layout(ctx, lengths, offsets.data(), mask.runs, s.B, strides);
   data.push_back(lengths);
-  for (int r = 0; r < strides.count; ++r) data.push_back(offsets + r * (s.B + 1));
+  for (int r = 0; r < strides.count; ++r) data.push_back(offsets[size_t(r)]);
 }
 
 }  // namespace

@@ -37,10 +37,10 @@ struct RaggedStrides {
 };
 
 // lengths[i] = the length of run i of `runs` (AttentionMask::runs, R runs), 0 for R <= i <
-// bucket; offsets[j * (bucket + 1) + i] = the first flat index of run i (B * T for i >= R)
-// times strides.token[j].
-void ragged_layout(const Context& ctx, int32_t* lengths, int64_t* offsets, const Tensor& runs,
-                   int64_t bucket, const RaggedStrides& strides);
+// bucket; offsets[j][i] = the first flat index of run i (B * T for i >= R) times
+// strides.token[j], for i <= bucket and j < strides.count.
+void ragged_layout(const Context& ctx, int32_t* lengths, int64_t* const* offsets,
+                   const Tensor& runs, int64_t bucket, const RaggedStrides& strides);
 
 // lse (B, H, T) from the token-major statistics stats (B * T, H), or the other way round.
 void transpose_lse(const Context& ctx, float* lse, float* stats, int64_t B, int64_t H, int64_t T,

@@ -22,9 +22,10 @@ void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Ten
                            const Tensor& logits, const Tensor& targets);
 
 // dlogits(N,V) = scale * (softmax(logits) - onehot(target)); rows with target -1 become zero.
-// dlogits may be the logits tensor itself.
+// dlogits may be the logits tensor itself. scale (1) fp32 lies on the op's device: a value the
+// device reads when the op runs, so a replayed CUDA graph takes each step's (Note [CUDA graphs]).
 void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const Tensor& logits,
-                            const Tensor& stats, const Tensor& targets, float scale);
+                            const Tensor& stats, const Tensor& targets, const Tensor& scale);
 
 // Scratch cross_entropy_forward takes for N rows.
 size_t cross_entropy_workspace(const Context& ctx, int64_t N);
@@ -33,7 +34,7 @@ namespace cpu {
 void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Tensor& stats,
                            const Tensor& logits, const Tensor& targets);
 void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const Tensor& logits,
-                            const Tensor& stats, const Tensor& targets, float scale);
+                            const Tensor& stats, const Tensor& targets, const Tensor& scale);
 size_t cross_entropy_workspace(int64_t N);
 }  // namespace cpu
 
@@ -42,7 +43,7 @@ namespace cuda {
 void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Tensor& stats,
                            const Tensor& logits, const Tensor& targets);
 void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const Tensor& logits,
-                            const Tensor& stats, const Tensor& targets, float scale);
+                            const Tensor& stats, const Tensor& targets, const Tensor& scale);
 size_t cross_entropy_workspace(int64_t N);
 }  // namespace cuda
 

@@ -71,7 +71,7 @@ void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Ten
 }
 
 void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const Tensor& logits,
-                            const Tensor& stats, const Tensor& targets, float scale) {
+                            const Tensor& stats, const Tensor& targets, const Tensor& scale) {
   const int64_t N = logits.rows(), V = logits.cols();
   TRAINER_ASSERT(dlogits.contiguous() && dlogits.numel() == N * V &&
                      dlogits.dtype == logits.dtype && targets.numel() == N,
@@ -79,7 +79,7 @@ void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const Ten
   with_float(logits.dtype, [&](auto tag) {
     using T = decltype(tag);
     backward_rows(dlogits.as<T>(), logits.as<T>(), stats.as<float>(), targets.as<int32_t>(), N, V,
-                  scale);
+                  scale.as<float>()[0]);
   });
 }
 

@@ -87,9 +87,10 @@ __global__ void sum_rows_kernel(double* loss_sum, const double* row_loss, int64_
 
 template <typename T>
 __global__ void backward_kernel(T* dlogits, const T* logits, const float* stats,
-                                const int32_t* targets, float scale, int64_t V) {
+                                const int32_t* targets, const float* scale_ptr, int64_t V) {
   const int64_t n = blockIdx.x;
   const int32_t t = targets[n];
+  const float scale = *scale_ptr;
   T* d = dlogits + n * V;
   const T* x = logits + n * V;
   if (t < 0) {
@@ -123,7 +124,7 @@ void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Ten
 }
 
 void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const Tensor& logits,
-                            const Tensor& stats, const Tensor& targets, float scale) {
+                            const Tensor& stats, const Tensor& targets, const Tensor& scale) {
   const int64_t N = logits.rows(), V = logits.cols();
   TRAINER_ASSERT(dlogits.numel() == N * V && dlogits.dtype == logits.dtype &&
                      targets.numel() == N && stats.numel() == 2 * N,
@@ -131,7 +132,8 @@ void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const Ten
   with_float(logits.dtype, [&](auto tag) {
     using T = decltype(tag);
     backward_kernel<<<unsigned(N), kBlock, 0, stream_of(ctx)>>>(
-        ptr<T>(dlogits), ptr<T>(logits), ptr<float>(stats), ptr<int32_t>(targets), scale, V);
+        ptr<T>(dlogits), ptr<T>(logits), ptr<float>(stats), ptr<int32_t>(targets),
+        ptr<float>(scale), V);
   });
   check_launch("cross_entropy_backward");
 }

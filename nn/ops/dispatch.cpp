@@ -217,7 +217,9 @@ void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Ten
 }
 
 void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const Tensor& logits,
-                            const Tensor& stats, const Tensor& targets, float scale) {
+                            const Tensor& stats, const Tensor& targets, const Tensor& scale) {
+  TRAINER_ASSERT(scale.numel() == 1 && scale.dtype == DType::f32 && scale.device == ctx.device,
+                 "cross_entropy_backward scale");
   TRAINER_OP(cross_entropy_backward, ctx, dlogits, logits, stats, targets, scale);
 }
 

@@ -343,7 +343,7 @@ Outputs cross_entropy_case(Arena& a, DType act, DType) {
   const Tensor sum = a.zeros(DType::f64, {1}), stats = a.poisoned(DType::f32, {N, 2});
   cross_entropy_forward(a.ctx, sum, stats, logits, t);
   const Tensor dlogits = a.poisoned(act, {N, V});
-  cross_entropy_backward(a.ctx, dlogits, logits, stats, t, 0.25f);
+  cross_entropy_backward(a.ctx, dlogits, logits, stats, t, a.input({0.25f}, DType::f32, {1}));
   return {{"loss", a.read_f64(sum)}, {"dlogits", a.read(dlogits)}};
 }
 

@@ -131,8 +131,9 @@ bool eligible(const Tensor& q, const Tensor& k, const AttentionMask& mask, int n
   if (!enabled() || q.dtype != DType::bf16 || q_pos != 0 || q.ndim != 3 || k.ndim != 3)
     return false;
   const int64_t D = q.dim(2) / n_head, T = q.dim(1);
-  if (!mask.segments.empty() &&
-      (mask.runs.empty() || !mask.lengths.empty() || D % 16 != 0 || cudnnGetVersion() < 90600))
+  // Ragged statistics start at f * n_head floats: 16-byte aligned with n_head % 4 == 0.
+  if (!mask.segments.empty() && (mask.runs.empty() || !mask.lengths.empty() || D % 16 != 0 ||
+                                 n_head % 4 != 0 || cudnnGetVersion() < 90600))
     return false;
   if (mask.lengths.empty() && mask.segments.empty() && T % 128 != 0 && cudnnGetVersion() < 91501)
     return false;

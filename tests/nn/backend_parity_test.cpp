@@ -433,7 +433,7 @@ std::vector<Case> make_cases() {
                }});
   // Packed documents as ragged sequences (cuDNN's variable-length attention in bf16).
   c.push_back({"attention_packed_head64", [](Arena& a, DType t, DType g) {
-                 return attention_case(a, t, g, 3, 40, 128, 2, 1);
+                 return attention_case(a, t, g, 3, 40, 256, 4, 1);
                }});
   c.push_back({"attention_packed_grouped_head128", [](Arena& a, DType t, DType g) {
                  return attention_case(a, t, g, 2, 36, 512, 4, 1, 2);

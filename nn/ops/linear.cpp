@@ -35,7 +35,8 @@ namespace {
 
 // dw += inp^T @ dout (in w's layout) and dbias += dout's column sums (when given). Where the
 // device has a bias-gradient epilogue the sums come with the product, into scratch (the epilogue
-// overwrites), and are added as the column sums of that one row.
+// overwrites), and are added as the column sums of that one row. The epilogue writes its sums in
+// dw's dtype: fp32 gradients only, so that bf16 ones still round once per micro-batch.
 void weight_grads(const Context& ctx, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
                   const Tensor& inp, bool in_out) {
   if (!in_out) {
@@ -43,11 +44,10 @@ void weight_grads(const Context& ctx, const Tensor& dw, const Tensor& dbias, con
     if (!dbias.empty()) linear_bias_grad(ctx, dbias, dout);
     return;
   }
-  if (!dbias.empty()) {
+  if (!dbias.empty() && dw.dtype == DType::f32) {
     Workspace::Scope scratch(ctx.workspace);
     const int64_t O = dout.cols();
-    const Tensor sums = make_tensor(scratch.take<char>(O * int64_t(dtype_size(dw.dtype))), dw.dtype,
-                                    {1, O}, dw.device);
+    const Tensor sums = make_tensor(scratch.take<float>(O), DType::f32, {1, O}, dw.device);
     if (matmul_bias_grad(ctx, dw, inp, true, dout, 1.0f, 1.0f, sums)) {
       linear_bias_grad(ctx, dbias, sums);
       return;
@@ -80,8 +80,8 @@ void gelu_linear_backward(const Context& ctx, const Tensor& dpre, const Tensor& 
 }
 
 size_t linear_workspace(const Context& ctx, int64_t N, int64_t I, int64_t O, DType act) {
-  // With the bias-gradient epilogue, its sums (in the gradient dtype, fp32 at most) are held
-  // while the product runs, and while they are added.
+  // With the bias-gradient epilogue, its fp32 sums are held while the product runs, and while
+  // they are added.
   const size_t sums = Workspace::bytes_for<float>(O);
   size_t most = linear_bias_grad_workspace(ctx, O) + sums;
   for (size_t b : {matmul_workspace_bytes(ctx, N, O, I, act),         // forward

@@ -111,9 +111,8 @@ const std::vector<KeySpec>& schema() {
       {"train.resume", Kind::text, std::string("auto"),
        "auto (latest checkpoint of this run, if any), none, or a checkpoint directory"},
       {"train.cuda_graphs", Kind::boolean, false,
-       "CUDA: replay each micro-batch's forward and backward as CUDA graphs where the batch's "
-       "shape repeats (one process, dist.sharding none, not dist.backend nccl; packed batches "
-       "run without)"},
+       "CUDA: replay each unit's share of forward and backward as a CUDA graph where the batch's "
+       "shape repeats (dist.sharding none; packed batches run without)"},
       {"train.val_every", Kind::integer, int64_t(100), "Validate every N steps (0 = never)", 0},
       {"train.val_batches", Kind::integer, int64_t(20), "Batches per validation", 1},
 

@@ -760,10 +760,6 @@ int run_training(const Config& config, const TrainOptions& options) {
           cuda_built() ? fmt::format("run.device = cuda but rank {} sees no CUDA GPU", launch.rank)
                        : std::string("run.device = cuda but this trainer was built "
                                      "without the CUDA backend (TRAINER_CUDA=ON)"));
-    if (config.boolean("train.cuda_graphs") && comm->size() > 1)
-      throw UsageError(fmt::format(
-          "train.cuda_graphs runs one-process training for now, and this run has {} ranks",
-          comm->size()));
     stream = std::make_unique<CudaStream>();
     gpu.stream = comm_options.cuda_stream = stream->get();
     if (comm->size() > 1 || config.text("dist.backend") == "nccl")

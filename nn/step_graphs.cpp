@@ -14,33 +14,18 @@ void StepGraphs::run(const Key& key, void* stream, const std::function<void()>& 
     }));
   Entry& e = entries_[key];
   e.last_use = ++clock_;
-  if (e.graph) {
-    e.graph->launch(stream);
-    for (const auto& hook : e.hooks) hook();
-    return;
+  if (!e.graph && ++e.runs < 2) return fn();
+  if (!e.graph) {
+    try {
+      e.graph = std::make_unique<CudaGraph>(stream, fn);
+    } catch (const Error& err) {
+      THROW_ERROR(
+          "capturing unit {}'s {} as a CUDA graph failed ({}); train.cuda_graphs: false runs it "
+          "without",
+          key.unit, key.backward ? "backward" : "forward", err.what());
+    }
   }
-  if (++e.runs < 2) return fn();
-  TRAINER_ASSERT(!capturing_, "nested CUDA graph capture");
-  capturing_ = &e;
-  e.hooks.clear();
-  try {
-    e.graph = std::make_unique<CudaGraph>(stream, fn);
-  } catch (const Error& err) {
-    capturing_ = nullptr;
-    THROW_ERROR(
-        "capturing the {} pass as a CUDA graph failed ({}); train.cuda_graphs: false runs "
-        "it without",
-        key.backward ? "backward" : "forward", err.what());
-  } catch (...) {
-    capturing_ = nullptr;
-    throw;
-  }
-  capturing_ = nullptr;
-  e.graph->launch(stream);  // the hooks fired during the capture
-}
-
-void StepGraphs::record(std::function<void()> call) {
-  if (capturing_) capturing_->hooks.push_back(std::move(call));
+  e.graph->launch(stream);
 }
 
 }  // namespace trainer::nn

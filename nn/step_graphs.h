@@ -1,20 +1,20 @@
-// CUDA graphs of a model's training passes (train.cuda_graphs): the forward after the batch's
-// upload and the backward, each replayed with one launch where its shape repeats.
+// CUDA graphs of a model's training passes (train.cuda_graphs): each unit's share of the forward
+// and of the backward, replayed with one launch where its shape repeats.
 //
 // Note [CUDA graphs]
-// A pass is keyed by everything the host decides it by: forward or backward, the batch's rows
-// and length, whether it has targets and row lengths (backward's loss scale is a device scalar
-// uploaded before the launch, as the batch is, so it varies freely). The first run
-// of a key is eager (it builds cuDNN plans and picks cuBLASLt algorithms, which capture
-// forbids); the second is captured and launched; later ones are launched. Everything a pass
-// reads or writes has a fixed address (planned memory, the workspace's stack order), and the
-// batch arrives by copies queued before the launch, so a replay is the same kernels on the
-// same memory: the same bits as the eager pass. The model's hooks (Model::on_grads_ready,
-// on_params_needed) fire while a pass is captured and are replayed in order after each later
-// launch; so graphs serve models whose hooks queue no device work of their own (one process,
-// no NCCL, no sharding: run setup refuses the rest). Packed batches run eagerly (their runs
-// change the attention's arguments from batch to batch), and so does a profiled run (its
-// timing events are host work).
+// A pass is cut at the model's hooks (Model::on_params_needed before a unit's weights are read,
+// on_grads_ready after its gradients are complete): the work between two hooks, one unit's, is
+// a segment, and the hooks themselves run on the host between segments as they do without
+// graphs, so DDP still starts each bucket's all-reduce from backward, over NCCL too. A segment
+// is keyed by everything the host decides it by: forward or backward, the unit, the batch's
+// rows and length, and whether it has targets and row lengths (backward's loss scale is a
+// device scalar uploaded before the pass, as the batch is). The first run of a key is eager (it
+// builds cuDNN plans and picks cuBLASLt algorithms, which capture forbids); the second is
+// captured and launched; later ones are launched. Everything a segment reads or writes has a
+// fixed address (planned memory, the workspace's stack order), so a replay is the same kernels
+// on the same memory: the same bits as the eager pass. Not graphed: sharded models (a unit's
+// gathered weights change buffers from step to step), packed batches (their runs change the
+// attention's arguments), profiled runs (their timing events are host work), decoding.
 #pragma once
 
 #include <compare>
@@ -22,7 +22,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <vector>
 
 #include "runtime/cuda_stream.h"
 
@@ -32,27 +31,24 @@ class StepGraphs {
  public:
   struct Key {
     bool backward = false;
+    int unit = 0;
     int rows = 0, seq_len = 0;
     bool targets = false, lengths = false;
     auto operator<=>(const Key&) const = default;
   };
 
-  // Runs fn's work on `stream` as Note [CUDA graphs] says.
+  // Runs the work fn queues on `stream` as Note [CUDA graphs] says.
   void run(const Key& key, void* stream, const std::function<void()>& fn);
-  // Records a hook call made during fn, to be made again after each later launch of its graph
-  // (nothing when no capture is under way).
-  void record(std::function<void()> call);
 
  private:
-  static constexpr size_t kMaxKeys = 8;  // the least recently used goes beyond
+  // Graphs kept (two per unit for each batch shape); the least recently used goes beyond.
+  static constexpr size_t kMaxKeys = 512;
   struct Entry {
     int runs = 0;
     uint64_t last_use = 0;
     std::unique_ptr<CudaGraph> graph;
-    std::vector<std::function<void()>> hooks;
   };
   std::map<Key, Entry> entries_;
-  Entry* capturing_ = nullptr;
   uint64_t clock_ = 0;
 };
 

@@ -204,12 +204,7 @@ Tensor Transformer::logits() const {
 Tensor Transformer::unit_weights(int unit, ParamUse use) {
   if (store) return store->weights(unit, use);
   TRAINER_ASSERT(exec_.own_params, "a model without weights of its own needs a UnitStore");
-  if (on_params_needed) {
-    on_params_needed(unit, use);
-    graphs_.record([this, unit, use] {
-      if (on_params_needed) on_params_needed(unit, use);
-    });
-  }
+  if (on_params_needed) on_params_needed(unit, use);
   const Unit& u = layout_.units()[size_t(unit)];
   return working_params().flat(u.begin, u.end - u.begin);
 }
@@ -223,12 +218,7 @@ Tensor Transformer::unit_grads(int unit) {
 void Transformer::unit_ready(int unit) {
   if (store) return store->grads_ready(unit);
   const Unit& u = layout_.units()[size_t(unit)];
-  if (on_grads_ready) {
-    on_grads_ready(u.begin, u.end);
-    graphs_.record([this, b = u.begin, e = u.end] {
-      if (on_grads_ready) on_grads_ready(b, e);
-    });
-  }
+  if (on_grads_ready) on_grads_ready(u.begin, u.end);
 }
 
 bool Transformer::tied() const {
@@ -345,26 +335,26 @@ void Transformer::put(Buffer& dst, const void* src, DType dtype, int64_t count) 
 
 int64_t Transformer::forward(const BatchView& batch) {
   const int64_t counted = stage_batch(batch, 0);
-  run_pass({.backward = false,
-            .rows = B_,
-            .seq_len = T_,
-            .targets = has_targets_,
-            .lengths = has_lengths_},
-           [&] { forward_pass(); });
+  graphed_ = graphs_allowed();
+  forward_blocks_and_head(nullptr);
   return counted;
 }
 
-void Transformer::forward_pass() {
-  forward_blocks_and_head(nullptr);
-  if (has_targets_)
-    cross_entropy_forward(ctx_, scalars_.view(DType::f64, 1), act(plan_.ce_stats), logits(),
-                          targets_.view(DType::i32, int64_t(B_) * T_));
+bool Transformer::graphs_allowed() const {
+  if (!exec_.cuda_graphs || has_segments_ || profile::g_enabled) return false;
+  TRAINER_ASSERT(!store && exec_.device == Device::cuda, "CUDA graphs of a sharded or CPU model");
+  return true;
 }
 
-void Transformer::run_pass(const StepGraphs::Key& key, const std::function<void()>& pass) {
-  if (!exec_.cuda_graphs || has_segments_ || profile::g_enabled) return pass();
-  TRAINER_ASSERT(!store && exec_.device == Device::cuda, "CUDA graphs of a sharded or CPU model");
-  graphs_.run(key, ctx_.stream, pass);
+void Transformer::segment(bool backward, int unit, const std::function<void()>& work) {
+  if (!graphed_) return work();
+  graphs_.run({.backward = backward,
+               .unit = unit,
+               .rows = B_,
+               .seq_len = T_,
+               .targets = has_targets_,
+               .lengths = has_lengths_},
+              ctx_.stream, work);
 }
 
 void Transformer::forward_cached(const int32_t* tokens, int count, KvCache& cache) {
@@ -374,6 +364,7 @@ void Transformer::forward_cached(const int32_t* tokens, int count, KvCache& cach
   CHECK(count > 0 && cache.length() + count <= config_.max_seq_len,
         "the sequence is full ({} positions, model.max_seq_len)", config_.max_seq_len);
   stage_batch({1, count, tokens, nullptr, nullptr, nullptr}, cache.length());
+  graphed_ = false;
   forward_blocks_and_head(&cache);
   cache.length_ += count;
 }
@@ -382,10 +373,12 @@ void Transformer::forward_blocks_and_head(KvCache* cache) {
   const int E = layout_.embedding_unit(), F = layout_.final_unit(), L = config_.n_layer;
   const int64_t N = int64_t(B_) * T_;
   const Tensor we = unit_weights(E, ParamUse::forward);
-  embedding_forward(
-      ctx_, act(plan_.residual(0)), tokens_.view(DType::i32, N), positions_.view(DType::i32, N),
-      param(we, E, Role::tok_embedding),
-      layout_.has(E, Role::pos_embedding) ? param(we, E, Role::pos_embedding) : Tensor{});
+  segment(false, E, [&] {
+    embedding_forward(
+        ctx_, act(plan_.residual(0)), tokens_.view(DType::i32, N), positions_.view(DType::i32, N),
+        param(we, E, Role::tok_embedding),
+        layout_.has(E, Role::pos_embedding) ? param(we, E, Role::pos_embedding) : Tensor{});
+  });
   for (int l = 0; l < L; ++l) {
     BlockTensors t = block_tensors(l, ParamUse::forward);
     if (cache) {
@@ -393,19 +386,27 @@ void Transformer::forward_blocks_and_head(KvCache* cache) {
       t.v_cache = cache->values(l);
       t.q_pos = cache->length();
     }
-    block_forward(config_.arch, ctx_, t, BlockPass::train);
+    segment(false, layout_.block_unit(l),
+            [&] { block_forward(config_.arch, ctx_, t, BlockPass::train); });
   }
   const Tensor wf = unit_weights(F, ParamUse::forward);
   const Tensor head = head_weight(wf, ParamUse::forward);
-  if (spec_.norm == NormKind::rmsnorm)
-    rmsnorm_forward(ctx_, act(plan_.lnf), act(plan_.lnf_rstd), act(plan_.residual(L)),
-                    param(wf, F, Role::final_norm_w));
-  else
-    layernorm_forward(ctx_, act(plan_.lnf), act(plan_.lnf_mean), act(plan_.lnf_rstd),
-                      act(plan_.residual(L)), param(wf, F, Role::final_norm_w),
-                      param(wf, F, Role::final_norm_b));
-  PROFILE_SCOPE("lm_head_forward");
-  matmul(ctx_, logits(), act(plan_.lnf), false, head, true);
+  segment(false, F, [&] {
+    if (spec_.norm == NormKind::rmsnorm)
+      rmsnorm_forward(ctx_, act(plan_.lnf), act(plan_.lnf_rstd), act(plan_.residual(L)),
+                      param(wf, F, Role::final_norm_w));
+    else
+      layernorm_forward(ctx_, act(plan_.lnf), act(plan_.lnf_mean), act(plan_.lnf_rstd),
+                        act(plan_.residual(L)), param(wf, F, Role::final_norm_w),
+                        param(wf, F, Role::final_norm_b));
+    {
+      PROFILE_SCOPE("lm_head_forward");
+      matmul(ctx_, logits(), act(plan_.lnf), false, head, true);
+    }
+    if (has_targets_)
+      cross_entropy_forward(ctx_, scalars_.view(DType::f64, 1), act(plan_.ce_stats), logits(),
+                            targets_.view(DType::i32, N));
+  });
 }
 
 void Transformer::backward(float loss_scale) {
@@ -414,64 +415,68 @@ void Transformer::backward(float loss_scale) {
   if (upload_) upload_->begin();
   put(loss_scale_, &loss_scale, DType::f32, 1);
   if (upload_) upload_->end(ctx_.stream);
-  run_pass({.backward = true, .rows = B_, .seq_len = T_, .targets = true, .lengths = has_lengths_},
-           [&] { backward_pass(); });
-}
-
-void Transformer::backward_pass() {
+  graphed_ = graphs_allowed();
   const int E = layout_.embedding_unit(), F = layout_.final_unit(), L = config_.n_layer;
   const int64_t N = int64_t(B_) * T_;
   const Tensor wf = unit_weights(F, ParamUse::backward);
   const Tensor head = head_weight(wf, ParamUse::backward);
   const Tensor gf = unit_grads(F), ge = unit_grads(E);
   const Tensor dhead = tied() ? param(ge, E, Role::tok_embedding) : param(gf, F, Role::lm_head);
-  const Tensor dlogits = logits();  // overwrites the logits in place
-  cross_entropy_backward(ctx_, dlogits, logits(), act(plan_.ce_stats), targets_.view(DType::i32, N),
-                         loss_scale_.view(DType::f32, 1));
-  {
-    // Through the head (V, C): d lnf = dlogits @ head; d head += dlogits^T @ lnf.
-    PROFILE_SCOPE("lm_head_backward");
-    matmul(ctx_, act(plan_.d_ln), dlogits, false, head, false);
-    matmul(ctx_, dhead, dlogits, true, act(plan_.lnf), false, 1.0f, 1.0f);
-  }
-  fill_zero(ctx_, act(plan_.d_res));
-  if (spec_.norm == NormKind::rmsnorm)
-    rmsnorm_backward(ctx_, act(plan_.d_res), param(gf, F, Role::final_norm_w), act(plan_.d_ln),
-                     act(plan_.residual(L)), param(wf, F, Role::final_norm_w), act(plan_.lnf_rstd));
-  else
-    layernorm_backward(ctx_, act(plan_.d_res), param(gf, F, Role::final_norm_w),
-                       param(gf, F, Role::final_norm_b), act(plan_.d_ln), act(plan_.residual(L)),
-                       param(wf, F, Role::final_norm_w), act(plan_.lnf_mean), act(plan_.lnf_rstd));
+  segment(true, F, [&] {
+    const Tensor dlogits = logits();  // overwrites the logits in place
+    cross_entropy_backward(ctx_, dlogits, logits(), act(plan_.ce_stats),
+                           targets_.view(DType::i32, N), loss_scale_.view(DType::f32, 1));
+    {
+      // Through the head (V, C): d lnf = dlogits @ head; d head += dlogits^T @ lnf.
+      PROFILE_SCOPE("lm_head_backward");
+      matmul(ctx_, act(plan_.d_ln), dlogits, false, head, false);
+      matmul(ctx_, dhead, dlogits, true, act(plan_.lnf), false, 1.0f, 1.0f);
+    }
+    fill_zero(ctx_, act(plan_.d_res));
+    if (spec_.norm == NormKind::rmsnorm)
+      rmsnorm_backward(ctx_, act(plan_.d_res), param(gf, F, Role::final_norm_w), act(plan_.d_ln),
+                       act(plan_.residual(L)), param(wf, F, Role::final_norm_w),
+                       act(plan_.lnf_rstd));
+    else
+      layernorm_backward(ctx_, act(plan_.d_res), param(gf, F, Role::final_norm_w),
+                         param(gf, F, Role::final_norm_b), act(plan_.d_ln), act(plan_.residual(L)),
+                         param(wf, F, Role::final_norm_w), act(plan_.lnf_mean),
+                         act(plan_.lnf_rstd));
+  });
   unit_ready(F);
   for (int l = L - 1; l >= 0; --l) {
     backward_block(l);
     unit_ready(layout_.block_unit(l));
   }
-  embedding_backward(
-      ctx_, param(ge, E, Role::tok_embedding),
-      layout_.has(E, Role::pos_embedding) ? param(ge, E, Role::pos_embedding) : Tensor{},
-      act(plan_.d_res), tokens_.view(DType::i32, N), positions_.view(DType::i32, N));
+  segment(true, E, [&] {
+    embedding_backward(
+        ctx_, param(ge, E, Role::tok_embedding),
+        layout_.has(E, Role::pos_embedding) ? param(ge, E, Role::pos_embedding) : Tensor{},
+        act(plan_.d_res), tokens_.view(DType::i32, N), positions_.view(DType::i32, N));
+  });
   unit_ready(E);
 }
 
 // On entry d_res holds the gradient of the block's output; on exit, of its input.
 void Transformer::backward_block(int l) {
   const BlockTensors t = block_tensors(l, ParamUse::backward);
-  switch (exec_.policy(l)) {
-    case Recompute::none:
-      break;
-    case Recompute::selective: {
-      PROFILE_SCOPE("recompute");
-      block_forward(config_.arch, ctx_, t, BlockPass::recompute_cheap);
-      break;
+  segment(true, layout_.block_unit(l), [&] {
+    switch (exec_.policy(l)) {
+      case Recompute::none:
+        break;
+      case Recompute::selective: {
+        PROFILE_SCOPE("recompute");
+        block_forward(config_.arch, ctx_, t, BlockPass::recompute_cheap);
+        break;
+      }
+      case Recompute::full: {
+        PROFILE_SCOPE("recompute");
+        block_forward(config_.arch, ctx_, t, BlockPass::recompute_all);
+        break;
+      }
     }
-    case Recompute::full: {
-      PROFILE_SCOPE("recompute");
-      block_forward(config_.arch, ctx_, t, BlockPass::recompute_all);
-      break;
-    }
-  }
-  block_backward(config_.arch, ctx_, t);
+    block_backward(config_.arch, ctx_, t);
+  });
 }
 
 void Transformer::zero_grads() {

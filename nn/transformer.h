@@ -94,12 +94,12 @@ class Transformer final : public Model {
   // upload_ on CUDA, between its begin() and end() (Note [Batch upload]).
   void put(Buffer& dst, const void* src, DType dtype, int64_t count);
   void forward_blocks_and_head(KvCache* cache);
-  // The training forward after stage_batch, and backward's work (Note [CUDA graphs]).
-  void forward_pass();
-  void backward_pass();
   void backward_block(int layer);
-  // Runs a training pass, through graphs_ where exec.cuda_graphs allows it for this batch.
-  void run_pass(const StepGraphs::Key& key, const std::function<void()>& pass);
+  // Whether this batch's training passes may run as CUDA graphs (Note [CUDA graphs]).
+  bool graphs_allowed() const;
+  // Runs one unit's share of a pass (the work between two of the model's hooks): through
+  // graphs_ when the pass is graphed, else at once.
+  void segment(bool backward, int unit, const std::function<void()>& work);
 
   ModelConfig config_;
   ExecConfig exec_;
@@ -119,6 +119,7 @@ class Transformer final : public Model {
   int B_ = 0, T_ = 0;
   bool has_targets_ = false, has_segments_ = false, has_lengths_ = false;
   StepGraphs graphs_;
+  bool graphed_ = false;  // the pass under way runs its segments through graphs_
 };
 
 }  // namespace trainer::nn

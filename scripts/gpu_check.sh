@@ -15,7 +15,8 @@
 #   4. 20 training steps of a small GPT-2 and a small Llama on the GPU and on the CPU from the
 #      same initialisation and data: the loss curves must agree (fp32: 1e-3 relative);
 #   5. DDP through a 1-rank NCCL communicator (dist.backend: nccl) gives the same losses; so do
-#      CUDA graphs (train.cuda_graphs), bf16, in stream and bucket batches, bit for bit; how
+#      CUDA graphs (train.cuda_graphs), bf16, in stream and bucket batches and under 1-rank NCCL
+#      DDP, bit for bit; how
 #      much of that all-reduce hides behind backward at the 124M shape; a checkpoint written on
 #      the GPU resumes on the CPU;
 #   6. step time, tokens/s, MFU against 989 TFLOP/s, device memory and each kernel family's
@@ -111,7 +112,7 @@ PY
   fi
   cp "$work"/gpt2-nccl1.log "$out/" 2>/dev/null || true
   # CUDA graphs replay the eager passes: the same losses, bit for bit (bf16; stream batches, and
-  # bucket batches whose padded shapes repeat).
+  # bucket batches whose padded shapes repeat; with DDP's hooks over NCCL between the units).
   for mode in stream bucket; do
     if train_small cuda gpt2 "$work" "eager-$mode" --set model.precision=bf16 \
           --set data.mode="$mode" &&
@@ -123,6 +124,13 @@ PY
     fi
     cp "$work"/eager-"$mode".log "$work"/graphs-"$mode".log "$out/" 2>/dev/null || true
   done
+  if train_small cuda gpt2 "$work" graphs-nccl1 --set model.precision=bf16 \
+      --set train.cuda_graphs=true --set dist.backend=nccl; then
+    same_losses "CUDA graphs, 1-rank NCCL DDP, 20 steps" eager-stream graphs-nccl1
+  else
+    row "CUDA graphs, 1-rank NCCL DDP, 20 steps" "FAIL (graphs-nccl1.log)"
+  fi
+  cp "$work"/graphs-nccl1.log "$out/" 2>/dev/null || true
   # DDP's bucketed all-reduce against backward on the GPU, through a 1-rank NCCL communicator
   # (GPT-2 124M blocks, bf16, T=1024, 25 MiB buckets): the step with NCCL less the step without
   # is the part of the collectives' busy time (CUDA events on NCCL's stream) not hidden.

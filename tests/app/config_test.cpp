@@ -153,15 +153,14 @@ TEST(Config, ConflictingKeysAreUsageErrors) {
   EXPECT_NE(message({"dist.backend=nccl"}).find("dist.backend = nccl needs run.device = cuda"),
             std::string::npos);
   EXPECT_EQ(message({"train.global_batch=8", "dist.deterministic=true"}), "(accepted)");
-  // CUDA graphs replay passes whose hooks queue no collectives (Note [CUDA graphs]).
+  // CUDA graphs: on a GPU, without sharding (Note [CUDA graphs]).
   EXPECT_NE(message({"train.cuda_graphs=true"}).find("train.cuda_graphs needs run.device = cuda"),
             std::string::npos);
-  for (const char* other : {"dist.sharding=full", "dist.backend=nccl"})
-    EXPECT_NE(message({"run.device=cuda", "train.cuda_graphs=true", other})
-                  .find("train.cuda_graphs runs one-process training for now"),
-              std::string::npos)
-        << other;
-  EXPECT_EQ(message({"run.device=cuda", "train.cuda_graphs=true"}), "(accepted)");
+  EXPECT_NE(message({"run.device=cuda", "train.cuda_graphs=true", "dist.sharding=full"})
+                .find("train.cuda_graphs runs with dist.sharding = none only"),
+            std::string::npos);
+  EXPECT_EQ(message({"run.device=cuda", "train.cuda_graphs=true", "dist.backend=nccl"}),
+            "(accepted)");
 }
 
 TEST(Config, ModelShapeErrorsAreUsageErrors) {

@@ -37,19 +37,23 @@ class StepGraphs {
     auto operator<=>(const Key&) const = default;
   };
 
+  // Keeps the graphs of up to `max_keys` keys, the least recently used going beyond (keys come
+  // round in the same order every step: fewer than a step's keys would keep none).
+  explicit StepGraphs(size_t max_keys) : max_keys_(max_keys) {}
+
   // Runs the work fn queues on `stream` as Note [CUDA graphs] says.
   void run(const Key& key, void* stream, const std::function<void()>& fn);
 
  private:
-  // Graphs kept (two per unit for each batch shape); the least recently used goes beyond.
-  static constexpr size_t kMaxKeys = 512;
   struct Entry {
     int runs = 0;
     uint64_t last_use = 0;
     std::unique_ptr<CudaGraph> graph;
   };
+  size_t max_keys_;
   std::map<Key, Entry> entries_;
   uint64_t clock_ = 0;
+  bool warned_ = false;
 };
 
 }  // namespace trainer::nn

@@ -109,7 +109,8 @@ Transformer::Transformer(const ModelConfig& config, const ExecConfig& exec)
       spec_(arch_spec(config)),
       layout_(config),
       plan_(config, (exec.validate(config), exec)),  // validated before anything is sized
-      ctx_(make_context(exec)) {
+      ctx_(make_context(exec)),
+      graphs_(size_t(16) * size_t(config.n_layer + 2)) {  // 8 shapes, 2 passes, every unit
   const Memory mem = planned_memory(config, exec);
   const Device dev = exec.device;
   workspace_ = Workspace(size_t(mem.workspace), dev);
@@ -125,8 +126,10 @@ Transformer::Transformer(const ModelConfig& config, const ExecConfig& exec)
   loss_scale_ = Buffer(sizeof(float), dev);
   scalars_ = Buffer(2 * sizeof(double), dev);
   host_positions_.resize(N);
-  if (dev == Device::cuda)  // Note [Batch upload]: 4 of N values, the runs, up to N lengths
+  if (dev == Device::cuda) {  // Note [Batch upload]: 4 of N values, the runs, up to N lengths
     upload_ = std::make_unique<PinnedUpload>((6 * N + 1) * sizeof(int32_t));
+    scale_upload_ = std::make_unique<PinnedUpload>(sizeof(float));
+  }
 }
 
 Transformer::Memory Transformer::memory() const {
@@ -306,7 +309,7 @@ int64_t Transformer::stage_batch(const BatchView& b, int first_position) {
   T_ = b.T;
   if (upload_) upload_->begin();
   auto stage = [&](Buffer& dst, const int32_t* src, int64_t count) {
-    put(dst, src, DType::i32, count);
+    put(upload_.get(), dst, src, DType::i32, count);
   };
   stage(tokens_, b.tokens, N);
   stage(positions_, host_positions_.data(), N);
@@ -326,9 +329,9 @@ int64_t Transformer::stage_batch(const BatchView& b, int first_position) {
   return counted;
 }
 
-void Transformer::put(Buffer& dst, const void* src, DType dtype, int64_t count) {
-  if (upload_)
-    upload_->copy(dst.data(), src, size_t(count) * dtype_size(dtype), ctx_.stream);
+void Transformer::put(PinnedUpload* up, Buffer& dst, const void* src, DType dtype, int64_t count) {
+  if (up)
+    up->copy(dst.data(), src, size_t(count) * dtype_size(dtype), ctx_.stream);
   else
     copy(ctx_, dst.view(dtype, count), make_tensor(src, dtype, {count}));
 }
@@ -412,9 +415,9 @@ void Transformer::forward_blocks_and_head(KvCache* cache) {
 void Transformer::backward(float loss_scale) {
   TRAINER_ASSERT(has_targets_ && exec_.training,
                  "backward needs a training model and a forward pass with targets");
-  if (upload_) upload_->begin();
-  put(loss_scale_, &loss_scale, DType::f32, 1);
-  if (upload_) upload_->end(ctx_.stream);
+  if (scale_upload_) scale_upload_->begin();
+  put(scale_upload_.get(), loss_scale_, &loss_scale, DType::f32, 1);
+  if (scale_upload_) scale_upload_->end(ctx_.stream);
   graphed_ = graphs_allowed();
   const int E = layout_.embedding_unit(), F = layout_.final_unit(), L = config_.n_layer;
   const int64_t N = int64_t(B_) * T_;

@@ -90,9 +90,9 @@ class Transformer final : public Model {
   // Validates the batch and copies it to the device; positions start at first_position.
   // Returns the number of counted targets.
   int64_t stage_batch(const BatchView& b, int first_position);
-  // dst[0, count) = the host values src of `dtype`, queued on the model's stream: through
-  // upload_ on CUDA, between its begin() and end() (Note [Batch upload]).
-  void put(Buffer& dst, const void* src, DType dtype, int64_t count);
+  // dst[0, count) = the host values src of `dtype`, queued on the model's stream: through `up`
+  // on CUDA (upload_ or scale_upload_), between its begin() and end() (Note [Batch upload]).
+  void put(PinnedUpload* up, Buffer& dst, const void* src, DType dtype, int64_t count);
   void forward_blocks_and_head(KvCache* cache);
   void backward_block(int layer);
   // Whether this batch's training passes may run as CUDA graphs (Note [CUDA graphs]).
@@ -114,8 +114,10 @@ class Transformer final : public Model {
   // and [loss_sum, grad_norm_sq] fp64 on the device.
   Buffer tokens_, targets_, positions_, segments_, lengths_, runs_, loss_scale_, scalars_;
   std::vector<int32_t> host_positions_;
-  int64_t runs_count_ = 0;                // runs in runs_ (0: none)
-  std::unique_ptr<PinnedUpload> upload_;  // CUDA: Note [Batch upload]
+  int64_t runs_count_ = 0;  // runs in runs_ (0: none)
+  // CUDA (Note [Batch upload]): the batch's inputs, and backward's loss scale apart, so that
+  // each keeps its two buffers' worth of lookahead.
+  std::unique_ptr<PinnedUpload> upload_, scale_upload_;
   int B_ = 0, T_ = 0;
   bool has_targets_ = false, has_segments_ = false, has_lengths_ = false;
   StepGraphs graphs_;

@@ -92,7 +92,9 @@ class CudaGraph {
 // the device through one of two pinned host buffers, copied asynchronously on the model's
 // stream. Before a buffer is refilled the host waits for the copies made from it last time,
 // two batches back and long done, so the host queues a whole step without waiting for the
-// device; the copies themselves take microseconds on the stream.
+// device; the copies themselves take microseconds on the stream. Backward's loss scale (a
+// device scalar the loss reads, so that a CUDA graph takes each step's) goes through an upload
+// of its own, so it does not shorten the batches' lookahead.
 class PinnedUpload {
  public:
   // Room for `bytes` per batch in each buffer.

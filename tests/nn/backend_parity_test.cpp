@@ -596,21 +596,24 @@ INSTANTIATE_TEST_SUITE_P(EveryBackend, StepParity, ::testing::ValuesIn(step_para
 // ---- CUDA graphs ------------------------------------------------------------------------------
 
 // train.cuda_graphs: steps whose passes run eagerly, then are captured, then replayed (Note [CUDA
-// graphs]) give the bits of eager steps, for batches without and with row lengths, alternating;
-// the model's hooks still fire between the units, the same ranges in the same order.
+// graphs]) give the bits of eager steps, for batches without and with row lengths (and so with
+// different loss scales), alternating; the model's hooks still fire between the units, the same
+// ranges in the same order.
 TEST(CudaGraphs, ReplayTheEagerStepsBitForBit) {
   if (!cuda_built()) GTEST_SKIP() << "this build has no CUDA backend";
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   const ModelConfig cfg{
       .vocab_size = 67, .max_seq_len = 32, .n_layer = 2, .n_head = 2, .n_embd = 128};
   const int B = 2, T = 32;
-  std::vector<int32_t> tokens, targets, lengths = {T, 20};
+  std::vector<int32_t> tokens, targets, padded_targets, lengths = {T, 20};
   for (int i = 0; i < B * T; ++i) {
     tokens.push_back((i * 13 + 5) % cfg.vocab_size);
     targets.push_back((i * 29 + 3) % cfg.vocab_size);
+    // Padding is not counted: the padded batch's loss scale differs from the plain one's.
+    padded_targets.push_back(i % T < lengths[size_t(i / T)] ? targets.back() : -1);
   }
   const BatchView plain{B, T, tokens.data(), targets.data(), nullptr, nullptr};
-  const BatchView padded{B, T, tokens.data(), targets.data(), nullptr, lengths.data()};
+  const BatchView padded{B, T, tokens.data(), padded_targets.data(), nullptr, lengths.data()};
   auto run = [&](bool graphs) {
     CudaStream stream;
     ExecConfig e = testing::exec_for(B, T, DType::bf16);

@@ -319,7 +319,7 @@ int64_t Transformer::stage_batch(const BatchView& b, int first_position) {
   if (has_targets_) stage(targets_, b.targets, N);
   if (has_segments_) stage(segments_, b.segments, N);
   runs_count_ = 0;
-  if (has_segments_) {
+  if (has_segments_ && exec_.device == Device::cuda) {  // only cuDNN's ragged attention reads them
     const std::vector<int32_t> runs = segment_runs(b.segments, b.B, b.T);
     runs_count_ = runs.empty() ? 0 : int64_t(runs.size()) - 1;
     if (runs_count_ > 0) stage(runs_, runs.data(), int64_t(runs.size()));

@@ -110,7 +110,7 @@ class Transformer final : public Model {
   Context ctx_;
   Buffer params_, working_, grads_, acts_;
   // Device copies of the last forward's inputs: (N) tokens, targets, positions, segments,
-  // (rows) lengths and (runs + 1) the segments' runs; the last backward's loss scale (fp32);
+  // (rows) lengths and (runs + 1) the segments' runs (CUDA); the last backward's loss scale (fp32);
   // and [loss_sum, grad_norm_sq] fp64 on the device.
   Buffer tokens_, targets_, positions_, segments_, lengths_, runs_, loss_scale_, scalars_;
   std::vector<int32_t> host_positions_;

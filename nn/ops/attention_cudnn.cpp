@@ -291,17 +291,18 @@ void build_backward(Entry& e, const Shape& s) {
   g.pointwise(CUDNN_POINTWISE_EXP, s3, expS);
   // (B, H, Tk, Tq) views of an (B, H, Tq, Tk) score tensor, as bf16 product inputs.
   const Dims st{s.B, s.H, s.T, s.T}, st_strides{s.H * s.T * s.T, s.T * s.T, 1, s.T};
-  const bool grouped = s.Hk != s.H;
-  // dV = P^T dO (summed over each group of query heads when they share a key/value head).
+  // out = a b for a key/value gradient: per query head, summed over each group of query heads
+  // that shares a key/value head.
+  auto kv_product = [&](int64_t a, int64_t b, int64_t out) {
+    if (s.Hk == s.H) return g.matmul(a, b, out, len, 0, len);
+    const int64_t per_head = virt(qd, CUDNN_DATA_BFLOAT16);
+    g.matmul(a, b, per_head, len, 0, len);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, per_head, out);
+  };
+  // dV = P^T dO.
   const int64_t PT = g.tensor(CUDNN_DATA_BFLOAT16, st, st_strides, true);
   g.reshape(expS, PT);
-  if (grouped) {
-    const int64_t dV_all = virt(qd, CUDNN_DATA_BFLOAT16);
-    g.matmul(PT, dO, dV_all, len, 0, len);
-    g.reduction(CUDNN_REDUCE_TENSOR_ADD, dV_all, dV);
-  } else {
-    g.matmul(PT, dO, dV, len, 0, len);
-  }
+  kv_product(PT, dO, dV);
   // dS = P * (dO V^T - D) * scale.
   const int64_t dP = virt(ss), u1 = virt(ss), u2 = virt(ss), dS = virt(ss);
   g.matmul(dO, VT, dP, len, len);
@@ -311,13 +312,7 @@ void build_backward(Entry& e, const Shape& s) {
   // dK = dS^T Q.
   const int64_t dST = g.tensor(CUDNN_DATA_BFLOAT16, st, st_strides, true);
   g.reshape(dS, dST);
-  if (grouped) {
-    const int64_t dK_all = virt(qd, CUDNN_DATA_BFLOAT16);
-    g.matmul(dST, Q, dK_all, len, 0, len);
-    g.reduction(CUDNN_REDUCE_TENSOR_ADD, dK_all, dK);
-  } else {
-    g.matmul(dST, Q, dK, len, 0, len);
-  }
+  kv_product(dST, Q, dK);
   // dQ = dS K, K seen untransposed (with K's offsets, as cuDNN's frontend gives it).
   const int64_t K =
       g.tensor(CUDNN_DATA_FLOAT, kd, seq_major(s.T, s.D, s.ldk), true, false, off[kK]);

@@ -93,14 +93,12 @@ void layernorm_residual_forward(const Context& ctx, const Tensor& res_out, const
                                 const Tensor& branch, const Tensor& w, const Tensor& b) {
   const int64_t N = res_out.rows(), C = res_out.cols();
   const dim3 block(32, kRowsPerBlock);
-  with_float(out.dtype, [&](auto ttag) {
+  with_floats(out.dtype, branch.dtype, [&](auto ttag, auto rtag) {
     using T = decltype(ttag);
-    with_float(branch.dtype, [&](auto rtag) {
-      using R = decltype(rtag);
-      forward_kernel<<<blocks_for(N, kRowsPerBlock), block, 0, stream_of(ctx)>>>(
-          ptr<T>(out), ptr<float>(mean), ptr<float>(rstd), ptr<float>(res_out), ptr<T>(w),
-          ptr<T>(b), N, C, ptr<float>(res_in), ptr<R>(branch));
-    });
+    using R = decltype(rtag);
+    forward_kernel<<<blocks_for(N, kRowsPerBlock), block, 0, stream_of(ctx)>>>(
+        ptr<T>(out), ptr<float>(mean), ptr<float>(rstd), ptr<float>(res_out), ptr<T>(w), ptr<T>(b),
+        N, C, ptr<float>(res_in), ptr<R>(branch));
   });
   check_launch("layernorm_residual_forward");
 }

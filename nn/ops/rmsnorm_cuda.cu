@@ -75,14 +75,12 @@ void rmsnorm_residual_forward(const Context& ctx, const Tensor& res_out, const T
                               const Tensor& w) {
   const int64_t N = res_out.rows(), C = res_out.cols();
   const dim3 block(32, kRowsPerBlock);
-  with_float(out.dtype, [&](auto ttag) {
+  with_floats(out.dtype, branch.dtype, [&](auto ttag, auto rtag) {
     using T = decltype(ttag);
-    with_float(branch.dtype, [&](auto rtag) {
-      using R = decltype(rtag);
-      forward_kernel<<<blocks_for(N, kRowsPerBlock), block, 0, stream_of(ctx)>>>(
-          ptr<T>(out), ptr<float>(rstd), ptr<float>(res_out), ptr<T>(w), N, C, ptr<float>(res_in),
-          ptr<R>(branch));
-    });
+    using R = decltype(rtag);
+    forward_kernel<<<blocks_for(N, kRowsPerBlock), block, 0, stream_of(ctx)>>>(
+        ptr<T>(out), ptr<float>(rstd), ptr<float>(res_out), ptr<T>(w), N, C, ptr<float>(res_in),
+        ptr<R>(branch));
   });
   check_launch("rmsnorm_residual_forward");
 }

@@ -5,14 +5,7 @@
 # 1 and 4 micro-batches per step. The default shape: L=8, C=256, V=4096, B=4, T=128.
 #   DET_BENCH=build/app/trainer_ddp_bench scripts/bench/deterministic.sh [bench options...]
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-BENCH="${DET_BENCH:-$ROOT/build/app/trainer_ddp_bench}"
-[[ -x "$BENCH" ]] || { echo "bench/deterministic: no trainer_ddp_bench at $BENCH" >&2; exit 1; }
-MPIRUN=(mpirun --oversubscribe -x OMP_NUM_THREADS=1 -np 2)
-[[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)
-ARGS=(--layers 8 --embd 256 --heads 4 --vocab 4096 --batch 4 --seq 128 --steps 4 --warmup 1
-      "$@")
-field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" <<<"$2"; }
+source "$(dirname "${BASH_SOURCE[0]}")/ddp_bench_common.sh" deterministic "${DET_BENCH:-}" "$@"
 printf "%-8s %6s %14s %18s %8s\n" stage accum default_ms deterministic_ms ratio
 for stage in none full; do
   for accum in 1 4; do

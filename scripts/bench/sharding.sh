@@ -5,14 +5,7 @@
 # default shape has blocks that outweigh the embedding (L=8, C=256, V=4096), as real models do.
 #   SHARD_BENCH=build/app/trainer_ddp_bench scripts/bench/sharding.sh [bench options...]
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-BENCH="${SHARD_BENCH:-$ROOT/build/app/trainer_ddp_bench}"
-[[ -x "$BENCH" ]] || { echo "bench/sharding: no trainer_ddp_bench at $BENCH" >&2; exit 1; }
-MPIRUN=(mpirun --oversubscribe -x OMP_NUM_THREADS=1 -np 2)
-[[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)
-ARGS=(--layers 8 --embd 256 --heads 4 --vocab 4096 --batch 4 --seq 128 --steps 4 --warmup 1
-      "$@")
-field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" <<<"$2"; }
+source "$(dirname "${BASH_SOURCE[0]}")/ddp_bench_common.sh" sharding "${SHARD_BENCH:-}" "$@"
 declare -A STEP STATE LIVE
 for stage in none optimizer gradients full; do
   line=$("${MPIRUN[@]}" "$BENCH" "${ARGS[@]}" --sharding "$stage" | grep '^ranks=')

@@ -95,6 +95,7 @@ void run(int argc, char** argv) {
   uint64_t x = 0x12345u + uint64_t(R);
   StepTimes sum;
   double wall = 0;
+  StragglerWatch stragglers;
   for (int step = 0; step < a.warmup + a.steps; ++step) {
     for (size_t i = 0; i < tokens.size(); ++i) {
       x = x * 6364136223846793005ull + 1442695040888963407ull;
@@ -125,9 +126,9 @@ void run(int argc, char** argv) {
     st.comm_wait_s = dp->last_wait_seconds();
     st.comm_busy_s = dp->last_comm_seconds();
     const double step_s = step_timer.seconds();
-    StragglerReport rep = gather_step_times(*comm, st, 0.2);
+    const StragglerReport rep = gather_step_times(*comm, st);
     if (step < a.warmup) continue;
-    if (rep.straggler) log::info("step {}: {}", step, rep.message);
+    if (const auto warning = stragglers.observe(rep)) log::info("step {}: {}", step, *warning);
     wall += step_s;
     sum.forward_s += st.forward_s;
     sum.backward_s += st.backward_s;

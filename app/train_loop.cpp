@@ -174,7 +174,8 @@ class TrainLoop {
   bool metrics_failed_ = false, write_failure_reported_ = false;
   Timer run_timer_;
   int64_t first_step_ = 0;
-  dist::CommStats comm_logged_;  // the communicator's totals at the last metrics line
+  dist::CommStats comm_logged_;      // the communicator's totals at the last metrics line
+  dist::StragglerWatch stragglers_;  // rank 0: the current streak of one lagging rank
 };
 
 TrainLoop::TrainLoop(const Config& config, const TrainOptions& options, dist::Communicator& comm,
@@ -570,11 +571,14 @@ void TrainLoop::report_write_failure() {
 void TrainLoop::log_step(const StepStats& s, double step_s) {
   const int64_t total = rc_.steps;
   const bool line = state_.step % rc_.log_every == 0 || state_.step == total;
-  // Every rank takes part in the straggler report on the same steps (it is a collective).
+  // Every rank takes part in the straggler report at every step (it is a collective): a
+  // straggler is a rank behind on several steps in a row (Note [Stragglers]).
   std::optional<dist::StragglerReport> ranks;
-  if (line && comm_.size() > 1) ranks = dist::gather_step_times(comm_, s.times);
+  if (comm_.size() > 1) ranks = dist::gather_step_times(comm_, s.times);
   if (!leader_) return;
-  if (ranks && ranks->straggler) log::warn("step {}: {}", state_.step, ranks->message);
+  if (ranks)
+    if (const auto warning = stragglers_.observe(*ranks))
+      log::warn("step {}: {}", state_.step, *warning);
   const double tok_s = double(s.tokens) / step_s;
   const double flops = rc_.model.flops_per_token(s.seq_len) * tok_s;
   const double mfu = flops / (peak_gflops_ * 1e9 * comm_.size());

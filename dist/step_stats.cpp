@@ -7,7 +7,8 @@
 
 namespace trainer::dist {
 
-StragglerReport gather_step_times(Communicator& comm, const StepTimes& mine, double threshold) {
+StragglerReport gather_step_times(Communicator& comm, const StepTimes& mine,
+                                  const StragglerPolicy& policy) {
   constexpr int kFields = 6;
   const double fields[kFields] = {mine.data_wait_s, mine.forward_s,   mine.backward_s,
                                   mine.comm_wait_s, mine.optimizer_s, mine.comm_busy_s};
@@ -27,13 +28,24 @@ StragglerReport gather_step_times(Communicator& comm, const StepTimes& mine, dou
   const size_t n = sorted.size();
   rep.median_s = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
   rep.lag = rep.median_s > 0 ? (rep.slowest_s - rep.median_s) / rep.median_s : 0;
-  rep.straggler = comm.size() > 1 && rep.lag > threshold;
-  if (rep.straggler)
-    rep.message = fmt::format(
-        "straggler: rank {} took {:.3f} s of its own work this step, {:.0f}% over the median "
-        "{:.3f} s",
-        rep.slowest_rank, rep.slowest_s, rep.lag * 100, rep.median_s);
+  rep.lags =
+      comm.size() > 1 && rep.lag > policy.ratio && rep.slowest_s - rep.median_s > policy.floor_s;
   return rep;
+}
+
+std::optional<std::string> StragglerWatch::observe(const StragglerReport& rep) {
+  if (!rep.lags) {
+    rank_ = -1;
+    streak_ = 0;
+    return std::nullopt;
+  }
+  streak_ = rep.slowest_rank == rank_ ? streak_ + 1 : 1;
+  rank_ = rep.slowest_rank;
+  if (streak_ % policy_.steps != 0) return std::nullopt;
+  return fmt::format(
+      "straggler: rank {} has been behind for {} steps in a row; this step it took {:.3f} s of "
+      "its own work, {:.0f}% over the median {:.3f} s",
+      rank_, streak_, rep.slowest_s, rep.lag * 100, rep.median_s);
 }
 
 }  // namespace trainer::dist

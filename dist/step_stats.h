@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,19 +31,44 @@ struct StepTimes {
   }
 };
 
+// Note [Stragglers]
+// A rank lags on one step when its own work exceeds the median by both `ratio` of the median
+// and `floor_s` seconds: the ratio alone would call a rank 0.2 ms behind a 1 ms median a
+// straggler, which is scheduler jitter, not a slow rank. It is a straggler when the same rank
+// lags on `steps` steps in a row; one slow step (a page fault, a checkpoint's fsync, another
+// process taking the core) is not worth a warning.
+struct StragglerPolicy {
+  double ratio = 0.2;
+  double floor_s = 0.05;
+  int steps = 5;
+};
+
 struct StragglerReport {
   std::vector<StepTimes> ranks;  // every rank's times, by rank
   int slowest_rank = 0;          // by own work
   double slowest_s = 0;
   double median_s = 0;
-  double lag = 0;          // (slowest - median) / median
-  bool straggler = false;  // lag > threshold
-  std::string message;     // one line naming the slowest rank when straggler
+  double lag = 0;     // (slowest - median) / median
+  bool lags = false;  // this step, by the policy's ratio and floor
 };
 
-// Gathers every rank's times (a collective) and names the slowest rank when its own work lags
-// the median by more than `threshold` (0.2 = 20%).
+// Gathers every rank's times (a collective) and finds the slowest rank by its own work.
 StragglerReport gather_step_times(Communicator& comm, const StepTimes& mine,
-                                  double threshold = 0.2);
+                                  const StragglerPolicy& policy = {});
+
+// Follows the reports of consecutive steps: a rank is a straggler once it has lagged on
+// policy.steps steps in a row.
+class StragglerWatch {
+ public:
+  explicit StragglerWatch(const StragglerPolicy& policy = {}) : policy_(policy) {}
+  // The one-line warning when this step completes a streak of policy.steps lagging steps by
+  // the same rank (and every further policy.steps steps of the same streak); else nothing.
+  std::optional<std::string> observe(const StragglerReport& rep);
+
+ private:
+  StragglerPolicy policy_;
+  int rank_ = -1;  // the rank of the current streak
+  int streak_ = 0;
+};
 
 }  // namespace trainer::dist

@@ -25,7 +25,10 @@ grep -q "^\[rank 1\] model: " runs/two/logs/rank-1.log ||
   { echo "FAIL: log.all_ranks: runs/two/logs/rank-1.log lacks rank 1's info lines"; exit 1; }
 OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np 2 \
   "$TRAINER" train "${common[@]}" --set run.name=quiet --set log.level=warn >quiet.log 2>&1
-[[ ! -s quiet.log ]] || { echo "FAIL: log.level=warn printed:"; head -3 quiet.log; exit 1; }
+# Only the level is asserted: a warning the run earns (none is expected here) is not an info
+# line, and whether one is printed must not depend on this machine's timing.
+! grep -Ev '^(\[rank [0-9]+\] )?(warning|error): ' quiet.log ||
+  { echo "FAIL: log.level=warn printed the lines above"; exit 1; }
 OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np 2 \
   "$TRAINER" train "${common[@]}" --set run.name=debug --set log.level=debug --set train.steps=2 \
   >debug.log 2>&1

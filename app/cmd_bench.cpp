@@ -29,36 +29,16 @@ DType parse_precision(const std::string& p) {
   throw UsageError(fmt::format("bench: --precision must be fp32 or bf16, got '{}'", p));
 }
 
-// The kernel family an op's time counts to; empty for scopes that contain other ops' scopes.
-std::string family_of(const std::string& op) {
-  if (op == "recompute" || op == "linear_bias_grad") return "";  // inside other scopes
-  for (const auto& [prefix, family] :
-       std::vector<std::pair<std::string, std::string>>{{"linear", "gemm"},
-                                                        {"lm_head", "gemm"},
-                                                        {"attention", "attention"},
-                                                        {"layernorm", "norms"},
-                                                        {"rmsnorm", "norms"},
-                                                        {"gelu", "activations"},
-                                                        {"swiglu", "activations"},
-                                                        {"rope", "rope"},
-                                                        {"cross_entropy", "loss"},
-                                                        {"embedding", "embedding"},
-                                                        {"adamw", "optimizer"}})
-    if (op.rfind(prefix, 0) == 0) return family;
-  return "other";
-}
-
-// Each op's time per step and share of the `total_ms` the steps took, then the families'.
+// Each scope's own time per step and share of the `total_ms` the steps took, then the kernel
+// families' (the scopes' own times, so each moment counts once: Note [Profile families]).
 void print_profile(int steps, double total_ms) {
   std::map<std::string, double> families;
   double ops = 0;
   for (const auto& e : profile::report()) {
-    std::printf("  %-28s %8.2f ms/step %5.1f%%\n", e.name.c_str(), e.ms / steps,
-                100 * e.ms / total_ms);
-    if (const std::string f = family_of(e.name); !f.empty()) {
-      families[f] += e.ms;
-      ops += e.ms;
-    }
+    std::printf("  %-28s %8.2f ms/step %5.1f%%  %s\n", e.name.c_str(), e.ms / steps,
+                100 * e.ms / total_ms, e.family.c_str());
+    families[e.family] += e.ms;
+    ops += e.ms;
   }
   families["(between ops)"] = total_ms - ops;
   std::printf("  families:");

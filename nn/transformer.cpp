@@ -403,7 +403,7 @@ void Transformer::forward_blocks_and_head(KvCache* cache) {
                         act(plan_.residual(L)), param(wf, F, Role::final_norm_w),
                         param(wf, F, Role::final_norm_b));
     {
-      PROFILE_SCOPE("lm_head_forward");
+      PROFILE_SCOPE("lm_head_forward", "gemm");
       matmul(ctx_, logits(), act(plan_.lnf), false, head, true);
     }
     if (has_targets_)
@@ -431,7 +431,7 @@ void Transformer::backward(float loss_scale) {
                            targets_.view(DType::i32, N), loss_scale_.view(DType::f32, 1));
     {
       // Through the head (V, C): d lnf = dlogits @ head; d head += dlogits^T @ lnf.
-      PROFILE_SCOPE("lm_head_backward");
+      PROFILE_SCOPE("lm_head_backward", "gemm");
       matmul(ctx_, act(plan_.d_ln), dlogits, false, head, false);
       matmul(ctx_, dhead, dlogits, true, act(plan_.lnf), false, 1.0f, 1.0f);
     }
@@ -468,12 +468,12 @@ void Transformer::backward_block(int l) {
       case Recompute::none:
         break;
       case Recompute::selective: {
-        PROFILE_SCOPE("recompute");
+        PROFILE_SCOPE("recompute", "other");
         block_forward(config_.arch, ctx_, t, BlockPass::recompute_cheap);
         break;
       }
       case Recompute::full: {
-        PROFILE_SCOPE("recompute");
+        PROFILE_SCOPE("recompute", "other");
         block_forward(config_.arch, ctx_, t, BlockPass::recompute_all);
         break;
       }
@@ -483,7 +483,7 @@ void Transformer::backward_block(int l) {
 }
 
 void Transformer::zero_grads() {
-  PROFILE_SCOPE("zero_grads");
+  PROFILE_SCOPE("zero_grads", "other");
   if (exec_.own_params) fill_zero(ctx_, grads());
 }
 

@@ -1,41 +1,82 @@
+// The per-op profile; see profile.h.
+//
+// Note [Profile families]
+// A scope's own time is its time less the time of the scopes opened inside it (a fallback path
+// that runs other ops, the recomputation of a block's forward inside its backward), so no
+// moment is counted twice and the families' sums plus the time between scopes make the time
+// profiled. On the host the nesting is resolved as scopes close; on a CUDA stream each scope
+// remembers its parent, and the events are resolved together in report().
 #include "runtime/profile.h"
 
 #include <algorithm>
 #include <map>
 
 #include "runtime/cuda_memory.h"
+#include "runtime/error.h"
 
 namespace trainer::profile {
 
 bool g_enabled = false;
 
 namespace {
+
+struct Open {
+  const char* name;
+  const char* family;
+  Timer timer;           // host timing
+  double nested_ms = 0;  // host timing: the scopes closed inside it
+  int slot = -1;         // device timing: its place in pending()
+};
+// Device-timed scopes until report() resolves their events.
+struct DeviceScope {
+  const char* name;
+  const char* family;
+  void *start = nullptr, *end = nullptr;
+  int parent = -1;  // the enclosing scope's slot
+};
+
+void* g_stream = nullptr;
+std::vector<Open>& open_scopes() {
+  static std::vector<Open> s;
+  return s;
+}
+std::vector<DeviceScope>& pending() {
+  static std::vector<DeviceScope> p;
+  return p;
+}
 std::map<std::string, Entry>& entries() {
   static std::map<std::string, Entry> e;
   return e;
 }
 
-// Scopes timed on a CUDA stream: their names and events, until report() reads them.
-struct DeviceScope {
-  const char* name;
-  void *start, *end;
-};
-void* g_stream = nullptr;
-std::vector<DeviceScope>& pending() {
-  static std::vector<DeviceScope> p;
-  return p;
+void record(const char* name, const char* family, double own_ms, double total_ms) {
+  Entry& e = entries()[name];
+  e.name = name;
+  e.family = family;
+  e.ms += own_ms;
+  e.total_ms += total_ms;
+  ++e.calls;
 }
 
 void resolve_pending() {
-  if (pending().empty()) return;
+  std::vector<DeviceScope>& p = pending();
+  if (p.empty()) return;
+  TRAINER_ASSERT(open_scopes().empty(), "profile resolved with {} scopes open",
+                 open_scopes().size());
   cuda_synchronize(g_stream);
-  for (const DeviceScope& d : pending()) {
-    record(d.name, cuda_event_elapsed_ms(d.start, d.end));
-    cuda_event_destroy(d.start);
-    cuda_event_destroy(d.end);
+  std::vector<double> total(p.size()), nested(p.size(), 0.0);
+  for (size_t i = 0; i < p.size(); ++i) {
+    total[i] = cuda_event_elapsed_ms(p[i].start, p[i].end);
+    if (p[i].parent >= 0) nested[size_t(p[i].parent)] += total[i];
   }
-  pending().clear();
+  for (size_t i = 0; i < p.size(); ++i) {
+    record(p[i].name, p[i].family, total[i] - nested[i], total[i]);
+    cuda_event_destroy(p[i].start);
+    cuda_event_destroy(p[i].end);
+  }
+  p.clear();
 }
+
 }  // namespace
 
 void set_enabled(bool on) {
@@ -52,24 +93,33 @@ void reset() {
   entries().clear();
 }
 
-void* begin_device_scope() {
-  if (!g_stream) return nullptr;
-  void* start = cuda_timing_event_create();
-  cuda_event_record(start, g_stream);
-  return start;
+void open(const char* name, const char* family) {
+  Open o{name, family, Timer(), 0, -1};
+  if (g_stream) {
+    DeviceScope d{name, family};
+    d.parent = open_scopes().empty() ? -1 : open_scopes().back().slot;
+    d.start = cuda_timing_event_create();
+    cuda_event_record(d.start, g_stream);
+    o.slot = int(pending().size());
+    pending().push_back(d);
+  }
+  open_scopes().push_back(o);
 }
 
-void end_device_scope(const char* name, void* start) {
-  void* end = cuda_timing_event_create();
-  cuda_event_record(end, g_stream);
-  pending().push_back({name, start, end});
-}
-
-void record(const char* name, double ms) {
-  Entry& e = entries()[name];
-  e.name = name;
-  e.ms += ms;
-  ++e.calls;
+void close() {
+  std::vector<Open>& s = open_scopes();
+  TRAINER_ASSERT(!s.empty(), "profile scope closed twice");
+  const Open o = s.back();
+  s.pop_back();
+  if (o.slot >= 0) {
+    DeviceScope& d = pending()[size_t(o.slot)];
+    d.end = cuda_timing_event_create();
+    cuda_event_record(d.end, g_stream);
+    return;
+  }
+  const double ms = o.timer.ms();
+  if (!s.empty()) s.back().nested_ms += ms;
+  record(o.name, o.family, ms - o.nested_ms, ms);
 }
 
 std::vector<Entry> report() {

@@ -1,8 +1,10 @@
-// A per-op time profile for benchmarks: ops open a PROFILE_SCOPE; when profiling is off (the
-// default) a scope costs one branch. On the CPU a scope is timed by the host clock; with a CUDA
-// stream set, by events on that stream (the host only queues a GPU's work, so its clock says
-// little), resolved when report() is called. Not thread-aware: scopes run on the calling
-// thread.
+// A per-op time profile for benchmarks: ops open a PROFILE_SCOPE(name, family); when profiling
+// is off (the default) a scope costs one branch. On the CPU a scope is timed by the host clock;
+// with a CUDA stream set, by events on that stream (the host only queues a GPU's work, so its
+// clock says little), resolved when report() is called. Scopes nest: each scope's own time
+// excludes the scopes opened inside it, so the own times of all scopes add up to at most the
+// time profiled, each moment counted once (Note [Profile families]). Not thread-aware: scopes
+// run on the calling thread.
 #pragma once
 
 #include <string>
@@ -19,41 +21,41 @@ void set_enabled(bool on);
 // Times scopes by events on this CUDA stream (null: by the host clock).
 void set_cuda_stream(void* stream);
 void reset();
-void record(const char* name, double ms);
-// (name, total ms, calls), largest first.
+
+// One scope name's times, summed over its calls.
 struct Entry {
   std::string name;
-  double ms = 0;
+  std::string family;   // the kernel family its own time counts to
+  double ms = 0;        // own time: the scope's time less that of the scopes nested in it
+  double total_ms = 0;  // with the nested scopes
   long calls = 0;
 };
+// Every scope name's entry, largest own time first.
 std::vector<Entry> report();
 
-// Event-timed scopes (a CUDA stream set): the start event of a scope, and its end.
-void* begin_device_scope();
-void end_device_scope(const char* name, void* start);
+// Scope bookkeeping, for the Scope class: open() before the scope's work, close() after it.
+void open(const char* name, const char* family);
+void close();
 
 class Scope {
  public:
-  explicit Scope(const char* name)
-      : name_(g_enabled ? name : nullptr), start_(name_ ? begin_device_scope() : nullptr) {}
+  // `name` and `family` must outlive the profile (string literals).
+  Scope(const char* name, const char* family) : on_(g_enabled) {
+    if (on_) open(name, family);
+  }
   ~Scope() {
-    if (!name_) return;
-    if (start_)
-      end_device_scope(name_, start_);
-    else
-      record(name_, timer_.ms());
+    if (on_) close();
   }
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;
 
  private:
-  const char* name_;
-  void* start_;  // the start event when timed on a CUDA stream
-  Timer timer_;
+  bool on_;
 };
 
 }  // namespace trainer::profile
 
 #define PROFILE_CONCAT2(a, b) a##b
 #define PROFILE_CONCAT(a, b) PROFILE_CONCAT2(a, b)
-#define PROFILE_SCOPE(name) ::trainer::profile::Scope PROFILE_CONCAT(profile_scope_, __LINE__)(name)
+#define PROFILE_SCOPE(name, family) \
+  ::trainer::profile::Scope PROFILE_CONCAT(profile_scope_, __LINE__)(name, family)

@@ -44,20 +44,22 @@ namespace {
 
 #define TRAINER_DISPATCH(op, ...) TRAINER_DISPATCH_EACH(op, (__VA_ARGS__), (__VA_ARGS__))
 
-// An op: timed under its name in the profile (runtime/profile.h), whatever the backend, then
-// dispatched.
-#define TRAINER_OP(op, ...) \
-  PROFILE_SCOPE(#op);       \
+// An op: timed under its name and kernel family in the profile (runtime/profile.h), whatever
+// the backend, then dispatched. The linear layer's bias gradient counts to the products (on
+// CUDA it is mostly their epilogue); the gradient norm's sums of squares to the optimizer
+// step they serve.
+#define TRAINER_OP(op, family, ...) \
+  PROFILE_SCOPE(#op, family);       \
   TRAINER_DISPATCH(op, __VA_ARGS__)
 
 void embedding_forward(const Context& ctx, const Tensor& out, const Tensor& tokens,
                        const Tensor& positions, const Tensor& wte, const Tensor& wpe) {
-  TRAINER_OP(embedding_forward, ctx, out, tokens, positions, wte, wpe);
+  TRAINER_OP(embedding_forward, "embedding", ctx, out, tokens, positions, wte, wpe);
 }
 
 void embedding_backward(const Context& ctx, const Tensor& dwte, const Tensor& dwpe,
                         const Tensor& dout, const Tensor& tokens, const Tensor& positions) {
-  TRAINER_OP(embedding_backward, ctx, dwte, dwpe, dout, tokens, positions);
+  TRAINER_OP(embedding_backward, "embedding", ctx, dwte, dwpe, dout, tokens, positions);
 }
 
 size_t embedding_backward_workspace(const Context& ctx, int64_t N, int64_t C) {
@@ -71,7 +73,7 @@ void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean
                      mean.numel() == N && rstd.numel() == N && w.numel() == C && b.numel() == C &&
                      w.dtype == out.dtype && b.dtype == out.dtype,
                  "layernorm_forward shapes");
-  TRAINER_OP(layernorm_forward, ctx, out, mean, rstd, inp, w, b);
+  TRAINER_OP(layernorm_forward, "norms", ctx, out, mean, rstd, inp, w, b);
 }
 
 void layernorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
@@ -85,7 +87,8 @@ void layernorm_residual_forward(const Context& ctx, const Tensor& res_out, const
                      rstd.numel() == N && w.numel() == C && b.numel() == C &&
                      w.dtype == out.dtype && b.dtype == out.dtype,
                  "layernorm_residual_forward shapes");
-  TRAINER_OP(layernorm_residual_forward, ctx, res_out, out, mean, rstd, res_in, branch, w, b);
+  TRAINER_OP(layernorm_residual_forward, "norms", ctx, res_out, out, mean, rstd, res_in, branch, w,
+             b);
 }
 
 void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& db,
@@ -95,7 +98,7 @@ void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw
   TRAINER_ASSERT(dinp.numel() == N * C && dout.numel() == N * C && dw.numel() == C &&
                      db.numel() == C && dw.dtype == db.dtype && w.dtype == dout.dtype,
                  "layernorm_backward shapes");
-  TRAINER_OP(layernorm_backward, ctx, dinp, dw, db, dout, inp, w, mean, rstd);
+  TRAINER_OP(layernorm_backward, "norms", ctx, dinp, dw, db, dout, inp, w, mean, rstd);
 }
 
 size_t layernorm_backward_workspace(const Context& ctx, int64_t C) {
@@ -109,7 +112,7 @@ void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, 
                      inp.dtype == DType::f32 && rstd.numel() == N && w.numel() == C &&
                      w.dtype == out.dtype,
                  "rmsnorm_forward shapes");
-  TRAINER_OP(rmsnorm_forward, ctx, out, rstd, inp, w);
+  TRAINER_OP(rmsnorm_forward, "norms", ctx, out, rstd, inp, w);
 }
 
 void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dout,
@@ -118,7 +121,7 @@ void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, 
   TRAINER_ASSERT(dinp.numel() == N * C && dout.numel() == N * C && dw.numel() == C &&
                      w.dtype == dout.dtype && dinp.dtype == DType::f32,
                  "rmsnorm_backward shapes");
-  TRAINER_OP(rmsnorm_backward, ctx, dinp, dw, dout, inp, w, rstd);
+  TRAINER_OP(rmsnorm_backward, "norms", ctx, dinp, dw, dout, inp, w, rstd);
 }
 
 void rmsnorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
@@ -131,7 +134,7 @@ void rmsnorm_residual_forward(const Context& ctx, const Tensor& res_out, const T
                      branch.numel() == N * C && out.numel() == N * C && rstd.numel() == N &&
                      w.numel() == C && w.dtype == out.dtype,
                  "rmsnorm_residual_forward shapes");
-  TRAINER_OP(rmsnorm_residual_forward, ctx, res_out, out, rstd, res_in, branch, w);
+  TRAINER_OP(rmsnorm_residual_forward, "norms", ctx, res_out, out, rstd, res_in, branch, w);
 }
 
 size_t rmsnorm_backward_workspace(const Context& ctx, int64_t C) {
@@ -140,12 +143,12 @@ size_t rmsnorm_backward_workspace(const Context& ctx, int64_t C) {
 
 void rope_forward(const Context& ctx, const Tensor& x, const Tensor& positions, int head_size,
                   float theta) {
-  TRAINER_OP(rope_forward, ctx, x, positions, head_size, theta);
+  TRAINER_OP(rope_forward, "rope", ctx, x, positions, head_size, theta);
 }
 
 void rope_backward(const Context& ctx, const Tensor& dx, const Tensor& positions, int head_size,
                    float theta) {
-  TRAINER_OP(rope_backward, ctx, dx, positions, head_size, theta);
+  TRAINER_OP(rope_backward, "rope", ctx, dx, positions, head_size, theta);
 }
 
 void swiglu_forward(const Context& ctx, const Tensor& out, const Tensor& gate_up) {
@@ -153,7 +156,7 @@ void swiglu_forward(const Context& ctx, const Tensor& out, const Tensor& gate_up
   TRAINER_ASSERT(out.contiguous() && gate_up.contiguous() && gate_up.cols() == 2 * F &&
                      out.numel() == N * F && out.dtype == gate_up.dtype,
                  "swiglu_forward shapes");
-  TRAINER_OP(swiglu_forward, ctx, out, gate_up);
+  TRAINER_OP(swiglu_forward, "activations", ctx, out, gate_up);
 }
 
 void swiglu_backward(const Context& ctx, const Tensor& dgate_up, const Tensor& dout,
@@ -163,12 +166,12 @@ void swiglu_backward(const Context& ctx, const Tensor& dgate_up, const Tensor& d
                      dgate_up.numel() == N * 2 * F && dout.numel() == N * F &&
                      dgate_up.dtype == gate_up.dtype && dout.dtype == gate_up.dtype,
                  "swiglu_backward shapes");
-  TRAINER_OP(swiglu_backward, ctx, dgate_up, dout, gate_up);
+  TRAINER_OP(swiglu_backward, "activations", ctx, dgate_up, dout, gate_up);
 }
 
 void linear_bias_grad(const Context& ctx, const Tensor& dbias, const Tensor& dout) {
   TRAINER_ASSERT(dout.contiguous() && dbias.numel() == dout.cols(), "linear_backward bias");
-  TRAINER_OP(linear_bias_grad, ctx, dbias, dout);
+  TRAINER_OP(linear_bias_grad, "gemm", ctx, dbias, dout);
 }
 
 size_t linear_bias_grad_workspace(const Context& ctx, int64_t O) {
@@ -178,13 +181,14 @@ size_t linear_bias_grad_workspace(const Context& ctx, int64_t O) {
 void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& q,
                        const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head,
                        int q_pos) {
-  TRAINER_OP(attention_forward, ctx, out, lse, q, k, v, mask, n_head, q_pos);
+  TRAINER_OP(attention_forward, "attention", ctx, out, lse, q, k, v, mask, n_head, q_pos);
 }
 
 void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& q,
                         const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head) {
-  TRAINER_OP(attention_backward, ctx, dq, dk, dv, dout, out, lse, q, k, v, mask, n_head);
+  TRAINER_OP(attention_backward, "attention", ctx, dq, dk, dv, dout, out, lse, q, k, v, mask,
+             n_head);
 }
 
 size_t attention_workspace(const Context& ctx, int64_t rows, int n_head, int64_t Tq, int64_t Tk,
@@ -197,30 +201,30 @@ void gelu_forward(const Context& ctx, const Tensor& out, const Tensor& inp) {
   TRAINER_ASSERT(
       out.contiguous() && inp.contiguous() && out.numel() == inp.numel() && out.dtype == inp.dtype,
       "gelu_forward shapes");
-  TRAINER_OP(gelu_forward, ctx, out, inp);
+  TRAINER_OP(gelu_forward, "activations", ctx, out, inp);
 }
 
 void gelu_backward(const Context& ctx, const Tensor& dinp, const Tensor& dout, const Tensor& inp) {
   TRAINER_ASSERT(dinp.numel() == inp.numel() && dout.numel() == inp.numel() &&
                      dinp.dtype == inp.dtype && dout.dtype == inp.dtype,
                  "gelu_backward shapes");
-  TRAINER_OP(gelu_backward, ctx, dinp, dout, inp);
+  TRAINER_OP(gelu_backward, "activations", ctx, dinp, dout, inp);
 }
 
 void residual_forward(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b) {
-  TRAINER_OP(residual_forward, ctx, out, a, b);
+  TRAINER_OP(residual_forward, "residual", ctx, out, a, b);
 }
 
 void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Tensor& stats,
                            const Tensor& logits, const Tensor& targets) {
-  TRAINER_OP(cross_entropy_forward, ctx, loss_sum, stats, logits, targets);
+  TRAINER_OP(cross_entropy_forward, "loss", ctx, loss_sum, stats, logits, targets);
 }
 
 void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const Tensor& logits,
                             const Tensor& stats, const Tensor& targets, const Tensor& scale) {
   TRAINER_ASSERT(scale.numel() == 1 && scale.dtype == DType::f32 && scale.device == ctx.device,
                  "cross_entropy_backward scale");
-  TRAINER_OP(cross_entropy_backward, ctx, dlogits, logits, stats, targets, scale);
+  TRAINER_OP(cross_entropy_backward, "loss", ctx, dlogits, logits, stats, targets, scale);
 }
 
 size_t cross_entropy_workspace(const Context& ctx, int64_t N) {
@@ -228,7 +232,7 @@ size_t cross_entropy_workspace(const Context& ctx, int64_t N) {
 }
 
 void cast(const Context& ctx, const Tensor& dst, const Tensor& src) {
-  TRAINER_OP(cast, ctx, dst, src);
+  TRAINER_OP(cast, "cast", ctx, dst, src);
 }
 
 void adamw_update(const Context& ctx, const Tensor& params, const Tensor& grads, const Tensor& m,
@@ -237,11 +241,11 @@ void adamw_update(const Context& ctx, const Tensor& params, const Tensor& grads,
   TRAINER_ASSERT(grads.numel() == n && m.numel() == n && v.numel() == n &&
                      (working.empty() || working.numel() == n),
                  "adamw_update shapes");
-  TRAINER_OP(adamw_update, ctx, params, grads, m, v, working, h);
+  TRAINER_OP(adamw_update, "optimizer", ctx, params, grads, m, v, working, h);
 }
 
 void sum_squares(const Context& ctx, const Tensor& out, const Tensor& x) {
-  TRAINER_OP(sum_squares, ctx, out, x);
+  TRAINER_OP(sum_squares, "optimizer", ctx, out, x);
 }
 
 size_t sum_squares_workspace(const Context& ctx) {

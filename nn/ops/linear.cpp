@@ -15,7 +15,7 @@ namespace trainer::nn {
 
 void linear_forward(const Context& ctx, const Tensor& out, const Tensor& inp, const Tensor& w,
                     const Tensor& bias, WeightLayout layout) {
-  PROFILE_SCOPE("linear_forward");
+  PROFILE_SCOPE("linear_forward", "gemm");
   matmul(ctx, out, inp, false, w, layout == WeightLayout::out_in, 1.0f, 0.0f,
          bias.empty() ? nullptr : &bias);
 }
@@ -24,7 +24,7 @@ void linear_gelu_forward(const Context& ctx, const Tensor& out, const Tensor& pr
                          const Tensor& inp, const Tensor& w, const Tensor& bias,
                          WeightLayout layout) {
   {
-    PROFILE_SCOPE("linear_gelu_forward");
+    PROFILE_SCOPE("linear_gelu_forward", "gemm");
     if (matmul_gelu(ctx, out, pre, inp, false, w, layout == WeightLayout::out_in, bias)) return;
   }
   linear_forward(ctx, pre, inp, w, bias, layout);
@@ -61,7 +61,7 @@ void weight_grads(const Context& ctx, const Tensor& dw, const Tensor& dbias, con
 
 void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dbias,
                      const Tensor& dout, const Tensor& inp, const Tensor& w, WeightLayout layout) {
-  PROFILE_SCOPE("linear_backward");
+  PROFILE_SCOPE("linear_backward", "gemm");
   const bool in_out = layout == WeightLayout::in_out;
   if (!dinp.empty()) matmul(ctx, dinp, dout, false, w, in_out);
   weight_grads(ctx, dw, dbias, dout, inp, in_out);
@@ -70,7 +70,7 @@ void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, c
 void gelu_linear_backward(const Context& ctx, const Tensor& dpre, const Tensor& dw,
                           const Tensor& dbias, const Tensor& dout, const Tensor& inp,
                           const Tensor& w, const Tensor& pre, WeightLayout layout) {
-  PROFILE_SCOPE("gelu_linear_backward");
+  PROFILE_SCOPE("gelu_linear_backward", "gemm");
   const bool in_out = layout == WeightLayout::in_out;
   if (!matmul_dgelu(ctx, dpre, dout, false, w, in_out, pre)) {
     matmul(ctx, dpre, dout, false, w, in_out);

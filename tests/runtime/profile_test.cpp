@@ -1,0 +1,72 @@
+// The profile's nesting: a scope's own time excludes the scopes opened inside it, so own times
+// add up to the time profiled with every moment counted once.
+#include "runtime/profile.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <thread>
+
+namespace trainer::profile {
+namespace {
+
+std::map<std::string, Entry> by_name() {
+  std::map<std::string, Entry> m;
+  for (const Entry& e : report()) m[e.name] = e;
+  return m;
+}
+
+void busy(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+TEST(Profile, NestedScopesCountOnce) {
+  set_enabled(true);
+  reset();
+  Timer wall;
+  {
+    PROFILE_SCOPE("outer", "gemm");
+    busy(2);
+    {
+      PROFILE_SCOPE("inner", "activations");
+      busy(3);
+      { PROFILE_SCOPE("innermost", "norms"); }
+    }
+    { PROFILE_SCOPE("inner", "activations"); }
+  }
+  const double wall_ms = wall.ms();
+  set_enabled(false);
+  auto e = by_name();
+  ASSERT_EQ(e.size(), 3u);
+  EXPECT_EQ(e["outer"].calls, 1);
+  EXPECT_EQ(e["inner"].calls, 2);
+  EXPECT_EQ(e["inner"].family, "activations");
+  // Own plus nested is the total, scope by scope (sums of the same clock readings: the bound
+  // is double rounding of millisecond values, far under a nanosecond).
+  EXPECT_NEAR(e["outer"].ms + e["inner"].total_ms, e["outer"].total_ms, 1e-9);
+  EXPECT_NEAR(e["inner"].ms + e["innermost"].total_ms, e["inner"].total_ms, 1e-9);
+  // Every own time is non-negative, and together they are the outer scope's time, within the
+  // wall time around it: nothing counted twice.
+  double own = 0;
+  for (const auto& [name, entry] : e) {
+    EXPECT_GE(entry.ms, 0) << name;
+    own += entry.ms;
+  }
+  EXPECT_NEAR(own, e["outer"].total_ms, 1e-9);
+  EXPECT_LE(own, wall_ms);
+  // The sleeps are lower bounds of the times that hold them (a clock never runs short).
+  EXPECT_GE(e["inner"].total_ms, 3.0);
+  EXPECT_GE(e["outer"].total_ms, 5.0);
+  reset();
+}
+
+TEST(Profile, OffCostsNothingAndRecordsNothing) {
+  set_enabled(false);
+  reset();
+  { PROFILE_SCOPE("never", "other"); }
+  EXPECT_TRUE(report().empty());
+}
+
+}  // namespace
+}  // namespace trainer::profile

@@ -239,6 +239,7 @@ TEST(HonestNumbers, MfuIsReportedAgainstTheStatedPeak) {
   for (std::string line; std::getline(in, line);) {
     const auto j = nlohmann::json::parse(line);
     if (!j.contains("mfu")) continue;
+    // The same double arithmetic on values JSON round-trips: a few ulps (1e-16) apart.
     EXPECT_NEAR(j["mfu"].get<double>(), fpt * j["tokens_per_s"].get<double>() / 2e9,
                 1e-9 * j["mfu"].get<double>());
     ++lines;

@@ -40,7 +40,7 @@ TEST(StateBytes, SeventyBillionParametersInMixedPrecision) {
   const StateBytes z1 = bytes(ShardingStage::optimizer, N);
   EXPECT_EQ(z1.working + z1.grads - 4 * shard, 280 * GB);
   EXPECT_EQ(z1.total(), 280 * GB + 18 * shard);
-  EXPECT_NEAR(z1.total() / GB, 284.92, 0.01);
+  EXPECT_NEAR(z1.total() / GB, 284.92, 0.01);  // 284.921875 quoted to 2 decimals; integer bytes
   // gradients (ZeRO-2): bf16 weights whole (140 GB); masters, moments and the gradient shard:
   // 16 B per shard parameter (the unit scratch buffers come on top; they depend on the shape).
   const StateBytes z2 = bytes(ShardingStage::gradients, N);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "runtime/alignment.h"
 #include "runtime/error.h"
 
 namespace trainer::nn {
@@ -20,8 +21,10 @@ bool keeps(Recompute policy, ActKind kind) {
   return false;
 }
 
+// Each activation starts where device libraries want their operands (runtime/alignment.h).
 int64_t aligned(int64_t bytes) {
-  return (bytes + 63) / 64 * 64;
+  constexpr int64_t a = int64_t(kDeviceAlignment);
+  return (bytes + a - 1) / a * a;
 }
 
 }  // namespace

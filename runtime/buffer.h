@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "runtime/alignment.h"
 #include "runtime/device.h"
 #include "runtime/tensor.h"
 
@@ -13,7 +14,7 @@ namespace trainer {
 
 class Buffer {
  public:
-  static constexpr size_t kAlignment = 64;
+  static constexpr size_t kAlignment = kDeviceAlignment;
 
   Buffer() = default;
   // Allocates `bytes` (zero-filled) on `device`; throws trainer::Error when out of memory.

@@ -3,17 +3,22 @@
 // transposes and leading dimensions. fp32 or bf16 operands, fp32 accumulation (no TF32: fp32
 // products match the CPU's), and an epilogue: the bias, or GELU keeping its input (the
 // pre-activation) for backward; in backward the bias gradient (BGRADA) or GELU's derivative at
-// the kept input (DGELU). The heuristic's algorithm is chosen once per shape and epilogue and
-// cached. Handles and descriptors are RAII.
+// the kept input (DGELU). The heuristic's algorithms are chosen once per shape, epilogue and
+// operand alignment and cached; an epilogue cuBLASLt cannot run is a counted fallback
+// (runtime/fallback.h) to the plain product and our own kernel. Handles and descriptors are RAII.
 #include <cublasLt.h>
 
+#include <array>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
+#include <string>
 #include <tuple>
+#include <vector>
 
+#include "runtime/alignment.h"
 #include "runtime/cuda_check.h"
+#include "runtime/fallback.h"
 #include "runtime/gemm_cuda.h"
 #include "runtime/workspace.h"
 
@@ -58,16 +63,26 @@ struct Layout {
   Layout& operator=(const Layout&) = delete;
 };
 
+// The heuristic's constraints: the workspace it may use and how aligned the operands really are
+// (cuBLASLt assumes 256 bytes unless told; a view into a row, a weight at a 64-byte offset or a
+// bias is often less), so that it offers only algorithms these pointers can run.
 struct Preference {
   cublasLtMatmulPreference_t p = nullptr;
-  explicit Preference(size_t workspace) {
+  Preference(size_t workspace, const std::array<uint32_t, 4>& alignment) {
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&p));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                      &workspace, sizeof workspace));
+    set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace);
+    set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment[0]);
+    set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment[1]);
+    set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment[2]);
+    set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment[3]);
   }
   ~Preference() { cublasLtMatmulPreferenceDestroy(p); }
   Preference(const Preference&) = delete;
   Preference& operator=(const Preference&) = delete;
+  template <typename V>
+  void set(cublasLtMatmulPreferenceAttributes_t a, const V& v) {
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(p, a, &v, sizeof v));
+  }
 };
 
 cudaDataType_t cuda_type(DType t) {
@@ -85,8 +100,35 @@ cublasLtHandle_t handle(int device) {
   return h->h;
 }
 
+// A product's algorithms depend on its shape, operands, epilogue and the pointers' alignment.
 using Key = std::tuple<int, int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, DType,
-                       DType, int, bool, int>;
+                       DType, int, bool, int, std::array<uint32_t, 4>>;
+
+// The algorithms the heuristic offers for a key (best first, each one it said it can run), and
+// the one that ran last; empty with the reason when it offers none.
+struct Algos {
+  std::vector<cublasLtMatmulAlgo_t> list;
+  size_t chosen = 0;
+  std::string why;
+};
+constexpr int kAlgoCandidates = 8;
+
+Algos heuristic(cublasLtHandle_t lt, const MatmulDesc& desc, const Layout& la, const Layout& lb,
+                const Layout& lc, const Preference& pref) {
+  cublasLtMatmulHeuristicResult_t results[kAlgoCandidates] = {};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+      lt, desc.d, la.l, lb.l, lc.l, lc.l, pref.p, kAlgoCandidates, results, &found);
+  Algos a;
+  if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(st);
+  for (int i = 0; i < found && st == CUBLAS_STATUS_SUCCESS; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) a.list.push_back(results[i].algo);
+  if (a.list.empty())
+    a.why = st == CUBLAS_STATUS_SUCCESS
+                ? fmt::format("the heuristic offers no usable algorithm ({} found)", found)
+                : std::string("the heuristic does not support it");
+  return a;
+}
 
 // What a product does on the way out besides C = alpha op(A) op(B) + beta C.
 struct Epilogue {
@@ -96,15 +138,16 @@ struct Epilogue {
   const Tensor* bias_grad = nullptr;  // bias_grad(N) = the column sums of B (B not transposed)
 };
 
-// The product with its epilogue. Returns false, having run nothing, when cuBLASLt has no
-// algorithm for it (remembered per shape, like the algorithm itself).
-bool run_matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool ta, const Tensor& B,
-                bool tb, float alpha, float beta, const Epilogue& e) {
+// The product with its epilogue; the reason when cuBLASLt could not run it (nothing ran then).
+// The heuristic's algorithms are tried in order, and the first that runs is remembered per
+// key; one that cuBLASLt refuses at the call (a status, not a fault) is dropped from the list.
+std::string run_matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool ta,
+                       const Tensor& B, bool tb, float alpha, float beta, const Epilogue& e) {
   const int64_t M = C.rows(), N = C.cols(), K = ta ? A.rows() : A.cols();
   TRAINER_ASSERT((ta ? A.cols() : A.rows()) == M && (tb ? B.cols() : B.rows()) == K &&
                      (tb ? B.rows() : B.cols()) == N && A.dtype == B.dtype,
                  "cuda matmul shapes");
-  if (M == 0 || N == 0) return true;
+  if (M == 0 || N == 0) return {};
   const int device = ctx.device_index;
   cublasLtHandle_t lt = handle(device);
   // Column-major view: (N, M) = op(B)^T (N, K) x op(A)^T (K, M).
@@ -131,9 +174,11 @@ bool run_matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool ta, c
     desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, grad_ptr);
   }
   if (e.aux) {
-    TRAINER_ASSERT(
-        beta == 0.0f && e.aux->rows() == M && e.aux->cols() == N && (!e.dgelu || !e.bias),
-        "cuda matmul aux");
+    // The auxiliary tensor's type is left unset: outside FP8 it is the output's (which callers
+    // check), and cuBLASLt's documentation leaves it unset there.
+    TRAINER_ASSERT(beta == 0.0f && e.aux->rows() == M && e.aux->cols() == N &&
+                       (!e.dgelu || !e.bias) && e.aux->dtype == C.dtype,
+                   "cuda matmul aux");
     epilogue = e.dgelu  ? CUBLASLT_EPILOGUE_DGELU
                : e.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                         : CUBLASLT_EPILOGUE_GELU_AUX;
@@ -141,7 +186,6 @@ bool run_matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool ta, c
     const int64_t aux_ld = e.aux->ld();
     desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux_ptr);
     desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld);
-    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, cuda_type(e.aux->dtype));
   }
   desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
   const cudaDataType_t ab = cuda_type(A.dtype), ct = cuda_type(C.dtype);
@@ -150,9 +194,15 @@ bool run_matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool ta, c
       lc(ct, N, M, C.ld());
   Workspace::Scope scratch(ctx.workspace);
   void* workspace = scratch.take<char>(int64_t(kCublasLtWorkspace));
+  TRAINER_ASSERT(pointer_alignment(workspace) == kDeviceAlignment,
+                 "cuBLASLt workspace at {} is not 256-byte aligned", workspace);
+  // cuBLASLt's A and B are our B and A.
+  const std::array<uint32_t, 4> alignment = {
+      uint32_t(pointer_alignment(B.data)), uint32_t(pointer_alignment(A.data)),
+      uint32_t(pointer_alignment(C.data)), uint32_t(pointer_alignment(C.data))};
 
   static std::mutex mu;
-  static std::map<Key, std::optional<cublasLtMatmulAlgo_t>> algos;
+  static std::map<Key, Algos> algos;
   const Key key{device,
                 M,
                 N,
@@ -166,60 +216,80 @@ bool run_matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool ta, c
                 C.dtype,
                 e.bias ? int(e.bias->dtype) : -1,
                 beta != 0.0f,
-                int(epilogue)};
-  std::optional<cublasLtMatmulAlgo_t> algo;
-  {
-    std::lock_guard lock(mu);
-    auto it = algos.find(key);
-    if (it == algos.end()) {
-      Preference pref(kCublasLtWorkspace);
-      cublasLtMatmulHeuristicResult_t result{};
-      int found = 0;
-      const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, desc.d, lb.l, la.l, lc.l, lc.l,
-                                                               pref.p, 1, &result, &found);
-      CHECK(st == CUBLAS_STATUS_SUCCESS || st == CUBLAS_STATUS_NOT_SUPPORTED,
-            "cuBLASLt error in cublasLtMatmulAlgoGetHeuristic: {}", cublasGetStatusString(st));
-      it = algos
-               .emplace(key, st == CUBLAS_STATUS_SUCCESS && found > 0 ? std::optional(result.algo)
-                                                                      : std::nullopt)
-               .first;
-    }
-    algo = it->second;
+                int(epilogue),
+                alignment};
+  std::lock_guard lock(mu);
+  auto it = algos.find(key);
+  if (it == algos.end())
+    it = algos
+             .emplace(key,
+                      heuristic(lt, desc, lb, la, lc, Preference(kCublasLtWorkspace, alignment)))
+             .first;
+  Algos& a = it->second;
+  while (a.chosen < a.list.size()) {
+    const cublasStatus_t st = cublasLtMatmul(
+        lt, desc.d, &alpha, B.data, lb.l, A.data, la.l, &beta, C.data, lc.l, C.data, lc.l,
+        &a.list[a.chosen], workspace, kCublasLtWorkspace, static_cast<cudaStream_t>(ctx.stream));
+    if (st == CUBLAS_STATUS_SUCCESS) return {};
+    // Refused before anything ran (a launch failure would be a CUDA error, checked at the sync).
+    a.why = fmt::format("cublasLtMatmul refused the heuristic's algorithm {}: {}", a.chosen + 1,
+                        cublasGetStatusString(st));
+    ++a.chosen;
   }
-  if (!algo) return false;
-  CUBLAS_CHECK(cublasLtMatmul(lt, desc.d, &alpha, B.data, lb.l, A.data, la.l, &beta, C.data, lc.l,
-                              C.data, lc.l, &*algo, workspace, kCublasLtWorkspace,
-                              static_cast<cudaStream_t>(ctx.stream)));
-  return true;
+  return a.why.empty() ? std::string("no algorithm") : a.why;
+}
+
+// A product's description for messages: M x N x K, operand type and epilogue.
+std::string describe(const Tensor& C, const Tensor& A, bool ta, const char* epilogue) {
+  return fmt::format("{} x {} x {} {} product{}", C.rows(), C.cols(), ta ? A.rows() : A.cols(),
+                     dtype_name(A.dtype), epilogue);
+}
+
+// Whether the epilogue ran; otherwise the fallback (and why) is counted under `path`.
+bool ran_or_fall_back(const std::string& why, const char* path, const std::string& what) {
+  if (why.empty()) return true;
+  fallback::note(path, fmt::format("cuBLASLt cannot run the {}: {}", what, why));
+  return false;
 }
 
 }  // namespace
 
 void cuda_matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool ta, const Tensor& B,
                  bool tb, float alpha, float beta, const Tensor* bias) {
-  const bool ran = run_matmul(ctx, C, A, ta, B, tb, alpha, beta, {.bias = bias});
-  CHECK(ran, "cuBLASLt has no algorithm for a {} x {} x {} product of {}", C.rows(), C.cols(),
-        ta ? A.rows() : A.cols(), dtype_name(A.dtype));
+  const std::string why = run_matmul(ctx, C, A, ta, B, tb, alpha, beta, {.bias = bias});
+  CHECK(why.empty(), "cuBLASLt cannot run the {}: {}",
+        describe(C, A, ta, bias ? " with a bias" : ""), why);
 }
 
 bool cuda_matmul_gelu(const Context& ctx, const Tensor& out, const Tensor& pre, const Tensor& A,
                       bool ta, const Tensor& B, bool tb, const Tensor& bias) {
+  const std::string what = describe(out, A, ta, " with GELU_AUX");
   // The epilogue's auxiliary output needs a leading dimension that is a multiple of 8.
-  if (pre.ld() % 8 != 0 || pre.dtype != out.dtype) return false;
-  return run_matmul(ctx, out, A, ta, B, tb, 1.0f, 0.0f,
-                    {.bias = bias.empty() ? nullptr : &bias, .aux = &pre});
+  if (pre.ld() % 8 != 0 || pre.dtype != out.dtype)
+    return ran_or_fall_back("its pre-activation's row stride is not a multiple of 8",
+                            "cublaslt_gelu_epilogue", what);
+  return ran_or_fall_back(run_matmul(ctx, out, A, ta, B, tb, 1.0f, 0.0f,
+                                     {.bias = bias.empty() ? nullptr : &bias, .aux = &pre}),
+                          "cublaslt_gelu_epilogue", what);
 }
 
 bool cuda_matmul_bias_grad(const Context& ctx, const Tensor& C, const Tensor& A, bool ta,
                            const Tensor& B, float alpha, float beta, const Tensor& bias_grad) {
-  return run_matmul(ctx, C, A, ta, B, false, alpha, beta, {.bias_grad = &bias_grad});
+  return ran_or_fall_back(
+      run_matmul(ctx, C, A, ta, B, false, alpha, beta, {.bias_grad = &bias_grad}),
+      "cublaslt_bias_grad_epilogue", describe(C, A, ta, " with BGRADA"));
 }
 
 bool cuda_matmul_dgelu(const Context& ctx, const Tensor& dpre, const Tensor& A, bool ta,
                        const Tensor& B, bool tb, const Tensor& pre) {
+  const std::string what = describe(dpre, A, ta, " with DGELU");
   // As for GELU_AUX: the auxiliary input's leading dimension is a multiple of 8.
-  if (pre.ld() % 8 != 0 || pre.dtype != dpre.dtype) return false;
-  return run_matmul(ctx, dpre, A, ta, B, tb, 1.0f, 0.0f, {.aux = &pre, .dgelu = true});
+  if (pre.ld() % 8 != 0 || pre.dtype != dpre.dtype)
+    return ran_or_fall_back("its pre-activation's row stride is not a multiple of 8",
+                            "cublaslt_dgelu_epilogue", what);
+  return ran_or_fall_back(
+      run_matmul(ctx, dpre, A, ta, B, tb, 1.0f, 0.0f, {.aux = &pre, .dgelu = true}),
+      "cublaslt_dgelu_epilogue", what);
 }
 
 }  // namespace trainer

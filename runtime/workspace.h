@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "runtime/alignment.h"
 #include "runtime/buffer.h"
 #include "runtime/error.h"
 
@@ -13,7 +14,7 @@ namespace trainer {
 
 class Workspace {
  public:
-  static constexpr size_t kAlignment = 64;
+  static constexpr size_t kAlignment = kDeviceAlignment;
 
   Workspace() = default;
   Workspace(size_t bytes, Device device);
@@ -38,7 +39,7 @@ class Workspace {
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
 
-    // `count` elements of scratch, 64-byte aligned, uninitialised.
+    // `count` elements of scratch, kAlignment-aligned, uninitialised.
     template <typename T>
     T* take(int64_t count) {
       return static_cast<T*>(take_bytes(bytes_for<T>(count)));

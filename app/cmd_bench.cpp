@@ -13,6 +13,7 @@
 #include "runtime/buffer.h"
 #include "runtime/cuda_stream.h"
 #include "runtime/device.h"
+#include "runtime/fallback.h"
 #include "runtime/gemm.h"
 #include "runtime/memory.h"
 #include "runtime/profile.h"
@@ -65,6 +66,8 @@ int cmd_bench(const Args& args) {
       "device", po::value<std::string>()->default_value("cpu"), "cpu or cuda (GPU 0)")(
       "checkpointing", po::value<std::string>()->default_value("none"),
       "activation checkpointing: none, selective or full")(
+      "attention-backward", po::value<std::string>()->default_value("deterministic"),
+      "CUDA: deterministic or fast (train.attention_backward)")(
       "peak-gflops", po::value<double>()->default_value(0),
       "the rate MFU is reported against (0: the GEMM rate measured here; 989000 for an H100 or "
       "H200's dense bf16)")("profile", "print a per-op time profile (CUDA: timed by events)")(
@@ -91,6 +94,11 @@ int cmd_bench(const Args& args) {
   if (device != "cpu" && device != "cuda")
     throw UsageError(fmt::format("bench: --device must be cpu or cuda, got '{}'", device));
   exec.device = device == "cuda" ? Device::cuda : Device::cpu;
+  const std::string attention_backward = vm["attention-backward"].as<std::string>();
+  if (attention_backward != "deterministic" && attention_backward != "fast")
+    throw UsageError(fmt::format(
+        "bench: --attention-backward must be deterministic or fast, got '{}'", attention_backward));
+  exec.deterministic = attention_backward == "deterministic";
   exec.cuda_graphs = vm.count("cuda-graphs") > 0;
   if (exec.cuda_graphs && exec.device != Device::cuda)
     throw UsageError("bench: --cuda-graphs needs --device cuda");
@@ -165,6 +173,9 @@ int cmd_bench(const Args& args) {
   const double tok_s = double(B) * T / s;
   const double gflops = mc.flops_per_token(T) * tok_s / 1e9;
   if (vm.count("profile")) print_profile(steps, t.ms());
+  const std::vector<fallback::Count> fallbacks = fallback::counts();
+  for (const fallback::Count& f : fallbacks)
+    std::printf("  fallback: %s, %ld calls (%s)\n", f.path.c_str(), f.calls, f.why.c_str());
   profile::set_cuda_stream(nullptr);
   const std::string device_memory =
       exec.device == Device::cuda
@@ -173,12 +184,13 @@ int cmd_bench(const Args& args) {
           : "";
   std::printf(
       "bench %s L=%d C=%d H=%d V=%d B=%d T=%d %s %s: %.1f ms/step | %.0f tok/s | %.1f GFLOP/s | "
-      "%s %.1f GFLOP/s | MFU %.1f%% | activations %.1f MiB%s%s\n",
+      "%s %.1f GFLOP/s | MFU %.1f%% | activations %.1f MiB%s%s | fallbacks: %s\n",
       nn::arch_name(mc.arch), mc.n_layer, mc.n_embd, mc.n_head, mc.vocab_size, B, T,
       std::string(float_dtype_name(exec.compute)).c_str(), nn::recompute_name(exec.recompute),
       s * 1e3, tok_s, gflops, stated > 0 ? "stated peak" : "GEMM peak", peak, 100 * gflops / peak,
       double(model.memory().activations) / 1048576.0, device_memory.c_str(),
-      exec.cuda_graphs && !vm.count("profile") ? " | CUDA graphs" : "");
+      exec.cuda_graphs && !vm.count("profile") ? " | CUDA graphs" : "",
+      fallbacks.empty() ? "none" : fmt::format("{} path(s), see above", fallbacks.size()).c_str());
   return 0;
 }
 

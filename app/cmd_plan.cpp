@@ -7,6 +7,7 @@
 #include "app/run_setup.h"
 #include "dist/data_parallel.h"
 #include "nn/activation_plan.h"
+#include "nn/ops/attention_cudnn_workspace.h"
 #include "nn/param_layout.h"
 #include "nn/transformer.h"
 #include "runtime/error.h"
@@ -46,6 +47,12 @@ void print_configured(const RunConfig& rc, const nn::ParamLayout& layout, int wo
   row("  of which kept by blocks", double(kept));
   row("  of which logits / block scratch", double(acts.shared_bytes()));
   row("op workspace", double(m.workspace));
+  if (e.device == Device::cuda && e.compute == DType::bf16 && e.training) {
+    // The largest share, cuDNN attention's backward (Note [cuDNN attention workspace]).
+    const nn::CudnnAttentionWorkspace w = nn::cudnn_attention_workspace_plan(
+        e.max_rows, rc.model.n_head, e.max_seq_len, rc.model.head_size(), true, e.deterministic);
+    row("  of which cuDNN attention", double(w.total()));
+  }
   row("batch inputs", double(m.inputs));
   const double total = double(st.total() + m.activations + m.workspace + m.inputs);
   std::printf("  %-34s %10.1f MiB per rank\n", "total", total / kMiB);

@@ -113,6 +113,11 @@ const std::vector<KeySpec>& schema() {
       {"train.cuda_graphs", Kind::boolean, false,
        "CUDA: replay each unit's share of forward and backward as a CUDA graph where the batch's "
        "shape repeats (dist.sharding none; packed batches run without)"},
+      {"train.attention_backward", Kind::text, std::string("deterministic"),
+       "CUDA: cuDNN attention's backward writes dQ by its own product (deterministic: the same "
+       "bits every run, a workspace of B x H x T^2 x 2 bytes) or accumulates it by atomic adds "
+       "(fast: less memory, bits that vary between runs)",
+       -1e300, 1e300, L{"deterministic", "fast"}},
       {"train.val_every", Kind::integer, int64_t(100), "Validate every N steps (0 = never)", 0},
       {"train.val_batches", Kind::integer, int64_t(20), "Batches per validation", 1},
 

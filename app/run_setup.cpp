@@ -161,6 +161,7 @@ RunConfig resolve_run(const Config& c) {
   r.sharding = dist::parse_sharding_stage(c.text("dist.sharding"));
   r.reshard_after_forward = c.boolean("dist.reshard_after_forward");
   r.exec.own_params = r.sharding == dist::ShardingStage::none;  // else the shards hold them
+  r.exec.deterministic = c.text("train.attention_backward") == "deterministic";
   r.exec.cuda_graphs = c.boolean("train.cuda_graphs");
   if (r.exec.cuda_graphs && r.exec.device != Device::cuda)
     throw UsageError("train.cuda_graphs needs run.device = cuda");

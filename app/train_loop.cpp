@@ -23,6 +23,7 @@
 #include "runtime/cuda_stream.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "runtime/fallback.h"
 #include "runtime/file_io.h"
 #include "runtime/gemm.h"
 #include "runtime/log.h"
@@ -608,6 +609,8 @@ void TrainLoop::log_step(const StepStats& s, double step_s) {
     j["slowest_rank"] = ranks->slowest_rank;
     j["slowest_lag"] = ranks->lag;
   }
+  // Calls that ran a slower kernel than planned (a GPU's cuDNN or cuBLASLt declining), so far.
+  for (const fallback::Count& f : fallback::counts()) j["fallbacks"][f.path] = f.calls;
   if (comm_.size() > 1) {  // the collectives' bus bandwidth since the last line
     const dist::CommStats now = comm_.stats();
     j["comm_busbw_gbps"] = now.bus_gbps_since(comm_logged_);

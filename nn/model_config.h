@@ -68,10 +68,11 @@ struct ExecConfig {
   int max_rows = 1;                   // the largest batch: up to max_rows * max_seq_len
   int max_seq_len = 1;                // tokens, in rows of at most max_seq_len
   bool training = true;               // false: forward only (no gradients, no backward memory)
-  bool own_params = true;    // false: weights and gradients come from a UnitStore (sharding)
-  void* stream = nullptr;    // CUDA: the stream the model's work is queued on (null: the legacy
-                             // default stream); the caller owns it
-  bool cuda_graphs = false;  // CUDA: replay training passes as graphs (Note [CUDA graphs])
+  bool own_params = true;     // false: weights and gradients come from a UnitStore (sharding)
+  void* stream = nullptr;     // CUDA: the stream the model's work is queued on (null: the legacy
+                              // default stream); the caller owns it
+  bool cuda_graphs = false;   // CUDA: replay training passes as graphs (Note [CUDA graphs])
+  bool deterministic = true;  // ops give the same bits every run (Context::deterministic)
 
   // The policy for block l.
   Recompute policy(int layer) const;

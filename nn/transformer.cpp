@@ -31,6 +31,7 @@ Context make_context(const ExecConfig& e) {
   c.stream = e.stream;
   c.bf16_math = detect_cpu_bf16_math();
   c.threads = omp_get_max_threads();  // fixed for the model's life: its workspace is sized so
+  c.deterministic = e.deterministic;
   return c;
 }
 

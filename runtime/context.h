@@ -1,5 +1,6 @@
 // Where an op runs and what it may use: the device (with its index), the stream its work is
-// queued on, the scratch workspace, and how the CPU does bf16 arithmetic. Every op takes one.
+// queued on, the scratch workspace, how the CPU does bf16 arithmetic and whether results must
+// be reproducible. Every op takes one.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,9 @@ struct Context {
   Workspace* workspace = nullptr;
   CpuBf16Math bf16_math = CpuBf16Math::via_fp32;
   int threads = 0;  // CPU threads ops use (and size their scratch for); 0: all of OpenMP's
+  // Whether every op gives the same bits on every run: false lets CUDA ops take faster paths
+  // whose sums' order varies (cuDNN attention's backward accumulating dQ by atomic adds).
+  bool deterministic = true;
 };
 
 // The CPU threads an op on `ctx` uses: ctx.threads, or OpenMP's maximum when that is 0.

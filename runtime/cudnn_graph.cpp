@@ -1,6 +1,7 @@
 // cuDNN backend descriptors, graphs and plans; see cudnn_graph.h.
 #include "runtime/cudnn_graph.h"
 
+#include <algorithm>
 #include <mutex>
 
 #include "runtime/error.h"
@@ -115,10 +116,12 @@ void Graph::pointwise(cudnnPointwiseMode_t mode, int64_t x, int64_t y, int64_t b
   ops_.push_back(std::move(op));
 }
 
-void Graph::matmul(int64_t a, int64_t b, int64_t c, int64_t m, int64_t n, int64_t k) {
+void Graph::matmul(int64_t a, int64_t b, int64_t c, int64_t m, int64_t n, int64_t k,
+                   std::optional<double> padding) {
   Descriptor& mm = helpers_.emplace_back(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
   const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
   mm.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, &compute);
+  if (padding) mm.set(CUDNN_ATTR_MATMUL_PADDING_VALUE, CUDNN_TYPE_DOUBLE, &*padding);
   std::string why;
   CHECK(mm.finalize(&why), "cuDNN matmul descriptor refused: {}", why);
   Descriptor op(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
@@ -157,22 +160,17 @@ void Graph::reshape(int64_t x, int64_t y) {
   ops_.push_back(std::move(op));
 }
 
-std::optional<Graph::Plan> Graph::build(int device, std::string* why) {
-  cudnnHandle_t h = handle(device);
-  auto graph_ptr = std::make_shared<Descriptor>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-  Descriptor& graph = *graph_ptr;
-  std::vector<cudnnBackendDescriptor_t> ops;
-  for (const Descriptor& op : ops_) ops.push_back(op.get());
-  graph
-      .set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, ops.data(),
-           int64_t(ops.size()))
-      .set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, &h);
-  if (failed(graph.finalize(why), "operation graph", why)) return std::nullopt;
+namespace {
+
+// The engine configurations heuristics `mode` offers for a finalized operation graph, best first
+// (none where that mode has nothing for it).
+std::vector<std::shared_ptr<Descriptor>> heuristic_configs(const Descriptor& graph,
+                                                           cudnnBackendHeurMode_t mode) {
   Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
   heuristics.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
       .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, &mode);
-  if (failed(heuristics.finalize(why), "engine heuristics", why)) return std::nullopt;
+  std::string why;
+  if (!heuristics.finalize(&why)) return {};
   int64_t count = 0;
   check(cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr),
@@ -187,24 +185,103 @@ std::optional<Graph::Plan> Graph::build(int device, std::string* why) {
     check(cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &count, raw.data()),
           "reading the heuristics' results");
+  configs.resize(size_t(count));
+  return configs;
+}
+
+// A configuration's engine: its global index and whether cuDNN notes it as non-deterministic.
+struct EngineFacts {
+  int64_t index = -1;
+  bool nondeterministic = false;
+};
+EngineFacts engine_facts(const Descriptor& config) {
+  EngineFacts f;
+  Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  cudnnBackendDescriptor_t raw = engine.get();
+  int64_t n = 0;
+  if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &raw) != CUDNN_STATUS_SUCCESS)
+    return f;
+  cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n,
+                           &f.index);
+  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  if (cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                               CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n,
+                               notes) == CUDNN_STATUS_SUCCESS)
+    for (int64_t i = 0; i < n; ++i)
+      f.nondeterministic |= notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
+  return f;
+}
+
+// The workspace a configuration says it needs before a plan is made (cuDNN 9.2 on), or -1.
+int64_t config_workspace(const Descriptor& config) {
+  if (cudnnGetVersion() < 90200) return -1;
+  int64_t bytes = -1, n = 0;
+  if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
+                               1, &n, &bytes) != CUDNN_STATUS_SUCCESS)
+    return -1;
+  return bytes;
+}
+
+}  // namespace
+
+std::optional<Graph::Plan> Graph::build(int device, const Limits& limits, std::string* why) {
+  cudnnHandle_t h = handle(device);
+  auto graph_ptr = std::make_shared<Descriptor>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  Descriptor& graph = *graph_ptr;
+  std::vector<cudnnBackendDescriptor_t> ops;
+  for (const Descriptor& op : ops_) ops.push_back(op.get());
+  graph
+      .set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, ops.data(),
+           int64_t(ops.size()))
+      .set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, &h);
+  if (failed(graph.finalize(why), "operation graph", why)) return std::nullopt;
+  std::vector<std::shared_ptr<Descriptor>> configs = heuristic_configs(graph, CUDNN_HEUR_MODE_A);
+  for (auto& c : heuristic_configs(graph, CUDNN_HEUR_MODE_FALLBACK)) configs.push_back(c);
   std::string last = "the heuristics offered no engine configuration";
-  for (int64_t i = 0; i < count; ++i) {
+  int over_workspace = 0, nondeterministic = 0;
+  int64_t least_over = -1;
+  for (const std::shared_ptr<Descriptor>& config : configs) {
+    const EngineFacts facts = engine_facts(*config);
+    if (limits.deterministic && facts.nondeterministic) {
+      ++nondeterministic;
+      continue;
+    }
+    int64_t bytes = config_workspace(*config);
+    auto over = [&](int64_t b) {
+      if (b <= limits.workspace) return false;
+      ++over_workspace;
+      least_over = least_over < 0 ? b : std::min(least_over, b);
+      return true;
+    };
+    if (bytes >= 0 && over(bytes)) continue;
     auto plan = std::make_unique<Descriptor>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
     plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, &h)
-        .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, *configs[size_t(i)]);
+        .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, *config);
     if (!plan->finalize(&last)) continue;
-    Plan p;
     int64_t n = 0;
     check(cudnnBackendGetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                   CUDNN_TYPE_INT64, 1, &n, &p.workspace),
+                                   CUDNN_TYPE_INT64, 1, &n, &bytes),
           "reading a plan's workspace size");
+    if (over(bytes)) continue;
+    Plan p;
+    p.workspace = bytes;
     p.graph = graph_ptr;
     p.configs = configs;
     p.plan = std::move(plan);
     p.device = device;
+    p.engine = facts.index;
     return p;
   }
-  if (why) *why = "execution plan: " + last;
+  if (why) {
+    *why = fmt::format("no engine configuration of {} builds within the limits", configs.size());
+    if (over_workspace)
+      *why +=
+          fmt::format("; {} need more workspace than the {} MiB planned (the least {} MiB)",
+                      over_workspace, limits.workspace >> 20, (least_over + (1 << 20) - 1) >> 20);
+    if (nondeterministic) *why += fmt::format("; {} are non-deterministic", nondeterministic);
+    *why += "; the last refusal: " + last;
+  }
   return std::nullopt;
 }
 

@@ -58,17 +58,27 @@ class Graph {
                  cudnnDataType_t precision = CUDNN_DATA_FLOAT, int64_t axis = -1);
   // c = a b over the last two dimensions, batched over the first two (fp32 accumulation).
   // m, n, k (ids of int32 [B,1,1,1] tensors, 0: none) cut each batch's product to its own
-  // rows, columns and inner length (padded sequences).
-  void matmul(int64_t a, int64_t b, int64_t c, int64_t m = 0, int64_t n = 0, int64_t k = 0);
+  // rows, columns and inner length (padded sequences); `padding`, where given, is the value
+  // the product's entries beyond them take.
+  void matmul(int64_t a, int64_t b, int64_t c, int64_t m = 0, int64_t n = 0, int64_t k = 0,
+              std::optional<double> padding = std::nullopt);
   // y = op(x) over the dimensions where y has extent 1.
   void reduction(cudnnReduceTensorOp_t op, int64_t x, int64_t y);
   // y = x seen with y's dimensions and strides (a transpose is a change of strides).
   void reshape(int64_t x, int64_t y);
 
-  // The plan for this graph on `device`, or nullopt with cuDNN's reason in *why when no engine
-  // configuration can run it. The graph must outlive the plan (its descriptors are the plan's).
+  // What a plan may be: the most workspace it may use, and whether it must give the same bits
+  // on every run (no engine cuDNN notes as non-deterministic).
+  struct Limits {
+    int64_t workspace = 0;
+    bool deterministic = true;
+  };
+  // The plan for this graph on `device`: the first engine configuration within `limits` that
+  // builds, of heuristics mode A's list and then of the fallback list; or nullopt with the
+  // reason in *why (the last configuration's refusal, or how many were over the limits). The
+  // graph must outlive the plan (its descriptors are the plan's).
   struct Plan;
-  std::optional<Plan> build(int device, std::string* why);
+  std::optional<Plan> build(int device, const Limits& limits, std::string* why);
 
  private:
   bool failed(bool ok, const std::string& what, std::string* why);
@@ -85,6 +95,7 @@ struct Graph::Plan {
   std::unique_ptr<Descriptor> plan;
   int64_t workspace = 0;  // bytes the execution needs
   int device = 0;
+  int64_t engine = -1;  // cuDNN's global index of the engine it runs (for the log)
   // Runs it on `stream` with the non-virtual tensors' data: device pointers, host pointers for
   // by-value scalars. Throws trainer::Error on failure.
   void execute(void* stream, const std::vector<int64_t>& uids, const std::vector<void*>& data,

@@ -73,7 +73,7 @@ void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, 
                         const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& q,
                         const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head);
 size_t attention_workspace(int64_t rows, int n_head, int64_t Tq, int64_t head_size, DType act,
-                           bool backward);
+                           bool backward, bool deterministic);
 }  // namespace cuda
 
 }  // namespace trainer::nn

@@ -208,7 +208,7 @@ void zero_padding(const Context& ctx, const Tensor& x, const Tensor& len) {
 // Thread i <= bucket: run i's length and its offset in each tensor (ragged_layout).
 // The offset arrays' pointers, passed to the kernel by value.
 struct OffsetArrays {
-  int64_t* p[8];
+  int64_t* p[kMaxRaggedTensors];
 };
 
 __global__ void ragged_layout_kernel(int32_t* lengths, OffsetArrays offsets, const int32_t* runs,
@@ -242,7 +242,8 @@ const int32_t* mask_ptr(const Tensor& t) {
 void ragged_layout(const Context& ctx, int32_t* lengths, int64_t* const* offsets,
                    const Tensor& runs, int64_t bucket, const RaggedStrides& strides) {
   const int64_t R = runs.numel() - 1;
-  TRAINER_ASSERT(R >= 1 && R <= bucket && strides.count <= 8, "ragged_layout of {} runs", R);
+  TRAINER_ASSERT(R >= 1 && R <= bucket && strides.count <= kMaxRaggedTensors,
+                 "ragged_layout of {} runs", R);
   OffsetArrays arrays{};
   for (int j = 0; j < strides.count; ++j) arrays.p[j] = offsets[j];
   ragged_layout_kernel<<<blocks_for(bucket + 1), kThreads, 0, stream_of(ctx)>>>(
@@ -315,8 +316,8 @@ void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, 
 }
 
 size_t attention_workspace(int64_t rows, int n_head, int64_t Tq, int64_t head_size, DType act,
-                           bool backward) {
-  return cudnn_attention_workspace(rows, n_head, Tq, head_size, act, backward);
+                           bool backward, bool deterministic) {
+  return cudnn_attention_workspace(rows, n_head, Tq, head_size, act, backward, deterministic);
 }
 
 }  // namespace trainer::nn::cuda

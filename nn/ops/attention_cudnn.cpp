@@ -40,8 +40,13 @@
 #include <optional>
 #include <tuple>
 
+#include <cuda_runtime.h>
+
+#include "nn/ops/attention_cudnn_workspace.h"
+#include "runtime/cuda_check.h"
 #include "runtime/cudnn_graph.h"
 #include "runtime/error.h"
+#include "runtime/fallback.h"
 #include "runtime/log.h"
 #include "runtime/workspace.h"
 
@@ -55,44 +60,29 @@ struct Shape {
   int device;
   int64_t B, H, Hk, T, D, ldq, ldk, ldv, ld_dq = 0, ld_dk = 0, ld_dv = 0;
   bool backward = false;
-  bool padded = false;  // rows have lengths (Note [Attention masks])
-  bool ragged = false;  // runs as sequences, B the bucket (Note [cuDNN ragged batches])
+  bool padded = false;        // rows have lengths (Note [Attention masks])
+  bool ragged = false;        // runs as sequences, B the bucket (Note [cuDNN ragged batches])
+  bool deterministic = true;  // backward: dQ from its product, else accumulated
+  int64_t engine_budget = 0;  // the plan's workspace limit (Note [cuDNN attention workspace])
   auto key() const {
-    return std::tuple{device, B,     H,     Hk,    T,        D,      ldq,   ldk,
-                      ldv,    ld_dq, ld_dk, ld_dv, backward, padded, ragged};
+    return std::tuple{device,       B,     H,     Hk,    T,        D,      ldq,    ldk,
+                      ldv,          ld_dq, ld_dk, ld_dv, backward, padded, ragged, deterministic,
+                      engine_budget};
   }
   bool operator<(const Shape& o) const { return key() < o.key(); }
 };
 
-// The part of the model's workspace a plan may use beyond our own scratch: cuDNN's flash
-// attention needs little (none, mostly); a plan that wants more falls back to the own kernel.
-constexpr int64_t kPlanWorkspace = int64_t(16) << 20;
-
-// The graph batch of R runs: a power of two from 8 (Note [cuDNN ragged batches]).
-int64_t ragged_bucket(int64_t R) {
-  int64_t b = 8;
-  while (b < R) b *= 2;
-  return b;
-}
-
-// Tensors with ragged offsets: forward's first five, backward's all eight.
-enum Ragged { kQ, kK, kV, kO, kStats, kDq, kDk, kDv, kRaggedTensors };
-
-// Bytes of our own scratch at the workspace's start, for up to `rows` rows of T: backward's row
-// sums of dO * O and, for packed rows, the token-major statistics, the sequence lengths and the
-// offsets of the largest bucket.
-int64_t scratch_bytes(int64_t rows, int64_t H, int64_t T, bool backward) {
-  const int64_t N = rows * T, bucket = ragged_bucket(N);
-  return int64_t(Workspace::bytes_for<float>(N * H) * (backward ? 2 : 1) +
-                 Workspace::bytes_for<int32_t>(bucket) +
-                 kRaggedTensors * Workspace::bytes_for<int64_t>(bucket + 1));
-}
+// Tensors with ragged offsets: forward's first five, the deterministic backward's first eight,
+// the other backward's all nine (its fp32 dQ accumulator, token-major in our scratch).
+enum Ragged { kQ, kK, kV, kO, kStats, kDq, kDk, kDv, kDqAcc, kRaggedTensors };
+static_assert(kRaggedTensors == kMaxRaggedTensors);
 
 // One shape's graph and plan (or the reason cuDNN cannot run it), the ids of its non-virtual
 // tensors in variant-pack order and its by-value scalars. Its workspace is the model's.
 struct Entry {
   cudnn::Graph graph;
   std::optional<cudnn::Graph::Plan> plan;
+  std::string why;  // why there is no plan
   std::vector<int64_t> uids;
   float scale = 0, one = 1, masked = 0;
 };
@@ -123,21 +113,34 @@ bool enabled() {
   return !(env && std::strcmp(env, "off") == 0);
 }
 
-// Whether cuDNN's engines serve this call at all (Note [Attention masks]: the causal mask, with
-// row lengths, or with segments that form runs, or neither). Before 9.15.1 a backward without
-// lengths could go wrong when T is not a multiple of 128 (cudnn-frontend issue 160); ragged
-// statistics need 9.6, and its frontend composes them for head sizes that are multiples of 16.
-bool eligible(const Tensor& q, const Tensor& k, const AttentionMask& mask, int n_head, int q_pos) {
-  if (!enabled() || q.dtype != DType::bf16 || q_pos != 0 || q.ndim != 3 || k.ndim != 3)
-    return false;
+// Whether cuDNN's engines are meant for this call: a training pass (all queries from position
+// 0) in bf16; the own kernel serves the rest by design (fp32, decoding), which is no fallback.
+bool meant_for_cudnn(const Tensor& q, const Tensor& k, int q_pos) {
+  return enabled() && q.dtype == DType::bf16 && q_pos == 0 && q.ndim == 3 && k.ndim == 3 &&
+         k.dim(1) == q.dim(1) && q.dim(1) > 1;
+}
+
+// Why cuDNN's engines cannot serve a call meant for them, or empty when they can (Note
+// [Attention masks]: the causal mask, with row lengths, or with segments that form runs, or
+// neither). Before 9.15.1 a backward without lengths could go wrong when T is not a multiple of
+// 128 (cudnn-frontend issue 160); ragged statistics need 9.6, and its frontend composes them for
+// head sizes that are multiples of 16.
+std::string ineligible(const Tensor& q, const AttentionMask& mask, int n_head) {
   const int64_t D = q.dim(2) / n_head, T = q.dim(1);
-  // Ragged statistics start at f * n_head floats: 16-byte aligned with n_head % 4 == 0.
-  if (!mask.segments.empty() && (mask.runs.empty() || !mask.lengths.empty() || D % 16 != 0 ||
-                                 n_head % 4 != 0 || cudnnGetVersion() < 90600))
-    return false;
+  if (D % 8 != 0 || D > 128)
+    return fmt::format("head size {} (cuDNN's engines take multiples of 8 up to 128)", D);
+  if (!mask.segments.empty()) {
+    if (mask.runs.empty() || !mask.lengths.empty()) return "segments without runs";
+    if (D % 16 != 0) return fmt::format("packed rows with head size {} (not a multiple of 16)", D);
+    // Ragged statistics start at f * n_head floats: 16-byte aligned with n_head % 4 == 0.
+    if (n_head % 4 != 0)
+      return fmt::format("packed rows with {} heads (ragged statistics need a multiple of 4)",
+                         n_head);
+    if (cudnnGetVersion() < 90600) return "packed rows before cuDNN 9.6";
+  }
   if (mask.lengths.empty() && mask.segments.empty() && T % 128 != 0 && cudnnGetVersion() < 91501)
-    return false;
-  return k.dim(1) == T && T > 1 && D % 8 == 0 && D <= 128;
+    return fmt::format("T = {} is not a multiple of 128 before cuDNN 9.15.1", T);
+  return {};
 }
 
 // The shape key of a call (q, k, v as (B, T, heads * D) views).
@@ -147,7 +150,7 @@ Shape shape_of(const Context& ctx, const Tensor& q, const Tensor& k, const Tenso
   Shape s{ctx.device_index, q.dim(0), n_head, k.dim(2) / D, q.dim(1), D, q.ld(), k.ld(), v.ld()};
   s.padded = !mask.lengths.empty();
   s.ragged = !mask.segments.empty();
-  if (s.ragged) s.B = ragged_bucket(mask.runs.numel() - 1);
+  if (s.ragged) s.B = cudnn_ragged_bucket(mask.runs.numel() - 1);
   return s;
 }
 
@@ -157,7 +160,8 @@ struct Offsets {
   int64_t operator[](Ragged r) const { return id[r]; }
 };
 int ragged_count(const Shape& s) {
-  return s.ragged ? (s.backward ? kRaggedTensors : kDq) : 0;
+  if (!s.ragged) return 0;
+  return !s.backward ? kDq : s.deterministic ? kDqAcc : kRaggedTensors;
 }
 Offsets offsets(cudnn::Graph& g, const Shape& s) {
   Offsets o;
@@ -166,9 +170,20 @@ Offsets offsets(cudnn::Graph& g, const Shape& s) {
   return o;
 }
 
+// The per-entry sequence lengths of queries and of keys (ids 0 without lengths): the same
+// values in self-attention, two tensors as cuDNN's frontend composes them.
+struct Lengths {
+  int64_t q = 0, kv = 0;
+  explicit operator bool() const { return q != 0; }
+};
+
 // The variant pack's ids after the data tensors and scalars: lengths, then the offsets.
-void add_mask_ids(std::vector<int64_t>& uids, int64_t len, const Offsets& o, const Shape& s) {
-  if (len) uids.push_back(len);
+void add_mask_ids(std::vector<int64_t>& uids, const Lengths& len, const Offsets& o,
+                  const Shape& s) {
+  if (len) {
+    uids.push_back(len.q);
+    uids.push_back(len.kv);
+  }
   for (int r = 0; r < ragged_count(s); ++r) uids.push_back(o.id[r]);
 }
 
@@ -186,13 +201,15 @@ int64_t causal(cudnn::Graph& g, int64_t S, const Dims& ss, int64_t masked) {
   return out;
 }
 
-// The rows' (or runs') lengths, as cuDNN's per-batch sequence lengths (queries and keys alike).
-int64_t lengths_tensor(cudnn::Graph& g, const Shape& s) {
-  return s.padded || s.ragged ? g.tensor(CUDNN_DATA_INT32, {s.B, 1, 1, 1}, {1, 1, 1, 1}) : 0;
+// The rows' (or runs') lengths, as cuDNN's per-batch sequence lengths of queries and keys.
+Lengths lengths_tensors(cudnn::Graph& g, const Shape& s) {
+  if (!s.padded && !s.ragged) return {};
+  return {g.tensor(CUDNN_DATA_INT32, {s.B, 1, 1, 1}, {1, 1, 1, 1}),
+          g.tensor(CUDNN_DATA_INT32, {s.B, 1, 1, 1}, {1, 1, 1, 1})};
 }
 
-// Masks S to the rows' lengths: query i and key j both below the row's length.
-int64_t padding(cudnn::Graph& g, int64_t S, const Dims& ss, int64_t len, int64_t masked) {
+// Masks S to the rows' lengths: query i below the queries' length, key j below the keys'.
+int64_t padding(cudnn::Graph& g, int64_t S, const Dims& ss, const Lengths& len, int64_t masked) {
   const Dims st = packed(ss);
   const int64_t row = g.tensor(CUDNN_DATA_INT32, ss, st, true);
   const int64_t col = g.tensor(CUDNN_DATA_INT32, ss, st, true);
@@ -202,8 +219,8 @@ int64_t padding(cudnn::Graph& g, int64_t S, const Dims& ss, int64_t len, int64_t
   const int64_t out = g.tensor(CUDNN_DATA_FLOAT, ss, st, true);
   g.pointwise(CUDNN_POINTWISE_GEN_INDEX, S, row, 0, 0, CUDNN_DATA_INT32, 2);
   g.pointwise(CUDNN_POINTWISE_GEN_INDEX, S, col, 0, 0, CUDNN_DATA_INT32, 3);
-  g.pointwise(CUDNN_POINTWISE_CMP_LT, row, in_q, len, 0, CUDNN_DATA_BOOLEAN);
-  g.pointwise(CUDNN_POINTWISE_CMP_LT, col, in_k, len, 0, CUDNN_DATA_BOOLEAN);
+  g.pointwise(CUDNN_POINTWISE_CMP_LT, row, in_q, len.q, 0, CUDNN_DATA_BOOLEAN);
+  g.pointwise(CUDNN_POINTWISE_CMP_LT, col, in_k, len.kv, 0, CUDNN_DATA_BOOLEAN);
   g.pointwise(CUDNN_POINTWISE_LOGICAL_AND, in_q, keep, in_k, 0, CUDNN_DATA_BOOLEAN);
   g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, S, out, masked, keep);
   return out;
@@ -226,12 +243,13 @@ void build_forward(Entry& e, const Shape& s) {
       g.tensor(CUDNN_DATA_FLOAT, row, stats_strides(s), false, false, off[kStats]);
   const int64_t scale = g.tensor(CUDNN_DATA_FLOAT, scalar, scalar, false, true);
   const int64_t masked = g.tensor(CUDNN_DATA_FLOAT, scalar, scalar, false, true);
-  const int64_t len = lengths_tensor(g, s);
+  const Lengths len = lengths_tensors(g, s);
   auto virt = [&](const Dims& d, cudnnDataType_t t = CUDNN_DATA_FLOAT) {
     return g.tensor(t, d, packed(d), true);
   };
   const int64_t S0 = virt(ss), S1 = virt(ss);
-  g.matmul(Q, KT, S0, len, len);
+  // Scores beyond the lengths are 0 before the mask replaces them (the frontend's bmm1).
+  g.matmul(Q, KT, S0, len.q, len.kv, 0, len ? std::optional(0.0) : std::nullopt);
   g.pointwise(CUDNN_POINTWISE_MUL, S0, S1, scale);
   const int64_t S = causal(g, len ? padding(g, S1, ss, len, masked) : S1, ss, masked);
   const int64_t M = virt(row), Z = virt(ss), E = virt(ss), L = virt(row), logL = virt(row);
@@ -243,7 +261,7 @@ void build_forward(Entry& e, const Shape& s) {
   g.pointwise(CUDNN_POINTWISE_LOG, L, logL);
   g.pointwise(CUDNN_POINTWISE_ADD, M, Stats, logL);
   g.pointwise(CUDNN_POINTWISE_DIV, E, P, L);
-  g.matmul(P, V, O, len, 0, len);
+  g.matmul(P, V, O, len.q, 0, len.kv);
   e.uids = {Q, KT, V, O, Stats, scale, masked};
   add_mask_ids(e.uids, len, off, s);
 }
@@ -273,7 +291,13 @@ void build_backward(Entry& e, const Shape& s) {
   // In our workspace, laid out as the statistics.
   const int64_t rowsum =
       g.tensor(CUDNN_DATA_FLOAT, row, stats_strides(s), false, false, off[kStats]);
-  const int64_t len = lengths_tensor(g, s);
+  // Not deterministic: dQ accumulated in fp32 in our workspace ((B, T, H, D) token-major, as the
+  // statistics), then copied to dQ.
+  const int64_t dQacc = s.deterministic
+                            ? 0
+                            : g.tensor(CUDNN_DATA_FLOAT, qd, {s.T * s.H * s.D, s.D, s.H * s.D, 1},
+                                       false, false, off[kDqAcc]);
+  const Lengths len = lengths_tensors(g, s);
   auto virt = [&](const Dims& d, cudnnDataType_t t = CUDNN_DATA_FLOAT) {
     return g.tensor(t, d, packed(d), true);
   };
@@ -282,21 +306,23 @@ void build_backward(Entry& e, const Shape& s) {
   g.pointwise(CUDNN_POINTWISE_MUL, dO, t0, O);
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, t0, t1);
   g.pointwise(CUDNN_POINTWISE_MUL, t1, rowsum, one);
-  // P, recomputed from the saved statistics.
+  // P, recomputed from the saved statistics. cuDNN 9.0 to 9.9 also mask after the subtraction,
+  // as the frontend composes it for them.
   const int64_t s0 = virt(ss), s1 = virt(ss), s2 = virt(ss), expS = virt(ss);
-  g.matmul(Q, KT, s0, len, len);
+  g.matmul(Q, KT, s0, len.q, len.kv, 0, len ? std::optional(0.0) : std::nullopt);
   g.pointwise(CUDNN_POINTWISE_MUL, s0, s1, scale);
   g.pointwise(CUDNN_POINTWISE_SUB, len ? padding(g, s1, ss, len, masked) : s1, s2, Stats);
-  const int64_t s3 = causal(g, s2, ss, masked);
+  const bool mask_twice = len && cudnnGetVersion() >= 90000 && cudnnGetVersion() < 91000;
+  const int64_t s3 = causal(g, mask_twice ? padding(g, s2, ss, len, masked) : s2, ss, masked);
   g.pointwise(CUDNN_POINTWISE_EXP, s3, expS);
   // (B, H, Tk, Tq) views of an (B, H, Tq, Tk) score tensor, as bf16 product inputs.
   const Dims st{s.B, s.H, s.T, s.T}, st_strides{s.H * s.T * s.T, s.T * s.T, 1, s.T};
-  // out = a b for a key/value gradient: per query head, summed over each group of query heads
-  // that shares a key/value head.
+  // out = a b for a key/value gradient (rows: keys, inner: queries): per query head, summed
+  // over each group of query heads that shares a key/value head.
   auto kv_product = [&](int64_t a, int64_t b, int64_t out) {
-    if (s.Hk == s.H) return g.matmul(a, b, out, len, 0, len);
+    if (s.Hk == s.H) return g.matmul(a, b, out, len.kv, 0, len.q);
     const int64_t per_head = virt(qd, CUDNN_DATA_BFLOAT16);
-    g.matmul(a, b, per_head, len, 0, len);
+    g.matmul(a, b, per_head, len.kv, 0, len.q);
     g.reduction(CUDNN_REDUCE_TENSOR_ADD, per_head, out);
   };
   // dV = P^T dO.
@@ -305,7 +331,7 @@ void build_backward(Entry& e, const Shape& s) {
   kv_product(PT, dO, dV);
   // dS = P * (dO V^T - D) * scale.
   const int64_t dP = virt(ss), u1 = virt(ss), u2 = virt(ss), dS = virt(ss);
-  g.matmul(dO, VT, dP, len, len);
+  g.matmul(dO, VT, dP, len.q, len.kv);
   g.pointwise(CUDNN_POINTWISE_SUB, dP, u1, rowsum);
   g.pointwise(CUDNN_POINTWISE_MUL, u1, u2, expS);
   g.pointwise(CUDNN_POINTWISE_MUL, u2, dS, scale);
@@ -317,12 +343,18 @@ void build_backward(Entry& e, const Shape& s) {
   const int64_t K =
       g.tensor(CUDNN_DATA_FLOAT, kd, seq_major(s.T, s.D, s.ldk), true, false, off[kK]);
   g.reshape(KT, K);
-  g.matmul(dS, K, dQ, len, 0, len);
+  if (s.deterministic) {
+    g.matmul(dS, K, dQ, len.q, 0, len.kv);
+  } else {
+    g.matmul(dS, K, dQacc, len.q, 0, len.kv);
+    g.pointwise(CUDNN_POINTWISE_IDENTITY, dQacc, dQ);
+  }
   e.uids = {Q, KT, VT, O, dO, Stats, dQ, dK, dV, scale, one, masked, rowsum};
+  if (dQacc) e.uids.push_back(dQacc);
   add_mask_ids(e.uids, len, off, s);
 }
 
-// The entry for `s`, built on first use; null when cuDNN cannot run it.
+// The entry for `s`, built on first use (without a plan where cuDNN cannot run it).
 Entry* entry(const Shape& s) {
   static std::mutex mu;
   static std::map<Shape, std::unique_ptr<Entry>> cache;
@@ -338,22 +370,25 @@ Entry* entry(const Shape& s) {
         build_backward(*e, s);
       else
         build_forward(*e, s);
-      e->plan = e->graph.build(s.device, &why);
+      e->plan = e->graph.build(s.device, {s.engine_budget, !s.backward || s.deterministic}, &why);
     } catch (const Error& err) {
       why = err.what();
     }
-    if (e->plan && e->plan->workspace > kPlanWorkspace) {
-      why = fmt::format("its plan needs {} MiB of workspace, more than the {} MiB planned",
-                        e->plan->workspace >> 20, kPlanWorkspace >> 20);
-      e->plan.reset();
-    }
-    if (!e->plan) {
-      log::warn("cuDNN attention {} (B={} H={} Hkv={} T={} head size {}): {}; using the own kernel",
-                s.backward ? "backward" : "forward", s.B, s.H, s.Hk, s.T, s.D, why);
-    }
+    if (e->plan)
+      log::debug("cuDNN attention {} (B={} H={} Hkv={} T={} head size {}{}): engine {}, {} MiB",
+                 s.backward ? "backward" : "forward", s.B, s.H, s.Hk, s.T, s.D,
+                 s.backward && !s.deterministic ? ", dQ accumulated" : "", e->plan->engine,
+                 e->plan->workspace >> 20);
+    else
+      e->why = fmt::format("B={} H={} Hkv={} T={} head size {}: {}", s.B, s.H, s.Hk, s.T, s.D, why);
     it = cache.emplace(s, std::move(e)).first;
   }
-  return it->second->plan ? it->second.get() : nullptr;
+  return it->second.get();
+}
+
+// The fallback's path name for the metrics.
+const char* fallback_path(bool backward) {
+  return backward ? "cudnn_attention_backward" : "cudnn_attention_forward";
 }
 
 void* at(const Tensor& t) {
@@ -364,7 +399,10 @@ void* at(const Tensor& t) {
 // offsets (made in `scratch`) for tensors of these token strides, in Ragged order.
 void add_mask_data(std::vector<void*>& data, Workspace::Scope& scratch, const Context& ctx,
                    const Shape& s, const AttentionMask& mask, const RaggedStrides& strides) {
-  if (s.padded) data.push_back(at(mask.lengths));
+  if (s.padded) {
+    data.push_back(at(mask.lengths));  // of the queries and of the keys
+    data.push_back(at(mask.lengths));
+  }
   if (!s.ragged) return;
   int32_t* lengths = scratch.take<int32_t>(s.B);
   // One aligned array per tensor (cuDNN reads them as 16-byte aligned tensors).
@@ -372,27 +410,34 @@ void add_mask_data(std::vector<void*>& data, Workspace::Scope& scratch, const Co
   for (int r = 0; r < strides.count; ++r) offsets[size_t(r)] = scratch.take<int64_t>(s.B + 1);
   ragged_layout(ctx, lengths, offsets.data(), mask.runs, s.B, strides);
   data.push_back(lengths);
+  data.push_back(lengths);
   for (int r = 0; r < strides.count; ++r) data.push_back(offsets[size_t(r)]);
 }
 
 }  // namespace
 
 size_t cudnn_attention_workspace(int64_t rows, int n_head, int64_t T, int64_t head_size, DType act,
-                                 bool backward) {
+                                 bool backward, bool deterministic) {
   if (act != DType::bf16 || head_size % 8 != 0 || head_size > 128) return 0;
-  return size_t(scratch_bytes(rows, n_head, T, backward) +
-                int64_t(Workspace::bytes_for<char>(kPlanWorkspace)));
+  return size_t(
+      cudnn_attention_workspace_plan(rows, n_head, T, head_size, backward, deterministic).total());
 }
 
 bool cudnn_attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
                              const Tensor& q, const Tensor& k, const Tensor& v,
                              const AttentionMask& mask, int n_head, int q_pos) {
-  if (!eligible(q, k, mask, n_head, q_pos) || !out.contiguous() || !lse.contiguous()) return false;
-  const Shape s = shape_of(ctx, q, k, v, n_head, mask);
-  Entry* e = entry(s);
-  if (!e) return false;
-  Workspace::Scope scratch(ctx.workspace);
+  if (!meant_for_cudnn(q, k, q_pos)) return false;
+  if (const std::string why = ineligible(q, mask, n_head); !why.empty())
+    return fallback::note(fallback_path(false), why), false;
+  TRAINER_ASSERT(out.contiguous() && lse.contiguous(), "cuDNN attention forward outputs");
+  Shape s = shape_of(ctx, q, k, v, n_head, mask);
   const int64_t rows = q.dim(0);
+  const CudnnAttentionWorkspace planned =
+      cudnn_attention_workspace_plan(rows, n_head, s.T, s.D, false, true);
+  s.engine_budget = planned.engine;
+  Entry* e = entry(s);
+  if (!e->plan) return fallback::note(fallback_path(false), e->why), false;
+  Workspace::Scope scratch(ctx.workspace);
   // Ragged statistics are token-major, in our scratch.
   void* stats = s.ragged ? scratch.take<float>(rows * s.T * s.H) : at(lse);
   std::vector<void*> data = {at(q), at(k), at(v), at(out), stats, &e->scale, &e->masked};
@@ -409,18 +454,24 @@ bool cudnn_attention_backward(const Context& ctx, const Tensor& dq, const Tensor
                               const Tensor& dv, const Tensor& dout, const Tensor& out,
                               const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                               const AttentionMask& mask, int n_head) {
-  if (!eligible(q, k, mask, n_head, 0) || !out.contiguous() || !dout.contiguous() ||
-      !lse.contiguous() || dq.dtype != DType::bf16)
-    return false;
+  if (!meant_for_cudnn(q, k, 0)) return false;
+  if (const std::string why = ineligible(q, mask, n_head); !why.empty())
+    return fallback::note(fallback_path(true), why), false;
+  TRAINER_ASSERT(
+      out.contiguous() && dout.contiguous() && lse.contiguous() && dq.dtype == DType::bf16,
+      "cuDNN attention backward operands");
   Shape s = shape_of(ctx, q, k, v, n_head, mask);
   s.backward = true;
+  s.deterministic = ctx.deterministic;
   s.ld_dq = dq.ld();
   s.ld_dk = dk.ld();
   s.ld_dv = dv.ld();
-  Entry* e = entry(s);
-  if (!e) return false;
-  Workspace::Scope scratch(ctx.workspace);
   const int64_t rows = q.dim(0), N = rows * s.T;
+  s.engine_budget =
+      cudnn_attention_workspace_plan(rows, n_head, s.T, s.D, true, s.deterministic).engine;
+  Entry* e = entry(s);
+  if (!e->plan) return fallback::note(fallback_path(true), e->why), false;
+  Workspace::Scope scratch(ctx.workspace);
   float* rowsum = scratch.take<float>(N * s.H);
   void* stats = at(lse);
   if (s.ragged) {  // token-major, in our scratch
@@ -430,8 +481,18 @@ bool cudnn_attention_backward(const Context& ctx, const Tensor& dq, const Tensor
   }
   std::vector<void*> data = {at(q),  at(k),  at(v),     at(out), at(dout),   stats, at(dq),
                              at(dk), at(dv), &e->scale, &e->one, &e->masked, rowsum};
+  float* dq_acc = nullptr;
+  if (!s.deterministic) {
+    dq_acc = scratch.take<float>(N * s.H * s.D);
+    // cuDNN zeroes the accumulator itself from 9.6 on.
+    if (cudnnGetVersion() < 90600)
+      CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, size_t(N * s.H * s.D) * sizeof(float),
+                                 static_cast<cudaStream_t>(ctx.stream)));
+    data.push_back(dq_acc);
+  }
   add_mask_data(data, scratch, ctx, s, mask,
-                {kRaggedTensors, {s.ldq, s.ldk, s.ldv, s.H * s.D, s.H, s.ld_dq, s.ld_dk, s.ld_dv}});
+                {ragged_count(s),
+                 {s.ldq, s.ldk, s.ldv, s.H * s.D, s.H, s.ld_dq, s.ld_dk, s.ld_dv, s.H * s.D}});
   void* ws = scratch.take<char>(e->plan->workspace);
   e->plan->execute(ctx.stream, e->uids, data, ws);
   return true;

@@ -4,21 +4,25 @@
 // (packed rows: ragged sequences), training shapes (Tq == Tk > 1), head size a multiple of 8 up to
 // 128, any number of key/value heads dividing the query heads. attention_cuda.cu tries it first
 // (and zeroes what cuDNN leaves beyond each row's length) and runs its own kernel where these
-// return false: another dtype or mask, or a shape for which cuDNN offers no engine (remembered per
-// shape, with one warning). Forward and backward may each fall back alone: cuDNN's softmax
-// statistics are the own kernel's lse (per query, log-sum-exp of the scaled scores, laid out
-// (B,H,T)). TRAINER_CUDNN_ATTENTION=off turns cuDNN off (to test the own kernel on a GPU). Built
-// with the CUDA backend only.
+// return false: another dtype or mask (by design), or a shape cuDNN's engines do not take or
+// for which no engine configuration fits the planned workspace (each such call counted as a
+// fallback, runtime/fallback.h, and its reason logged once). Forward and backward may each fall
+// back alone: cuDNN's softmax statistics are the own kernel's lse (per query, log-sum-exp of the
+// scaled scores, laid out (B,H,T)). TRAINER_CUDNN_ATTENTION=off turns cuDNN off (to test the own
+// kernel on a GPU). Built with the CUDA backend only.
 #pragma once
 
 #include "nn/ops/attention.h"
+#include "nn/ops/attention_cudnn_workspace.h"
 
 namespace trainer::nn::cuda {
 
 // Scratch the cuDNN path takes from ctx.workspace for up to `rows` rows (0 where it never runs:
-// fp32); a shape whose plan needs more runs the own kernel.
+// fp32), its plan's included (Note [cuDNN attention workspace]); a shape whose plan needs more
+// runs the own kernel, counted as a fallback. `deterministic`: the backward's dQ is written by
+// its own product, else accumulated (ctx.deterministic).
 size_t cudnn_attention_workspace(int64_t rows, int n_head, int64_t T, int64_t head_size, DType act,
-                                 bool backward);
+                                 bool backward, bool deterministic);
 
 bool cudnn_attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
                              const Tensor& q, const Tensor& k, const Tensor& v,
@@ -33,7 +37,7 @@ bool cudnn_attention_backward(const Context& ctx, const Tensor& dq, const Tensor
 // tensors that carry ragged offsets, in the order of their offset tensors.
 struct RaggedStrides {
   int count;
-  int64_t token[8];
+  int64_t token[kMaxRaggedTensors];
 };
 
 // lengths[i] = the length of run i of `runs` (AttentionMask::runs, R runs), 0 for R <= i <

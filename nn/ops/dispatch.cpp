@@ -194,7 +194,7 @@ void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, 
 size_t attention_workspace(const Context& ctx, int64_t rows, int n_head, int64_t Tq, int64_t Tk,
                            int64_t head_size, DType act, bool backward) {
   TRAINER_DISPATCH_EACH(attention_workspace, (op_threads(ctx), Tq, Tk, head_size, act, backward),
-                        (rows, n_head, Tq, head_size, act, backward));
+                        (rows, n_head, Tq, head_size, act, backward, ctx.deterministic));
 }
 
 void gelu_forward(const Context& ctx, const Tensor& out, const Tensor& inp) {

@@ -1,0 +1,49 @@
+// cuDNN attention's planned workspace; see attention_cudnn_workspace.h.
+//
+// Note [cuDNN attention workspace]
+// The model's workspace is sized once from every op's bound, so the cuDNN path's share is
+// planned too, before any plan exists (and on machines without a GPU, for `trainer plan`):
+//   scratch: the token-major statistics of packed rows (N x H floats), backward's row sums of
+//     dO * O (N x H), the runs' lengths and up to 9 ragged offset arrays of the largest bucket,
+//     and the non-deterministic backward's fp32 dQ accumulator (N x H x D);
+//   engine: cuDNN's own workspace, which only the plan knows. The deterministic backward on
+//     Hopper keeps dP in tiles of 64 (cudnn-frontend sizes it rows * H * ceil64(T)^2 * 2 bytes:
+//     192 MiB at the 124M shape, B=8, T=1024), planned up to kCudnnDeterministicCap; anything
+//     else gets kCudnnEngineAllowance.
+// At run time a plan is chosen among cuDNN's engine configurations that fit the planned engine
+// workspace (runtime/cudnn_graph.h); a shape none fits runs the own kernel, counted as a
+// fallback (runtime/fallback.h). A packed batch's graph has a bucket of runs for a batch, so
+// its deterministic dP needs bucket / rows times the plan: packed batches of many documents
+// fit only the non-deterministic backward (train.attention_backward: fast).
+#include "nn/ops/attention_cudnn_workspace.h"
+
+#include "runtime/workspace.h"
+
+namespace trainer::nn {
+
+int64_t cudnn_ragged_bucket(int64_t runs) {
+  int64_t b = 8;
+  while (b < runs) b *= 2;
+  return b;
+}
+
+CudnnAttentionWorkspace cudnn_attention_workspace_plan(int64_t rows, int n_head, int64_t T,
+                                                       int64_t head_size, bool backward,
+                                                       bool deterministic) {
+  const int64_t N = rows * T, H = n_head, bucket = cudnn_ragged_bucket(N);
+  CudnnAttentionWorkspace w;
+  w.scratch = int64_t(Workspace::bytes_for<float>(N * H) * (backward ? 2 : 1) +
+                      Workspace::bytes_for<int32_t>(bucket) +
+                      kMaxRaggedTensors * Workspace::bytes_for<int64_t>(bucket + 1));
+  if (backward && !deterministic)
+    w.scratch += int64_t(Workspace::bytes_for<float>(N * H * head_size));
+  w.engine = kCudnnEngineAllowance;
+  if (backward && deterministic) {
+    const int64_t t64 = (T + 63) / 64 * 64;
+    const int64_t dp = rows * H * t64 * t64 * 2 + kCudnnEngineAllowance;
+    if (dp <= kCudnnDeterministicCap) w.engine = dp;
+  }
+  return w;
+}
+
+}  // namespace trainer::nn

@@ -1,0 +1,38 @@
+// The workspace cuDNN's attention takes from the model's, planned before the first step (Note
+// [cuDNN attention workspace]). Arithmetic only, built in every configuration, so that `trainer
+// plan` and the tests see it without a GPU.
+#pragma once
+
+#include <cstdint>
+
+namespace trainer::nn {
+
+// What a cuDNN plan may use beyond its graph's own needs (none, mostly, for the forward and the
+// non-deterministic backward; cuDNN says no more).
+constexpr int64_t kCudnnEngineAllowance = int64_t(16) << 20;
+// The most the deterministic backward's dP tiles are planned for: past it (long sequences) the
+// own kernel or the non-deterministic backward serve, and the run says which.
+constexpr int64_t kCudnnDeterministicCap = int64_t(1) << 30;
+
+// The most tensors of one graph with ragged offsets: q, k, v, o, the statistics, dq, dk, dv and
+// the non-deterministic backward's dq accumulator.
+constexpr int kMaxRaggedTensors = 9;
+
+// The graph batch of R runs of a packed batch: a power of two from 8 (one plan per bucket).
+int64_t cudnn_ragged_bucket(int64_t runs);
+
+struct CudnnAttentionWorkspace {
+  int64_t scratch = 0;  // ours: statistics, row sums, lengths, ragged offsets, dQ accumulator
+  int64_t engine = 0;   // the most a plan may use
+  int64_t total() const { return scratch + engine; }
+};
+
+// For up to `rows` rows of T tokens and n_head query heads of head_size: the forward, or the
+// backward, deterministic (dQ written by its own product; Hopper's engines keep the dP tiles,
+// rows * n_head * T^2 * 2 bytes, T rounded up to 64) or not (dQ accumulated in fp32 in our
+// scratch by atomic adds, whose order varies).
+CudnnAttentionWorkspace cudnn_attention_workspace_plan(int64_t rows, int n_head, int64_t T,
+                                                       int64_t head_size, bool backward,
+                                                       bool deterministic);
+
+}  // namespace trainer::nn

@@ -1,0 +1,53 @@
+// cuDNN attention's planned workspace (Note [cuDNN attention workspace]), checked on any machine:
+// the deterministic backward's dP tiles at the benchmark shapes, the cap past which it is not
+// planned, the non-deterministic backward's fp32 dQ accumulator, and that the model's workspace
+// holds the plan on a CUDA configuration.
+#include "nn/ops/attention_cudnn_workspace.h"
+
+#include <gtest/gtest.h>
+
+#include "runtime/workspace.h"
+
+namespace trainer::nn {
+namespace {
+
+constexpr int64_t kMiB = int64_t(1) << 20;
+
+TEST(CudnnAttentionWorkspace, DeterministicBackwardPlansTheDpTiles) {
+  // GPT-2 124M at B=8, T=1024: 8 x 12 x 1024^2 x 2 bytes = 192 MiB (the 16 MiB that was planned
+  // before refused every backward at this shape); 350M: 8 x 16 heads = 256 MiB.
+  EXPECT_EQ(cudnn_attention_workspace_plan(8, 12, 1024, 64, true, true).engine,
+            192 * kMiB + kCudnnEngineAllowance);
+  EXPECT_EQ(cudnn_attention_workspace_plan(8, 16, 1024, 64, true, true).engine,
+            256 * kMiB + kCudnnEngineAllowance);
+  // T is rounded up to 64 per tile: 100 tokens take 128 x 128.
+  EXPECT_EQ(cudnn_attention_workspace_plan(1, 1, 100, 64, true, true).engine,
+            128 * 128 * 2 + kCudnnEngineAllowance);
+  // Past the cap (B=8, T=8192: 12 GiB) it is not planned: the run falls back and says so.
+  EXPECT_EQ(cudnn_attention_workspace_plan(8, 12, 8192, 64, true, true).engine,
+            kCudnnEngineAllowance);
+}
+
+TEST(CudnnAttentionWorkspace, TheOtherBackwardAccumulatesDqInScratch) {
+  const CudnnAttentionWorkspace det = cudnn_attention_workspace_plan(8, 12, 1024, 64, true, true);
+  const CudnnAttentionWorkspace fast = cudnn_attention_workspace_plan(8, 12, 1024, 64, true, false);
+  EXPECT_EQ(fast.engine, kCudnnEngineAllowance);
+  // The accumulator: N x H x D fp32 = 8192 x 12 x 64 x 4 bytes = 24 MiB.
+  EXPECT_EQ(fast.scratch - det.scratch, 24 * kMiB);
+  EXPECT_LT(fast.total(), det.total());
+  // The forward needs only the statistics and the ragged layout beside its allowance.
+  const CudnnAttentionWorkspace fwd = cudnn_attention_workspace_plan(8, 12, 1024, 64, false, true);
+  EXPECT_EQ(fwd.engine, kCudnnEngineAllowance);
+  EXPECT_LT(fwd.scratch, det.scratch);
+  EXPECT_EQ(fwd.scratch % int64_t(Workspace::kAlignment), 0);
+}
+
+TEST(CudnnAttentionWorkspace, RaggedBucketsArePowersOfTwoFromEight) {
+  EXPECT_EQ(cudnn_ragged_bucket(1), 8);
+  EXPECT_EQ(cudnn_ragged_bucket(8), 8);
+  EXPECT_EQ(cudnn_ragged_bucket(9), 16);
+  EXPECT_EQ(cudnn_ragged_bucket(1000), 1024);
+}
+
+}  // namespace
+}  // namespace trainer::nn

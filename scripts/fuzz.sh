@@ -13,7 +13,7 @@ TARGETS=("$@")
 ((${#TARGETS[@]})) || TARGETS=(shard_fuzz safetensors_fuzz checkpoint_fuzz config_fuzz)
 BUILD="$ROOT/build-fuzz"
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DTRAINER_CUDA=OFF -DTRAINER_FUZZ=ON -DTRAINER_TESTS=OFF \
-  -DTRAINER_NATIVE=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+  -DTRAINER_MARCH= -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_C_COMPILER=clang >/dev/null
 nice -n 10 ninja -C "$BUILD" "${TARGETS[@]}" >/dev/null
 binary() { find "$BUILD" -name "$1" -type f -perm -u+x | head -1; }

@@ -5,15 +5,22 @@
 // Note [cuDNN attention graphs]
 // Tensors are 4-D, [batch, head, sequence, head dim]; the layout is in the strides, so q, k and
 // v are read where they lie in the packed qkv rows (row stride ld: strides {T ld, D, ld, 1}) and
-// k enters the first product transposed by swapping its last two strides. With row lengths,
-// every product is cut to them (cuDNN's M/N/K overrides) and the scores are masked to them
-// before the causal mask. Forward:
+// k enters the first product transposed by swapping its last two strides. With row lengths
+// (one tensor of the queries' and one of the keys', as the frontend composes them), every
+// product is cut to them (cuDNN's M/N/K overrides: queries' rows, keys' columns or inner
+// length), the first product's entries beyond them are 0 (its padding value), and the scores
+// are masked to them before the causal mask (cuDNN 9.0 to 9.9 mask again after subtracting the
+// statistics in backward, as the frontend does for them). Forward:
 //   S = (Q K^T) * scale; S = select(row >= col, S, -inf)           (causal)
 //   M = max_j S; E = exp(S - M); L = sum_j E; Stats = M + log L;  O = (E / L, as bf16) V
-// Backward (deterministic: dQ straight from its product, no atomic accumulator):
+// Backward:
 //   D = sum_d dO * O;  P = exp(select(causal, (Q K^T) * scale - Stats, -inf))
 //   dV = P^T dO;  dS = P * (dO V^T - D) * scale;  dK = dS^T Q;  dQ = dS K
 // with P^T and dS^T as bf16 views, and with grouped heads dK and dV summed over each group.
+// Deterministic (Context::deterministic, the default), dQ is written straight from its product
+// (Hopper's engines keep dP in a workspace of B H T^2 2 bytes: Note [cuDNN attention
+// workspace]); otherwise it goes to an fp32 accumulator in our scratch (atomic adds, in an order
+// that varies) and is copied to dQ, as the frontend's default graph does.
 //
 // Note [cuDNN ragged batches]
 // A packed batch (documents in rows, segment ids) goes to cuDNN as variable-length sequences:

@@ -11,6 +11,8 @@
 #                                  the CUDA parity cases under compute-sanitizer (under 5 minutes)
 #   scripts/gpu_check.sh selftest  here, no GPU and no build: rehearses the machinery with stand-in
 #                                  binaries and injected failures (CTest: app_gpu_check_selftest)
+#   scripts/gpu_check.sh rehearse TRAINER   here: the main check through a CPU build, every CUDA
+#                                  request run small on the CPU (CTest: app_gpu_check_rehearsal)
 #   (`checks` and `sanitize-checks` are the two inside the bundle, with the binaries on PATH.)
 #
 # The main checks, in order (each makes one row of the table):
@@ -731,6 +733,57 @@ selftest() {
   ((bad == 0))
 }
 
+# ---- rehearse: the whole main check on the CPU, through a real trainer ---------------------------
+
+# rehearse TRAINER: runs the main check with TRAINER (a CPU build) behind a shim that runs every
+# CUDA request on the CPU at a small size (GPT-2 blocks 12 -> 2, T 1024 -> 64, V 50304 -> 4096;
+# NCCL as the default backend; graphs off), so that every row fed by a training run or a bench
+# is made from real output. The rows that need a GPU fail as they must; every other row must
+# pass (a generated corpus the tokenizer refuses, a row reading a metric the run does not log,
+# a checker that misreads real metrics all fail here).
+rehearse() {
+  local real=${1:?usage: scripts/gpu_check.sh rehearse TRAINER} dir rc bad=0 label text
+  real=$(cd "$(dirname "$real")" && pwd)/$(basename "$real")
+  dir=$(mktemp -d /tmp/gpu-check-rehearse.XXXXXX)
+  # shellcheck disable=SC2064
+  trap "rm -rf '$dir'" EXIT
+  mkdir -p "$dir/bin"
+  cat >"$dir/bin/trainer" <<SH
+#!/usr/bin/env bash
+args=()
+for a in "\$@"; do
+  case \$a in
+    run.device=cuda) a=run.device=cpu ;; dist.backend=nccl) a=dist.backend=auto ;;
+    train.cuda_graphs=true) a=train.cuda_graphs=false ;; --cuda-graphs) continue ;;
+    cuda) a=cpu ;; model.n_layer=12) a=model.n_layer=2 ;;
+    model.max_seq_len=1024) a=model.max_seq_len=128 ;; data.seq_len=1024) a=data.seq_len=128 ;;
+    1024) a=64 ;; 12 | 24) a=2 ;; 50304) a=4096 ;;
+  esac
+  args+=("\$a")
+done
+exec "$real" "\${args[@]}"
+SH
+  chmod +x "$dir/bin/trainer"
+  PATH="$dir/bin:$PATH" OUT=$dir/out bash "$ROOT/scripts/gpu_check.sh" checks >"$dir/out.txt" 2>&1
+  rc=$?
+  cat "$dir/out/table.txt"
+  while IFS= read -r line; do
+    label=$(cut -c1-44 <<<"$line" | sed 's/ *$//')
+    text=$(cut -c46- <<<"$line")
+    case $label in
+      GPU | "memory round trips" | "op parity (CUDA vs CPU fp32)" | "bench GPT-2 "* | "(done)") ;;
+      *)
+        if [[ $text == FAIL* || $text == SKIP* ]]; then
+          echo "rehearse FAIL: row '$label' is '$text' on the CPU"
+          bad=$((bad + 1))
+        fi ;;
+    esac
+  done <"$dir/out/table.txt"
+  ((rc != 0)) || { echo "rehearse FAIL: the check passed without a GPU"; bad=$((bad + 1)); }
+  echo "rehearse: $bad row(s) wrong"
+  ((bad == 0))
+}
+
 case "${1:-}" in
   pack) pack ;;
   run) bundled checks table.txt ;;
@@ -738,5 +791,7 @@ case "${1:-}" in
   checks) checks ;;
   sanitize-checks) sanitize_checks ;;
   selftest) selftest ;;
-  *) echo "usage: scripts/gpu_check.sh pack | run | sanitize | selftest" >&2; exit 2 ;;
+  rehearse) shift; rehearse "$@" ;;
+  *) echo "usage: scripts/gpu_check.sh pack | run | sanitize | selftest | rehearse TRAINER" >&2
+    exit 2 ;;
 esac

@@ -162,70 +162,70 @@ void Graph::reshape(int64_t x, int64_t y) {
 
 namespace {
 
-// The engine configurations heuristics `mode` offers for a finalized operation graph, best first
-// (none where that mode has nothing for it).
+// The engine configurations heuristics `mode` offers for a finalized operation graph, best first;
+// none, with the reason in *why, where that mode has nothing for it.
 std::vector<std::shared_ptr<Descriptor>> heuristic_configs(const Descriptor& graph,
-                                                           cudnnBackendHeurMode_t mode) {
+                                                           cudnnBackendHeurMode_t mode,
+                                                           std::string* why) {
   Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
   heuristics.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
       .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, &mode);
-  std::string why;
-  if (!heuristics.finalize(&why)) return {};
+  if (!heuristics.finalize(why)) return {};
   int64_t count = 0;
-  check(cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr),
-        "reading the heuristics' result count");
+  cudnnStatus_t st = cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                              CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr);
+  if (st != CUDNN_STATUS_SUCCESS) {
+    *why = "reading the heuristics' result count: " + last_error(st);
+    return {};
+  }
   std::vector<std::shared_ptr<Descriptor>> configs;
   std::vector<cudnnBackendDescriptor_t> raw;
   for (int64_t i = 0; i < count; ++i)
     raw.push_back(
         configs.emplace_back(std::make_shared<Descriptor>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR))
             ->get());
-  if (count > 0)
-    check(cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &count, raw.data()),
-          "reading the heuristics' results");
+  if (count > 0) {
+    st = cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &count, raw.data());
+    if (st != CUDNN_STATUS_SUCCESS) {
+      *why = "reading the heuristics' results: " + last_error(st);
+      return {};
+    }
+  }
   configs.resize(size_t(count));
   return configs;
 }
 
-// A configuration's engine: its global index and whether cuDNN notes it as non-deterministic.
-struct EngineFacts {
-  int64_t index = -1;
-  bool nondeterministic = false;
-};
-EngineFacts engine_facts(const Descriptor& config) {
-  EngineFacts f;
+// A configuration's engine's global index (for the log), or -1.
+int64_t engine_index(const Descriptor& config) {
   Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   cudnnBackendDescriptor_t raw = engine.get();
-  int64_t n = 0;
+  int64_t n = 0, index = -1;
   if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
-                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &raw) != CUDNN_STATUS_SUCCESS)
-    return f;
-  cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n,
-                           &f.index);
-  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
-  if (cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
-                               CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n,
-                               notes) == CUDNN_STATUS_SUCCESS)
-    for (int64_t i = 0; i < n; ++i)
-      f.nondeterministic |= notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
-  return f;
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &raw) == CUDNN_STATUS_SUCCESS)
+    cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n,
+                             &index);
+  return index;
 }
 
 // The workspace a configuration says it needs before a plan is made (cuDNN 9.2 on), or -1.
 int64_t config_workspace(const Descriptor& config) {
+#if CUDNN_VERSION >= 90200
   if (cudnnGetVersion() < 90200) return -1;
   int64_t bytes = -1, n = 0;
   if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
                                1, &n, &bytes) != CUDNN_STATUS_SUCCESS)
     return -1;
   return bytes;
+#else
+  (void)config;
+  return -1;
+#endif
 }
 
 }  // namespace
 
-std::optional<Graph::Plan> Graph::build(int device, const Limits& limits, std::string* why) {
+std::optional<Graph::Plan> Graph::build(int device, int64_t max_workspace, std::string* why) {
   cudnnHandle_t h = handle(device);
   auto graph_ptr = std::make_shared<Descriptor>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   Descriptor& graph = *graph_ptr;
@@ -236,25 +236,23 @@ std::optional<Graph::Plan> Graph::build(int device, const Limits& limits, std::s
            int64_t(ops.size()))
       .set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, &h);
   if (failed(graph.finalize(why), "operation graph", why)) return std::nullopt;
-  std::vector<std::shared_ptr<Descriptor>> configs = heuristic_configs(graph, CUDNN_HEUR_MODE_A);
-  for (auto& c : heuristic_configs(graph, CUDNN_HEUR_MODE_FALLBACK)) configs.push_back(c);
-  std::string last = "the heuristics offered no engine configuration";
-  int over_workspace = 0, nondeterministic = 0;
+  std::string refused_a, refused_fallback;
+  std::vector<std::shared_ptr<Descriptor>> configs =
+      heuristic_configs(graph, CUDNN_HEUR_MODE_A, &refused_a);
+  for (auto& c : heuristic_configs(graph, CUDNN_HEUR_MODE_FALLBACK, &refused_fallback))
+    configs.push_back(c);
+  std::string last = "none was offered";
+  int over = 0;
   int64_t least_over = -1;
+  auto too_big = [&](int64_t bytes) {
+    if (bytes <= max_workspace) return false;
+    ++over;
+    least_over = least_over < 0 ? bytes : std::min(least_over, bytes);
+    return true;
+  };
   for (const std::shared_ptr<Descriptor>& config : configs) {
-    const EngineFacts facts = engine_facts(*config);
-    if (limits.deterministic && facts.nondeterministic) {
-      ++nondeterministic;
-      continue;
-    }
     int64_t bytes = config_workspace(*config);
-    auto over = [&](int64_t b) {
-      if (b <= limits.workspace) return false;
-      ++over_workspace;
-      least_over = least_over < 0 ? b : std::min(least_over, b);
-      return true;
-    };
-    if (bytes >= 0 && over(bytes)) continue;
+    if (bytes >= 0 && too_big(bytes)) continue;
     auto plan = std::make_unique<Descriptor>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
     plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, &h)
         .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, *config);
@@ -263,24 +261,25 @@ std::optional<Graph::Plan> Graph::build(int device, const Limits& limits, std::s
     check(cudnnBackendGetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                    CUDNN_TYPE_INT64, 1, &n, &bytes),
           "reading a plan's workspace size");
-    if (over(bytes)) continue;
+    if (too_big(bytes)) continue;
     Plan p;
     p.workspace = bytes;
     p.graph = graph_ptr;
     p.configs = configs;
     p.plan = std::move(plan);
     p.device = device;
-    p.engine = facts.index;
+    p.engine = engine_index(*config);
     return p;
   }
   if (why) {
-    *why = fmt::format("no engine configuration of {} builds within the limits", configs.size());
-    if (over_workspace)
-      *why +=
-          fmt::format("; {} need more workspace than the {} MiB planned (the least {} MiB)",
-                      over_workspace, limits.workspace >> 20, (least_over + (1 << 20) - 1) >> 20);
-    if (nondeterministic) *why += fmt::format("; {} are non-deterministic", nondeterministic);
-    *why += "; the last refusal: " + last;
+    *why = fmt::format("no engine configuration of {} builds within {} MiB of workspace",
+                       configs.size(), max_workspace >> 20);
+    if (over)
+      *why += fmt::format(" ({} need more, the least {} MiB)", over,
+                          (least_over + (1 << 20) - 1) >> 20);
+    if (!refused_a.empty()) *why += "; heuristics A: " + refused_a;
+    if (!refused_fallback.empty()) *why += "; fallback heuristics: " + refused_fallback;
+    *why += "; the last plan refused: " + last;
   }
   return std::nullopt;
 }

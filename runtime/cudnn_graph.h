@@ -67,18 +67,14 @@ class Graph {
   // y = x seen with y's dimensions and strides (a transpose is a change of strides).
   void reshape(int64_t x, int64_t y);
 
-  // What a plan may be: the most workspace it may use, and whether it must give the same bits
-  // on every run (no engine cuDNN notes as non-deterministic).
-  struct Limits {
-    int64_t workspace = 0;
-    bool deterministic = true;
-  };
-  // The plan for this graph on `device`: the first engine configuration within `limits` that
-  // builds, of heuristics mode A's list and then of the fallback list; or nullopt with the
-  // reason in *why (the last configuration's refusal, or how many were over the limits). The
-  // graph must outlive the plan (its descriptors are the plan's).
+  // The plan for this graph on `device`: the first engine configuration that builds and needs
+  // at most `max_workspace` bytes, of heuristics mode A's list and then of the fallback list;
+  // or nullopt with the reason in *why (the heuristics' refusal, the last configuration's, and
+  // how many needed more workspace). Whether it is deterministic is the graph's shape (as in
+  // cuDNN's frontend), not a filter here. The graph must outlive the plan (its descriptors are
+  // the plan's).
   struct Plan;
-  std::optional<Plan> build(int device, const Limits& limits, std::string* why);
+  std::optional<Plan> build(int device, int64_t max_workspace, std::string* why);
 
  private:
   bool failed(bool ok, const std::string& what, std::string* why);

@@ -17,7 +17,8 @@ struct Count {
   long calls = 0;
   std::string why;  // the most recent reason
 };
-// Every path's calls since the process started (or reset()), by path name.
+// Every path's calls since the process started (or reset()), by path name. Passes replayed as
+// CUDA graphs are counted when captured, not at each replay.
 std::vector<Count> counts();
 void reset();
 

@@ -68,7 +68,8 @@ struct Layout {
 // bias is often less), so that it offers only algorithms these pointers can run.
 struct Preference {
   cublasLtMatmulPreference_t p = nullptr;
-  Preference(size_t workspace, const std::array<uint32_t, 4>& alignment) {
+  // `alignment`: cuBLASLt's A, B, C and D first (Alignments below).
+  Preference(size_t workspace, const std::array<uint32_t, 6>& alignment) {
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&p));
     set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace);
     set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment[0]);
@@ -100,9 +101,14 @@ cublasLtHandle_t handle(int device) {
   return h->h;
 }
 
+// The alignments cuBLASLt chooses algorithms by: its A, B, C and D (our B, A, C and C), told
+// as preferences, and the epilogue's bias (or bias gradient) and aux pointers, which it reads
+// off the descriptor.
+using Alignments = std::array<uint32_t, 6>;
+
 // A product's algorithms depend on its shape, operands, epilogue and the pointers' alignment.
 using Key = std::tuple<int, int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, DType,
-                       DType, int, bool, int, std::array<uint32_t, 4>>;
+                       DType, int, bool, int, Alignments>;
 
 // The algorithms the heuristic offers for a key (best first, each one it said it can run), and
 // the one that ran last; empty with the reason when it offers none.
@@ -120,13 +126,14 @@ Algos heuristic(cublasLtHandle_t lt, const MatmulDesc& desc, const Layout& la, c
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
       lt, desc.d, la.l, lb.l, lc.l, lc.l, pref.p, kAlgoCandidates, results, &found);
   Algos a;
-  if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(st);
-  for (int i = 0; i < found && st == CUBLAS_STATUS_SUCCESS; ++i)
+  if (st != CUBLAS_STATUS_SUCCESS) {  // NOT_SUPPORTED, or INVALID_VALUE for this epilogue
+    a.why = fmt::format("the heuristic refuses it: {}", cublasGetStatusString(st));
+    return a;
+  }
+  for (int i = 0; i < found; ++i)
     if (results[i].state == CUBLAS_STATUS_SUCCESS) a.list.push_back(results[i].algo);
   if (a.list.empty())
-    a.why = st == CUBLAS_STATUS_SUCCESS
-                ? fmt::format("the heuristic offers no usable algorithm ({} found)", found)
-                : std::string("the heuristic does not support it");
+    a.why = fmt::format("the heuristic offers no usable algorithm ({} found)", found);
   return a;
 }
 
@@ -137,6 +144,12 @@ struct Epilogue {
   bool dgelu = false;                 // with aux: C = gelu'(aux) * x instead (aux is read)
   const Tensor* bias_grad = nullptr;  // bias_grad(N) = the column sums of B (B not transposed)
 };
+
+// A product's description for messages: M x N x K, operand type and epilogue.
+std::string describe(const Tensor& C, const Tensor& A, bool ta, const char* epilogue) {
+  return fmt::format("{} x {} x {} {} product{}", C.rows(), C.cols(), ta ? A.rows() : A.cols(),
+                     dtype_name(A.dtype), epilogue);
+}
 
 // The product with its epilogue; the reason when cuBLASLt could not run it (nothing ran then).
 // The heuristic's algorithms are tried in order, and the first that runs is remembered per
@@ -196,10 +209,13 @@ std::string run_matmul(const Context& ctx, const Tensor& C, const Tensor& A, boo
   void* workspace = scratch.take<char>(int64_t(kCublasLtWorkspace));
   TRAINER_ASSERT(pointer_alignment(workspace) == kDeviceAlignment,
                  "cuBLASLt workspace at {} is not 256-byte aligned", workspace);
-  // cuBLASLt's A and B are our B and A.
-  const std::array<uint32_t, 4> alignment = {
-      uint32_t(pointer_alignment(B.data)), uint32_t(pointer_alignment(A.data)),
-      uint32_t(pointer_alignment(C.data)), uint32_t(pointer_alignment(C.data))};
+  const Tensor* vector = e.bias ? e.bias : e.bias_grad;
+  const Alignments alignment = {uint32_t(pointer_alignment(B.data)),
+                                uint32_t(pointer_alignment(A.data)),
+                                uint32_t(pointer_alignment(C.data)),
+                                uint32_t(pointer_alignment(C.data)),
+                                uint32_t(pointer_alignment(vector ? vector->data : nullptr)),
+                                uint32_t(pointer_alignment(e.aux ? e.aux->data : nullptr))};
 
   static std::mutex mu;
   static std::map<Key, Algos> algos;
@@ -231,18 +247,15 @@ std::string run_matmul(const Context& ctx, const Tensor& C, const Tensor& A, boo
         lt, desc.d, &alpha, B.data, lb.l, A.data, la.l, &beta, C.data, lc.l, C.data, lc.l,
         &a.list[a.chosen], workspace, kCublasLtWorkspace, static_cast<cudaStream_t>(ctx.stream));
     if (st == CUBLAS_STATUS_SUCCESS) return {};
-    // Refused before anything ran (a launch failure would be a CUDA error, checked at the sync).
-    a.why = fmt::format("cublasLtMatmul refused the heuristic's algorithm {}: {}", a.chosen + 1,
-                        cublasGetStatusString(st));
+    // Refused before anything ran: the next algorithm. Anything else is a failure.
+    CHECK(st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE,
+          "cuBLASLt error in cublasLtMatmul ({}): {}", describe(C, A, ta, ""),
+          cublasGetStatusString(st));
+    a.why = fmt::format("cublasLtMatmul refused the heuristic's algorithm {} of {}: {}",
+                        a.chosen + 1, a.list.size(), cublasGetStatusString(st));
     ++a.chosen;
   }
   return a.why.empty() ? std::string("no algorithm") : a.why;
-}
-
-// A product's description for messages: M x N x K, operand type and epilogue.
-std::string describe(const Tensor& C, const Tensor& A, bool ta, const char* epilogue) {
-  return fmt::format("{} x {} x {} {} product{}", C.rows(), C.cols(), ta ? A.rows() : A.cols(),
-                     dtype_name(A.dtype), epilogue);
 }
 
 // Whether the epilogue ran; otherwise the fallback (and why) is counted under `path`.

@@ -84,6 +84,9 @@ void set_enabled(bool on) {
 }
 
 void set_cuda_stream(void* stream) {
+  // A scope must be timed by one clock from its start to its end, and its parent by the same.
+  TRAINER_ASSERT(open_scopes().empty(), "the profile's stream changed with {} scopes open",
+                 open_scopes().size());
   resolve_pending();
   g_stream = stream;
 }

@@ -79,9 +79,9 @@ struct Shape {
   bool operator<(const Shape& o) const { return key() < o.key(); }
 };
 
-// Tensors with ragged offsets: forward's first five, the deterministic backward's first eight,
-// the other backward's all nine (its fp32 dQ accumulator, token-major in our scratch).
-enum Ragged { kQ, kK, kV, kO, kStats, kDq, kDk, kDv, kDqAcc, kRaggedTensors };
+// Tensors with ragged offsets: forward's first five, backward's all eight (the fp32 dQ
+// accumulator, where there is one, shares dQ's).
+enum Ragged { kQ, kK, kV, kO, kStats, kDq, kDk, kDv, kRaggedTensors };
 static_assert(kRaggedTensors == kMaxRaggedTensors);
 
 // One shape's graph and plan (or the reason cuDNN cannot run it), the ids of its non-virtual
@@ -168,7 +168,7 @@ struct Offsets {
 };
 int ragged_count(const Shape& s) {
   if (!s.ragged) return 0;
-  return !s.backward ? kDq : s.deterministic ? kDqAcc : kRaggedTensors;
+  return s.backward ? kRaggedTensors : kDq;
 }
 Offsets offsets(cudnn::Graph& g, const Shape& s) {
   Offsets o;
@@ -298,12 +298,12 @@ void build_backward(Entry& e, const Shape& s) {
   // In our workspace, laid out as the statistics.
   const int64_t rowsum =
       g.tensor(CUDNN_DATA_FLOAT, row, stats_strides(s), false, false, off[kStats]);
-  // Not deterministic: dQ accumulated in fp32 in our workspace ((B, T, H, D) token-major, as the
-  // statistics), then copied to dQ.
-  const int64_t dQacc = s.deterministic
-                            ? 0
-                            : g.tensor(CUDNN_DATA_FLOAT, qd, {s.T * s.H * s.D, s.D, s.H * s.D, 1},
-                                       false, false, off[kDqAcc]);
+  // Not deterministic: dQ accumulated in fp32 in our workspace, then copied to dQ. Laid out as
+  // the frontend lays it out: (B, H, T, D) packed, or with dQ's strides and ragged offsets.
+  const Dims acc_strides =
+      s.ragged ? seq_major(s.T, s.D, s.ld_dq) : Dims{s.H * s.T * s.D, s.T * s.D, s.D, 1};
+  const int64_t dQacc =
+      s.deterministic ? 0 : g.tensor(CUDNN_DATA_FLOAT, qd, acc_strides, false, false, off[kDq]);
   const Lengths len = lengths_tensors(g, s);
   auto virt = [&](const Dims& d, cudnnDataType_t t = CUDNN_DATA_FLOAT) {
     return g.tensor(t, d, packed(d), true);
@@ -377,7 +377,7 @@ Entry* entry(const Shape& s) {
         build_backward(*e, s);
       else
         build_forward(*e, s);
-      e->plan = e->graph.build(s.device, {s.engine_budget, !s.backward || s.deterministic}, &why);
+      e->plan = e->graph.build(s.device, s.engine_budget, &why);
     } catch (const Error& err) {
       why = err.what();
     }
@@ -488,18 +488,18 @@ bool cudnn_attention_backward(const Context& ctx, const Tensor& dq, const Tensor
   }
   std::vector<void*> data = {at(q),  at(k),  at(v),     at(out), at(dout),   stats, at(dq),
                              at(dk), at(dv), &e->scale, &e->one, &e->masked, rowsum};
-  float* dq_acc = nullptr;
   if (!s.deterministic) {
-    dq_acc = scratch.take<float>(N * s.H * s.D);
+    // (B, H, T, D), or N tokens of dQ's row stride when ragged (Note [cuDNN attention workspace]).
+    const int64_t count = s.ragged ? N * s.ld_dq : N * s.H * s.D;
+    float* dq_acc = scratch.take<float>(count);
     // cuDNN zeroes the accumulator itself from 9.6 on.
     if (cudnnGetVersion() < 90600)
-      CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, size_t(N * s.H * s.D) * sizeof(float),
+      CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, size_t(count) * sizeof(float),
                                  static_cast<cudaStream_t>(ctx.stream)));
     data.push_back(dq_acc);
   }
   add_mask_data(data, scratch, ctx, s, mask,
-                {ragged_count(s),
-                 {s.ldq, s.ldk, s.ldv, s.H * s.D, s.H, s.ld_dq, s.ld_dk, s.ld_dv, s.H * s.D}});
+                {kRaggedTensors, {s.ldq, s.ldk, s.ldv, s.H * s.D, s.H, s.ld_dq, s.ld_dk, s.ld_dv}});
   void* ws = scratch.take<char>(e->plan->workspace);
   e->plan->execute(ctx.stream, e->uids, data, ws);
   return true;

@@ -4,8 +4,9 @@
 // The model's workspace is sized once from every op's bound, so the cuDNN path's share is
 // planned too, before any plan exists (and on machines without a GPU, for `trainer plan`):
 //   scratch: the token-major statistics of packed rows (N x H floats), backward's row sums of
-//     dO * O (N x H), the runs' lengths and up to 9 ragged offset arrays of the largest bucket,
-//     and the non-deterministic backward's fp32 dQ accumulator (N x H x D);
+//     dO * O (N x H), the runs' lengths and up to 8 ragged offset arrays of the largest bucket,
+//     and the non-deterministic backward's fp32 dQ accumulator (N x H x D, or N tokens of dQ's
+//     row stride for a packed batch, as cuDNN's frontend lays it out: planned as N x 3 H D);
 //   engine: cuDNN's own workspace, which only the plan knows. The deterministic backward on
 //     Hopper keeps dP in tiles of 64 (cudnn-frontend sizes it rows * H * ceil64(T)^2 * 2 bytes:
 //     192 MiB at the 124M shape, B=8, T=1024), planned up to kCudnnDeterministicCap; anything
@@ -36,7 +37,7 @@ CudnnAttentionWorkspace cudnn_attention_workspace_plan(int64_t rows, int n_head,
                       Workspace::bytes_for<int32_t>(bucket) +
                       kMaxRaggedTensors * Workspace::bytes_for<int64_t>(bucket + 1));
   if (backward && !deterministic)
-    w.scratch += int64_t(Workspace::bytes_for<float>(N * H * head_size));
+    w.scratch += int64_t(Workspace::bytes_for<float>(N * 3 * H * head_size));
   w.engine = kCudnnEngineAllowance;
   if (backward && deterministic) {
     const int64_t t64 = (T + 63) / 64 * 64;

@@ -14,9 +14,9 @@ constexpr int64_t kCudnnEngineAllowance = int64_t(16) << 20;
 // own kernel or the non-deterministic backward serve, and the run says which.
 constexpr int64_t kCudnnDeterministicCap = int64_t(1) << 30;
 
-// The most tensors of one graph with ragged offsets: q, k, v, o, the statistics, dq, dk, dv and
-// the non-deterministic backward's dq accumulator.
-constexpr int kMaxRaggedTensors = 9;
+// The most tensors of one graph with ragged offsets: q, k, v, o, the statistics, dq, dk and dv
+// (the non-deterministic backward's dq accumulator shares dq's).
+constexpr int kMaxRaggedTensors = 8;
 
 // The graph batch of R runs of a packed batch: a power of two from 8 (one plan per bucket).
 int64_t cudnn_ragged_bucket(int64_t runs);
@@ -30,7 +30,8 @@ struct CudnnAttentionWorkspace {
 // For up to `rows` rows of T tokens and n_head query heads of head_size: the forward, or the
 // backward, deterministic (dQ written by its own product; Hopper's engines keep the dP tiles,
 // rows * n_head * T^2 * 2 bytes, T rounded up to 64) or not (dQ accumulated in fp32 in our
-// scratch by atomic adds, whose order varies).
+// scratch by atomic adds, whose order varies: up to 3 n_head * head_size floats a token, the
+// row stride of a packed q, k, v gradient, which a packed batch's accumulator shares).
 CudnnAttentionWorkspace cudnn_attention_workspace_plan(int64_t rows, int n_head, int64_t T,
                                                        int64_t head_size, bool backward,
                                                        bool deterministic);

@@ -104,6 +104,14 @@ const std::vector<KeySpec>& schema() {
       {"train.on_nonfinite", Kind::text, std::string("stop"),
        "A NaN/Inf loss or gradient: stop with a diagnostic, or skip the step", -1e300, 1e300,
        L{"stop", "skip"}},
+      {"train.max_consecutive_skips", Kind::integer, int64_t(5),
+       "train.on_nonfinite=skip: the run stops (exit 1, no checkpoint saved) after this many "
+       "skipped steps in a row",
+       1},
+      {"train.max_skips", Kind::integer, int64_t(50),
+       "train.on_nonfinite=skip: the run stops (exit 1, no checkpoint saved) after this many "
+       "skipped steps in all (of this process)",
+       1},
       {"train.init_from", Kind::text, std::string(""),
        "Fine-tuning: start a new run from the weights of a checkpoint, a run directory or an "
        "exported model (same model and tokenizer; fresh optimizer, step 0); a checkpoint of "

@@ -192,6 +192,8 @@ RunConfig resolve_run(const Config& c) {
           "train.grad_accum_schedule: entry '{}:{}' exceeds 65536 micro-batches", step, v));
   r.freeze = c.list("train.freeze");
   r.on_nonfinite = c.text("train.on_nonfinite") == "skip" ? NonFinite::skip : NonFinite::stop;
+  r.max_consecutive_skips = c.integer("train.max_consecutive_skips");
+  r.max_skips = c.integer("train.max_skips");
   r.resume = c.text("train.resume");
   r.init_from = c.text("train.init_from");
   r.val_every = c.integer("train.val_every");

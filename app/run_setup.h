@@ -44,7 +44,8 @@ struct RunConfig {
   StepSchedule grad_accum_schedule, seq_len_schedule;  // the former in global_batch's unit when set
   std::vector<std::string> freeze;
   NonFinite on_nonfinite = NonFinite::stop;
-  std::string resume;               // "auto", "none" or a checkpoint directory
+  int64_t max_consecutive_skips = 0, max_skips = 0;  // skip's limits
+  std::string resume;                                // "auto", "none" or a checkpoint directory
   std::filesystem::path init_from;  // fine-tuning's source (empty: initialise by the seed)
   int64_t val_every = 0, val_batches = 0;
   int64_t checkpoint_every = 0, keep_last = 0, keep_every = 0;

@@ -58,6 +58,16 @@ expect 2 "model.tie_embeddings = false needs model.arch = llama" plan --set mode
 expect 2 "model.n_kv_head = 2 needs model.arch = llama" plan --set model.n_kv_head=2
 expect 2 "'ful' is not one of none, optimizer, gradients, full" plan --set dist.sharding=ful
 expect 2 "'llma' is not one of gpt2, llama" plan --set model.arch=llma
+# A run's name is its own folder under run.dir: nothing else is accepted, and nothing is written.
+long=$(printf 'n%.0s' $(seq 300))
+for name in . .. /tmp/elsewhere a/b "$long"; do
+  expect 2 "run.name '.*' (is not a folder name|holds a path separator|is 300 bytes long)" \
+    train --set run.dir=runs --set run.name="$name"
+done
+printf 'run:\n  dir: runs\n  name: ""\n' > unnamed.yaml
+expect 2 "run.name '' is not a folder name" train unnamed.yaml
+[[ ! -e runs && ! -e /tmp/elsewhere/metrics.jsonl ]] ||
+  { echo "FAIL: a refused run.name left files"; failures=$((failures + 1)); }
 # Output that cannot be written is a failure, not a silent success.
 out=$("$TRAINER" config two.yaml 2>&1 >/dev/full)
 rc=$?

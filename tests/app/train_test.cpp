@@ -182,13 +182,46 @@ TEST(Training, NonFiniteLossStopsWithADiagnosticOrIsSkipped) {
     poison_checkpoint(dir.path / "runs/r", "ln_f.weight", NAN);
   }
   c.apply_override("train.steps=4");
+  // The message names what is not finite and what helps, not the skip that would hide it.
   std::string e = error_of([&] { run_training(c); });
-  EXPECT_NE(e.find("step 3: non-finite value in the loss"), std::string::npos) << e;
+  EXPECT_NE(e.find("step 3: the weights are not finite (the first: ln_f.weight)"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("lower optimizer.lr"), std::string::npos) << e;
+  // Skipped, the steps change nothing, and the run refuses to save the broken weights at its
+  // end: the last good checkpoint stays `latest`.
   c.apply_override("train.on_nonfinite=skip");
-  ASSERT_EQ(run_training(c), 0);
+  e = error_of([&] { run_training(c); });
+  EXPECT_NE(e.find("step 4: not saving a checkpoint: the weights are not finite (the first: "
+                   "ln_f.weight); the last checkpoint, step 2, is kept as latest"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(fs::read_symlink(dir.path / "runs/r/checkpoints/latest").filename(), "step-2");
+  EXPECT_FALSE(fs::exists(dir.path / "runs/r/checkpoints/step-4"));
   auto m = metrics_without_timings(dir.path / "runs/r", 2);
   ASSERT_FALSE(m.empty());
   EXPECT_TRUE(m.front()["skipped"].get<bool>());
+}
+
+// Weights that have gone out of range, under skip: the run stops after
+// train.max_consecutive_skips skipped steps with an error naming why and what helps, and saves
+// no checkpoint during the streak, so `latest` still names the one before it.
+TEST(Training, SkippingStopsAfterItsLimitAndSavesNothingDuringTheStreak) {
+  TempDir dir("diverge");
+  Config c = train_tiny(dir, {"train.steps=2"});
+  poison_checkpoint(dir.path / "runs/r", "wpe.weight", INFINITY);
+  for (const char* o :
+       {"train.steps=40", "train.on_nonfinite=skip", "train.max_consecutive_skips=3",
+        "checkpoint.every=1", "checkpoint.keep_last=1"})
+    c.apply_override(o);
+  const std::string e = error_of([&] { run_training(c); });
+  EXPECT_NE(e.find("step 5: 3 steps skipped in a row and 3 in all"), std::string::npos) << e;
+  EXPECT_NE(e.find("the weights are not finite (the first: wpe.weight)"), std::string::npos) << e;
+  EXPECT_NE(e.find("train.max_consecutive_skips = 3"), std::string::npos) << e;
+  EXPECT_NE(e.find("lower optimizer.lr"), std::string::npos) << e;
+  EXPECT_EQ(fs::read_symlink(dir.path / "runs/r/checkpoints/latest").filename(), "step-2");
+  for (int step : {3, 4, 5})
+    EXPECT_FALSE(fs::exists(dir.path / "runs/r/checkpoints" / ("step-" + std::to_string(step))));
 }
 
 TEST(Export, Bf16WritesTheMastersRounded) {

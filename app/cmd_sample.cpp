@@ -9,6 +9,7 @@
 #include "data/tokenizer.h"
 #include "nn/kv_cache.h"
 #include "runtime/error.h"
+#include "runtime/log.h"
 #include "runtime/rng.h"
 
 namespace trainer::app {
@@ -94,13 +95,25 @@ int cmd_sample(const Args& args) {
   for (int32_t id : ids) logits = push(id);
   Rng rng(vm["seed"].as<uint64_t>());
   std::vector<int32_t> text = prompt;  // decoded whole, so pieces join with the right spacing
-  for (int i = 0; i < vm["max-new-tokens"].as<int>() && dec.length() < P; ++i) {
+  const int wanted = vm["max-new-tokens"].as<int>();
+  int made = 0;
+  bool ended = false;  // at the end-of-text token
+  for (; made < wanted && dec.length() < P; ++made) {
     int32_t next = draw(logits, V, o, rng);
-    if (next == tok.eos_id()) break;
+    if (next == tok.eos_id()) {
+      ended = true;
+      break;
+    }
     text.push_back(next);
     logits = push(next);
   }
   std::cout << tok.decode(text) << "\n";
+  // A shorter sample than asked for says why (the text itself went to stdout).
+  if (made < wanted && !ended)
+    log::warn(
+        "sample: {} of the {} new tokens asked for: the model sees at most {} positions "
+        "(model.max_seq_len), and the prompt took {}",
+        made, wanted, P, ids.size());
   return 0;
 }
 

@@ -137,6 +137,18 @@ Value parse_value(const KeySpec& spec, const YAML::Node& node, const std::string
   return v;
 }
 
+// A few keys of section `key` ("model.n_layer, model.n_head, ..."), or "" when it is not one.
+std::string section_keys(const std::string& key) {
+  std::vector<std::string> keys;
+  for (const KeySpec& s : schema())
+    if (s.key.starts_with(key + ".")) keys.push_back(s.key);
+  if (keys.size() > 3) {
+    keys.resize(3);
+    keys.push_back("...");
+  }
+  return fmt::format("{}", fmt::join(keys, ", "));
+}
+
 void merge_node(std::map<std::string, Value>& values, const YAML::Node& node,
                 const std::string& prefix, const std::string& source) {
   for (auto it = node.begin(); it != node.end(); ++it) {
@@ -161,9 +173,13 @@ void merge_node(std::map<std::string, Value>& values, const YAML::Node& node,
       }
       usage_error(fmt::format("{}: unknown section '{}'{}", where(source, name), key, hint));
     }
-    if (!spec)
+    if (!spec) {
+      if (const std::string keys = section_keys(key); !keys.empty())
+        usage_error(fmt::format("{}: '{}' is a section, a mapping of keys ({}), not a value",
+                                where(source, name), key, keys));
       usage_error(
           fmt::format("{}: unknown key '{}'{}", where(source, name), key, did_you_mean(key)));
+    }
     values[key] = parse_value(*spec, child, where(source, child));
   }
 }
@@ -221,7 +237,11 @@ void Config::apply_override(const std::string& assignment) {
     usage_error(fmt::format("--set '{}': expected key=value", assignment));
   const std::string key = assignment.substr(0, eq);
   const KeySpec* spec = find_spec(key);
-  if (!spec) usage_error(fmt::format("--set: unknown key '{}'{}", key, did_you_mean(key)));
+  if (!spec) {
+    if (const std::string keys = section_keys(key); !keys.empty())
+      usage_error(fmt::format("--set: '{}' is a section; set one of its keys ({})", key, keys));
+    usage_error(fmt::format("--set: unknown key '{}'{}", key, did_you_mean(key)));
+  }
   YAML::Node node;
   try {
     node = YAML::Load(assignment.substr(eq + 1));

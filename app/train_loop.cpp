@@ -355,8 +355,11 @@ void TrainLoop::start_up() {
     }
   }
   const fs::path tokenizer_path = rc_.tokenizer;
-  CHECK(fs::is_regular_file(tokenizer_path), "data.tokenizer = {} does not exist",
-        tokenizer_path.string());
+  CHECK(fs::is_regular_file(tokenizer_path), "data.tokenizer = {} {}", tokenizer_path.string(),
+        fs::is_directory(tokenizer_path)
+            ? "is a directory, not a tokenizer model file (the .model that tokenizer train wrote)"
+        : fs::exists(tokenizer_path) ? "is not a regular file"
+                                     : "does not exist");
   tokenizer_ = read_file(tokenizer_path);
   tokenizer_hash_ = hash64(tokenizer_);
   data_manifest_ = read_file(rc_.train_data.data_dir / data::kManifestName);

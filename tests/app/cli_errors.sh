@@ -39,6 +39,11 @@ expect 2 "the config is empty" config empty.yaml
 expect 2 "the config is empty" plan comment.yaml
 expect 2 "unknown section 'modle' \(did you mean 'model.n_layer'\?\)" config typo.yaml
 expect 2 "must be a mapping" train list.yaml
+printf 'model: 5\n' > scalar.yaml
+expect 2 "scalar.yaml:1: 'model' is a section, a mapping of keys \(model\.arch, .*\), not a value" config scalar.yaml
+expect 2 "--set: 'model' is a section; set one of its keys" config --set model=5
+expect 1 "data.tokenizer = .*confdir is a directory, not a tokenizer model file" \
+  train --set run.dir=runs-tok --set data.tokenizer=confdir
 expect 2 "trainer train my.yaml" my.yaml
 expect 2 "min_lr = 1 exceeds optimizer.lr = 0.1" plan --set optimizer.min_lr=1 --set optimizer.lr=0.1
 expect 2 "--threads must be in \[0, 1024\], got 40000" prepare --tokenizer t --input x --out o --threads 40000

@@ -229,6 +229,25 @@ TEST(HonestNumbers, EvalAndSampleRefuseNonFiniteWeights) {
   EXPECT_NE(e.find("non-finite logits"), std::string::npos) << e;
 }
 
+// A sample cut short by the model's context says so (the tiny model sees 16 positions, so 50
+// new tokens cannot fit). A seed whose sample draws the end-of-text token ends early by
+// nature and says nothing; across 16 seeds some sample must reach the context's end.
+TEST(HonestNumbers, ASampleCutByTheContextSaysSo) {
+  TempDir dir("samplelen");
+  train_tiny(dir, {"train.steps=2"});
+  const std::string run = (dir.path / "runs/r").string();
+  int warned = 0;
+  for (int seed = 1; seed <= 16; ++seed) {
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(cmd_sample({run, "--max-new-tokens", "50", "--seed", std::to_string(seed)}), 0);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    if (err.find("of the 50 new tokens asked for: the model sees at most 16 positions "
+                 "(model.max_seq_len), and the prompt took 1") != std::string::npos)
+      ++warned;
+  }
+  EXPECT_GT(warned, 0);
+}
+
 TEST(HonestNumbers, MfuIsReportedAgainstTheStatedPeak) {
   TempDir dir("peak");
   const Config c = train_tiny(dir, {"train.steps=3", "log.peak_gflops=2"});

@@ -837,8 +837,24 @@ void check_run_name(const std::string& name) {
 
 }  // namespace
 
+// A save writes step-N.tmp and renames it step-N when complete; a .tmp left behind is either
+// unfinished or complete but not renamed, and the next save prunes it. Resuming from one would
+// start a run on a checkpoint that is about to be deleted (or never was whole).
+void check_resume_source(const std::string& resume) {
+  fs::path p = fs::path(resume).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();  // a trailing separator
+  const std::string name = p.filename().string();
+  if (name.starts_with("step-") && name.ends_with(".tmp"))
+    throw UsageError(fmt::format(
+        "train.resume = {} is a checkpoint whose save did not finish (a .tmp folder, which the "
+        "next save deletes): resume from the run ('auto' or its latest), or, if its files are "
+        "whole, rename it without .tmp first (they are checked when loaded)",
+        resume));
+}
+
 int run_training(const Config& config, const TrainOptions& options) {
   check_run_name(config.text("run.name"));
+  check_resume_source(config.text("train.resume"));
   block_stop_signals();  // Note [Stop signals]
 #pragma omp parallel
   {

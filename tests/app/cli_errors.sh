@@ -73,6 +73,10 @@ printf 'run:\n  dir: runs\n  name: ""\n' > unnamed.yaml
 expect 2 "run.name '' is not a folder name" train unnamed.yaml
 [[ ! -e runs && ! -e /tmp/elsewhere/metrics.jsonl ]] ||
   { echo "FAIL: a refused run.name left files"; failures=$((failures + 1)); }
+# An unfinished save's folder is no resume source, with or without a trailing separator.
+expect 2 "train.resume = runs/r/checkpoints/step-3.tmp is a checkpoint whose save did not finish" \
+  train --set train.resume=runs/r/checkpoints/step-3.tmp
+expect 2 "is a checkpoint whose save did not finish" train --set train.resume=x/step-3.tmp/
 # Output that cannot be written is a failure, not a silent success.
 out=$("$TRAINER" config two.yaml 2>&1 >/dev/full)
 rc=$?

@@ -41,7 +41,8 @@ json state_to_json(const TrainerState& s) {
           {"world_size", s.world_size},
           {"tokenizer_hash", fmt::format("{:016x}", s.tokenizer_hash)},
           {"data_hash", fmt::format("{:016x}", s.data_hash)},
-          {"loader", s.loader}};
+          {"loader", s.loader},
+          {"threads", s.threads}};
 }
 
 uint32_t file_crc(const fs::path& p) {
@@ -387,6 +388,7 @@ TrainerState parse_trainer_state(const std::string& text, const std::string& whe
     };
     s.tokenizer_hash = hex("tokenizer_hash");
     s.data_hash = j.contains("data_hash") ? hex("data_hash") : 0;
+    s.threads = j.contains("threads") ? json_integer_at<int>(j, "threads") : 0;
     s.loader = j.at("loader");
     s.loader.get<data::LoaderState>();  // must be one
     CHECK(s.step >= 0 && s.tokens_seen >= 0 && s.world_size >= 1,

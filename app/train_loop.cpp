@@ -144,7 +144,7 @@ class TrainLoop {
 
  private:
   void check_batch_over_ranks() const;
-  void warn_if_batch_changes(const Checkpoint& ckpt) const;
+  void warn_of_changes(const Checkpoint& ckpt) const;
   int64_t micro_batches(int64_t step) const;
   void start_up();
   fs::path resume_path();
@@ -246,7 +246,17 @@ void TrainLoop::check_batch_over_ranks() const {
 }
 
 // Resuming on another number of ranks without train.global_batch changes the global batch.
-void TrainLoop::warn_if_batch_changes(const Checkpoint& ckpt) const {
+void TrainLoop::warn_of_changes(const Checkpoint& ckpt) const {
+  // oneDNN's products split their sums by thread: another count gives other bits from here.
+  const Context& ctx = model_.context();
+  if (leader_ && ctx.device == Device::cpu && ckpt.state.threads > 0 &&
+      ckpt.state.threads != op_threads(ctx))
+    log::warn(
+        "resuming a run saved with {} CPU threads per rank on {}: the products sum in another "
+        "order, so the steps from here are not the bits the run would have given{} "
+        "(OMP_NUM_THREADS={} keeps them)",
+        ckpt.state.threads, op_threads(ctx),
+        rc_.deterministic ? ", dist.deterministic notwithstanding" : "", ckpt.state.threads);
   if (rc_.global_batch > 0 || ckpt.state.world_size == comm_.size() || !leader_) return;
   log::warn(
       "resuming a {}-rank run on {} ranks with train.grad_accum per rank: the global batch "
@@ -380,7 +390,7 @@ void TrainLoop::start_up() {
           "differs); the saved data position would point elsewhere",
           from.string(), rc_.train_data.data_dir.string());
     state_ = ckpt->state;
-    warn_if_batch_changes(*ckpt);
+    warn_of_changes(*ckpt);
   }
   // Fine-tuning starts a new run (not a resume) from saved weights; checked now, loaded below.
   std::optional<InitSource> init;
@@ -396,6 +406,7 @@ void TrainLoop::start_up() {
   state_.tokenizer_hash = tokenizer_hash_;
   state_.data_hash = hash64(data_manifest_);
   state_.world_size = comm_.size();
+  state_.threads = op_threads(model_.context());
   dist::check_consistency(
       comm_, {{"the resolved config",
                fmt::format("{}resumed at step: {}\n", config_.to_yaml(), state_.step)},

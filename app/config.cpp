@@ -72,6 +72,20 @@ std::string where(const std::string& source, const YAML::Node& node) {
   return fmt::format("{}:{}", source, node.Mark().line + 1);
 }
 
+}  // namespace
+
+std::string domain_of(const KeySpec& spec) {
+  auto bound = [](double v) {
+    return v >= 1e300    ? std::string("inf")
+           : v <= -1e300 ? std::string("-inf")
+                         : fmt::format("{}", v);
+  };
+  return fmt::format("{}{}, {}{}", spec.min_open ? "(" : "[", bound(spec.min), bound(spec.max),
+                     spec.max_open || spec.max >= 1e300 ? ")" : "]");
+}
+
+namespace {
+
 std::string kind_name(Kind k) {
   switch (k) {
     case Kind::integer:
@@ -125,10 +139,10 @@ Value parse_value(const KeySpec& spec, const YAML::Node& node, const std::string
   }
   if (spec.kind == Kind::integer || spec.kind == Kind::real) {
     double x = spec.kind == Kind::integer ? double(std::get<int64_t>(v)) : std::get<double>(v);
-    if (!(x >= spec.min && x <= spec.max))
-      usage_error(
-          fmt::format("{}: {} = {} is out of range [{}, {}]", at, spec.key, s, spec.min,
-                      spec.max == 1e300 ? std::string("inf") : fmt::format("{}", spec.max)));
+    const bool above = spec.min_open ? x > spec.min : x >= spec.min;
+    const bool below = spec.max_open ? x < spec.max : x <= spec.max;
+    if (!(above && below))
+      usage_error(fmt::format("{}: {} = {} is out of range {}", at, spec.key, s, domain_of(spec)));
   }
   if (!spec.choices.empty() &&
       std::find(spec.choices.begin(), spec.choices.end(), s) == spec.choices.end())
@@ -335,6 +349,7 @@ std::string schema_markdown() {
     std::string def = format_value(s.default_value);
     std::string type = kind_name(s.kind);
     if (!s.choices.empty()) type = fmt::format("one of {}", fmt::join(s.choices, ", "));
+    if (s.kind == Kind::integer || s.kind == Kind::real) type += " in " + domain_of(s);
     md << "| `" << s.key << "` | " << type << " | `" << def << "` | " << s.doc << " |\n";
   }
   return md.str();

@@ -20,9 +20,13 @@ struct KeySpec {
   Kind kind;
   Value default_value;
   std::string doc;
-  double min = -1e300, max = 1e300;  // numeric range, inclusive
-  std::vector<std::string> choices;  // allowed text values, when non-empty
+  double min = -1e300, max = 1e300;         // numeric range, inclusive unless open below
+  std::vector<std::string> choices;         // allowed text values, when non-empty
+  bool min_open = false, max_open = false;  // the range excludes min, max (the formula needs it)
 };
+
+// A numeric key's domain as an interval: "[0, 1)", "(0, 1]", "[1, inf)".
+std::string domain_of(const KeySpec& spec);
 
 // Every key the trainer understands.
 const std::vector<KeySpec>& schema();

@@ -85,6 +85,12 @@ nn::LrSchedule lr_schedule(const Config& c) {
   s.min_lr = float(c.real("optimizer.min_lr"));
   s.warmup_steps = c.integer("schedule.warmup_steps");
   s.total_steps = c.integer("train.steps");
+  const double shrink = c.real("optimizer.lr") * c.real("optimizer.weight_decay");
+  if (shrink >= 1)
+    throw UsageError(fmt::format(
+        "optimizer.lr x optimizer.weight_decay = {} must stay below 1: each step multiplies the "
+        "matrices by 1 - lr x weight_decay, which would zero or flip them",
+        shrink));
   if (s.min_lr > s.max_lr)
     throw UsageError(
         fmt::format("optimizer.min_lr = {} exceeds optimizer.lr = {}", s.min_lr, s.max_lr));

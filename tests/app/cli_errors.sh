@@ -63,6 +63,14 @@ expect 2 "model.tie_embeddings = false needs model.arch = llama" plan --set mode
 expect 2 "model.n_kv_head = 2 needs model.arch = llama" plan --set model.n_kv_head=2
 expect 2 "'ful' is not one of none, optimizer, gradients, full" plan --set dist.sharding=ful
 expect 2 "'llma' is not one of gpt2, llama" plan --set model.arch=llma
+# Each range is the formula's domain: open where the formula divides by the bound.
+expect 2 "optimizer.beta1 = 1 is out of range \[0, 1\)" plan --set optimizer.beta1=1
+expect 2 "optimizer.beta2 = 1 is out of range \[0, 1\)" plan --set optimizer.beta2=1
+expect 2 "optimizer.eps = 0 is out of range \(0, 1\]" plan --set optimizer.eps=0
+expect 2 "model.rope_theta = 1 is out of range \(1, 1000000000000\]" plan --set model.rope_theta=1
+expect 2 "optimizer.lr x optimizer.weight_decay = 1 must stay below 1" \
+  plan --set optimizer.lr=1 --set optimizer.weight_decay=1
+expect 2 "train.steps = 0 is out of range \[1, inf\)" plan --set train.steps=0
 # A run's name is its own folder under run.dir: nothing else is accepted, and nothing is written.
 long=$(printf 'n%.0s' $(seq 300))
 for name in . .. /tmp/elsewhere a/b "$long"; do

@@ -35,9 +35,10 @@ InitSource open_init_source(const fs::path& from, const Config& run_config,
     config_yaml = read_file(from / "trainer_config.yaml");
     tokenizer = from / "tokenizer.model";
   } else {
-    CHECK(fs::is_directory(from),
+    if (!fs::is_directory(from))
+      throw UsageError(fmt::format(
           "train.init_from = {} is neither a checkpoint, a run directory nor an exported model",
-          from.string());
+          from.string()));
     s.checkpoint = open_checkpoint(checkpoint_dir_of(from));
     s.dir = s.checkpoint->dir;
     config_yaml = s.checkpoint->config_yaml;
@@ -51,8 +52,9 @@ InitSource open_init_source(const fs::path& from, const Config& run_config,
           "train.init_from = {}: {} is {} there but {} here (another model: fine-tuning needs "
           "the same one)",
           from.string(), key, then.to_yaml_value(key), run_config.to_yaml_value(key)));
-  CHECK(!tokenizer.empty() && fs::is_regular_file(tokenizer),
-        "train.init_from = {} holds no tokenizer to check against data.tokenizer", from.string());
+  if (tokenizer.empty() || !fs::is_regular_file(tokenizer))
+    throw UsageError(fmt::format(
+        "train.init_from = {} holds no tokenizer to check against data.tokenizer", from.string()));
   const uint64_t hash = data::tokenizer_file_hash(tokenizer);
   if (hash != tokenizer_hash)
     throw UsageError(fmt::format(

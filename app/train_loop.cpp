@@ -107,16 +107,19 @@ std::vector<dist::Range> frozen_ranges(const nn::ParamLayout& layout,
 void check_resumable(const Config& now, const Checkpoint& ckpt) {
   Config then;
   then.merge_yaml(ckpt.config_yaml, (ckpt.dir / "config.yaml").string());
+  // A config that does not fit the checkpoint is the user's to change: a usage error (exit 2).
   for (const char* key : {"run.seed", "data.mode", "data.batch_size", "data.seq_len",
                           "data.max_tokens", "data.drop_last"})
-    CHECK(then.to_yaml_value(key) == now.to_yaml_value(key),
+    if (then.to_yaml_value(key) != now.to_yaml_value(key))
+      throw UsageError(fmt::format(
           "cannot resume from {}: {} was {} there but is {} now (it defines the data order)",
-          ckpt.dir.string(), key, then.to_yaml_value(key), now.to_yaml_value(key));
+          ckpt.dir.string(), key, then.to_yaml_value(key), now.to_yaml_value(key)));
   for (const char* key : model_keys())
-    CHECK(then.to_yaml_value(key) == now.to_yaml_value(key),
+    if (then.to_yaml_value(key) != now.to_yaml_value(key))
+      throw UsageError(fmt::format(
           "cannot resume from {}: {} was {} there but is {} now (another model; start a new "
           "run, or set train.resume=none with --force)",
-          ckpt.dir.string(), key, then.to_yaml_value(key), now.to_yaml_value(key));
+          ckpt.dir.string(), key, then.to_yaml_value(key), now.to_yaml_value(key)));
 }
 
 // The GPU run_training chose for this rank, and the stream the model's work goes to.
@@ -365,11 +368,13 @@ void TrainLoop::start_up() {
     }
   }
   const fs::path tokenizer_path = rc_.tokenizer;
-  CHECK(fs::is_regular_file(tokenizer_path), "data.tokenizer = {} {}", tokenizer_path.string(),
+  if (!fs::is_regular_file(tokenizer_path))
+    throw UsageError(fmt::format(
+        "data.tokenizer = {} {}", tokenizer_path.string(),
         fs::is_directory(tokenizer_path)
             ? "is a directory, not a tokenizer model file (the .model that tokenizer train wrote)"
         : fs::exists(tokenizer_path) ? "is not a regular file"
-                                     : "does not exist");
+                                     : "does not exist"));
   tokenizer_ = read_file(tokenizer_path);
   tokenizer_hash_ = hash64(tokenizer_);
   data_manifest_ = read_file(rc_.train_data.data_dir / data::kManifestName);
@@ -381,14 +386,16 @@ void TrainLoop::start_up() {
   if (!from.empty()) {
     ckpt = open_checkpoint(from);
     check_resumable(config_, *ckpt);
-    CHECK(ckpt->state.tokenizer_hash == tokenizer_hash_,
-          "cannot resume from {}: it was trained with tokenizer {:016x} but data.tokenizer = {} is "
-          "{:016x}",
-          from.string(), ckpt->state.tokenizer_hash, tokenizer_path.string(), tokenizer_hash_);
-    CHECK(ckpt->state.data_hash == 0 || ckpt->state.data_hash == hash64(data_manifest_),
+    if (ckpt->state.tokenizer_hash != tokenizer_hash_)
+      throw UsageError(fmt::format(
+          "cannot resume from {}: it was trained with tokenizer {:016x} but data.tokenizer = {} "
+          "is {:016x}",
+          from.string(), ckpt->state.tokenizer_hash, tokenizer_path.string(), tokenizer_hash_));
+    if (ckpt->state.data_hash != 0 && ckpt->state.data_hash != hash64(data_manifest_))
+      throw UsageError(fmt::format(
           "cannot resume from {}: the corpus in {} changed since it was saved (its manifest "
           "differs); the saved data position would point elsewhere",
-          from.string(), rc_.train_data.data_dir.string());
+          from.string(), rc_.train_data.data_dir.string()));
     state_ = ckpt->state;
     warn_of_changes(*ckpt);
   }

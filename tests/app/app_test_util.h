@@ -125,8 +125,7 @@ inline std::vector<nlohmann::json> metrics_without_timings(const fs::path& run,
     auto j = nlohmann::json::parse(line);
     if (j["step"].get<int64_t>() <= after_step) continue;
     for (const char* k : {"tokens_per_s", "mfu", "step_ms", "data_ms", "forward_ms", "backward_ms",
-                          "optimizer_ms", "comm_wait_ms", "comm_busy_ms", "comm_hidden",
-                          "rss_mib"})
+                          "optimizer_ms", "comm_wait_ms", "comm_busy_ms", "comm_hidden", "rss_mib"})
       j.erase(k);
     out.push_back(j);
   }
@@ -148,6 +147,19 @@ inline std::string error_of(const std::function<void()>& f) {
     f();
   } catch (const Error& e) {
     return e.what();
+  }
+  return "(no error)";
+}
+
+// The message of the usage error (exit 2: the config is the user's to change) `f` throws; any
+// other outcome is named instead, so that a match on the message fails.
+inline std::string usage_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  } catch (const Error& e) {
+    return std::string("(not a usage error, exit 1) ") + e.what();
   }
   return "(no error)";
 }

@@ -42,7 +42,7 @@ expect 2 "must be a mapping" train list.yaml
 printf 'model: 5\n' > scalar.yaml
 expect 2 "scalar.yaml:1: 'model' is a section, a mapping of keys \(model\.arch, .*\), not a value" config scalar.yaml
 expect 2 "--set: 'model' is a section; set one of its keys" config --set model=5
-expect 1 "data.tokenizer = .*confdir is a directory, not a tokenizer model file" \
+expect 2 "data.tokenizer = .*confdir is a directory, not a tokenizer model file" \
   train --set run.dir=runs-tok --set data.tokenizer=confdir
 expect 2 "trainer train my.yaml" my.yaml
 expect 2 "min_lr = 1 exceeds optimizer.lr = 0.1" plan --set optimizer.min_lr=1 --set optimizer.lr=0.1

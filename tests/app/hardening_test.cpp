@@ -25,6 +25,7 @@
 namespace trainer::app {
 
 using testing::error_of;
+using testing::usage_error_of;
 using testing::poison_checkpoint;
 using testing::spawn_trainer;
 using testing::TempDir;
@@ -128,7 +129,8 @@ TEST(StartUp, TheTokenizerMustExistAndBeTheCorpusTokenizer) {
   testing::write_corpus(dir.path / "data");
   Config c = tiny_config(dir.path / "data", dir.path / "runs", "r");
   c.set("data.tokenizer", (dir.path / "data/missing.model").string());
-  std::string e = error_of([&] { run_training(c); });
+  std::string e = usage_error_of([&] { run_training(c); });
+  EXPECT_EQ(e.find("data.tokenizer = "), 0u) << e;
   EXPECT_NE(e.find("missing.model does not exist"), std::string::npos) << e;
   c.set("data.tokenizer", (dir.path / "data/manifest.json").string());  // another file
   e = error_of([&] { run_training(c); });
@@ -144,8 +146,9 @@ TEST(StartUp, ARefusedResumeChangesNothingInTheRun) {
   const std::string metrics = read_file(run / "metrics.jsonl");
   c.apply_override("data.mode=pack");  // changes the data order: not resumable
   c.apply_override("train.steps=4");
-  const std::string e = error_of([&] { run_training(c); });
-  EXPECT_NE(e.find("cannot resume"), std::string::npos) << e;
+  // A config that does not fit the checkpoint is a usage error (exit 2), like any config error.
+  const std::string e = usage_error_of([&] { run_training(c); });
+  EXPECT_EQ(e.find("cannot resume"), 0u) << e;
   EXPECT_EQ(read_file(run / "config.yaml"), config);
   EXPECT_EQ(read_file(run / "metrics.jsonl"), metrics);
 }

@@ -27,6 +27,7 @@
 namespace trainer::app {
 
 using testing::error_of;
+using testing::usage_error_of;
 using testing::metrics_without_timings;
 using testing::poison_checkpoint;
 using testing::spawn_trainer;
@@ -121,9 +122,9 @@ TEST(Checkpoint, AnotherModelIsAClearError) {
     Config other = c;
     other.apply_override(change);
     other.apply_override("train.steps=4");
-    const std::string e = error_of([&] { run_training(other); });
+    const std::string e = usage_error_of([&] { run_training(other); });
     const std::string key = std::string(change).substr(0, std::string(change).find('='));
-    EXPECT_NE(e.find("cannot resume from"), std::string::npos) << e;
+    EXPECT_EQ(e.find("cannot resume from"), 0u) << e;
     EXPECT_NE(e.find(key + " was"), std::string::npos) << e;
   }
   // Weights loaded into a model of another shape: the tensor and both shapes are named.
@@ -400,6 +401,15 @@ TEST(Training, FineTuningStartsFromSavedWeightsWithAFreshOptimizer) {
   other.set("train.init_from", exported);
   e = error_of([&] { run_training(other); });
   EXPECT_NE(e.find("was trained with another tokenizer"), std::string::npos) << e;
+  // A source that is not there is the config's fault, as a mismatch is: both exit 2.
+  Config missing = tiny_config(dir.path / "data", dir.path / "runs", "missing");
+  missing.set("train.init_from", (dir.path / "nowhere").string());
+  e = usage_error_of([&] { run_training(missing); });
+  EXPECT_NE(e.find("nowhere is neither a checkpoint, a run directory nor an exported model"),
+            std::string::npos)
+      << e;
+  e = usage_error_of([&] { run_training(wide); });
+  EXPECT_NE(e.find("model.n_embd is 32 there but 48 here"), std::string::npos) << e;
 }
 
 }  // namespace trainer::app

@@ -1,6 +1,8 @@
 #include "app/run_setup.h"
 
 #include <charconv>
+#include <filesystem>
+#include <string>
 
 #include "runtime/error.h"
 
@@ -71,7 +73,61 @@ nn::ExecConfig exec_config(const Config& c, int max_rows, int max_seq_len) {
   return e;
 }
 
+namespace {
+
+// The run's folder is run.dir/run.name: a name that is empty, a dot, absolute, holds a separator
+// or is longer than a file name may be would put the run's files elsewhere (into run.dir
+// itself, beside other runs, anywhere on the disk) or fail at the first write. Checked before
+// anything is written.
+void check_run_name(const std::string& name) {
+  constexpr size_t kNameMax = 255;  // bytes of one path component on Linux filesystems
+  std::string why;
+  if (name.empty() || name == "." || name == "..")
+    why = "is not a folder name";
+  else if (name.find('/') != std::string::npos)
+    why = "holds a path separator";
+  else if (name.find('\0') != std::string::npos)
+    why = "holds a NUL byte";
+  else if (name.size() > kNameMax)
+    why = fmt::format("is {} bytes long, more than the {} a file name may have", name.size(),
+                      kNameMax);
+  if (!why.empty())
+    throw UsageError(fmt::format(
+        "run.name '{}' {}: it names the run's own folder under run.dir (choose a plain name "
+        "such as 'gpt-small')",
+        name.size() > 64 ? name.substr(0, 64) + "..." : name, why));
+}
+
+// A save writes step-N.tmp and renames it step-N when complete; a .tmp left behind is either
+// unfinished or complete but not renamed, and the next save prunes it. Resuming from one would
+// start a run on a checkpoint that is about to be deleted (or never was whole).
+void check_resume_source(const std::string& resume) {
+  std::filesystem::path p = std::filesystem::path(resume).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();  // a trailing separator
+  const std::string name = p.filename().string();
+  if (name.starts_with("step-") && name.ends_with(".tmp"))
+    throw UsageError(fmt::format(
+        "train.resume = {} is a checkpoint whose save did not finish (a .tmp folder, which the "
+        "next save deletes): resume from the run ('auto' or its latest), or, if its files are "
+        "whole, rename it without .tmp first (they are checked when loaded)",
+        resume));
+}
+
+}  // namespace
+
+void check_training_paths(const Config& c) {
+  check_run_name(c.text("run.name"));
+  check_resume_source(c.text("train.resume"));
+}
+
 nn::AdamWConfig adamw_config(const Config& c) {
+  // Decoupled decay multiplies the matrices by 1 - lr x weight_decay at the peak rate.
+  const double shrink = c.real("optimizer.lr") * c.real("optimizer.weight_decay");
+  if (shrink >= 1)
+    throw UsageError(fmt::format(
+        "optimizer.lr x optimizer.weight_decay = {} must stay below 1: each step multiplies the "
+        "matrices by 1 - lr x weight_decay, which would zero or flip them",
+        shrink));
   return {.beta1 = float(c.real("optimizer.beta1")),
           .beta2 = float(c.real("optimizer.beta2")),
           .eps = float(c.real("optimizer.eps")),
@@ -85,12 +141,6 @@ nn::LrSchedule lr_schedule(const Config& c) {
   s.min_lr = float(c.real("optimizer.min_lr"));
   s.warmup_steps = c.integer("schedule.warmup_steps");
   s.total_steps = c.integer("train.steps");
-  const double shrink = c.real("optimizer.lr") * c.real("optimizer.weight_decay");
-  if (shrink >= 1)
-    throw UsageError(fmt::format(
-        "optimizer.lr x optimizer.weight_decay = {} must stay below 1: each step multiplies the "
-        "matrices by 1 - lr x weight_decay, which would zero or flip them",
-        shrink));
   if (s.min_lr > s.max_lr)
     throw UsageError(
         fmt::format("optimizer.min_lr = {} exceeds optimizer.lr = {}", s.min_lr, s.max_lr));

@@ -63,6 +63,10 @@ struct RunConfig {
 
 // Everything the training job needs from `c`, checked; throws UsageError naming the key.
 RunConfig resolve_run(const Config& c);
+// What only starting a training run asks of `c`, before anything is written: run.name is a
+// plain folder name and train.resume no unfinished save. (Kept out of resolve_run, which also
+// reads the configs stored with older runs for eval, sample and export.)
+void check_training_paths(const Config& c);
 
 nn::ModelConfig model_config(const Config& c);
 // How the model runs (precision, gradient dtype, checkpointing) for batches of up to

@@ -7,6 +7,7 @@
 #include "app/checkpoint.h"
 #include "app/init_from.h"
 #include "app/metrics.h"
+#include "app/nonfinite.h"
 #include "app/run_setup.h"
 #include "app/stop_signals.h"
 #include "data/loader.h"
@@ -38,20 +39,6 @@ namespace trainer::app {
 namespace {
 
 constexpr double kMiB = 1048576.0;
-
-// Note [Non-finite values]
-// A step whose loss or gradient norm is not finite never updates the weights. Under
-// train.on_nonfinite=stop the run ends there, saving nothing; under skip it goes on, but only
-// for train.max_consecutive_skips steps in a row and train.max_skips in all, then ends the
-// same way, and it saves no periodic checkpoint during a streak: a run whose weights have
-// diverged must not keep saving checkpoints that rotate the last good one out. And no checkpoint is
-// ever written with non-finite weights: save() checks them first, on every rank, and refuses
-// (`latest` keeps naming the last good one). The messages name what is not finite: the weights
-// (which parameter), else the loss, else the gradient of which parameter.
-constexpr const char* kDivergenceAdvice =
-    "the training diverged. Resume from the last checkpoint with a lower optimizer.lr, a longer "
-    "schedule.warmup_steps or a train.grad_clip (train.on_nonfinite=skip only rides out a rare "
-    "bad batch)";
 
 // A batch cut to its first `t` positions (sequence-length curriculum).
 void truncate_batch(data::Batch& b, int t) {
@@ -157,10 +144,6 @@ class TrainLoop {
   StepStats train_step(const std::optional<std::vector<data::Batch>>& batches,
                        const dist::StepCounts& counts);
   void finish_gradients(StepStats& s);
-  int64_t first_nonfinite(const Tensor& flat);
-  std::string nonfinite_culprit(const StepStats& s);
-  void count_skip(const std::string& culprit);
-  void check_weights_before_save();
   std::string write_failure() const;
   double validate();
   void save();
@@ -197,7 +180,7 @@ class TrainLoop {
   int64_t first_step_ = 0;
   dist::CommStats comm_logged_;      // the communicator's totals at the last metrics line
   dist::StragglerWatch stragglers_;  // rank 0: the current streak of one lagging rank
-  int64_t consecutive_skips_ = 0, total_skips_ = 0;  // train.on_nonfinite=skip's steps
+  NonFiniteGuard nonfinite_;         // what a step or a save does with NaN and Inf
 };
 
 TrainLoop::TrainLoop(const Config& config, const TrainOptions& options, dist::Communicator& comm,
@@ -219,7 +202,8 @@ TrainLoop::TrainLoop(const Config& config, const TrainOptions& options, dist::Co
            .frozen = frozen_ranges(model_.layout(), rc_.freeze),
            .is_frozen =
                [this](const std::string& name) { return matches_any(name, rc_.freeze); }})),
-      join_(rc_.join) {
+      join_(rc_.join),
+      nonfinite_(comm, model_, *dp_, {rc_.on_nonfinite, rc_.max_consecutive_skips, rc_.max_skips}) {
   check_batch_over_ranks();
   for (const std::string& p : rc_.freeze) {
     bool any = false;
@@ -494,16 +478,10 @@ StepStats TrainLoop::train_step(const std::optional<std::vector<data::Batch>>& b
   s.lr = rc_.schedule.at(state_.step);
   // A negative mean loss is as impossible as a NaN: both mean broken numbers.
   if (!std::isfinite(s.loss) || s.loss < 0 || !std::isfinite(s.grad_norm)) {
-    const std::string culprit = nonfinite_culprit(s);
-    if (rc_.on_nonfinite == NonFinite::stop)
-      THROW_ERROR(
-          "step {}: {} (loss {}, grad norm {}); nothing was saved, so the last checkpoint is the "
-          "last good state: {}",
-          state_.step + 1, culprit, s.loss, s.grad_norm, kDivergenceAdvice);
-    count_skip(culprit);
+    nonfinite_.bad_step(state_.step + 1, s.loss, s.grad_norm);  // throws unless skipping
     s.skipped = true;
   } else {
-    consecutive_skips_ = 0;
+    nonfinite_.good_step();
     dp_->step(s.lr, nn::clip_scale(s.grad_norm, rc_.grad_clip));
   }
   s.times.optimizer_s = t.seconds();
@@ -532,66 +510,6 @@ void TrainLoop::finish_gradients(StepStats& s) {
     s.grad_norm = std::sqrt(dist::exact_sum_squares(comm_, dp_->grads(), dp_->grads_sharded()));
 }
 
-// The first parameter, in layout order, whose values in `flat` (this rank's slices of the
-// masters or the gradients) are not all finite, agreed over the ranks (a collective); -1 if none.
-int64_t TrainLoop::first_nonfinite(const Tensor& flat) {
-  int64_t mine = -1;
-  const std::vector<nn::ParamInfo>& params = model_.layout().params();
-  for (size_t i = 0; i < params.size() && mine < 0; ++i) {
-    bool bad = false;
-    nn::for_each_held(dp_->slices(), params[i].offset, params[i].offset + params[i].numel,
-                      [&](int64_t local, int64_t b, int64_t e) {
-                        for (float x : read_as_f32(model_.context(), flat.flat(local, e - b)))
-                          bad |= !std::isfinite(x);
-                      });
-    if (bad) mine = int64_t(i);
-  }
-  std::vector<int64_t> all(size_t(comm_.size()), 0);  // rank r's index + 1, 0 for none
-  all[size_t(comm_.rank())] = mine + 1;
-  if (comm_.size() > 1) comm_.all_reduce(all);
-  int64_t first = -1;
-  for (int64_t a : all)
-    if (a > 0 && (first < 0 || a - 1 < first)) first = a - 1;
-  return first;
-}
-
-// What is not finite at a step whose loss or gradient norm is not (Note [Non-finite values]).
-std::string TrainLoop::nonfinite_culprit(const StepStats& s) {
-  const std::vector<nn::ParamInfo>& params = model_.layout().params();
-  if (const int64_t w = first_nonfinite(dp_->masters()); w >= 0)
-    return fmt::format("the weights are not finite (the first: {})", params[size_t(w)].name);
-  if (!std::isfinite(s.loss) || s.loss < 0) return "the loss is not finite";
-  const int64_t g = first_nonfinite(dp_->grads());
-  return g >= 0 ? fmt::format("the gradient of {} is not finite", params[size_t(g)].name)
-                : std::string("the gradient norm is not finite");
-}
-
-// Counts a skipped step and ends the run past skip's limits (Note [Non-finite values]).
-void TrainLoop::count_skip(const std::string& culprit) {
-  ++consecutive_skips_;
-  ++total_skips_;
-  log::warn("step {}: {}; step skipped ({} in a row, {} in all)", state_.step + 1, culprit,
-            consecutive_skips_, total_skips_);
-  if (consecutive_skips_ >= rc_.max_consecutive_skips || total_skips_ >= rc_.max_skips)
-    THROW_ERROR(
-        "step {}: {} steps skipped in a row and {} in all for non-finite values (the last: {}; "
-        "train.max_consecutive_skips = {}, train.max_skips = {}); nothing was saved: {}",
-        state_.step + 1, consecutive_skips_, total_skips_, culprit, rc_.max_consecutive_skips,
-        rc_.max_skips, kDivergenceAdvice);
-}
-
-// Refuses to write a checkpoint whose weights are not finite (Note [Non-finite values]).
-void TrainLoop::check_weights_before_save() {
-  const int64_t w = first_nonfinite(dp_->masters());
-  if (w < 0) return;
-  THROW_ERROR(
-      "step {}: not saving a checkpoint: the weights are not finite (the first: {}); {}; {}",
-      state_.step, model_.layout().params()[size_t(w)].name,
-      saved_step_ >= 0 ? fmt::format("the last checkpoint, step {}, is kept as latest", saved_step_)
-                       : std::string("no checkpoint was written before"),
-      kDivergenceAdvice);
-}
-
 double TrainLoop::validate() {
   data::LoaderConfig vc = rc_.val_data;
   if (val_verified_) vc.verify = data::Verify::none;
@@ -617,7 +535,7 @@ double TrainLoop::validate() {
 // A collective: every rank writes its part (Note [Sharded checkpoints]).
 void TrainLoop::save() {
   if (state_.step == saved_step_) return;
-  check_weights_before_save();
+  nonfinite_.check_before_save(state_.step, saved_step_);
   saved_step_ = state_.step;
   state_.loader = loader_->state();
   const SaveOptions options{{rc_.keep_last, rc_.keep_every}, rc_.checkpoint_timeout_s};
@@ -806,9 +724,9 @@ int TrainLoop::run() {
       if (progress_) progress_->finish();
       // Not during a streak of skipped steps, which may be a divergence: its checkpoints would
       // rotate the last good one out (Note [Non-finite values]).
-      if (consecutive_skips_ > 0 && leader_)
+      if (nonfinite_.skipping() && leader_)
         log::warn("step {}: no checkpoint while steps are being skipped", state_.step);
-      if (consecutive_skips_ == 0) save();
+      if (!nonfinite_.skipping()) save();
     }
   }
   progress_->finish();
@@ -830,49 +748,10 @@ Config with_absolute_paths(Config c) {
   return c;
 }
 
-// The run's folder is run.dir/run.name: a name that is empty, a dot, absolute, holds a separator
-// or is longer than a file name may be would put the run's files elsewhere (into run.dir
-// itself, beside other runs, anywhere on the disk) or fail at the first write. Checked before
-// anything is written.
-void check_run_name(const std::string& name) {
-  constexpr size_t kNameMax = 255;  // bytes of one path component on Linux filesystems
-  std::string why;
-  if (name.empty() || name == "." || name == "..")
-    why = "is not a folder name";
-  else if (name.find('/') != std::string::npos)
-    why = "holds a path separator";
-  else if (name.find('\0') != std::string::npos)
-    why = "holds a NUL byte";
-  else if (name.size() > kNameMax)
-    why = fmt::format("is {} bytes long, more than the {} a file name may have", name.size(),
-                      kNameMax);
-  if (!why.empty())
-    throw UsageError(fmt::format(
-        "run.name '{}' {}: it names the run's own folder under run.dir (choose a plain name "
-        "such as 'gpt-small')",
-        name.size() > 64 ? name.substr(0, 64) + "..." : name, why));
-}
-
 }  // namespace
 
-// A save writes step-N.tmp and renames it step-N when complete; a .tmp left behind is either
-// unfinished or complete but not renamed, and the next save prunes it. Resuming from one would
-// start a run on a checkpoint that is about to be deleted (or never was whole).
-void check_resume_source(const std::string& resume) {
-  fs::path p = fs::path(resume).lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();  // a trailing separator
-  const std::string name = p.filename().string();
-  if (name.starts_with("step-") && name.ends_with(".tmp"))
-    throw UsageError(fmt::format(
-        "train.resume = {} is a checkpoint whose save did not finish (a .tmp folder, which the "
-        "next save deletes): resume from the run ('auto' or its latest), or, if its files are "
-        "whole, rename it without .tmp first (they are checked when loaded)",
-        resume));
-}
-
 int run_training(const Config& config, const TrainOptions& options) {
-  check_run_name(config.text("run.name"));
-  check_resume_source(config.text("train.resume"));
+  check_training_paths(config);
   block_stop_signals();  // Note [Stop signals]
 #pragma omp parallel
   {

@@ -187,11 +187,13 @@ std::string run_matmul(const Context& ctx, const Tensor& C, const Tensor& A, boo
     desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, grad_ptr);
   }
   if (e.aux) {
-    // The auxiliary tensor's type is left unset: outside FP8 it is the output's (which callers
-    // check), and cuBLASLt's documentation leaves it unset there.
-    TRAINER_ASSERT(beta == 0.0f && e.aux->rows() == M && e.aux->cols() == N &&
-                       (!e.dgelu || !e.bias) && e.aux->dtype == C.dtype,
-                   "cuda matmul aux");
+    TRAINER_ASSERT(
+        beta == 0.0f && e.aux->rows() == M && e.aux->cols() == N && (!e.dgelu || !e.bias),
+        "cuda matmul aux");
+    // The auxiliary tensor's type is left unset: outside FP8 cuBLASLt takes the output's, and
+    // its documentation leaves it unset there. Its leading dimension must be a multiple of 8.
+    if (e.aux->dtype != C.dtype) return "the pre-activation is not in the output's dtype";
+    if (e.aux->ld() % 8 != 0) return "the pre-activation's row stride is not a multiple of 8";
     epilogue = e.dgelu  ? CUBLASLT_EPILOGUE_DGELU
                : e.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                         : CUBLASLT_EPILOGUE_GELU_AUX;
@@ -258,10 +260,13 @@ std::string run_matmul(const Context& ctx, const Tensor& C, const Tensor& A, boo
   return a.why.empty() ? std::string("no algorithm") : a.why;
 }
 
-// Whether the epilogue ran; otherwise the fallback (and why) is counted under `path`.
-bool ran_or_fall_back(const std::string& why, const char* path, const std::string& what) {
+// Whether the epilogue ran; otherwise the fallback (and why) is counted under `path`, the
+// product named as C = op(A) B with `epilogue`.
+bool ran_or_fall_back(const std::string& why, const char* path, const Tensor& C, const Tensor& A,
+                      bool ta, const char* epilogue) {
   if (why.empty()) return true;
-  fallback::note(path, fmt::format("cuBLASLt cannot run the {}: {}", what, why));
+  fallback::note(path,
+                 fmt::format("cuBLASLt cannot run the {}: {}", describe(C, A, ta, epilogue), why));
   return false;
 }
 
@@ -276,33 +281,23 @@ void cuda_matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool ta, 
 
 bool cuda_matmul_gelu(const Context& ctx, const Tensor& out, const Tensor& pre, const Tensor& A,
                       bool ta, const Tensor& B, bool tb, const Tensor& bias) {
-  const std::string what = describe(out, A, ta, " with GELU_AUX");
-  // The epilogue's auxiliary output needs a leading dimension that is a multiple of 8.
-  if (pre.ld() % 8 != 0 || pre.dtype != out.dtype)
-    return ran_or_fall_back("its pre-activation's row stride is not a multiple of 8",
-                            "cublaslt_gelu_epilogue", what);
   return ran_or_fall_back(run_matmul(ctx, out, A, ta, B, tb, 1.0f, 0.0f,
                                      {.bias = bias.empty() ? nullptr : &bias, .aux = &pre}),
-                          "cublaslt_gelu_epilogue", what);
+                          "cublaslt_gelu_epilogue", out, A, ta, " with GELU_AUX");
 }
 
 bool cuda_matmul_bias_grad(const Context& ctx, const Tensor& C, const Tensor& A, bool ta,
                            const Tensor& B, float alpha, float beta, const Tensor& bias_grad) {
   return ran_or_fall_back(
       run_matmul(ctx, C, A, ta, B, false, alpha, beta, {.bias_grad = &bias_grad}),
-      "cublaslt_bias_grad_epilogue", describe(C, A, ta, " with BGRADA"));
+      "cublaslt_bias_grad_epilogue", C, A, ta, " with BGRADA");
 }
 
 bool cuda_matmul_dgelu(const Context& ctx, const Tensor& dpre, const Tensor& A, bool ta,
                        const Tensor& B, bool tb, const Tensor& pre) {
-  const std::string what = describe(dpre, A, ta, " with DGELU");
-  // As for GELU_AUX: the auxiliary input's leading dimension is a multiple of 8.
-  if (pre.ld() % 8 != 0 || pre.dtype != dpre.dtype)
-    return ran_or_fall_back("its pre-activation's row stride is not a multiple of 8",
-                            "cublaslt_dgelu_epilogue", what);
   return ran_or_fall_back(
       run_matmul(ctx, dpre, A, ta, B, tb, 1.0f, 0.0f, {.aux = &pre, .dgelu = true}),
-      "cublaslt_dgelu_epilogue", what);
+      "cublaslt_dgelu_epilogue", dpre, A, ta, " with DGELU");
 }
 
 }  // namespace trainer

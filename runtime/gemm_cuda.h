@@ -11,12 +11,14 @@ namespace trainer {
 
 void cuda_matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool trans_a,
                  const Tensor& B, bool trans_b, float alpha, float beta, const Tensor* bias);
-// matmul_gelu on CUDA (gemm.h): false when cuBLASLt has no GELU_AUX_BIAS algorithm for it.
+// matmul_gelu on CUDA (gemm.h): false, counted as a fallback (runtime/fallback.h), when
+// cuBLASLt cannot run it with the GELU_AUX epilogue (no algorithm; a pre-activation of another
+// dtype or a row stride that is not a multiple of 8).
 bool cuda_matmul_gelu(const Context& ctx, const Tensor& out, const Tensor& pre, const Tensor& A,
                       bool trans_a, const Tensor& B, bool trans_b, const Tensor& bias);
 
-// matmul_bias_grad and matmul_dgelu on CUDA (gemm.h): false when cuBLASLt has no algorithm with
-// that epilogue for it.
+// matmul_bias_grad and matmul_dgelu on CUDA (gemm.h): false, counted as a fallback, when
+// cuBLASLt cannot run them with that epilogue.
 bool cuda_matmul_bias_grad(const Context& ctx, const Tensor& C, const Tensor& A, bool trans_a,
                            const Tensor& B, float alpha, float beta, const Tensor& bias_grad);
 bool cuda_matmul_dgelu(const Context& ctx, const Tensor& dpre, const Tensor& A, bool trans_a,

@@ -393,9 +393,10 @@ Entry* entry(const Shape& s) {
   return it->second.get();
 }
 
-// The fallback's path name for the metrics.
-const char* fallback_path(bool backward) {
-  return backward ? "cudnn_attention_backward" : "cudnn_attention_forward";
+// Counts a call cuDNN could not take (runtime/fallback.h); false, for the caller to return.
+bool fall_back(bool backward, const std::string& why) {
+  fallback::note(backward ? "cudnn_attention_backward" : "cudnn_attention_forward", why);
+  return false;
 }
 
 void* at(const Tensor& t) {
@@ -435,15 +436,13 @@ bool cudnn_attention_forward(const Context& ctx, const Tensor& out, const Tensor
                              const AttentionMask& mask, int n_head, int q_pos) {
   if (!meant_for_cudnn(q, k, q_pos)) return false;
   if (const std::string why = ineligible(q, mask, n_head); !why.empty())
-    return fallback::note(fallback_path(false), why), false;
+    return fall_back(false, why);
   TRAINER_ASSERT(out.contiguous() && lse.contiguous(), "cuDNN attention forward outputs");
   Shape s = shape_of(ctx, q, k, v, n_head, mask);
   const int64_t rows = q.dim(0);
-  const CudnnAttentionWorkspace planned =
-      cudnn_attention_workspace_plan(rows, n_head, s.T, s.D, false, true);
-  s.engine_budget = planned.engine;
+  s.engine_budget = cudnn_attention_workspace_plan(rows, n_head, s.T, s.D, false, true).engine;
   Entry* e = entry(s);
-  if (!e->plan) return fallback::note(fallback_path(false), e->why), false;
+  if (!e->plan) return fall_back(false, e->why);
   Workspace::Scope scratch(ctx.workspace);
   // Ragged statistics are token-major, in our scratch.
   void* stats = s.ragged ? scratch.take<float>(rows * s.T * s.H) : at(lse);
@@ -463,7 +462,7 @@ bool cudnn_attention_backward(const Context& ctx, const Tensor& dq, const Tensor
                               const AttentionMask& mask, int n_head) {
   if (!meant_for_cudnn(q, k, 0)) return false;
   if (const std::string why = ineligible(q, mask, n_head); !why.empty())
-    return fallback::note(fallback_path(true), why), false;
+    return fall_back(true, why);
   TRAINER_ASSERT(
       out.contiguous() && dout.contiguous() && lse.contiguous() && dq.dtype == DType::bf16,
       "cuDNN attention backward operands");
@@ -477,7 +476,7 @@ bool cudnn_attention_backward(const Context& ctx, const Tensor& dq, const Tensor
   s.engine_budget =
       cudnn_attention_workspace_plan(rows, n_head, s.T, s.D, true, s.deterministic).engine;
   Entry* e = entry(s);
-  if (!e->plan) return fallback::note(fallback_path(true), e->why), false;
+  if (!e->plan) return fall_back(true, e->why);
   Workspace::Scope scratch(ctx.workspace);
   float* rowsum = scratch.take<float>(N * s.H);
   void* stats = at(lse);

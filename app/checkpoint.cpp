@@ -8,6 +8,9 @@
 #include <optional>
 #include <thread>
 
+#include <fcntl.h>
+#include <stdio.h>
+
 #include <fmt/ranges.h>
 
 #include "data/loader.h"
@@ -27,7 +30,11 @@ using nlohmann::json;
 
 namespace {
 
-constexpr int kFormatVersion = 1;
+// Version 2 adds each tensor file's own header (step, and a shard's rank, world, stage and
+// ranges; Note [Self-describing files]) and the retention policy the checkpoint was written
+// under; version 1 checkpoints still load, without those cross-checks.
+constexpr int kFormatVersion = 2;
+constexpr int kOldestReadable = 1;
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFile = "trainer_state.json";
@@ -43,11 +50,6 @@ json state_to_json(const TrainerState& s) {
           {"data_hash", fmt::format("{:016x}", s.data_hash)},
           {"loader", s.loader},
           {"threads", s.threads}};
-}
-
-uint32_t file_crc(const fs::path& p) {
-  MappedFile m(p);
-  return crc32(m.data(), m.size());
 }
 
 // The step of a directory named exactly "step-<digits>", or -1.
@@ -70,20 +72,42 @@ void point_latest(const fs::path& root, const std::string& name) {
   fsync_path(root);
 }
 
-// Removes checkpoints older than `current` beyond the newest keep_last (sparing keep_every
-// multiples), and half-written ".tmp" directories left by a killed save. Never touches
-// `current`, anything newer, or what `latest` points at.
-void prune(const fs::path& root, int64_t current, const CheckpointPolicy& policy) {
+json policy_to_json(const CheckpointPolicy& p) {
+  return {{"keep_last", p.keep_last}, {"keep_every", p.keep_every}};
+}
+
+// Whether the checkpoint in `dir` was written under `policy` (its manifest records the policy
+// since format version 2; an older or unreadable one counts as written under another).
+bool written_under(const fs::path& dir, const CheckpointPolicy& policy) {
+  try {
+    const json m = json::parse(read_file(dir / kManifestFile));
+    return m.contains("retention") && m.at("retention") == policy_to_json(policy);
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// Note [Retention]: a save removes checkpoints older than `current` beyond the newest
+// keep_last (sparing keep_every multiples), but only those written under the same policy (by
+// this run, or by the runs it resumed, while the policy was this one): a resume with another
+// keep_last or keep_every deletes none of the checkpoints written before the change, unless
+// `all` (train --force). Removes unfinished ".tmp" directories (no manifest yet) left by a
+// killed save; a complete one is a checkpoint and stays. Never touches `current`, anything
+// newer, or what `latest` names.
+void prune(const fs::path& root, int64_t current, const CheckpointPolicy& policy, bool all) {
+  std::error_code ec;
+  const std::string latest = fs::read_symlink(root / "latest", ec).string();
   std::vector<std::pair<int64_t, fs::path>> older;
   for (const auto& e : fs::directory_iterator(root)) {
     if (!e.is_directory() || e.is_symlink()) continue;
     const std::string name = e.path().filename().string();
     if (name.starts_with("step-") && name.ends_with(".tmp")) {
-      if (name != fs::read_symlink(root / "latest").string()) fs::remove_all(e.path());
+      if (name != latest && !fs::exists(e.path() / kManifestFile)) fs::remove_all(e.path());
       continue;
     }
     const int64_t step = step_of(e.path());
-    if (step >= 0 && step < current) older.push_back({step, e.path()});
+    if (step >= 0 && step < current && name != latest && (all || written_under(e.path(), policy)))
+      older.push_back({step, e.path()});
   }
   std::sort(older.begin(), older.end());
   const size_t keep_older = size_t(std::max<int64_t>(0, policy.keep_last - 1));
@@ -103,6 +127,20 @@ const float* host_floats(const Context& ctx, const Tensor& t, std::vector<float>
 
 std::string shard_file(int rank, int world) {
   return fmt::format("shard-{:05d}-of-{:05d}.safetensors", rank, world);
+}
+
+// Renames the complete `tmp` to `final_dir`. A checkpoint of the same step already there (no
+// save replaces one today: a rewind deletes later checkpoints first) is swapped out atomically
+// (renameat2's RENAME_EXCHANGE), so that `final_dir` always names a whole checkpoint, and then
+// removed.
+void commit_directory(const fs::path& tmp, const fs::path& final_dir) {
+  if (!fs::exists(final_dir)) {
+    fs::rename(tmp, final_dir);
+    return;
+  }
+  CHECK(::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0,
+        "cannot replace {}: {}", final_dir.string(), std::strerror(errno));
+  fs::remove_all(tmp);
 }
 
 // A test's way to make a save slow (TRAINER_TEST_SAVE_DELAY_S seconds on rank 0), standing in
@@ -133,30 +171,53 @@ void agree(dist::Communicator& comm, const std::string& error, double timeout_s,
           what);
 }
 
+// The global flat ranges rank `rank` of `world` holds in a sharded checkpoint, as
+// [begin, end, offset in the shard's tensors].
+json shard_ranges(const nn::ParamLayout& layout, int world, int rank) {
+  const dist::ShardGeometry geo(layout, world, rank);
+  json ranges = json::array();
+  for (size_t u = 0; u < geo.units().size(); ++u)
+    if (const nn::FlatSlice sl = geo.slice(int(u), rank); sl.size() > 0)
+      ranges.push_back({sl.begin, sl.end, sl.local});
+  return ranges;
+}
+
 // Note [Sharded checkpoints]
 // A sharded run's rank r writes shard-r-of-N.safetensors: its local masters ("params") and
 // moments ("adamw.m", "adamw.v"), padding included, as held in memory; the manifest lists
 // each shard's global flat ranges [begin, end) and where each starts in the file's tensors.
 // Reading takes any global range from whichever files hold it, so a checkpoint loads at
 // any world size and stage, and into a whole model for eval and export, one slice at a time.
-uint32_t write_shard(const fs::path& path, dist::DataParallel& dp, const Context& ctx,
-                     const TrainerState& state) {
+//
+// Note [Self-describing files]
+// Each tensor file also says what it is in its own header: the training step, and a shard its
+// rank, the world size, the sharding stage and its ranges. Loading checks them against the
+// manifest and the trainer state, so a shard copied from another step or checkpoint, or two
+// shard names swapped in the manifest, are refused by name instead of loading other or
+// permuted weights (the CRC-32s cannot tell: they describe whatever files are there).
+uint32_t write_shard(const fs::path& path, dist::DataParallel& dp, const nn::Model& model,
+                     const TrainerState& state, int rank, int world) {
   const Tensor masters = dp.masters();
   const int64_t n = masters.numel();
   std::vector<float> staging, m(size_t(n), 0.0f), v(size_t(n), 0.0f);
   for (const nn::FlatSlice& sl : dp.slices())
     dp.optimizer().export_moments(sl.begin, sl.end, m.data() + sl.local, v.data() + sl.local);
   SafetensorsWriter w;
-  w.add("params", DType::f32, {n}, host_floats(ctx, masters, staging));
+  w.add("params", DType::f32, {n}, host_floats(model.context(), masters, staging));
   w.add("adamw.m", DType::f32, {n}, m.data());
   w.add("adamw.v", DType::f32, {n}, v.data());
   w.set_metadata("steps", std::to_string(dp.optimizer().steps()));
   w.set_metadata("step", std::to_string(state.step));
+  w.set_metadata("rank", std::to_string(rank));
+  w.set_metadata("world", std::to_string(world));
+  w.set_metadata("stage", dist::sharding_stage_name(dp.stage()));
+  w.set_metadata("ranges", shard_ranges(model.layout(), world, rank).dump());
   return w.write(path);
 }
 
 // The whole state, as a replicated run's rank 0 holds it.
-void write_whole(const fs::path& dir, nn::Model& model, dist::DataParallel& dp, json& files) {
+void write_whole(const fs::path& dir, nn::Model& model, dist::DataParallel& dp,
+                 const TrainerState& state, json& files) {
   auto record = [&](const char* file, uint32_t crc) {
     files[file] = {{"bytes", fs::file_size(dir / file)}, {"crc32", crc}};
   };
@@ -165,6 +226,7 @@ void write_whole(const fs::path& dir, nn::Model& model, dist::DataParallel& dp, 
     std::vector<float> staging;
     nn::add_params(w, model.layout(), host_floats(model.context(), dp.masters(), staging));
     w.set_metadata("format", "pt");
+    w.set_metadata("step", std::to_string(state.step));
     record(kModelFile, w.write(dir / kModelFile));
   }
   const int64_t n = model.layout().total();
@@ -176,6 +238,7 @@ void write_whole(const fs::path& dir, nn::Model& model, dist::DataParallel& dp, 
   w.set_metadata("begin", "0");
   w.set_metadata("end", std::to_string(n));
   w.set_metadata("steps", std::to_string(dp.optimizer().steps()));
+  w.set_metadata("step", std::to_string(state.step));
   record(kOptimizerFile, w.write(dir / kOptimizerFile));
 }
 
@@ -214,10 +277,10 @@ fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::
   attempt([&] {
     if (sharded) {
       const fs::path path = tmp / shard_file(comm.rank(), comm.size());
-      shard_info = {int64_t(write_shard(path, dp, model.context(), state)),
+      shard_info = {int64_t(write_shard(path, dp, model, state, comm.rank(), comm.size())),
                     int64_t(fs::file_size(path))};
     } else if (leader) {
-      write_whole(tmp, model, dp, files);
+      write_whole(tmp, model, dp, state, files);
     }
   });
   agree(comm, error, options.timeout_s, "write its part of " + tmp.string());
@@ -227,19 +290,14 @@ fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::
   if (leader)
     attempt([&] {
       json shards = json::array();
-      if (sharded) {
-        const dist::ShardGeometry geo(model.layout(), comm.size(), 0);
+      if (sharded)
         for (int r = 0; r < comm.size(); ++r) {
           const std::string file = shard_file(r, comm.size());
           files[file] = {{"bytes", all_info[size_t(2 * r + 1)]},
                          {"crc32", all_info[size_t(2 * r)]}};
-          json ranges = json::array();
-          for (size_t u = 0; u < geo.units().size(); ++u)
-            if (const nn::FlatSlice sl = geo.slice(int(u), r); sl.size() > 0)
-              ranges.push_back({sl.begin, sl.end, sl.local});
-          shards.push_back({{"file", file}, {"ranges", ranges}});
+          shards.push_back(
+              {{"file", file}, {"ranges", shard_ranges(model.layout(), comm.size(), r)}});
         }
-      }
       const std::string state_text = state_to_json(state).dump(2) + "\n";
       for (auto [file, text] : {std::pair{kStateFile, std::string_view(state_text)},
                                 std::pair{kConfigFile, std::string_view(config_yaml)},
@@ -254,21 +312,25 @@ fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::
                        {"version", kFormatVersion},
                        {"step", state.step},
                        {"layout_digest", fmt::format("{:016x}", model.layout().digest())},
+                       {"retention", policy_to_json(options.policy)},
                        {"files", files}};
-      if (sharded) manifest["shards"] = shards;
+      if (sharded) {
+        manifest["stage"] = dist::sharding_stage_name(dp.stage());
+        manifest["shards"] = shards;
+      }
       write_file_atomic(tmp / kManifestFile, manifest.dump(2) + "\n");
       fsync_path(tmp);
 
-      // `latest` moves to the complete temporary first, then to its final name, so that from
-      // the first complete checkpoint on it always names a whole one (even when a checkpoint
-      // of the same step is being replaced).
+      // Note [Live readers]: a step-N directory only ever appears whole (a complete
+      // temporary renamed) and `latest` is repointed after it, so `latest` never names an
+      // unfinished or temporary checkpoint, and a reader that resolves it once reads one
+      // checkpoint throughout. A save killed between the two leaves `latest` one behind;
+      // latest_checkpoint() then takes the newer complete one.
       litter->keep();
-      point_latest(root, name + ".tmp");
-      fs::remove_all(final_dir);
-      fs::rename(tmp, final_dir);
+      commit_directory(tmp, final_dir);
       fsync_path(root);
       point_latest(root, name);
-      prune(root, state.step, options.policy);
+      prune(root, state.step, options.policy, options.prune_all);
     });
   agree(comm, error, options.timeout_s, "commit " + final_dir.string());
   return final_dir;
@@ -276,28 +338,27 @@ fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::
 
 fs::path latest_checkpoint(const fs::path& run_dir) {
   const fs::path root = run_dir / "checkpoints", link = root / "latest";
-  std::error_code ec;
-  if (!fs::is_symlink(link, ec)) {
-    if (fs::is_directory(root, ec))
-      for (const auto& e : fs::directory_iterator(root))
-        CHECK(step_of(e.path()) < 0,
-              "{} holds checkpoints but no 'latest' link; pass train.resume=<checkpoint dir> "
-              "(or none to start afresh)",
-              root.string());
-    return {};
+  for (int attempt = 1;; ++attempt) {
+    std::error_code ec;
+    const std::vector<std::pair<int64_t, fs::path>> all = list_checkpoints(run_dir);
+    // No link yet: the first save was killed before it made one (or it was deleted by
+    // hand); the newest checkpoint is complete all the same.
+    if (!fs::is_symlink(link, ec)) return all.empty() ? fs::path() : all.back().second;
+    std::string name = fs::read_symlink(link, ec).string();
+    // Trainers before format version 2 pointed `latest` at the complete temporary while
+    // renaming it: a save killed there left the link naming it.
+    if (name.ends_with(".tmp") && !fs::is_directory(root / name)) name.resize(name.size() - 4);
+    const int64_t step = step_of(root / name);
+    if (!ec && step >= 0 && fs::is_directory(root / name, ec)) {
+      // A save killed after renaming its checkpoint but before repointing the link: the
+      // newer one is complete (a step-N directory only ever appears whole).
+      if (!all.empty() && all.back().first > step) return all.back().second;
+      return root / name;
+    }
+    // A live run may have moved the link on and pruned what it named since it was read.
+    CHECK(attempt < 10, "{} points at {}, which is not a checkpoint of this run", link.string(),
+          (root / name).string());
   }
-  const std::string name = fs::read_symlink(link).string();
-  fs::path target = root / name;
-  // A save killed between renaming step-N.tmp to step-N and repointing `latest` leaves the
-  // link naming the temporary: the complete checkpoint is under its final name.
-  if (!fs::is_directory(target) && name.ends_with(".tmp") &&
-      fs::is_directory(root / name.substr(0, name.size() - 4))) {
-    target = root / name.substr(0, name.size() - 4);
-    point_latest(root, target.filename().string());
-  }
-  CHECK(fs::is_directory(target), "{} points at {}, which does not exist", link.string(),
-        target.string());
-  return target;
 }
 
 void repoint_latest(const fs::path& run_dir, const fs::path& checkpoint) {
@@ -332,8 +393,9 @@ json parse_checkpoint_manifest(const std::string& text, const std::string& where
     CHECK(m.is_object() && m.contains("format") && m.at("format") == "trainer-checkpoint",
           "not a trainer checkpoint manifest");
     const int version = json_integer_at<int>(m, "version");
-    CHECK(version == kFormatVersion, "checkpoint format version {} (this trainer reads {})",
-          version, kFormatVersion);
+    CHECK(kOldestReadable <= version && version <= kFormatVersion,
+          "checkpoint format version {} (this trainer reads {} to {})", version, kOldestReadable,
+          kFormatVersion);
     CHECK(json_integer_at<int64_t>(m, "step") >= 0, "negative step");
     CHECK(m.contains("files") && m.at("files").is_object(), "'files' is not an object");
     const json& files = m.at("files");
@@ -353,6 +415,9 @@ json parse_checkpoint_manifest(const std::string& text, const std::string& where
       return m;
     }
     CHECK(m.at("shards").is_array() && !m.at("shards").empty(), "'shards' is not a list");
+    if (version >= 2)
+      CHECK(m.contains("stage") && m.at("stage").is_string(),
+            "a sharded checkpoint names no stage");
     for (const json& shard : m.at("shards")) {
       CHECK(shard.is_object() && shard.contains("file") && shard.at("file").is_string() &&
                 files.contains(shard.at("file").get<std::string>()),
@@ -406,28 +471,57 @@ Checkpoint open_checkpoint(const fs::path& dir) {
   c.dir = dir;
   const std::string manifest_path = (dir / kManifestFile).string();
   c.manifest = parse_checkpoint_manifest(read_file(dir / kManifestFile), manifest_path);
+  // Every file is mapped once and read from that mapping from here on, so a checkpoint that a
+  // live run prunes while it is read stays whole for its reader (Note [Live readers]).
   for (auto& [file, info] : c.manifest.at("files").items()) {
     const fs::path p = dir / file;
     const uint64_t bytes = json_integer_at<uint64_t>(info, "bytes");
     CHECK(fs::exists(p), "checkpoint file {} is missing", p.string());
-    CHECK(fs::file_size(p) == bytes,
+    auto mapped = std::make_shared<const MappedFile>(p);
+    CHECK(mapped->size() == bytes,
           "checkpoint file {} has {} bytes, the manifest says {} (truncated?)", p.string(),
-          fs::file_size(p), bytes);
-    CHECK(file_crc(p) == json_integer_at<uint32_t>(info, "crc32"),
+          mapped->size(), bytes);
+    CHECK(crc32(mapped->data(), mapped->size()) == json_integer_at<uint32_t>(info, "crc32"),
           "checkpoint file {} fails its checksum (corrupted)", p.string());
+    c.files[file] = std::move(mapped);
   }
-  c.state = parse_trainer_state(read_file(dir / kStateFile), (dir / kStateFile).string());
+  c.state = parse_trainer_state(std::string(c.bytes(kStateFile)), (dir / kStateFile).string());
   const int64_t manifest_step = json_integer_at<int64_t>(c.manifest, "step");
   CHECK(manifest_step == c.state.step, "{}: the manifest is for step {} but {} says step {}",
         manifest_path, manifest_step, kStateFile, c.state.step);
-  if (c.manifest.at("files").contains(kTokenizerFile)) {
+  if (c.files.contains(kTokenizerFile)) {
     c.tokenizer = dir / kTokenizerFile;
-    CHECK(data::tokenizer_file_hash(c.tokenizer) == c.state.tokenizer_hash,
+    CHECK(data::tokenizer_is(c.bytes(kTokenizerFile), c.state.tokenizer_hash),
           "{}: the tokenizer does not match the trainer state's tokenizer hash {:016x}",
           c.tokenizer.string(), c.state.tokenizer_hash);
   }
-  c.config_yaml = read_file(dir / kConfigFile);
+  c.config_yaml = c.bytes(kConfigFile);
   return c;
+}
+
+std::string_view Checkpoint::bytes(const std::string& file) const {
+  auto it = files.find(file);
+  TRAINER_ASSERT(it != files.end(), "{} is not a file of checkpoint {}", file, dir.string());
+  return {reinterpret_cast<const char*>(it->second->data()), it->second->size()};
+}
+
+Checkpoint open_checkpoint_of(const fs::path& dir) {
+  CHECK(fs::is_directory(dir), "{} is not a directory (a checkpoint or a run directory)",
+        dir.string());
+  if (fs::exists(dir / kManifestFile)) return open_checkpoint(dir);
+  // A live run's checkpoint can be pruned between resolving `latest` and mapping its files
+  // (a save never prunes what `latest` names, so the link has moved on by then): the newer one
+  // is read instead.
+  for (int attempt = 1;; ++attempt) {
+    const fs::path latest = latest_checkpoint(dir);
+    CHECK(!latest.empty(), "{} is neither a checkpoint nor a run directory with checkpoints",
+          dir.string());
+    try {
+      return open_checkpoint(latest);
+    } catch (const Error&) {
+      if (attempt == 10 || latest_checkpoint(dir) == latest) throw;
+    }
+  }
 }
 
 struct CheckpointTensors::Source {
@@ -462,10 +556,36 @@ const float* vector_of(const SafetensorsFile& f, const char* name, int64_t need)
 
 }  // namespace
 
-CheckpointTensors::CheckpointTensors(const Checkpoint& ckpt, const nn::ParamLayout& layout) {
+namespace {
+
+// A tensor file of `ckpt`, parsed from the bytes open_checkpoint mapped.
+std::shared_ptr<SafetensorsFile> tensor_file(const Checkpoint& ckpt, const std::string& file) {
+  const std::string_view b = ckpt.bytes(file);
+  return std::make_shared<SafetensorsFile>(reinterpret_cast<const uint8_t*>(b.data()), b.size(),
+                                           (ckpt.dir / file).string());
+}
+
+// Note [Self-describing files]: what the file's own header says against what the manifest and
+// the trainer state say (version 2 on).
+void check_header(const Checkpoint& ckpt, const SafetensorsFile& f, const char* key,
+                  const std::string& expected) {
+  if (json_integer_at<int>(ckpt.manifest, "version") < 2) return;
+  auto it = f.metadata().find(key);
+  CHECK(it != f.metadata().end() && it->second == expected,
+        "{}: its header says {} {} but the checkpoint expects {} (a file of another checkpoint, "
+        "or names swapped in the manifest)",
+        f.path().string(), key, it == f.metadata().end() ? "nothing" : it->second, expected);
+}
+
+}  // namespace
+
+CheckpointTensors::CheckpointTensors(const Checkpoint& ckpt, const nn::ParamLayout& layout)
+    : mapped_(ckpt.files) {
   const int64_t total = layout.total();
+  const std::string step = std::to_string(ckpt.state.step);
   if (!ckpt.manifest.contains("shards")) {
-    auto model = std::make_shared<SafetensorsFile>(ckpt.dir / kModelFile);
+    auto model = tensor_file(ckpt, kModelFile);
+    check_header(ckpt, *model, "step", step);
     for (const nn::ParamInfo& p : layout.params()) {
       CHECK(model->contains(p.name), "{}: no tensor '{}' (a checkpoint of another model?)",
             model->path().string(), p.name);
@@ -475,7 +595,8 @@ CheckpointTensors::CheckpointTensors(const Checkpoint& ckpt, const nn::ParamLayo
             p.name, dtype_name(t.dtype), fmt::join(t.shape, ", "), fmt::join(p.shape, ", "));
       params_.push_back({model, p.offset, p.offset + p.numel, static_cast<const float*>(t.data)});
     }
-    auto opt = std::make_shared<SafetensorsFile>(ckpt.dir / kOptimizerFile);
+    auto opt = tensor_file(ckpt, kOptimizerFile);
+    check_header(ckpt, *opt, "step", step);
     const int64_t b = metadata_int(*opt, "begin"), e = metadata_int(*opt, "end");
     CHECK(b == 0 && e == total, "{}: optimizer state covers [{}, {}), not the model's [0, {})",
           opt->path().string(), b, e, total);
@@ -484,9 +605,20 @@ CheckpointTensors::CheckpointTensors(const Checkpoint& ckpt, const nn::ParamLayo
     v_.push_back({opt, 0, total, vector_of(*opt, "adamw.v", total)});
   } else {
     std::vector<std::pair<int64_t, int64_t>> all;
-    for (const json& shard : ckpt.manifest.at("shards")) {
-      auto f = std::make_shared<SafetensorsFile>(ckpt.dir / shard.at("file").get<std::string>());
-      steps_ = metadata_int(*f, "steps");
+    const json& shards = ckpt.manifest.at("shards");
+    for (size_t rank = 0; rank < shards.size(); ++rank) {
+      const json& shard = shards[rank];
+      auto f = tensor_file(ckpt, shard.at("file").get<std::string>());
+      check_header(ckpt, *f, "step", step);
+      check_header(ckpt, *f, "rank", std::to_string(rank));
+      check_header(ckpt, *f, "world", std::to_string(shards.size()));
+      if (ckpt.manifest.contains("stage"))
+        check_header(ckpt, *f, "stage", ckpt.manifest.at("stage").get<std::string>());
+      check_header(ckpt, *f, "ranges", shard.at("ranges").dump());
+      const int64_t steps = metadata_int(*f, "steps");
+      CHECK(rank == 0 || steps == steps_, "{}: {} optimizer steps, another shard says {}",
+            f->path().string(), steps, steps_);
+      steps_ = steps;
       for (const json& r : shard.at("ranges")) {
         const int64_t b = r[0].get<int64_t>(), e = r[1].get<int64_t>(), at = r[2].get<int64_t>();
         const float* p = vector_of(*f, "params", at + (e - b));

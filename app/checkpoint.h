@@ -1,8 +1,8 @@
 // Checkpoints: a directory per step, written as step-N.tmp/, fsynced, then renamed to step-N/;
-// `latest` is a symlink replaced atomically. A checkpoint holds the model's fp32 masters and
-// AdamW moments, the trainer state (JSON), the resolved config, the tokenizer and a manifest
-// of sizes and CRC-32s that loading verifies first. The tensors are either whole (rank 0 of a
-// replicated run writes model.safetensors with Hugging Face GPT-2 names and
+// `latest`, a symlink, is replaced atomically after that (Note [Live readers]). A checkpoint holds
+// the model's fp32 masters and AdamW moments, the trainer state (JSON), the resolved config, the
+// tokenizer and a manifest of sizes and CRC-32s that loading verifies first. The tensors are either
+// whole (rank 0 of a replicated run writes model.safetensors with Hugging Face GPT-2 names and
 // optimizer.safetensors) or sharded (each rank of a sharded run writes its own slices to
 // shard-R-of-N.safetensors, in parallel); the manifest gives every file's global flat ranges,
 // so either kind loads at any world size and sharding stage (Note [Sharded checkpoints]).
@@ -10,6 +10,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,6 +22,7 @@
 #include "dist/communicator.h"
 #include "dist/data_parallel.h"
 #include "nn/model.h"
+#include "runtime/file_io.h"
 
 namespace trainer::app {
 
@@ -43,32 +46,41 @@ struct CheckpointPolicy {
 
 struct SaveOptions {
   CheckpointPolicy policy;
+  bool prune_all = false;   // apply the policy to checkpoints written under another (--force)
   double timeout_s = 1800;  // how long ranks wait for each other's writes (checkpoint.timeout_s)
 };
 
 // A collective: every rank calls it. Writes step-<state.step>/ under `run_dir`/checkpoints
 // (the tokenizer's bytes too, so the checkpoint is self-contained; the tensors whole from rank
 // 0 or each rank's slices from every rank, as `dp` holds them), repoints `latest`, prunes old
-// ones. Ranks wait for each other under options.timeout_s, not the collective timeout, and
-// an error names a rank that was late. Returns the checkpoint directory on every rank. On a
-// failed write (a full disk) throws on every rank naming the file; `latest` still names the
-// previous checkpoint and the partial one is removed.
+// ones written under the same policy (Note [Retention]). Ranks wait for each other under
+// options.timeout_s, not the collective timeout, and an error names a rank that was late. Returns
+// the checkpoint directory on every rank. On a failed write (a full disk) throws on every rank
+// naming the file; `latest` still names the previous checkpoint and the partial one is removed.
 fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::Model& model,
                          dist::DataParallel& dp, const TrainerState& state,
                          const std::string& config_yaml, std::string_view tokenizer,
                          const SaveOptions& options);
 
-// A verified checkpoint directory: the manifest was read, every file's size and CRC-32
-// checked, and the trainer state and tokenizer cross-checked against it. Throws naming the
-// file on any mismatch.
+// A verified checkpoint directory: the manifest was read, every file it lists mapped and its
+// size and CRC-32 checked, and the trainer state and tokenizer cross-checked against it.
+// Everything is read from those mappings, so the checkpoint stays whole for its reader even
+// if a live run deletes it meanwhile.
 struct Checkpoint {
   fs::path dir;
   fs::path tokenizer;  // dir/tokenizer.model (checked against state.tokenizer_hash), or empty
   TrainerState state;
   std::string config_yaml;
   nlohmann::json manifest;
+  std::map<std::string, std::shared_ptr<const MappedFile>> files;  // by name, as listed
+  // The bytes of a listed file.
+  std::string_view bytes(const std::string& file) const;
 };
+// Opens the checkpoint in `dir`; throws naming the file on any mismatch.
 Checkpoint open_checkpoint(const fs::path& dir);
+// Opens `dir` when it is a checkpoint, else the latest checkpoint of the run directory `dir`
+// (a newer one if a live run prunes it while it is being opened); throws when it is neither.
+Checkpoint open_checkpoint_of(const fs::path& dir);
 
 // The parts of open_checkpoint that read no file (also the fuzz targets' entry points): a
 // manifest's text, checked for form, version, plain file names and the required files; and a
@@ -94,6 +106,7 @@ class CheckpointTensors {
   struct Source;
   void read(const std::vector<Source>& from, int64_t begin, int64_t end, float* out,
             bool gaps_allowed) const;
+  std::map<std::string, std::shared_ptr<const MappedFile>> mapped_;  // what Sources point into
   std::vector<Source> params_, m_, v_;
   int64_t steps_ = 0;
 };
@@ -106,8 +119,8 @@ void load_training_state(const Checkpoint& ckpt, nn::Model& model, dist::DataPar
 // working copy.
 void load_weights(const Checkpoint& ckpt, nn::Model& model);
 
-// The checkpoint `latest` points at under run_dir, or an empty path (repairing a link that a
-// save killed at its last moment left naming the temporary).
+// The checkpoint `latest` points at under run_dir, or the newer complete one that a save
+// killed before repointing the link left; an empty path when the run has none. Writes nothing.
 fs::path latest_checkpoint(const fs::path& run_dir);
 
 // Points run_dir's `latest` at `checkpoint` (a step-N directory of that run), atomically.

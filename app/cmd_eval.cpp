@@ -8,6 +8,7 @@
 #include "app/run_setup.h"
 #include "app/saved_model.h"
 #include "data/loader.h"
+#include "data/tokenizer.h"
 #include "runtime/error.h"
 #include "runtime/timer.h"
 
@@ -31,7 +32,7 @@ int cmd_eval(const Args& args) {
   lc.max_epochs = 1;
   lc.drop_last = true;
   data::Loader loader(lc, 0, 1);
-  CHECK(loader.corpus().manifest().tokenizer_hash == saved.checkpoint.state.tokenizer_hash,
+  CHECK(data::tokenizer_is(tokenizer_of(saved).bytes, loader.corpus().manifest().tokenizer_hash),
         "{} was made with another tokenizer than checkpoint {}", lc.data_dir.string(),
         saved.checkpoint.dir.string());
   const int64_t max_batches = vm["max-batches"].as<int64_t>();

@@ -92,8 +92,9 @@ int cmd_export(const Args& args) {
     w.set_metadata("format", "pt");
     w.write(tmp / "model.safetensors");
   }
-  fs::copy_file(tokenizer_of(saved, vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : ""),
-                tmp / "tokenizer.model");
+  const TokenizerBytes tokenizer =
+      tokenizer_of(saved, vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : "");
+  write_file_atomic(tmp / "tokenizer.model", tokenizer.bytes);
   nlohmann::json hf = hf_config(saved.model->config());
   hf["torch_dtype"] = dtype == "bf16" ? "bfloat16" : "float32";
   hf["trainer_step"] = saved.checkpoint.state.step;

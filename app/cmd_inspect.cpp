@@ -20,7 +20,7 @@ int cmd_inspect(const Args& args) {
   pos.add("checkpoint", 1);
   po::variables_map vm;
   if (!parse_options("inspect", args, desc, vm, &pos)) return 0;
-  Checkpoint c = open_checkpoint(checkpoint_dir_of(vm["checkpoint"].as<std::string>()));
+  Checkpoint c = open_checkpoint_of(vm["checkpoint"].as<std::string>());
   std::printf("checkpoint %s (all %zu files verified)\n\nmanifest:\n%s\n\nconfig:\n%s\n",
               c.dir.c_str(), c.manifest.at("files").size(), c.manifest.dump(2).c_str(),
               c.config_yaml.c_str());

@@ -69,8 +69,9 @@ int cmd_sample(const Args& args) {
   require_range("sample", vm, "top-p", 1e-6f, 1.0f);
   SamplingOptions o{vm["temperature"].as<float>(), vm["top-k"].as<int>(), vm["top-p"].as<float>()};
   SavedModel saved = open_saved_model(vm["checkpoint"].as<std::string>(), 1, 1);
-  const data::Tokenizer tok(
-      tokenizer_of(saved, vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : ""));
+  const TokenizerBytes model =
+      tokenizer_of(saved, vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : "");
+  const data::Tokenizer tok(model.bytes, model.from);
   const std::vector<int32_t> prompt = tok.encode(vm["prompt"].as<std::string>());
   std::vector<int32_t> ids = prompt;
   // Documents were prepared ending in EOS, so a new one starts right after an EOS.

@@ -39,7 +39,7 @@ InitSource open_init_source(const fs::path& from, const Config& run_config,
       throw UsageError(fmt::format(
           "train.init_from = {} is neither a checkpoint, a run directory nor an exported model",
           from.string()));
-    s.checkpoint = open_checkpoint(checkpoint_dir_of(from));
+    s.checkpoint = open_checkpoint_of(from);
     s.dir = s.checkpoint->dir;
     config_yaml = s.checkpoint->config_yaml;
     tokenizer = s.checkpoint->tokenizer;
@@ -55,7 +55,7 @@ InitSource open_init_source(const fs::path& from, const Config& run_config,
   if (tokenizer.empty() || !fs::is_regular_file(tokenizer))
     throw UsageError(fmt::format(
         "train.init_from = {} holds no tokenizer to check against data.tokenizer", from.string()));
-  const uint64_t hash = data::tokenizer_file_hash(tokenizer);
+  const uint64_t hash = data::tokenizer_hash(read_file(tokenizer));
   if (hash != tokenizer_hash)
     throw UsageError(fmt::format(
         "train.init_from = {} was trained with another tokenizer ({:016x}; data.tokenizer is "

@@ -3,26 +3,27 @@
 #include "app/run_setup.h"
 #include "data/tokenizer.h"
 #include "runtime/error.h"
+#include "runtime/file_io.h"
 
 namespace trainer::app {
 
-fs::path tokenizer_of(const SavedModel& saved, const std::string& requested) {
-  const fs::path path = !requested.empty() ? fs::path(requested)
-                        : !saved.checkpoint.tokenizer.empty()
-                            ? saved.checkpoint.tokenizer
-                            : fs::path(saved.config.text("data.tokenizer"));
+TokenizerBytes tokenizer_of(const SavedModel& saved, const std::string& requested) {
+  const Checkpoint& c = saved.checkpoint;
+  if (requested.empty() && !c.tokenizer.empty())  // verified by open_checkpoint
+    return {c.tokenizer, std::string(c.bytes(c.tokenizer.filename().string()))};
+  const fs::path path =
+      !requested.empty() ? fs::path(requested) : fs::path(saved.config.text("data.tokenizer"));
   CHECK(fs::is_regular_file(path), "tokenizer {} not found (pass --tokenizer)", path.string());
-  const uint64_t hash = data::tokenizer_file_hash(path);
-  CHECK(hash == saved.checkpoint.state.tokenizer_hash,
+  TokenizerBytes t{path, read_file(path)};
+  CHECK(data::tokenizer_is(t.bytes, c.state.tokenizer_hash),
         "tokenizer {} (hash {:016x}) is not the one checkpoint {} was trained with ({:016x})",
-        path.string(), hash, saved.checkpoint.dir.string(), saved.checkpoint.state.tokenizer_hash);
-  return path;
+        path.string(), data::tokenizer_hash(t.bytes), c.dir.string(), c.state.tokenizer_hash);
+  return t;
 }
 
 SavedModel open_saved_model(const fs::path& dir, int rows, int seq_len) {
-  const fs::path step_dir = checkpoint_dir_of(dir);
-  SavedModel s{open_checkpoint(step_dir), Config(), nullptr};
-  s.config.merge_yaml(s.checkpoint.config_yaml, (step_dir / "config.yaml").string());
+  SavedModel s{open_checkpoint_of(dir), Config(), nullptr};
+  s.config.merge_yaml(s.checkpoint.config_yaml, (s.checkpoint.dir / "config.yaml").string());
   const nn::ModelConfig mc = model_config(s.config);
   if (rows <= 0) rows = model_rows(loader_config(s.config, "val"));
   if (seq_len <= 0) seq_len = int(s.config.integer("data.seq_len"));

@@ -22,9 +22,15 @@ struct SavedModel {
 // the run's precision.
 SavedModel open_saved_model(const fs::path& dir, int rows = 0, int seq_len = 0);
 
-// The tokenizer `saved` was trained with: `requested` when given (refused unless its hash is
-// the checkpoint's), else the copy inside the checkpoint (or, for checkpoints written before
+// A tokenizer's .model bytes and the file they were read from.
+struct TokenizerBytes {
+  fs::path from;
+  std::string bytes;
+};
+
+// The tokenizer `saved` was trained with: `requested` when given (refused unless it is the
+// checkpoint's), else the copy inside the checkpoint (or, for checkpoints written before
 // they held one, the run's data.tokenizer, checked the same way).
-fs::path tokenizer_of(const SavedModel& saved, const std::string& requested = "");
+TokenizerBytes tokenizer_of(const SavedModel& saved, const std::string& requested = "");
 
 }  // namespace trainer::app

@@ -313,13 +313,15 @@ std::vector<fs::path> TrainLoop::check_overwrite(const fs::path& from, int64_t s
 // Everything about the data that can fail later is checked before the first step.
 void TrainLoop::check_data() {
   const data::Manifest& m = loader_->corpus().manifest();
-  CHECK(m.tokenizer_hash == tokenizer_hash_,
+  CHECK(data::tokenizer_is(tokenizer_, m.tokenizer_hash),
         "data.tokenizer = {} is not the tokenizer {} was prepared with (hash {:016x}, the "
         "manifest says {:016x}, {})",
         rc_.tokenizer.string(), rc_.train_data.data_dir.string(), tokenizer_hash_, m.tokenizer_hash,
         m.tokenizer_file);
   if (rc_.val_every == 0) return;
-  rc_.val_data.tokenizer_hash = tokenizer_hash_;  // every validation checks the shards' tokenizer
+  // Every validation checks the shards' tokenizer (as the manifest records it: a corpus
+  // prepared before the content hash records the hash of the file's bytes).
+  rc_.val_data.tokenizer_hash = m.tokenizer_hash;
   std::optional<data::Batch> first;
   try {
     data::Loader val(rc_.val_data, comm_.rank(), comm_.size());
@@ -360,7 +362,7 @@ void TrainLoop::start_up() {
         : fs::exists(tokenizer_path) ? "is not a regular file"
                                      : "does not exist"));
   tokenizer_ = read_file(tokenizer_path);
-  tokenizer_hash_ = hash64(tokenizer_);
+  tokenizer_hash_ = data::tokenizer_hash(tokenizer_);
   data_manifest_ = read_file(rc_.train_data.data_dir / data::kManifestName);
 
   // Every check first (Note [One run per directory]): nothing in the run directory is written
@@ -370,7 +372,7 @@ void TrainLoop::start_up() {
   if (!from.empty()) {
     ckpt = open_checkpoint(from);
     check_resumable(config_, *ckpt);
-    if (ckpt->state.tokenizer_hash != tokenizer_hash_)
+    if (!data::tokenizer_is(tokenizer_, ckpt->state.tokenizer_hash))
       throw UsageError(fmt::format(
           "cannot resume from {}: it was trained with tokenizer {:016x} but data.tokenizer = {} "
           "is {:016x}",
@@ -538,7 +540,9 @@ void TrainLoop::save() {
   nonfinite_.check_before_save(state_.step, saved_step_);
   saved_step_ = state_.step;
   state_.loader = loader_->state();
-  const SaveOptions options{{rc_.keep_last, rc_.keep_every}, rc_.checkpoint_timeout_s};
+  const SaveOptions options{.policy = {rc_.keep_last, rc_.keep_every},
+                            .prune_all = options_.force,
+                            .timeout_s = rc_.checkpoint_timeout_s};
   const fs::path dir = save_checkpoint(comm_, rc_.run_dir, model_, *dp_, state_, config_.to_yaml(),
                                        tokenizer_, options);
   log::info("saved {}", dir.string());

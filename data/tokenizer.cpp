@@ -6,6 +6,8 @@
 #include <sentencepiece_trainer.h>
 
 #include <algorithm>
+#include <optional>
+#include <span>
 #include <thread>
 
 #include "runtime/error.h"
@@ -92,16 +94,108 @@ void train_tokenizer(const TokenizerTrainOptions& o) {
   fsync_path(o.out.has_parent_path() ? o.out.parent_path() : fs::path("."));
 }
 
-uint64_t tokenizer_file_hash(const fs::path& model) {
-  return hash64(read_file(model));
+namespace {
+
+// Protocol-buffer wire format, as much as the content hash needs: a varint at `at` (false at
+// a malformed or truncated one).
+bool read_varint(std::string_view b, size_t& at, uint64_t& v) {
+  v = 0;
+  for (int shift = 0; shift < 64 && at < b.size(); shift += 7) {
+    const uint8_t byte = uint8_t(b[at++]);
+    v |= uint64_t(byte & 0x7f) << shift;
+    if (!(byte & 0x80)) return true;
+  }
+  return false;
 }
 
-Tokenizer::Tokenizer(const fs::path& model)
-    : path_(model), sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
-  std::string bytes = read_file(model);
-  hash_ = hash64(bytes);
-  auto status = sp_->LoadFromSerializedProto(bytes);
-  CHECK(status.ok(), "{}: not a SentencePiece model: {}", model.string(), status.ToString());
+// The next field of message `b` from `at`: its number, and the range [begin, end) of its
+// whole encoding (key included) and of its payload when length-delimited.
+struct WireField {
+  uint64_t number = 0;
+  size_t begin = 0, end = 0, payload = 0;
+  bool delimited = false;
+};
+bool next_field(std::string_view b, size_t& at, WireField& f) {
+  f.begin = at;
+  uint64_t key = 0, n = 0;
+  if (!read_varint(b, at, key)) return false;
+  f.number = key >> 3;
+  f.delimited = (key & 7) == 2;
+  switch (key & 7) {
+    case 0:
+      if (!read_varint(b, at, n)) return false;
+      break;
+    case 1:
+      at += 8;
+      break;
+    case 5:
+      at += 4;
+      break;
+    case 2:
+      if (!read_varint(b, at, n) || n > b.size() - std::min(at, b.size())) return false;
+      f.payload = at;
+      at += size_t(n);
+      break;
+    default:
+      return false;  // groups: not in SentencePiece's model
+  }
+  f.end = at;
+  return at <= b.size();
+}
+
+// SentencePiece's ModelProto: trainer_spec is field 2; in it, input (1), model_prefix (2) and
+// input_format (7) say where the training text was read and the model written.
+constexpr uint64_t kTrainerSpec = 2;
+constexpr uint64_t kWhereFields[] = {1, 2, 7};
+
+// The message's bytes without the fields `drop` (in its top level).
+std::optional<std::string> without_fields(std::string_view b, std::span<const uint64_t> drop) {
+  std::string out;
+  WireField f;
+  for (size_t at = 0; at < b.size();) {
+    if (!next_field(b, at, f)) return std::nullopt;
+    if (std::find(drop.begin(), drop.end(), f.number) == drop.end())
+      out.append(b.substr(f.begin, f.end - f.begin));
+  }
+  return out;
+}
+
+}  // namespace
+
+// Note [Tokenizer identity]: a tokenizer is its pieces, scores, normaliser and the trainer
+// options that shape encoding; where it was trained from and written to (the trainer spec's
+// input, input_format and model_prefix, which SentencePiece stores in the model) is not part
+// of it, so the same tokenizer under another name hashes the same. Bytes that do not parse
+// as a model hash whole.
+uint64_t tokenizer_hash(std::string_view model_bytes) {
+  std::string content;
+  WireField f;
+  for (size_t at = 0; at < model_bytes.size();) {
+    if (!next_field(model_bytes, at, f)) return hash64(model_bytes);
+    if (f.number == kTrainerSpec && f.delimited) {
+      const auto spec =
+          without_fields(model_bytes.substr(f.payload, f.end - f.payload), kWhereFields);
+      if (!spec) return hash64(model_bytes);
+      content += fmt::format("trainer_spec:{}:", spec->size()) + *spec;
+    } else {
+      content.append(model_bytes.substr(f.begin, f.end - f.begin));
+    }
+  }
+  return hash64(content);
+}
+
+bool tokenizer_is(std::string_view model_bytes, uint64_t recorded) {
+  return recorded == tokenizer_hash(model_bytes) || recorded == hash64(model_bytes);
+}
+
+Tokenizer::Tokenizer(const fs::path& model) : Tokenizer(read_file(model), model) {}
+
+Tokenizer::Tokenizer(std::string_view model_bytes, const fs::path& from)
+    : path_(from),
+      hash_(tokenizer_hash(model_bytes)),
+      sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
+  auto status = sp_->LoadFromSerializedProto(model_bytes);
+  CHECK(status.ok(), "{}: not a SentencePiece model: {}", from.string(), status.ToString());
 }
 
 Tokenizer::~Tokenizer() = default;

@@ -1,6 +1,6 @@
 // SentencePiece tokenizers: training through the library's trainer API, encoding and decoding
-// through SentencePieceProcessor. A tokenizer is identified by the hash of its .model bytes,
-// which shards and checkpoints record.
+// through SentencePieceProcessor. A tokenizer is identified by the hash of its content (Note
+// [Tokenizer identity]), which shards and checkpoints record.
 #pragma once
 
 #include <cstdint>
@@ -38,13 +38,19 @@ struct TokenizerTrainOptions {
 // (decode(encode(s)) == s). Throws trainer::Error / UsageError.
 void train_tokenizer(const TokenizerTrainOptions& options);
 
-// FNV-1a hash of a tokenizer .model file's bytes.
-uint64_t tokenizer_file_hash(const fs::path& model);
+// The hash that identifies a tokenizer: FNV-1a of its .model bytes without the paths
+// SentencePiece stores in them, so a copy or a retraining under another name hashes the same.
+uint64_t tokenizer_hash(std::string_view model_bytes);
+// Whether `recorded` identifies these .model bytes: their tokenizer_hash, or the hash of all
+// the bytes, which trainers before the content hash recorded in shards and checkpoints.
+bool tokenizer_is(std::string_view model_bytes, uint64_t recorded);
 
 class Tokenizer {
  public:
   // Loads a .model file; throws trainer::Error naming it.
   explicit Tokenizer(const fs::path& model);
+  // The same from a .model file's bytes, read from `from`.
+  Tokenizer(std::string_view model_bytes, const fs::path& from);
   ~Tokenizer();
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;

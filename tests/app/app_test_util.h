@@ -63,7 +63,7 @@ inline const fs::path& tokenizer_model() {
 inline void write_corpus(const fs::path& dir, int train_docs = 120, int val_docs = 20) {
   fs::create_directories(dir);
   fs::copy_file(tokenizer_model(), dir / "tok.model", fs::copy_options::overwrite_existing);
-  const uint64_t tokenizer_hash = data::tokenizer_file_hash(dir / "tok.model");
+  const uint64_t tokenizer_hash = data::tokenizer_hash(read_file(dir / "tok.model"));
   data::Manifest m;
   m.tokenizer_file = "tok.model";
   m.tokenizer_hash = tokenizer_hash;

@@ -1,7 +1,8 @@
 // Bad input and failure paths of the training job and the commands around it: one writer per
 // run directory, checks that run before the first step, write failures, self-contained
 // checkpoints used from another directory, refusal to report broken numbers, the end of the
-// data, and cross-checked checkpoint files.
+// data, cross-checked and self-describing checkpoint files, readers of a live run, retention
+// across a change of policy, and the tokenizer's identity.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -18,6 +19,7 @@
 #include "app/saved_model.h"
 #include "app/train_loop.h"
 #include "app_test_util.h"
+#include "data/tokenizer.h"
 #include "nn/adamw.h"
 #include "runtime/error.h"
 #include "runtime/file_io.h"
@@ -25,12 +27,12 @@
 namespace trainer::app {
 
 using testing::error_of;
-using testing::usage_error_of;
 using testing::poison_checkpoint;
 using testing::spawn_trainer;
 using testing::TempDir;
 using testing::tiny_config;
 using testing::train_tiny;
+using testing::usage_error_of;
 
 namespace {
 
@@ -307,6 +309,124 @@ TEST(Checkpoint, ItsFilesAreCrossChecked) {
   replace_checkpoint_file(ckpt, "tokenizer.model", "not the tokenizer");
   e = error_of([&] { open_checkpoint(ckpt); });
   EXPECT_NE(e.find("does not match the trainer state's tokenizer hash"), std::string::npos) << e;
+}
+
+// Note [Self-describing files]: a tensor file copied from another step is refused by its own
+// header, although its size and CRC in the manifest were made to match.
+TEST(Checkpoint, ATensorFileFromAnotherStepIsRefused) {
+  TempDir dir("header");
+  train_tiny(dir, {"train.steps=4", "checkpoint.every=2"});
+  const fs::path run = dir.path / "runs/r", ckpt = run / "checkpoints/step-4";
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    const std::string kept = read_file(ckpt / file);
+    replace_checkpoint_file(ckpt, file, read_file(run / "checkpoints/step-2" / file));
+    const std::string e = error_of([&] { open_saved_model(ckpt); });
+    EXPECT_NE(e.find(std::string(file) + ": its header says step 2 but the checkpoint expects 4"),
+              std::string::npos)
+        << e;
+    replace_checkpoint_file(ckpt, file, kept);
+  }
+  EXPECT_EQ(open_saved_model(ckpt).checkpoint.state.step, 4);
+}
+
+// Note [Live readers]: `latest` never names a temporary, a save killed between renaming its
+// checkpoint and repointing the link leaves the newer checkpoint the one read, and an opened
+// checkpoint stays whole for its reader when a live run deletes it.
+TEST(LiveReaders, LatestIsAlwaysAWholeCheckpoint) {
+  TempDir dir("live");
+  train_tiny(dir, {"train.steps=4", "checkpoint.every=2"});
+  const fs::path run = dir.path / "runs/r", root = run / "checkpoints";
+  repoint_latest(run, root / "step-2");  // killed before the link moved
+  EXPECT_EQ(latest_checkpoint(run), root / "step-4");
+  fs::remove(root / "latest");  // a trainer before version 2, killed while renaming
+  fs::create_directory_symlink("step-4.tmp", root / "latest");
+  EXPECT_EQ(latest_checkpoint(run), root / "step-4");
+  SavedModel saved = open_saved_model(run);
+  const Checkpoint opened = open_checkpoint_of(run);
+  fs::remove_all(root / "step-4");  // pruned by the live run while being read
+  load_weights(opened, *saved.model);
+  EXPECT_EQ(tokenizer_of(saved).bytes, read_file(dir.path / "data/tok.model"));
+}
+
+// Readers of a run that saves at every step (and prunes all but the newest) never fail.
+TEST(LiveReaders, ReadingARunThatSavesEveryStepNeverFails) {
+  TempDir dir("live_run");
+  testing::write_corpus(dir.path / "data");
+  const fs::path cfg = dir.path / "c.yaml";
+  write_file_atomic(cfg, tiny_config(dir.path / "data", dir.path / "runs", "r").to_yaml());
+  const pid_t child = spawn_trainer(cfg, {"train.steps=1000000", "checkpoint.every=1",
+                                          "checkpoint.keep_last=1", "train.val_every=0"});
+  ASSERT_GT(child, 0);
+  struct Reap {  // the child dies with the test, however it ends
+    pid_t pid;
+    ~Reap() {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  } reap{child};
+  const fs::path run = dir.path / "runs/r";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  int reads = 0, steps_seen = 0;
+  int64_t last = -1;
+  std::string failure;
+  while (std::chrono::steady_clock::now() < deadline && steps_seen < 40 && failure.empty()) {
+    if (latest_checkpoint(run).empty()) {  // before the first save
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
+    try {
+      const SavedModel saved = open_saved_model(run);
+      steps_seen += saved.checkpoint.state.step != last;
+      last = saved.checkpoint.state.step;
+      ++reads;
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+  }
+  EXPECT_EQ(failure, "") << "after " << reads << " reads";
+  EXPECT_EQ(steps_seen, 40) << "the run saved too few checkpoints in 60 s while being read";
+}
+
+// Note [Retention]: a resume under another keep_last/keep_every deletes nothing saved under
+// the earlier policy; --force applies the new policy to those too.
+TEST(Retention, AChangeOfPolicyDeletesNothingSavedBefore) {
+  TempDir dir("retention");
+  Config c = train_tiny(dir, {"train.steps=4", "checkpoint.every=1", "checkpoint.keep_last=3",
+                              "checkpoint.keep_every=2"});
+  const fs::path run = dir.path / "runs/r";
+  auto steps = [&] {
+    std::vector<int64_t> out;
+    for (const auto& [step, path] : list_checkpoints(run)) out.push_back(step);
+    return out;
+  };
+  EXPECT_EQ(steps(), (std::vector<int64_t>{2, 3, 4}));
+  for (const char* o : {"train.steps=6", "checkpoint.keep_last=1", "checkpoint.keep_every=0"})
+    c.apply_override(o);
+  ASSERT_EQ(run_training(c), 0);
+  EXPECT_EQ(steps(), (std::vector<int64_t>{2, 3, 4, 6}));
+  c.apply_override("train.steps=7");
+  ASSERT_EQ(run_training(c, {.force = true}), 0);
+  EXPECT_EQ(steps(), (std::vector<int64_t>{7}));
+}
+
+// Note [Tokenizer identity]: the same tokenizer retrained under other file names resumes the
+// run; SentencePiece's model holds those names, so its bytes differ.
+TEST(StartUp, TheSameTokenizerUnderAnotherNameResumes) {
+  TempDir dir("tokname");
+  Config c = train_tiny(dir, {"train.steps=2"});
+  const fs::path text = testing::tokenizer_model().parent_path() / "text.txt";
+  fs::copy_file(text, dir.path / "renamed.txt");
+  data::TokenizerTrainOptions o;
+  o.inputs = {(dir.path / "renamed.txt").string()};
+  o.vocab_size = 300;
+  o.out = dir.path / "renamed.model";
+  o.threads = 1;
+  data::train_tokenizer(o);
+  ASSERT_NE(read_file(o.out), read_file(testing::tokenizer_model()));
+  c.apply_override("data.tokenizer=" + o.out.string());
+  c.apply_override("train.steps=3");
+  EXPECT_EQ(run_training(c), 0);
+  EXPECT_EQ(trainer_state(dir.path / "runs/r")["step"], 3);
 }
 
 }  // namespace trainer::app

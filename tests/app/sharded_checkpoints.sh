@@ -6,6 +6,8 @@
 #     order continues where it stopped;
 #   - eval and export read a sharded checkpoint directly, and the export holds exactly the
 #     masters the shards hold;
+#   - each shard says what it is in its header (Note [Self-describing files]): two shard names
+#     swapped in the manifest, or a shard copied from another step, are refused by name;
 #   - a save slower than dist.timeout_s completes (ranks wait under checkpoint.timeout_s), and
 #     a save slower than checkpoint.timeout_s fails naming the late rank.
 #   sharded_checkpoints.sh <trainer> <mpiexec>
@@ -110,6 +112,34 @@ print("sharded checkpoints:", "; ".join(errors) or
       f"optimizer vs DDP: {lo[6]:.6f} vs {ld[6]:.6f}; cursors continue)")
 sys.exit(1 if errors else 0)
 PY
+
+# Swapped shard names and a shard from another step: their sizes and CRCs in the manifest
+# match the files, so only the shards' own headers can tell.
+tamper() {  # <copy> <python statements over m (the manifest) and ckpt (the copy's path)>
+  rm -rf "$1"
+  cp -r runs/a/checkpoints/step-3 "$1"
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import json, os, shutil, sys, zlib
+ckpt, code = sys.argv[1], sys.argv[2]
+m = json.load(open(f"{ckpt}/manifest.json"))
+exec(code)
+for name in m["files"]:
+    data = open(f"{ckpt}/{name}", "rb").read()
+    m["files"][name] = {"bytes": len(data), "crc32": zlib.crc32(data)}
+json.dump(m, open(f"{ckpt}/manifest.json", "w"), indent=2)
+PY
+}
+expect_refused() {  # <checkpoint> <message>
+  if "$TRAINER" eval "$1" --max-batches 1 > tampered.txt 2>&1; then
+    echo "tampered checkpoint $1 loaded"; exit 1
+  fi
+  grep -qF "$2" tampered.txt || { echo "tampered $1: unexpected error:"; cat tampered.txt; exit 1; }
+}
+tamper swapped 's = m["shards"]; s[0]["file"], s[1]["file"] = s[1]["file"], s[0]["file"]'
+expect_refused swapped "its header says rank 1 but the checkpoint expects 0"
+tamper copied 'shutil.copy("runs/a/checkpoints/step-6/" + m["shards"][2]["file"], ckpt)'
+expect_refused copied "its header says step 6 but the checkpoint expects 3"
+echo "self-describing shards: ok (swapped names and a shard of another step are refused)"
 
 # A save slower than dist.timeout_s completes; one slower than checkpoint.timeout_s fails on
 # every rank with the late rank named.

@@ -9,6 +9,8 @@
 #include "data/prepare.h"
 #include "data/tokenizer.h"
 #include "runtime/error.h"
+#include "runtime/file_io.h"
+#include "runtime/rng.h"
 #include "test_util.h"
 
 namespace trainer::data {
@@ -71,7 +73,7 @@ TEST_F(TokenizerTest, TrainEncodeDecodeRoundTrip) {
   Tokenizer tok(dir_->path / "tok.model");
   EXPECT_EQ(tok.vocab_size(), 400);
   EXPECT_EQ(tok.eos_id(), 2);
-  EXPECT_EQ(tok.hash(), tokenizer_file_hash(dir_->path / "tok.model"));
+  EXPECT_EQ(tok.hash(), tokenizer_hash(read_file(dir_->path / "tok.model")));
   for (std::string s :
        {std::string("The model reads tokens from shards."),
         std::string("Unseen: Ωmega ∑ 😀 tabs\tand\nnewlines  double  spaces"), std::string("x")}) {
@@ -80,6 +82,35 @@ TEST_F(TokenizerTest, TrainEncodeDecodeRoundTrip) {
     EXPECT_EQ(tok.decode(ids), s);
   }
   EXPECT_LT(tok.encode("the model reads tokens").size(), 10u);  // merges were learned
+}
+
+// Note [Tokenizer identity]: SentencePiece stores the training inputs' and the output's
+// paths in the model; the same tokenizer trained from the same text under other names is
+// the same tokenizer, and one from other text is not.
+TEST_F(TokenizerTest, IdentityIsTheContentNotWhereItWasWritten) {
+  const fs::path other = dir_->path / "elsewhere";
+  fs::create_directories(other);
+  fs::copy_file(dir_->path / "a.txt", other / "first.txt");
+  fs::copy_file(dir_->path / "b.txt", other / "second.txt");
+  TokenizerTrainOptions o;
+  o.inputs = {(other / "*.txt").string()};
+  o.vocab_size = 400;
+  o.out = other / "renamed.model";
+  train_tokenizer(o);
+  const std::string a = read_file(dir_->path / "tok.model"), b = read_file(o.out);
+  ASSERT_NE(a, b);  // the paths inside differ
+  EXPECT_EQ(tokenizer_hash(a), tokenizer_hash(b));
+  EXPECT_TRUE(tokenizer_is(b, tokenizer_hash(a)));
+  // What trainers before the content hash recorded: the hash of all the bytes.
+  EXPECT_TRUE(tokenizer_is(a, hash64(a)));
+  EXPECT_FALSE(tokenizer_is(b, hash64(a)));
+  o.vocab_size = 390;
+  o.out = other / "smaller.model";
+  train_tokenizer(o);
+  EXPECT_NE(tokenizer_hash(read_file(o.out)), tokenizer_hash(a));
+  EXPECT_FALSE(tokenizer_is(read_file(o.out), tokenizer_hash(a)));
+  // Bytes that are no model hash whole rather than fail.
+  EXPECT_EQ(tokenizer_hash("\xff\xff"), hash64(std::string("\xff\xff")));
 }
 
 TEST_F(TokenizerTest, BadInputs) {

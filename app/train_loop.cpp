@@ -1,6 +1,7 @@
 #include "app/train_loop.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 
@@ -39,6 +40,15 @@ namespace trainer::app {
 namespace {
 
 constexpr double kMiB = 1048576.0;
+
+// A test's way to make one rank fail with an error of its own at a step
+// (TRAINER_TEST_FAULT=<rank>:<step>), standing in for a fault only that rank sees (its disk,
+// its device): the job must end, and rank 0's train.log with that rank's error.
+void test_fault(int rank, int64_t step) {
+  static const char* env = std::getenv("TRAINER_TEST_FAULT");
+  if (env && fmt::format("{}:{}", rank, step) == env)
+    THROW_ERROR("TRAINER_TEST_FAULT: rank {} fails at step {}", rank, step);
+}
 
 // A batch cut to its first `t` positions (sequence-length curriculum).
 void truncate_batch(data::Batch& b, int t) {
@@ -419,6 +429,7 @@ void TrainLoop::start_up() {
     write_file_atomic(rc_.run_dir / "config.yaml", config_.to_yaml());
     write_file_atomic(rc_.run_dir / "tokenizer.model", tokenizer_);
   }
+  if (!leader_) log::set_run_log((rc_.run_dir / "train.log").string());
   if (!leader_ && rc_.log_all_ranks) {
     fs::create_directories(rc_.run_dir / "logs");
     log::set_file((rc_.run_dir / "logs" / fmt::format("rank-{}.log", comm_.rank())).string());
@@ -686,6 +697,7 @@ int TrainLoop::run() {
   take_stop_signals();  // Note [Stop signals]
   run_timer_.reset();
   while (state_.step < total) {
+    test_fault(comm_.rank(), state_.step);
     Timer step_timer;
     const int micro = int(micro_batches(state_.step));
     auto batches = next_step_batches(micro);

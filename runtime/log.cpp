@@ -5,6 +5,9 @@
 #include <cstring>
 #include <mutex>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "runtime/error.h"
 
 namespace trainer::log {
@@ -17,6 +20,7 @@ struct State {
   bool all_ranks = false;
   std::FILE* file = nullptr;
   std::string file_error;
+  std::string run_log;  // rank 0's file, for this rank's errors (another rank's only)
   std::mutex mutex;
 };
 
@@ -61,6 +65,12 @@ void set_file(const std::string& path) {
   CHECK(s.file, "cannot write {}: {}", path, std::strerror(errno));
 }
 
+void set_run_log(const std::string& path) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  s.run_log = path;
+}
+
 std::string file_error() {
   State& s = state();
   std::lock_guard lock(s.mutex);
@@ -82,6 +92,14 @@ void write(Level level, const std::string& message) {
     std::FILE* out = level >= Level::warn ? stderr : stdout;
     std::fputs(line.c_str(), out);
     std::fflush(out);
+  }
+  // One write(2) in append mode: lines of several ranks never interleave within a line.
+  if (level == Level::error && !s.run_log.empty()) {
+    const int fd = ::open(s.run_log.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      [[maybe_unused]] const ssize_t n = ::write(fd, line.data(), line.size());
+      ::close(fd);
+    }
   }
   if (s.file) {
     errno = 0;

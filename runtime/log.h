@@ -21,6 +21,10 @@ Level parse_level(const std::string& name);
 // Also appends every printed line to this file (the run's log); empty closes it. Throws
 // trainer::Error when the file cannot be opened.
 void set_file(const std::string& path);
+// Also appends this rank's errors to `path`, the run's log that rank 0 writes (set on the
+// other ranks), so that it ends with the cause of a failure whichever rank saw it. Best
+// effort: the error is on this rank's console and in its own log file in any case.
+void set_run_log(const std::string& path);
 // Why the last write to that file failed (a full disk), or "" while every write succeeded.
 std::string file_error();
 void write(Level level, const std::string& message);

@@ -8,6 +8,8 @@
 #      exits 75; relaunching finishes with the same bits again.
 #   3. rank 0 is killed while it writes a checkpoint: the half-written checkpoint is never
 #      used, and relaunching resumes from the one before it and ends with the same bits.
+#   4. rank 1 fails with an error of its own (log.level=warn): the job ends non-zero and rank
+#      0's train.log ends with rank 1's error.
 #   rank_failure.sh <trainer> <mpiexec>
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/small_corpus.sh"
@@ -104,3 +106,13 @@ grep -q "resumed from .*step-10 " midsave_relaunch.log ||
   { echo "FAIL: the relaunch did not resume from step-10:"; grep resumed midsave_relaunch.log; exit 1; }
 same_state straight midsave
 echo "rank 0 killed while writing step 20: the job exited $status; relaunched from step-10, final state identical"
+
+# 4. An error on rank 1 alone: rank 0's train.log ends with it, at log.level=warn too.
+status=0
+TRAINER_TEST_FAULT=1:15 launch --set run.name=fault --set log.level=warn >fault.log 2>&1 || status=$?
+[[ $status -ne 0 ]] || { echo "FAIL: the job exited 0 after an error on rank 1"; exit 1; }
+# Its last line, or the one before rank 0's own error about rank 1 (should rank 0 time out
+# before the launcher stops it).
+tail -n 2 runs/fault/train.log | grep -qxF "[rank 1] error: TRAINER_TEST_FAULT: rank 1 fails at step 15" ||
+  { echo "FAIL: train.log does not end with rank 1's error:"; tail -n 3 runs/fault/train.log; exit 1; }
+echo "error on rank 1: the job exited $status; rank 0's train.log ends with it"

@@ -204,9 +204,13 @@ StepSchedule parse_schedule(const Config& c, const std::string& key) {
   return s;
 }
 
+std::filesystem::path run_dir_of(const Config& c) {
+  return std::filesystem::path(c.text("run.dir")) / c.text("run.name");
+}
+
 RunConfig resolve_run(const Config& c) {
   RunConfig r;
-  r.run_dir = std::filesystem::path(c.text("run.dir")) / c.text("run.name");
+  r.run_dir = run_dir_of(c);
   r.seed = uint64_t(c.integer("run.seed"));
   r.model = model_config(c);
   r.train_data = loader_config(c, "train");

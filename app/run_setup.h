@@ -63,6 +63,8 @@ struct RunConfig {
 
 // Everything the training job needs from `c`, checked; throws UsageError naming the key.
 RunConfig resolve_run(const Config& c);
+// run.dir/run.name: where the run keeps its checkpoints, logs and metrics.
+std::filesystem::path run_dir_of(const Config& c);
 // What only starting a training run asks of `c`, before anything is written: run.name is a
 // plain folder name and train.resume no unfinished save. (Kept out of resolve_run, which also
 // reads the configs stored with older runs for eval, sample and export.)

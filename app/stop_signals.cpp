@@ -4,6 +4,7 @@
 #include <pthread.h>
 
 #include <csignal>
+#include <cstring>
 #include <vector>
 
 namespace trainer::app {
@@ -62,6 +63,12 @@ void take_stop_signals() {
 
 int stop_signal_received() {
   return g_stop_signal;
+}
+
+std::string signal_name(int sig) {
+  if (sig == 0) return "none";
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : std::to_string(sig);
 }
 
 }  // namespace trainer::app

@@ -3,6 +3,8 @@
 // stop_signals.cpp).
 #pragma once
 
+#include <string>
+
 namespace trainer::app {
 
 // Blocks the stop signals in the calling thread, and so in every thread it starts from now on.
@@ -15,5 +17,8 @@ void take_stop_signals();
 
 // The stop signal received so far, or 0.
 int stop_signal_received();
+
+// "SIGINT", "SIGTERM", ... for a signal number; "none" for 0 (the signal reached another rank).
+std::string signal_name(int sig);
 
 }  // namespace trainer::app

@@ -161,6 +161,7 @@ class TrainLoop {
   void write_metrics(const nlohmann::json& record);
   void report_write_failure();
   int stop_early(const std::string& why, int exit_code);
+  void mark_stopped();
   void log_setup();
   double planned_mib() const;
 
@@ -426,6 +427,7 @@ void TrainLoop::start_up() {
     if (ckpt && !discard.empty() && fs::is_symlink(rc_.run_dir / "checkpoints/latest"))
       repoint_latest(rc_.run_dir, ckpt->dir);
     log::set_file((rc_.run_dir / "train.log").string());
+    fs::remove(rc_.run_dir / kStoppedMarker);  // an earlier launch's
     write_file_atomic(rc_.run_dir / "config.yaml", config_.to_yaml());
     write_file_atomic(rc_.run_dir / "tokenizer.model", tokenizer_);
   }
@@ -638,6 +640,20 @@ void TrainLoop::log_step(const StepStats& s, double step_s) {
 }
 
 // Saves a checkpoint and says why the run stops here; returns the exit code.
+// Note [Stop marker]: a launcher may not pass the ranks' exit code on (mpirun that got the
+// SIGINT itself exits 1 although every rank exited 75), so rank 0 also records the stop in
+// run_dir/stopped once its checkpoint is saved; the launch scripts remove it before they
+// start the job and report 75 when the job failed with it present. Written last, after the
+// checkpoint: it never claims a stop whose checkpoint is not there.
+void TrainLoop::mark_stopped() {
+  if (!leader_) return;
+  const nlohmann::json marker = {{"step", state_.step},
+                                 {"signal", signal_name(stop_signal_received())},
+                                 {"exit_code", kExitStopped},
+                                 {"checkpoint", latest_checkpoint(rc_.run_dir).string()}};
+  write_file_atomic(rc_.run_dir / kStoppedMarker, marker.dump() + "\n");
+}
+
 int TrainLoop::stop_early(const std::string& why, int exit_code) {
   if (progress_) progress_->finish();
   log::info("{}: saving a checkpoint at step {} and stopping", why, state_.step);
@@ -725,8 +741,11 @@ int TrainLoop::run() {
     log_step(s, step_timer.seconds());
     // One process need not wait for the next step's agreement (Note [Write failures]).
     if (s.write_failed || (comm_.size() == 1 && !write_failure().empty())) report_write_failure();
-    if (s.stop_requested && state_.step < total)
-      return stop_early("stop signal received", kExitStopped);
+    if (s.stop_requested && state_.step < total) {
+      const int code = stop_early("stop signal received", kExitStopped);
+      mark_stopped();
+      return code;
+    }
     if (rc_.val_every > 0 && (state_.step % rc_.val_every == 0 || state_.step == total)) {
       double v = validate();
       if (leader_) {

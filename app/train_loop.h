@@ -17,6 +17,9 @@ struct TrainOptions {
 // the step boundary): sysexits' EX_TEMPFAIL, "try again", so that a script or a requeue tells
 // a stopped run from a finished one (0).
 constexpr int kExitStopped = 75;
+// The file in the run directory that says a stop signal stopped the run after its checkpoint
+// (Note [Stop marker]).
+constexpr const char* kStoppedMarker = "stopped";
 
 // Trains as `config` says; returns the process exit code: 0 when it finished (its steps, or
 // the end of the data), kExitStopped when a signal stopped it.

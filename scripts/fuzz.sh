@@ -48,7 +48,8 @@ h += b" " * ((8 - len(h) % 8) % 8)
 weights = struct.pack("<Q", len(h)) + h + blob
 files = {f: {"bytes": 1, "crc32": 2} for f in
          ["model.safetensors", "optimizer.safetensors", "trainer_state.json", "config.yaml"]}
-manifest = json.dumps({"format": "trainer-checkpoint", "version": 1, "step": 3, "files": files})
+manifest = json.dumps({"format": "trainer-checkpoint", "version": 2, "step": 3, "files": files,
+                       "retention": {"keep_last": 3, "keep_every": 0}})
 state = json.dumps({"step": 3, "tokens_seen": 99, "world_size": 1,
                     "tokenizer_hash": "00000000000000ab",
                     "loader": {"seed": 1, "epoch": 0, "cursor": 3}})

@@ -18,4 +18,12 @@ for v in NCCL_SOCKET_IFNAME NCCL_IB_HCA NCCL_IB_DISABLE NCCL_DEBUG; do
   [[ -n ${!v:-} ]] && args+=(-x "$v")
 done
 [[ $(id -u) -eq 0 ]] && args+=(--allow-run-as-root)
-exec mpirun "${args[@]}" "${TRAINER:-trainer}" train "$@"
+# Note [Stop marker]: mpirun that got the SIGINT itself (Ctrl-C) exits 1 although the ranks
+# saved and exited 75; the run directory's 'stopped' says so.
+run_dir=$("${TRAINER:-trainer}" config "$@" --run-dir) || exit $?  # the config's error, exit 2
+stopped=$run_dir/stopped
+rm -f "$stopped"
+rc=0
+mpirun "${args[@]}" "${TRAINER:-trainer}" train "$@" || rc=$?
+[[ $rc -ne 0 && -f $stopped ]] && rc=75
+exit "$rc"

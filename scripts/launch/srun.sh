@@ -20,6 +20,14 @@ if [[ -n ${GPUS_PER_NODE:-} ]]; then
   trainer_gpus=(--set run.device=cuda)
 fi
 export OMP_NUM_THREADS=$threads OMP_PROC_BIND=close OMP_PLACES=cores
-exec srun --mpi=pmix --nodes="$nodes" --ntasks-per-node="$per_node" --cpus-per-task="$threads" \
+# Note [Stop marker]: the job's exit code may not be the ranks' 75 (srun interrupted itself);
+# the run directory's 'stopped' says the run saved and stopped on a signal.
+run_dir=$("${TRAINER:-trainer}" config "$@" --run-dir) || exit $?  # the config's error, exit 2
+stopped=$run_dir/stopped
+rm -f "$stopped"
+rc=0
+srun --mpi=pmix --nodes="$nodes" --ntasks-per-node="$per_node" --cpus-per-task="$threads" \
   --cpu-bind=cores --kill-on-bad-exit=1 "${srun_gpus[@]}" "${TRAINER:-trainer}" train "$@" \
-  "${trainer_gpus[@]}"
+  "${trainer_gpus[@]}" || rc=$?
+[[ $rc -ne 0 && -f $stopped ]] && rc=75
+exit "$rc"

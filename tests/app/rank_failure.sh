@@ -10,11 +10,15 @@
 #      used, and relaunching resumes from the one before it and ends with the same bits.
 #   4. rank 1 fails with an error of its own (log.level=warn): the job ends non-zero and rank
 #      0's train.log ends with rank 1's error.
+#   5. Ctrl-C under scripts/launch/mpirun.sh (SIGINT to mpirun, which sends the ranks SIGTERM):
+#      the ranks save, mpirun exits 1, and the script exits 75 from the run's 'stopped' marker (Note [Stop
+#      marker]); the relaunch ends identical.
 #   rank_failure.sh <trainer> <mpiexec>
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/small_corpus.sh"
 TRAINER=$(realpath "$1")
 MPIEXEC=$2
+MPIRUN_SH=$(realpath "$(dirname "${BASH_SOURCE[0]}")/../../scripts/launch/mpirun.sh")
 DIR=$(mktemp -d /tmp/trainer_rank_failure.XXXXXX)
 trap 'pkill -9 -f "$DIR" 2>/dev/null || true; rm -rf "$DIR"' EXIT
 cd "$DIR"
@@ -116,3 +120,17 @@ TRAINER_TEST_FAULT=1:15 launch --set run.name=fault --set log.level=warn >fault.
 tail -n 2 runs/fault/train.log | grep -qxF "[rank 1] error: TRAINER_TEST_FAULT: rank 1 fails at step 15" ||
   { echo "FAIL: train.log does not end with rank 1's error:"; tail -n 3 runs/fault/train.log; exit 1; }
 echo "error on rank 1: the job exited $status; rank 0's train.log ends with it"
+
+# 5. Ctrl-C: SIGINT to the launcher's whole process group, as a terminal sends it.
+TRAINER=$TRAINER setsid "$MPIRUN_SH" 2 "${common[@]}" --set run.name=ctrlc >ctrlc.log 2>&1 &
+job=$!
+wait_for runs/ctrlc/checkpoints/step-20
+kill -INT -- "-$job"
+status=0
+wait "$job" || status=$?
+[[ $status -eq 75 ]] || { echo "FAIL: Ctrl-C under mpirun.sh gave exit $status, not 75"; tail -3 ctrlc.log; exit 1; }
+grep -q '"exit_code":75' runs/ctrlc/stopped || { echo "FAIL: no stop marker"; exit 1; }
+launch --set run.name=ctrlc >/dev/null 2>&1
+[[ ! -e runs/ctrlc/stopped ]] || { echo "FAIL: the relaunch left the earlier stop marker"; exit 1; }
+same_state straight ctrlc
+echo "Ctrl-C under mpirun.sh: exit 75 ($(cat runs/ctrlc/stopped 2>/dev/null || echo marker removed by the relaunch)); the relaunch ends identical"

@@ -3,6 +3,7 @@
 // workspace), without allocating them; and the same for every stage and precision.
 #include <cstdio>
 
+#include "app/memory_plan.h"
 #include "app/options.h"
 #include "app/run_setup.h"
 #include "dist/data_parallel.h"
@@ -19,14 +20,12 @@ namespace {
 constexpr double kMiB = 1048576.0;
 
 // The configured run in detail: what each rank allocates, by purpose.
-void print_configured(const RunConfig& rc, const nn::ParamLayout& layout, int world) {
+void print_configured(const RunConfig& rc, int world) {
   const nn::ExecConfig& e = rc.exec;
-  const nn::Transformer::Memory m = nn::Transformer::planned_memory(rc.model, e);
+  const MemoryPlan plan = plan_memory(rc, world);
+  const nn::Transformer::Memory& m = plan.model;
+  const dist::StateBytes& st = plan.state;
   const nn::ActivationPlan acts(rc.model, e);
-  dist::ParallelConfig pc;
-  pc.stage = rc.sharding;
-  pc.reshard_after_forward = rc.reshard_after_forward;
-  const dist::StateBytes st = dist::planned_state_bytes(layout, pc, world, e.compute, e.grad);
   std::printf(
       "precision %s, gradients %s, activation checkpointing %s; micro-batch %d x %d tokens; "
       "world size %d, sharding %s\n",
@@ -54,8 +53,14 @@ void print_configured(const RunConfig& rc, const nn::ParamLayout& layout, int wo
     row("  of which cuDNN attention", double(w.total()));
   }
   row("batch inputs", double(m.inputs));
-  const double total = double(st.total() + m.activations + m.workspace + m.inputs);
-  std::printf("  %-34s %10.1f MiB per rank\n", "total", total / kMiB);
+  std::printf("  %-34s %10.1f MiB per rank\n", "total", double(plan.total()) / kMiB);
+  if (e.device == Device::cpu) {  // this machine's, for a run here (Note [Memory check])
+    const AvailableMemory a = available_memory(Device::cpu);
+    if (a.bytes >= 0)
+      std::printf("  %s: %.1f MiB available here (%s)\n",
+                  double(plan.total()) <= double(a.bytes) ? "fits one rank" : "does NOT fit",
+                  double(a.bytes) / kMiB, a.source.c_str());
+  }
 }
 
 // Every sharding stage in fp32 and bf16, with and without activation checkpointing.
@@ -114,7 +119,7 @@ int cmd_plan(const Args& args) {
   std::printf("plan for %s: %d layers, C=%d, V=%d, %ld parameters\n",
               vm["config"].as<std::string>().c_str(), rc.model.n_layer, rc.model.n_embd,
               rc.model.vocab_size, long(count));
-  print_configured(rc, layout, world);
+  print_configured(rc, world);
   print_stages(rc, layout, world);
   return 0;
 }

@@ -136,12 +136,19 @@ const std::vector<KeySpec>& schema() {
        "bits every run, a workspace of B x H x T^2 x 2 bytes) or accumulates it by atomic adds "
        "(fast: less memory, bits that vary between runs)",
        -1e300, 1e300, L{"deterministic", "fast"}},
+      {"train.memory_check", Kind::text, std::string("refuse"),
+       "A memory plan larger than the memory available (MemAvailable or the cgroup's limit; "
+       "the GPU's free memory) refuses the start (refuse) or only warns (warn)",
+       -1e300, 1e300, L{"refuse", "warn"}},
       {"train.val_every", Kind::integer, int64_t(100), "Validate every N steps (0 = never)", 0},
       {"train.val_batches", Kind::integer, int64_t(20), "Batches per validation", 1},
 
       {"checkpoint.every", Kind::integer, int64_t(200),
        "Save every N steps (and at the end; 0 = only at the end)", 0},
-      {"checkpoint.keep_last", Kind::integer, int64_t(3), "Checkpoints kept (the newest ones)", 1},
+      {"checkpoint.keep_last", Kind::integer, int64_t(3),
+       "Checkpoints kept (the newest ones); a save prunes only those saved under the same "
+       "keep_last and keep_every (train --force: all)",
+       1},
       {"checkpoint.keep_every", Kind::integer, int64_t(0),
        "Also keep every checkpoint whose step is a multiple of this (0 = none)", 0},
       {"checkpoint.timeout_s", Kind::real, 1800.0,

@@ -66,8 +66,10 @@ InitSource open_init_source(const fs::path& from, const Config& run_config,
 
 namespace {
 
-// One tensor of an export as p.numel fp32 values in out, checked against the layout's shape.
-void exported_tensor(const SafetensorsFile& file, const nn::ParamInfo& p, float* out) {
+// Elements [begin, end) of one tensor of an export as fp32 values in out, checked against the
+// layout's shape.
+void exported_tensor(const SafetensorsFile& file, const nn::ParamInfo& p, int64_t begin,
+                     int64_t end, float* out) {
   CHECK(file.contains(p.name), "{}: no tensor '{}' (an export of another model?)",
         file.path().string(), p.name);
   const TensorEntry& t = file.get(p.name);
@@ -75,10 +77,11 @@ void exported_tensor(const SafetensorsFile& file, const nn::ParamInfo& p, float*
         "{}: tensor '{}' is not {} values of the model's shape", file.path().string(), p.name,
         "fp32 or bf16");
   if (t.dtype == DType::f32) {
-    std::copy_n(static_cast<const float*>(t.data), p.numel, out);
+    std::copy(static_cast<const float*>(t.data) + begin, static_cast<const float*>(t.data) + end,
+              out);
   } else {
     const bf16* b = static_cast<const bf16*>(t.data);
-    for (int64_t i = 0; i < p.numel; ++i) out[i] = to_float(b[i]);
+    for (int64_t i = begin; i < end; ++i) out[i - begin] = to_float(b[i]);
   }
 }
 
@@ -87,14 +90,15 @@ void exported_tensor(const SafetensorsFile& file, const nn::ParamInfo& p, float*
 void load_init_weights(const InitSource& source, const nn::Model& model, dist::DataParallel& dp) {
   if (source.checkpoint) {
     const CheckpointTensors saved(*source.checkpoint, model.layout());
-    dist::set_masters(dp, model, [&](const nn::ParamInfo& p, float* out) {
-      saved.read_params(p.offset, p.offset + p.numel, out);
+    dist::set_masters(dp, model, [&](const nn::ParamInfo& p, int64_t b, int64_t e, float* out) {
+      saved.read_params(p.offset + b, p.offset + e, out);
     });
     return;
   }
   const SafetensorsFile exported(source.dir / "model.safetensors");
-  dist::set_masters(dp, model,
-                    [&](const nn::ParamInfo& p, float* out) { exported_tensor(exported, p, out); });
+  dist::set_masters(dp, model, [&](const nn::ParamInfo& p, int64_t b, int64_t e, float* out) {
+    exported_tensor(exported, p, b, e, out);
+  });
 }
 
 }  // namespace trainer::app

@@ -11,6 +11,7 @@
 // the weights (which parameter), else the loss, else the gradient of which parameter.
 #include "app/nonfinite.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -41,8 +42,14 @@ int64_t NonFiniteGuard::first_nonfinite(const Tensor& flat) {
     bool bad = false;
     nn::for_each_held(dp_.slices(), params[i].offset, params[i].offset + params[i].numel,
                       [&](int64_t local, int64_t b, int64_t e) {
-                        for (float x : read_as_f32(model_.context(), flat.flat(local, e - b)))
-                          bad |= !std::isfinite(x);
+                        // A piece at a time: a copy of a whole embedding would add V x C x 4
+                        // bytes to the run's memory at every save.
+                        constexpr int64_t kPiece = int64_t(1) << 20;
+                        for (int64_t at = 0; at < e - b && !bad; at += kPiece) {
+                          const int64_t n = std::min(kPiece, e - b - at);
+                          for (float x : read_as_f32(model_.context(), flat.flat(local + at, n)))
+                            bad |= !std::isfinite(x);
+                        }
                       });
     if (bad) mine = int64_t(i);
   }

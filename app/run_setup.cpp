@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <string>
 
+#include "nn/transformer.h"
 #include "runtime/error.h"
 
 namespace trainer::app {
@@ -223,6 +224,7 @@ RunConfig resolve_run(const Config& c) {
   r.exec.own_params = r.sharding == dist::ShardingStage::none;  // else the shards hold them
   r.exec.deterministic = c.text("train.attention_backward") == "deterministic";
   r.exec.cuda_graphs = c.boolean("train.cuda_graphs");
+  nn::Transformer::check_plan_magnitude(r.model, r.exec);
   if (r.exec.cuda_graphs && r.exec.device != Device::cuda)
     throw UsageError("train.cuda_graphs needs run.device = cuda");
   // A sharded unit's gathered weights change buffers from step to step (Note [CUDA graphs]).

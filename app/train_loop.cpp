@@ -7,6 +7,7 @@
 
 #include "app/checkpoint.h"
 #include "app/init_from.h"
+#include "app/memory_plan.h"
 #include "app/metrics.h"
 #include "app/nonfinite.h"
 #include "app/run_setup.h"
@@ -126,6 +127,27 @@ struct GpuChoice {
 };
 
 // The run's resolved config, on the chosen GPU when it runs on CUDA.
+// What MFU is measured against: log.peak_gflops, or a GEMM peak measured before the model
+// allocates (its matrices would otherwise add to the run's peak memory, beyond its plan).
+struct PeakReference {
+  double gflops = 0;
+  std::string source;
+};
+
+PeakReference peak_reference(const RunConfig& rc) {
+  if (rc.peak_gflops > 0)
+    return {rc.peak_gflops,
+            fmt::format("log.peak_gflops = {:.0f} GFLOP/s (stated)", rc.peak_gflops)};
+  const GemmPeak p = measure_gemm_peak_stable(nn::context_for(rc.exec), rc.exec.compute);
+  return {p.gflops,
+          fmt::format(
+              "a {} GEMM peak of {:.0f} GFLOP/s measured at start-up ({}; set log.peak_gflops to "
+              "fix it)",
+              float_dtype_name(rc.exec.compute), p.gflops,
+              p.stable ? fmt::format("stable within 3% over {} rounds", p.rounds)
+                       : fmt::format("still changing after {} rounds: a busy machine?", p.rounds))};
+}
+
 RunConfig resolve_on_device(const Config& config, const GpuChoice& gpu) {
   RunConfig rc = resolve_run(config);
   if (rc.exec.device == Device::cuda) {
@@ -139,7 +161,7 @@ class TrainLoop {
  public:
   // `gpu`: where this rank runs under run.device: cuda, else unused.
   TrainLoop(const Config& config, const TrainOptions& options, dist::Communicator& comm,
-            const GpuChoice& gpu);
+            const GpuChoice& gpu, const PeakReference& peak);
   int run();
 
  private:
@@ -182,8 +204,7 @@ class TrainLoop {
   TrainerState state_;
   std::unique_ptr<MetricsLog> metrics_;
   std::unique_ptr<Progress> progress_;
-  double peak_gflops_ = 0;
-  std::string peak_source_;
+  PeakReference peak_;
   int64_t saved_step_ = -1;  // the step of the checkpoint written or resumed from last
   bool val_verified_ = false;
   bool metrics_failed_ = false, write_failure_reported_ = false;
@@ -195,7 +216,7 @@ class TrainLoop {
 };
 
 TrainLoop::TrainLoop(const Config& config, const TrainOptions& options, dist::Communicator& comm,
-                     const GpuChoice& gpu)
+                     const GpuChoice& gpu, const PeakReference& peak)
     : config_(config),
       rc_(resolve_on_device(config, gpu)),
       options_(options),
@@ -214,7 +235,8 @@ TrainLoop::TrainLoop(const Config& config, const TrainOptions& options, dist::Co
            .is_frozen =
                [this](const std::string& name) { return matches_any(name, rc_.freeze); }})),
       join_(rc_.join),
-      nonfinite_(comm, model_, *dp_, {rc_.on_nonfinite, rc_.max_consecutive_skips, rc_.max_skips}) {
+      nonfinite_(comm, model_, *dp_, {rc_.on_nonfinite, rc_.max_consecutive_skips, rc_.max_skips}),
+      peak_(peak) {
   check_batch_over_ranks();
   for (const std::string& p : rc_.freeze) {
     bool any = false;
@@ -602,7 +624,7 @@ void TrainLoop::log_step(const StepStats& s, double step_s) {
       log::warn("step {}: {}", state_.step, *warning);
   const double tok_s = double(s.tokens) / step_s;
   const double flops = rc_.model.flops_per_token(s.seq_len) * tok_s;
-  const double mfu = flops / (peak_gflops_ * 1e9 * comm_.size());
+  const double mfu = flops / (peak_.gflops * 1e9 * comm_.size());
   const double eta =
       run_timer_.seconds() / double(state_.step - first_step_) * double(total - state_.step);
   progress_->update(state_.step, s.loss, tok_s, mfu, eta, line);
@@ -682,7 +704,7 @@ void TrainLoop::log_setup() {
       planned_mib(), dist::sharding_stage_name(dp_->stage()), st.masters / kMiB, st.working / kMiB,
       st.grads / kMiB, st.optimizer / kMiB, st.buffers / kMiB, mem.activations / kMiB,
       mem.workspace / kMiB, comm_.size());
-  log::info("MFU against {}", peak_source_);
+  log::info("MFU against {}", peak_.source);
 }
 
 // The model's state as this rank holds it, and the model's own activations and scratch.
@@ -694,20 +716,6 @@ double TrainLoop::planned_mib() const {
 int TrainLoop::run() {
   start_up();
   const int64_t total = rc_.steps;
-  const std::string dtype(float_dtype_name(rc_.exec.compute));
-  if (rc_.peak_gflops > 0) {
-    peak_gflops_ = rc_.peak_gflops;
-    peak_source_ = fmt::format("log.peak_gflops = {:.0f} GFLOP/s (stated)", peak_gflops_);
-  } else {
-    const GemmPeak p = measure_gemm_peak_stable(model_.context(), rc_.exec.compute);
-    peak_gflops_ = p.gflops;
-    peak_source_ = fmt::format(
-        "a {} GEMM peak of {:.0f} GFLOP/s measured at start-up ({}; set log.peak_gflops to fix "
-        "it)",
-        dtype, p.gflops,
-        p.stable ? fmt::format("stable within 3% over {} rounds", p.rounds)
-                 : fmt::format("still changing after {} rounds: a busy machine?", p.rounds));
-  }
   log_setup();
   progress_ = std::make_unique<Progress>(leader_ ? rc_.progress : "off", total);
   take_stop_signals();  // Note [Stop signals]
@@ -815,7 +823,14 @@ int run_training(const Config& config, const TrainOptions& options) {
     if (comm->size() > 1 || config.text("dist.backend") == "nccl")
       nccl = dist::make_nccl_communicator(*comm, gpu.device, comm_options);
   }
-  TrainLoop loop(with_absolute_paths(config), options, nccl ? *nccl : *comm, gpu);
+  // Note [Memory check]: before the model allocates. GPUs are one per rank; CPU ranks on a
+  // node share its memory.
+  const RunConfig planned = resolve_on_device(config, gpu);
+  check_memory(plan_memory(planned, comm->size()), planned.exec.device,
+               planned.exec.device == Device::cuda ? 1 : launch.local_size,
+               config.text("train.memory_check") == "warn");
+  TrainLoop loop(with_absolute_paths(config), options, nccl ? *nccl : *comm, gpu,
+                 peak_reference(planned));
   return loop.run();
 }
 

@@ -149,29 +149,30 @@ std::unique_ptr<DataParallel> make_data_parallel(Communicator& comm, nn::Model& 
 }
 
 void set_masters(DataParallel& dp, const nn::Model& model,
-                 const std::function<void(const nn::ParamInfo& p, float* out)>& values) {
+                 const std::function<void(const nn::ParamInfo& p, int64_t begin, int64_t end,
+                                          float* out)>& values) {
+  constexpr int64_t kPiece = int64_t(1) << 20;
   const Tensor masters = dp.masters();
   std::vector<float> host;
-  for (const nn::ParamInfo& p : model.layout().params()) {
-    bool made = false;  // the tensor's values, once, if this rank holds any of it
+  for (const nn::ParamInfo& p : model.layout().params())
     nn::for_each_held(dp.slices(), p.offset, p.offset + p.numel,
                       [&](int64_t local, int64_t b, int64_t e) {
-                        if (!made) {
-                          host.resize(size_t(p.numel));
-                          values(p, host.data());
-                          made = true;
+                        for (int64_t at = b; at < e; at += kPiece) {
+                          const int64_t n = std::min(kPiece, e - at);
+                          host.resize(size_t(n));
+                          values(p, at - p.offset, at - p.offset + n, host.data());
+                          copy(model.context(), masters.flat(local + (at - b), n),
+                               make_tensor(host.data(), DType::f32, {n}));
                         }
-                        copy(model.context(), masters.flat(local, e - b),
-                             make_tensor(host.data() + (b - p.offset), DType::f32, {e - b}));
                       });
-  }
   dp.masters_changed();
 }
 
 void init_masters(DataParallel& dp, const nn::Model& model, const nn::ModelConfig& config,
                   uint64_t seed) {
-  set_masters(dp, model,
-              [&](const nn::ParamInfo& p, float* out) { nn::init_param(config, p, seed, out); });
+  set_masters(dp, model, [&](const nn::ParamInfo& p, int64_t begin, int64_t end, float* out) {
+    nn::init_param(config, p, seed, begin, end, out);
+  });
 }
 
 double grad_norm(Communicator& comm, DataParallel& dp, nn::Model& model, bool deterministic) {

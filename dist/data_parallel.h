@@ -91,11 +91,13 @@ class DataParallel {
 std::unique_ptr<DataParallel> make_data_parallel(Communicator& comm, nn::Model& model,
                                                  const ParallelConfig& config);
 
-// Sets the masters this rank holds a tensor at a time: values(p, out) writes parameter p's
-// p.numel fp32 values to out, and is called once for each parameter this rank holds any of;
-// then masters_changed(). Host memory: one tensor.
+// Sets the masters this rank holds a piece at a time: values(p, begin, end, out) writes
+// elements [begin, end) of parameter p (0 <= begin < end <= p.numel) as fp32 to out, for the
+// parts of p this rank holds; then masters_changed(). Host memory: one piece of at most 2^20
+// elements, whatever the largest tensor (an embedding of V x C).
 void set_masters(DataParallel& dp, const nn::Model& model,
-                 const std::function<void(const nn::ParamInfo& p, float* out)>& values);
+                 const std::function<void(const nn::ParamInfo& p, int64_t begin, int64_t end,
+                                          float* out)>& values);
 
 // set_masters by the parameters' initialisation rules (a tensor's values depend only on the
 // seed and its name, so every rank and shard agree).

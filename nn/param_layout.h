@@ -63,5 +63,8 @@ class ParamLayout {
 // The initial values of parameter `p` (p.numel floats into `out`) by its specification's rule;
 // they depend only on (seed, p.name), so any shard of the model can be initialised alone.
 void init_param(const ModelConfig& config, const ParamInfo& p, uint64_t seed, float* out);
+// Its elements [begin, end) into out[0..end-begin).
+void init_param(const ModelConfig& config, const ParamInfo& p, uint64_t seed, int64_t begin,
+                int64_t end, float* out);
 
 }  // namespace trainer::nn

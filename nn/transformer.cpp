@@ -22,9 +22,7 @@
 
 namespace trainer::nn {
 
-namespace {
-
-Context make_context(const ExecConfig& e) {
+Context context_for(const ExecConfig& e) {
   Context c;
   c.device = e.device;
   c.device_index = e.device_index;
@@ -34,6 +32,8 @@ Context make_context(const ExecConfig& e) {
   c.deterministic = e.deterministic;
   return c;
 }
+
+namespace {
 
 // A view of `flat` elements [offset, offset + numel) with the given shape.
 Tensor shaped(const Tensor& flat, int64_t offset, const std::vector<int64_t>& shape) {
@@ -90,6 +90,31 @@ int64_t Transformer::workspace_bytes(const ModelConfig& m, const ExecConfig& e,
   return int64_t(most);
 }
 
+// Note [Plan magnitude]
+// Each key has a range, but their products do not: 2^20 rows of 2^20 tokens over a 2^24-word
+// vocabulary is 2^64 logits. Before any plan is computed in 64-bit integers, a bound on every
+// byte count it sums (parameters with masters, gradients, moments and buffers; activations,
+// logits, attention scores and workspace, each with a margin of at least 2x over the plan's own
+// formulas) is computed in 80-bit floating point, and sizes past 2^60 bytes are refused: no
+// machine holds that, and below it no sum in the plans can overflow.
+void Transformer::check_plan_magnitude(const ModelConfig& m, const ExecConfig& e) {
+  using R = long double;
+  const R C = m.n_embd, V = m.vocab_size, P = m.max_seq_len, L = m.n_layer, H = m.n_head,
+          F = m.arch == Arch::llama ? R(m.ffn_size()) : 4 * C, B = e.max_rows, T = e.max_seq_len,
+          N = B * T;
+  const R params = (V + P) * C + L * (4 * C * C + 3 * C * F + 16 * C + 4 * F) + 4096 * (L + 2);
+  const R state = 24 * params;  // fp32 masters, working copy, gradients, AdamW m and v, buffers
+  const R activations =
+      4 * N * L * (64 * C + 8 * F) + 8 * N * V + 8 * B * H * T * std::max(T, P) * (L + 1) + 64 * N;
+  const R bytes = state + 2 * activations;  // the workspace is at most the largest activation
+  if (bytes > 0x1p60L)
+    throw UsageError(fmt::format(
+        "model and data sizes ask for about {:.2Le} bytes per rank (V = {}, C = {}, L = {}, "
+        "{} rows of {} tokens): past what 64-bit sizes, and any machine, hold; `trainer plan` "
+        "shows where the bytes go",
+        bytes, m.vocab_size, m.n_embd, m.n_layer, e.max_rows, e.max_seq_len));
+}
+
 Transformer::Memory Transformer::planned_memory(const ModelConfig& m, const ExecConfig& e) {
   const int64_t total = ParamLayout(m).total(), N = int64_t(e.max_rows) * e.max_seq_len;
   Memory mem;
@@ -98,7 +123,7 @@ Transformer::Memory Transformer::planned_memory(const ModelConfig& m, const Exec
   mem.working = e.compute == DType::f32 ? 0 : own * int64_t(dtype_size(e.compute));
   mem.grads = e.training ? own * int64_t(dtype_size(e.grad)) : 0;
   mem.activations = ActivationPlan(m, e).bytes();
-  mem.workspace = workspace_bytes(m, e, make_context(e));
+  mem.workspace = workspace_bytes(m, e, context_for(e));
   // tokens, targets, positions, segments, lengths, runs; the loss scale, scalars
   mem.inputs = 5 * N * 4 + (N + 1) * 4 + 4 + 2 * 8;
   return mem;
@@ -110,7 +135,7 @@ Transformer::Transformer(const ModelConfig& config, const ExecConfig& exec)
       spec_(arch_spec(config)),
       layout_(config),
       plan_(config, (exec.validate(config), exec)),  // validated before anything is sized
-      ctx_(make_context(exec)),
+      ctx_(context_for(exec)),
       graphs_(size_t(16) * size_t(config.n_layer + 2)) {  // 8 shapes, 2 passes, every unit
   const Memory mem = planned_memory(config, exec);
   const Device dev = exec.device;
@@ -144,18 +169,23 @@ Transformer::Memory Transformer::memory() const {
 }
 
 void init_param(const ModelConfig& config, const ParamInfo& p, uint64_t seed, float* out) {
+  init_param(config, p, seed, 0, p.numel, out);
+}
+
+void init_param(const ModelConfig& config, const ParamInfo& p, uint64_t seed, int64_t begin,
+                int64_t end, float* out) {
   const ArchSpec spec = arch_spec(config);
   switch (p.init) {
     case Init::zeros:
-      std::fill(out, out + p.numel, 0.0f);
+      std::fill(out, out + (end - begin), 0.0f);
       break;
     case Init::ones:
-      std::fill(out, out + p.numel, 1.0f);
+      std::fill(out, out + (end - begin), 1.0f);
       break;
     case Init::normal:
     case Init::normal_residual: {
       const float residual_std = spec.init_std / std::sqrt(2.0f * float(config.n_layer));
-      fill_normal(out, p.numel, seed ^ hash64(p.name), 0.0f,
+      fill_normal(out, begin, end, seed ^ hash64(p.name), 0.0f,
                   p.init == Init::normal ? spec.init_std : residual_std);
       break;
     }
@@ -164,12 +194,15 @@ void init_param(const ModelConfig& config, const ParamInfo& p, uint64_t seed, fl
 
 void Transformer::init_weights(uint64_t seed) {
   TRAINER_ASSERT(exec_.own_params, "init_weights on a model whose weights a UnitStore holds");
+  constexpr int64_t kPiece = int64_t(1) << 20;  // host memory: one piece, not one tensor
   std::vector<float> host;
-  for (const ParamInfo& p : layout_.params()) {
-    host.resize(size_t(p.numel));
-    init_param(config_, p, seed, host.data());
-    copy(ctx_, params().flat(p.offset, p.numel), make_tensor(host.data(), DType::f32, {p.numel}));
-  }
+  for (const ParamInfo& p : layout_.params())
+    for (int64_t b = 0; b < p.numel; b += kPiece) {
+      const int64_t n = std::min(kPiece, p.numel - b);
+      host.resize(size_t(n));
+      init_param(config_, p, seed, b, b + n, host.data());
+      copy(ctx_, params().flat(p.offset + b, n), make_tensor(host.data(), DType::f32, {n}));
+    }
   sync_working_params();
 }
 

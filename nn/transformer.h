@@ -23,6 +23,9 @@ namespace trainer::nn {
 
 class KvCache;
 
+// The context a model of `exec` runs its ops in (device, stream, CPU threads, bf16 path).
+Context context_for(const ExecConfig& exec);
+
 class Transformer final : public Model {
  public:
   // Plans and allocates everything for batches of up to exec.max_rows * exec.max_seq_len tokens
@@ -64,6 +67,9 @@ class Transformer final : public Model {
   Memory memory() const;
   // What a model of this config allocates, computed without allocating (`trainer plan`).
   static Memory planned_memory(const ModelConfig& config, const ExecConfig& exec);
+  // Throws a UsageError when the sizes are so large that a plan's byte counts could leave
+  // 64-bit integers (Note [Plan magnitude]); every plan below passes it.
+  static void check_plan_magnitude(const ModelConfig& config, const ExecConfig& exec);
   // Workspace bytes the ops need, for these sizes (what the constructor allocates).
   static int64_t workspace_bytes(const ModelConfig& config, const ExecConfig& exec,
                                  const Context& ctx);

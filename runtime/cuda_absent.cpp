@@ -17,6 +17,9 @@ void* cuda_malloc_zeroed(size_t) {
   THROW_ERROR("this trainer was built without the CUDA backend");
 }
 void cuda_free(void*) noexcept {}
+size_t cuda_free_memory() {
+  THROW_ERROR("this trainer was built without the CUDA backend");
+}
 void cuda_memset_zero(void*, size_t) {
   THROW_ERROR("this trainer was built without the CUDA backend");
 }

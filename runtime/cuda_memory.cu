@@ -32,6 +32,12 @@ void cuda_free(void* ptr) noexcept {
   cudaFree(ptr);
 }
 
+size_t cuda_free_memory() {
+  size_t free = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return free;
+}
+
 void cuda_memset_zero(void* ptr, size_t bytes) {
   CUDA_CHECK(cudaMemset(ptr, 0, bytes));
   CUDA_CHECK(cudaDeviceSynchronize());  // visible to every stream

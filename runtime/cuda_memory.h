@@ -7,6 +7,8 @@
 namespace trainer {
 
 void* cuda_malloc_zeroed(size_t bytes);
+// Free memory on the current device, in bytes (cudaMemGetInfo).
+size_t cuda_free_memory();
 void cuda_free(void* ptr) noexcept;
 // Zeroes device memory and waits for it (visible to every stream); outside the step only.
 void cuda_memset_zero(void* ptr, size_t bytes);

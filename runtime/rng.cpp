@@ -37,8 +37,12 @@ inline float unit_open(uint32_t x) {
 }  // namespace
 
 void fill_normal(float* out, int64_t n, uint64_t key, float mean, float std) {
+  fill_normal(out, 0, n, key, mean, std);
+}
+
+void fill_normal(float* out, int64_t begin, int64_t end, uint64_t key, float mean, float std) {
 #pragma omp parallel for schedule(static)
-  for (int64_t block = 0; block < (n + 3) / 4; ++block) {
+  for (int64_t block = begin / 4; block < (end + 3) / 4; ++block) {
     uint64_t c = uint64_t(block);
     auto r = philox4x32({uint32_t(c), uint32_t(c >> 32), 0, 0}, key);
     float z[4];
@@ -48,7 +52,9 @@ void fill_normal(float* out, int64_t n, uint64_t key, float mean, float std) {
       z[2 * pair] = radius * std::cos(angle);
       z[2 * pair + 1] = radius * std::sin(angle);
     }
-    for (int j = 0; j < 4 && block * 4 + j < n; ++j) out[block * 4 + j] = mean + std * z[j];
+    for (int j = 0; j < 4; ++j)
+      if (const int64_t i = block * 4 + j; begin <= i && i < end)
+        out[i - begin] = mean + std * z[j];
   }
 }
 

@@ -17,6 +17,8 @@ uint64_t hash64(std::string_view s);
 
 // Fills out[0..n) with N(mean, std^2) values; element i depends only on (key, i).
 void fill_normal(float* out, int64_t n, uint64_t key, float mean, float std);
+// Elements [begin, end) of the same values into out[0..end-begin), for filling a piece at a time.
+void fill_normal(float* out, int64_t begin, int64_t end, uint64_t key, float mean, float std);
 
 // A stream of uniform numbers whose whole state is (key, offset): saved in checkpoints.
 class Rng {

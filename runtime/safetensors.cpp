@@ -1,5 +1,6 @@
 #include "runtime/safetensors.h"
 
+#include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -23,6 +24,13 @@ DType parse_dtype(const std::string& s, const std::string& where) {
 void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> shape,
                             const void* data) {
   entries_.push_back({std::move(name), dtype, std::move(shape), data});
+  fills_.emplace_back();
+}
+
+void SafetensorsWriter::add_generated(std::string name, DType dtype, std::vector<int64_t> shape,
+                                      Fill fill) {
+  entries_.push_back({std::move(name), dtype, std::move(shape), nullptr});
+  fills_.push_back(std::move(fill));
 }
 
 uint32_t SafetensorsWriter::write(const fs::path& path) const {
@@ -47,10 +55,24 @@ uint32_t SafetensorsWriter::write(const fs::path& path) const {
   out.write(len, 8);
   crc = crc32(text.data(), text.size(), crc);
   out.write(text.data(), text.size());
-  for (const TensorEntry& e : entries_) {
-    size_t bytes = size_t(e.numel()) * dtype_size(e.dtype);
-    crc = crc32(e.data, bytes, crc);
-    out.write(e.data, bytes);
+  constexpr int64_t kPiece = int64_t(1) << 20;  // elements of a generated tensor at a time
+  std::vector<uint8_t> piece;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const TensorEntry& e = entries_[i];
+    const size_t elem = dtype_size(e.dtype);
+    if (!fills_[i]) {
+      const size_t bytes = size_t(e.numel()) * elem;
+      crc = crc32(e.data, bytes, crc);
+      out.write(e.data, bytes);
+      continue;
+    }
+    for (int64_t b = 0; b < e.numel(); b += kPiece) {
+      const int64_t end = std::min(e.numel(), b + kPiece);
+      piece.resize(size_t(end - b) * elem);
+      fills_[i](b, end, piece.data());
+      crc = crc32(piece.data(), piece.size(), crc);
+      out.write(piece.data(), piece.size());
+    }
   }
   out.commit();
   return crc;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -29,12 +30,19 @@ struct TensorEntry {
 // Collects tensors, then writes them in one pass. Returns the file's CRC-32.
 class SafetensorsWriter {
  public:
+  // Writes elements [begin, end) of a generated tensor into `out`.
+  using Fill = std::function<void(int64_t begin, int64_t end, void* out)>;
+
   void add(std::string name, DType dtype, std::vector<int64_t> shape, const void* data);
+  // A tensor whose values `fill` produces a piece at a time while the file is written, so that
+  // it never needs a host copy of its own (a copy of the optimizer state would double it).
+  void add_generated(std::string name, DType dtype, std::vector<int64_t> shape, Fill fill);
   void set_metadata(std::string key, std::string value) { metadata_[key] = std::move(value); }
   uint32_t write(const fs::path& path) const;
 
  private:
   std::vector<TensorEntry> entries_;
+  std::vector<Fill> fills_;  // per entry; empty for one with data
   std::map<std::string, std::string> metadata_;
 };
 

@@ -253,6 +253,68 @@ TEST(HonestNumbers, ASampleCutByTheContextSaysSo) {
   EXPECT_GT(warned, 0);
 }
 
+// Note [Plan magnitude]: sizes each within its key's range whose product leaves 64 bits
+// (2^20 rows of 2^20 tokens over 2^24 words: 2^64 logits) are refused, not printed negative.
+TEST(HonestNumbers, APlanPastSixtyFourBitsIsRefused) {
+  TempDir dir("plan64");
+  const fs::path cfg = dir.path / "c.yaml";
+  write_file_atomic(cfg, tiny_config(dir.path / "data", dir.path / "runs", "r").to_yaml());
+  const std::string e = usage_error_of([&] {
+    cmd_plan({cfg.string(), "--set", "model.vocab_size=16777216", "--set",
+              "model.max_seq_len=1048576", "--set", "data.seq_len=1048576", "--set",
+              "data.batch_size=1048576"});
+  });
+  EXPECT_NE(e.find("past what 64-bit sizes, and any machine, hold"), std::string::npos) << e;
+}
+
+// Note [Memory check]: a run whose plan exceeds the machine's available memory is refused
+// before the model allocates (the kernel would kill it part-way, exit 137, without a word);
+// `trainer plan` says it does not fit.
+TEST(HonestNumbers, ARunLargerThanTheMachineIsRefusedBeforeItAllocates) {
+  TempDir dir("toolarge");
+  testing::write_corpus(dir.path / "data");
+  Config c = tiny_config(dir.path / "data", dir.path / "runs", "r");
+  for (const char* o : {"model.vocab_size=16777216", "model.n_embd=8192", "model.n_head=64"})
+    c.apply_override(o);  // 1.4e11 parameters: about 2 TiB of state
+  const std::string e = usage_error_of([&] { run_training(c); });
+  EXPECT_NE(e.find("GiB are available"), std::string::npos) << e;
+  EXPECT_NE(e.find("train.memory_check: warn"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(dir.path / "runs/r/checkpoints"));
+  const fs::path cfg = dir.path / "c.yaml";
+  write_file_atomic(cfg, c.to_yaml());
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(cmd_plan({cfg.string()}), 0);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("does NOT fit"), std::string::npos) << out;
+}
+
+// The plan counts what a run holds: initialising, saving (the optimizer's moments) and
+// checking the weights before a save go a piece at a time, so a large vocabulary adds no
+// V x C copies to the peak (they were 3 x V x C x 4 bytes: 384 MiB here, past the plan).
+TEST(HonestNumbers, ALargeVocabularyStaysWithinItsPlan) {
+  TempDir dir("bigvocab");
+  testing::write_corpus(dir.path / "data");
+  const fs::path cfg = dir.path / "c.yaml";
+  write_file_atomic(cfg, tiny_config(dir.path / "data", dir.path / "runs", "r").to_yaml());
+  const pid_t child = spawn_trainer(
+      cfg, {"model.vocab_size=524288", "model.n_embd=64", "model.n_head=1", "model.n_layer=1",
+            "train.steps=2", "checkpoint.every=1", "train.val_every=0"});
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const std::string log = read_file(dir.path / "runs/r/train.log");
+  const size_t at = log.find("peak resident memory ");
+  ASSERT_NE(at, std::string::npos) << log;
+  double peak = 0, plan = 0;
+  ASSERT_EQ(
+      std::sscanf(log.c_str() + at, "peak resident memory %lf MiB (the plan: %lf", &peak, &plan),
+      2);
+  EXPECT_GT(plan, 500);  // 128 MiB of embedding, with its gradient and moments
+  // The process itself (libraries, oneDNN, the loader) is some tens of MiB beyond the plan.
+  EXPECT_LT(peak - plan, 96) << log.substr(at);
+}
+
 TEST(HonestNumbers, MfuIsReportedAgainstTheStatedPeak) {
   TempDir dir("peak");
   const Config c = train_tiny(dir, {"train.steps=3", "log.peak_gflops=2"});

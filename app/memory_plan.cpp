@@ -1,0 +1,89 @@
+#include "app/memory_plan.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "runtime/cuda_memory.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+
+namespace trainer::app {
+
+MemoryPlan plan_memory(const RunConfig& rc, int world) {
+  const nn::ParamLayout layout(rc.model);
+  dist::ParallelConfig pc;
+  pc.stage = rc.sharding;
+  pc.reshard_after_forward = rc.reshard_after_forward;
+  return {dist::planned_state_bytes(layout, pc, world, rc.exec.compute, rc.exec.grad),
+          nn::Transformer::planned_memory(rc.model, rc.exec)};
+}
+
+namespace {
+
+// A /proc/meminfo field in bytes, or -1.
+int64_t meminfo(const std::string& field) {
+  std::ifstream in("/proc/meminfo");
+  std::string name, unit;
+  int64_t kib = 0;
+  while (in >> name >> kib) {
+    std::getline(in, unit);
+    if (name == field + ":") return kib * 1024;
+  }
+  return -1;
+}
+
+// A number in a cgroup v2 file of this process's group, or -1 ("max", absent, cgroup v1).
+int64_t cgroup_value(const std::string& file) {
+  std::ifstream self("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(self, line)) {
+    if (!line.starts_with("0::")) continue;
+    std::ifstream in("/sys/fs/cgroup" + line.substr(3) + "/" + file);
+    std::string text;
+    if (!(in >> text) || text == "max") return -1;
+    try {
+      return std::stoll(text);
+    } catch (const std::exception&) {
+      return -1;
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+AvailableMemory available_memory(Device device) {
+  if (device == Device::cuda) return {int64_t(cuda_free_memory()), "the GPU's free memory"};
+  AvailableMemory a{meminfo("MemAvailable"), "MemAvailable in /proc/meminfo"};
+  const int64_t limit = cgroup_value("memory.max"), used = cgroup_value("memory.current");
+  if (limit >= 0 && used >= 0 && (a.bytes < 0 || limit - used < a.bytes))
+    a = {std::max<int64_t>(0, limit - used), "the cgroup's memory.max less its memory.current"};
+  return a;
+}
+
+// Note [Memory check]: a plan larger than the memory left is refused at start-up, before the
+// model allocates: past it the kernel's OOM killer ends the run part-way with SIGKILL (exit
+// 137) and no word. The plan counts what the trainer allocates for the run's lifetime (the
+// model's state under the sharding stage, activations, workspace, batch inputs); the
+// process's own libraries and the data loader's buffers, some tens of MiB, are not in it.
+void check_memory(const MemoryPlan& plan, Device device, int sharing, bool warn_only) {
+  const AvailableMemory a = available_memory(device);
+  const double need = double(plan.total()) * sharing;
+  if (a.bytes < 0 || need <= double(a.bytes)) return;
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  const std::string what = fmt::format(
+      "the memory plan needs {:.2f} GiB per rank ({} rank(s) sharing it: {:.2f} GiB) but {:.2f} "
+      "GiB are available ({})",
+      double(plan.total()) / kGiB, sharing, need / kGiB, double(a.bytes) / kGiB, a.source);
+  if (warn_only) {
+    log::warn("{}; starting anyway (train.memory_check: warn)", what);
+    return;
+  }
+  throw UsageError(fmt::format(
+      "{}: the run would be killed part-way. Use a smaller data.batch_size, activation "
+      "checkpointing or dist.sharding (`trainer plan` shows each), or train.memory_check: warn "
+      "to start anyway",
+      what));
+}
+
+}  // namespace trainer::app

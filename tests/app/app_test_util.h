@@ -166,6 +166,15 @@ inline std::string usage_error_of(const std::function<void()>& f) {
 
 // Starts the trainer binary on `cfg` with extra --set overrides; stdout goes to /dev/null.
 // (A fork that keeps running this process's code could deadlock in the OpenMP runtime.)
+// The corpus and the tiny config (run "r") under `dir`, for a trainer of its own
+// (spawn_trainer); returns the config file.
+inline fs::path write_tiny_run(const fs::path& dir) {
+  write_corpus(dir / "data");
+  const fs::path cfg = dir / "c.yaml";
+  write_file_atomic(cfg, tiny_config(dir / "data", dir / "runs", "r").to_yaml());
+  return cfg;
+}
+
 inline pid_t spawn_trainer(const fs::path& cfg, const std::vector<std::string>& sets) {
   const std::string trainer = std::string(TRAINER_BINARY_DIR) + "/trainer";
   std::vector<std::string> args = {trainer, "--config", cfg.string()};

@@ -293,9 +293,7 @@ TEST(HonestNumbers, ARunLargerThanTheMachineIsRefusedBeforeItAllocates) {
 // V x C copies to the peak (they were 3 x V x C x 4 bytes: 384 MiB here, past the plan).
 TEST(HonestNumbers, ALargeVocabularyStaysWithinItsPlan) {
   TempDir dir("bigvocab");
-  testing::write_corpus(dir.path / "data");
-  const fs::path cfg = dir.path / "c.yaml";
-  write_file_atomic(cfg, tiny_config(dir.path / "data", dir.path / "runs", "r").to_yaml());
+  const fs::path cfg = testing::write_tiny_run(dir.path);
   const pid_t child = spawn_trainer(
       cfg, {"model.vocab_size=524288", "model.n_embd=64", "model.n_head=1", "model.n_layer=1",
             "train.steps=2", "checkpoint.every=1", "train.val_every=0"});
@@ -413,9 +411,7 @@ TEST(LiveReaders, LatestIsAlwaysAWholeCheckpoint) {
 // Readers of a run that saves at every step (and prunes all but the newest) never fail.
 TEST(LiveReaders, ReadingARunThatSavesEveryStepNeverFails) {
   TempDir dir("live_run");
-  testing::write_corpus(dir.path / "data");
-  const fs::path cfg = dir.path / "c.yaml";
-  write_file_atomic(cfg, tiny_config(dir.path / "data", dir.path / "runs", "r").to_yaml());
+  const fs::path cfg = testing::write_tiny_run(dir.path);
   const pid_t child = spawn_trainer(cfg, {"train.steps=1000000", "checkpoint.every=1",
                                           "checkpoint.keep_last=1", "train.val_every=0"});
   ASSERT_GT(child, 0);

@@ -27,13 +27,13 @@
 namespace trainer::app {
 
 using testing::error_of;
-using testing::usage_error_of;
 using testing::metrics_without_timings;
 using testing::poison_checkpoint;
 using testing::spawn_trainer;
 using testing::TempDir;
 using testing::tiny_config;
 using testing::train_tiny;
+using testing::usage_error_of;
 
 // Param: the data mode, optionally followed by "+bf16" (mixed precision, bf16 gradients),
 // "+full" (full activation checkpointing) and "+schedules" (the global batch growing from 1 to
@@ -142,9 +142,7 @@ TEST(Checkpoint, AnotherModelIsAClearError) {
 
 TEST(Checkpoint, AKilledWriteLeavesTheLatestCheckpointLoadable) {
   TempDir dir("kill");
-  testing::write_corpus(dir.path / "data");
-  const fs::path cfg = dir.path / "c.yaml";
-  write_file_atomic(cfg, tiny_config(dir.path / "data", dir.path / "runs", "r").to_yaml());
+  const fs::path cfg = testing::write_tiny_run(dir.path);
   // A ~5M-parameter model (60 MB per checkpoint) saved after every step, killed mid-write.
   pid_t child = spawn_trainer(
       cfg, {"model.vocab_size=8192", "model.n_embd=256", "model.n_head=4", "train.steps=1000000",
@@ -294,9 +292,7 @@ TEST(Training, FrozenParametersDoNotChange) {
 
 TEST(Training, StopSignalSavesAtAStepBoundaryAndExitsWithItsOwnCode) {
   TempDir dir("signal");
-  testing::write_corpus(dir.path / "data");
-  const fs::path cfg = dir.path / "c.yaml";
-  write_file_atomic(cfg, tiny_config(dir.path / "data", dir.path / "runs", "r").to_yaml());
+  const fs::path cfg = testing::write_tiny_run(dir.path);
   pid_t child = spawn_trainer(cfg, {"train.steps=1000000", "checkpoint.every=0"});
   ASSERT_GT(child, 0);
   const fs::path metrics = dir.path / "runs/r/metrics.jsonl";

@@ -118,11 +118,20 @@ void prune(const fs::path& root, int64_t current, const CheckpointPolicy& policy
   }
 }
 
-// The values of a device tensor in host memory: the tensor itself on the CPU, else a copy.
-const float* host_floats(const Context& ctx, const Tensor& t, std::vector<float>& staging) {
-  if (t.device == Device::cpu) return t.as<float>();
-  staging = read_as_f32(ctx, t);
-  return staging.data();
+// Adds `shape` fp32 elements of the flat tensor `flat` from `offset` on: in place when it is
+// in host memory, else copied a piece at a time as the file is written (a whole host copy of a
+// device's masters would add 4 bytes per parameter to every save).
+void add_f32(SafetensorsWriter& w, std::string name, std::vector<int64_t> shape, const Context& ctx,
+             const Tensor& flat, int64_t offset) {
+  if (flat.device == Device::cpu) {
+    w.add(std::move(name), DType::f32, std::move(shape), flat.as<float>() + offset);
+    return;
+  }
+  w.add_generated(std::move(name), DType::f32, std::move(shape),
+                  [&ctx, flat, offset](int64_t b, int64_t e, void* out) {
+                    const std::vector<float> v = read_as_f32(ctx, flat.flat(offset + b, e - b));
+                    std::memcpy(out, v.data(), v.size() * sizeof(float));
+                  });
 }
 
 std::string shard_file(int rank, int world) {
@@ -221,9 +230,8 @@ uint32_t write_shard(const fs::path& path, dist::DataParallel& dp, const nn::Mod
                      const TrainerState& state, int rank, int world) {
   const Tensor masters = dp.masters();
   const int64_t n = masters.numel();
-  std::vector<float> staging;
   SafetensorsWriter w;
-  w.add("params", DType::f32, {n}, host_floats(model.context(), masters, staging));
+  add_f32(w, "params", {n}, model.context(), masters, 0);
   w.add_generated("adamw.m", DType::f32, {n}, moments_fill(dp, false));
   w.add_generated("adamw.v", DType::f32, {n}, moments_fill(dp, true));
   w.set_metadata("steps", std::to_string(dp.optimizer().steps()));
@@ -242,9 +250,9 @@ void write_whole(const fs::path& dir, nn::Model& model, dist::DataParallel& dp,
     files[file] = {{"bytes", fs::file_size(dir / file)}, {"crc32", crc}};
   };
   {
-    SafetensorsWriter w;
-    std::vector<float> staging;
-    nn::add_params(w, model.layout(), host_floats(model.context(), dp.masters(), staging));
+    SafetensorsWriter w;  // Hugging Face names, as nn::add_params writes them
+    for (const nn::ParamInfo& p : model.layout().params())
+      add_f32(w, p.name, p.shape, model.context(), dp.masters(), p.offset);
     w.set_metadata("format", "pt");
     w.set_metadata("step", std::to_string(state.step));
     record(kModelFile, w.write(dir / kModelFile));
@@ -354,6 +362,32 @@ fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::
   return final_dir;
 }
 
+void finish_interrupted_saves(const fs::path& run_dir) {
+  const fs::path root = run_dir / "checkpoints";
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return;
+  const fs::path latest = latest_checkpoint(run_dir);
+  std::vector<fs::path> temporaries;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && !e.is_symlink() && name.ends_with(".tmp") &&
+        step_of(root / name.substr(0, name.size() - 4)) >= 0 &&
+        fs::exists(e.path() / kManifestFile))
+      temporaries.push_back(e.path());
+  }
+  for (const fs::path& tmp : temporaries) {
+    const fs::path final_dir = tmp.parent_path() / tmp.stem();
+    if (!fs::exists(final_dir)) {
+      log::warn("finishing a save that was killed after writing {}: renaming it to {}",
+                tmp.string(), final_dir.string());
+      fs::rename(tmp, final_dir);
+      fsync_path(root);
+    }
+    if (tmp == latest) point_latest(root, final_dir.filename().string());
+    fs::remove_all(tmp);  // a second copy of a finished checkpoint, if still there
+  }
+}
+
 fs::path latest_checkpoint(const fs::path& run_dir) {
   const fs::path root = run_dir / "checkpoints", link = root / "latest";
   for (int attempt = 1;; ++attempt) {
@@ -364,9 +398,10 @@ fs::path latest_checkpoint(const fs::path& run_dir) {
     if (!fs::is_symlink(link, ec)) return all.empty() ? fs::path() : all.back().second;
     std::string name = fs::read_symlink(link, ec).string();
     // Trainers before format version 2 pointed `latest` at the complete temporary while
-    // renaming it: a save killed there left the link naming it.
-    if (name.ends_with(".tmp") && !fs::is_directory(root / name)) name.resize(name.size() - 4);
-    const int64_t step = step_of(root / name);
+    // renaming it: a save killed there left the link naming it, renamed or not.
+    const std::string final_name = name.ends_with(".tmp") ? name.substr(0, name.size() - 4) : name;
+    if (!fs::is_directory(root / name)) name = final_name;
+    const int64_t step = step_of(root / final_name);
     if (!ec && step >= 0 && fs::is_directory(root / name, ec)) {
       // A save killed after renaming its checkpoint but before repointing the link: the
       // newer one is complete (a step-N directory only ever appears whole).

@@ -123,6 +123,11 @@ void load_weights(const Checkpoint& ckpt, nn::Model& model);
 // killed before repointing the link left; an empty path when the run has none. Writes nothing.
 fs::path latest_checkpoint(const fs::path& run_dir);
 
+// For the trainer that holds the run's lock, at start-up: a save killed after its temporary
+// was complete (its manifest written) but before it was renamed left a whole checkpoint under
+// step-N.tmp; it is renamed to step-N (removed if step-N exists), and `latest` follows it.
+void finish_interrupted_saves(const fs::path& run_dir);
+
 // Points run_dir's `latest` at `checkpoint` (a step-N directory of that run), atomically.
 void repoint_latest(const fs::path& run_dir, const fs::path& checkpoint);
 

@@ -13,7 +13,8 @@ int cmd_config(const Args& args) {
   add_config_options(desc, pos);
   desc.add_options()("print", "print the resolved config as YAML (the default)")(
       "schema", "print the reference of every key as Markdown (docs/config.md)")(
-      "run-dir", "print the run directory (run.dir/run.name); launch scripts read its 'stopped'");
+      "run-dir", "print the run directory (run.dir/run.name); launch scripts read its 'stopped'")(
+      "force", "ignored: accepted so that a launcher can pass train's command line unchanged");
   po::variables_map vm;
   if (!parse_options("config", args, desc, vm, &pos)) return 0;
   if (vm.count("schema")) {

@@ -26,14 +26,14 @@ const std::initializer_list<const char*>& model_keys() {
 InitSource open_init_source(const fs::path& from, const Config& run_config,
                             uint64_t tokenizer_hash) {
   InitSource s;
-  std::string config_yaml;
-  fs::path tokenizer;
+  std::string config_yaml, tokenizer;  // the source's tokenizer .model, if it has one
   const bool exported = fs::is_regular_file(from / "model.safetensors") &&
                         fs::is_regular_file(from / "trainer_config.yaml");
   if (exported) {
     s.dir = from;
     config_yaml = read_file(from / "trainer_config.yaml");
-    tokenizer = from / "tokenizer.model";
+    if (fs::is_regular_file(from / "tokenizer.model"))
+      tokenizer = read_file(from / "tokenizer.model");
   } else {
     if (!fs::is_directory(from))
       throw UsageError(fmt::format(
@@ -42,7 +42,8 @@ InitSource open_init_source(const fs::path& from, const Config& run_config,
     s.checkpoint = open_checkpoint_of(from);
     s.dir = s.checkpoint->dir;
     config_yaml = s.checkpoint->config_yaml;
-    tokenizer = s.checkpoint->tokenizer;
+    if (!s.checkpoint->tokenizer.empty())  // from the mapping: a live run may prune the file
+      tokenizer = s.checkpoint->bytes(s.checkpoint->tokenizer.filename().string());
   }
   Config then;
   then.merge_yaml(config_yaml, s.dir.string());
@@ -52,10 +53,10 @@ InitSource open_init_source(const fs::path& from, const Config& run_config,
           "train.init_from = {}: {} is {} there but {} here (another model: fine-tuning needs "
           "the same one)",
           from.string(), key, then.to_yaml_value(key), run_config.to_yaml_value(key)));
-  if (tokenizer.empty() || !fs::is_regular_file(tokenizer))
+  if (tokenizer.empty())
     throw UsageError(fmt::format(
         "train.init_from = {} holds no tokenizer to check against data.tokenizer", from.string()));
-  const uint64_t hash = data::tokenizer_hash(read_file(tokenizer));
+  const uint64_t hash = data::tokenizer_hash(tokenizer);
   if (hash != tokenizer_hash)
     throw UsageError(fmt::format(
         "train.init_from = {} was trained with another tokenizer ({:016x}; data.tokenizer is "

@@ -1,7 +1,9 @@
 // trainer: one executable, many subcommands. `trainer --config x.yaml` means `trainer train
 // --config x.yaml`. Every failure ends here as one line on stderr and a non-zero exit code:
 // 1 for runtime failures, 2 for usage and config errors.
+#if __has_include(<malloc.h>)
 #include <malloc.h>
+#endif
 
 #include <cerrno>
 #include <cstdio>
@@ -55,7 +57,9 @@ int main(int argc, char** argv) {
   // default glibc raises its mapping threshold to the size of each mapped block freed, after
   // which blocks up to 32 MiB come from the heap and stay resident once freed: the start-up
   // GEMM measurement's 64 MiB then stayed in the run's memory beyond its plan.
+#ifdef M_MMAP_THRESHOLD  // glibc's
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     print_usage();
@@ -84,7 +88,7 @@ int main(int argc, char** argv) {
       code = 1;
     }
   } catch (const trainer::UsageError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    trainer::log::error("{}", e.what());  // the same line, and in the run's log when it has one
     code = 2;
   } catch (const trainer::Error& e) {
     trainer::log::error("{}", e.what());

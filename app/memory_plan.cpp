@@ -1,7 +1,8 @@
 #include "app/memory_plan.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "runtime/cuda_memory.h"
 #include "runtime/error.h"
@@ -32,20 +33,47 @@ int64_t meminfo(const std::string& field) {
   return -1;
 }
 
-// A number in a cgroup v2 file of this process's group, or -1 ("max", absent, cgroup v1).
-int64_t cgroup_value(const std::string& file) {
+// A number in a cgroup v2 file, or -1 ("max", absent).
+int64_t cgroup_number(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  std::string text;
+  if (!(in >> text) || text == "max") return -1;
+  try {
+    return std::stoll(text);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// A field of a cgroup's memory.stat, or 0.
+int64_t memory_stat(const std::filesystem::path& group, const std::string& field) {
+  std::ifstream in(group / "memory.stat");
+  std::string name;
+  int64_t value = 0;
+  while (in >> name >> value)
+    if (name == field) return value;
+  return 0;
+}
+
+// The least room left under the memory.max of this process's cgroup (v2) and of each group
+// above it (Slurm limits the job's group, not the task's), or -1 when none has a limit. Room
+// is the limit less the usage, not counting inactive page cache, which the kernel reclaims.
+int64_t cgroup_room() {
   std::ifstream self("/proc/self/cgroup");
   std::string line;
   while (std::getline(self, line)) {
     if (!line.starts_with("0::")) continue;
-    std::ifstream in("/sys/fs/cgroup" + line.substr(3) + "/" + file);
-    std::string text;
-    if (!(in >> text) || text == "max") return -1;
-    try {
-      return std::stoll(text);
-    } catch (const std::exception&) {
-      return -1;
+    const std::filesystem::path root = "/sys/fs/cgroup";
+    int64_t room = -1;
+    for (std::filesystem::path g = line.substr(3); !g.empty() && g != "/"; g = g.parent_path()) {
+      const std::filesystem::path group = root / g.relative_path();
+      const int64_t limit = cgroup_number(group / "memory.max"),
+                    used = cgroup_number(group / "memory.current");
+      if (limit < 0 || used < 0) continue;
+      const int64_t here = limit - std::max<int64_t>(0, used - memory_stat(group, "inactive_file"));
+      room = room < 0 ? here : std::min(room, here);
     }
+    return room;
   }
   return -1;
 }
@@ -55,9 +83,8 @@ int64_t cgroup_value(const std::string& file) {
 AvailableMemory available_memory(Device device) {
   if (device == Device::cuda) return {int64_t(cuda_free_memory()), "the GPU's free memory"};
   AvailableMemory a{meminfo("MemAvailable"), "MemAvailable in /proc/meminfo"};
-  const int64_t limit = cgroup_value("memory.max"), used = cgroup_value("memory.current");
-  if (limit >= 0 && used >= 0 && (a.bytes < 0 || limit - used < a.bytes))
-    a = {std::max<int64_t>(0, limit - used), "the cgroup's memory.max less its memory.current"};
+  if (const int64_t room = cgroup_room(); room >= 0 && (a.bytes < 0 || room < a.bytes))
+    a = {std::max<int64_t>(0, room), "the cgroup's memory.max less its usage"};
   return a;
 }
 
@@ -66,10 +93,10 @@ AvailableMemory available_memory(Device device) {
 // 137) and no word. The plan counts what the trainer allocates for the run's lifetime (the
 // model's state under the sharding stage, activations, workspace, batch inputs); the
 // process's own libraries and the data loader's buffers, some tens of MiB, are not in it.
-void check_memory(const MemoryPlan& plan, Device device, int sharing, bool warn_only) {
+std::string memory_refusal(const MemoryPlan& plan, Device device, int sharing, bool warn_only) {
   const AvailableMemory a = available_memory(device);
   const double need = double(plan.total()) * sharing;
-  if (a.bytes < 0 || need <= double(a.bytes)) return;
+  if (a.bytes < 0 || need <= double(a.bytes)) return {};
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   const std::string what = fmt::format(
       "the memory plan needs {:.2f} GiB per rank ({} rank(s) sharing it: {:.2f} GiB) but {:.2f} "
@@ -77,13 +104,13 @@ void check_memory(const MemoryPlan& plan, Device device, int sharing, bool warn_
       double(plan.total()) / kGiB, sharing, need / kGiB, double(a.bytes) / kGiB, a.source);
   if (warn_only) {
     log::warn("{}; starting anyway (train.memory_check: warn)", what);
-    return;
+    return {};
   }
-  throw UsageError(fmt::format(
+  return fmt::format(
       "{}: the run would be killed part-way. Use a smaller data.batch_size, activation "
       "checkpointing or dist.sharding (`trainer plan` shows each), or train.memory_check: warn "
       "to start anyway",
-      what));
+      what);
 }
 
 }  // namespace trainer::app

@@ -31,9 +31,9 @@ struct AvailableMemory {
 };
 AvailableMemory available_memory(Device device);
 
-// Refuses (UsageError, before anything is allocated) a run whose plan, times the ranks that
-// share the memory (`sharing`: the ranks on this node, or 1 per GPU), exceeds what is
-// available; with `warn_only` it warns instead.
-void check_memory(const MemoryPlan& plan, Device device, int sharing, bool warn_only);
+// Why a run whose plan, times the ranks that share the memory (`sharing`: the ranks on this
+// node, or 1 per GPU), exceeds what is available must not start; "" when it fits, or when
+// `warn_only` (after a warning). The caller refuses the start before anything is allocated.
+std::string memory_refusal(const MemoryPlan& plan, Device device, int sharing, bool warn_only);
 
 }  // namespace trainer::app

@@ -4,7 +4,6 @@
 #include <pthread.h>
 
 #include <csignal>
-#include <cstring>
 #include <vector>
 
 namespace trainer::app {
@@ -66,9 +65,18 @@ int stop_signal_received() {
 }
 
 std::string signal_name(int sig) {
-  if (sig == 0) return "none";
-  const char* abbrev = sigabbrev_np(sig);
-  return abbrev ? std::string("SIG") + abbrev : std::to_string(sig);
+  switch (sig) {
+    case 0:
+      return "none";
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGUSR1:
+      return "SIGUSR1";
+    default:
+      return std::to_string(sig);
+  }
 }
 
 }  // namespace trainer::app

@@ -18,7 +18,7 @@ void take_stop_signals();
 // The stop signal received so far, or 0.
 int stop_signal_received();
 
-// "SIGINT", "SIGTERM", ... for a signal number; "none" for 0 (the signal reached another rank).
+// "SIGINT", "SIGTERM" or "SIGUSR1" for a stop signal; "none" for 0 (it reached another rank).
 std::string signal_name(int sig);
 
 }  // namespace trainer::app

@@ -170,6 +170,8 @@ class TrainLoop {
   int64_t micro_batches(int64_t step) const;
   void start_up();
   fs::path resume_path();
+  fs::path init_path();
+  std::string from_leader(std::string text);
   std::vector<fs::path> check_overwrite(const fs::path& from, int64_t start_step);
   void check_data();
   std::optional<std::vector<data::Batch>> next_step_batches(int micro);
@@ -302,13 +304,28 @@ fs::path TrainLoop::resume_path() {
     else if (rc_.resume != "none")
       path = checkpoint_dir_of(rc_.resume).string();
   }
-  if (comm_.size() > 1) {
-    int64_t n = int64_t(path.size());
-    comm_.broadcast(&n, sizeof n);
-    path.resize(size_t(n));
-    if (n > 0) comm_.broadcast(path.data(), n);
-  }
-  return path;
+  return from_leader(path);
+}
+
+// The same for train.init_from: a run directory (a live one too) means the checkpoint its
+// `latest` names when rank 0 looks; a checkpoint or an export is itself.
+fs::path TrainLoop::init_path() {
+  fs::path path = rc_.init_from;
+  std::error_code ec;
+  if (leader_ && fs::is_directory(path, ec) && !fs::exists(path / "manifest.json", ec) &&
+      !fs::exists(path / "trainer_config.yaml", ec))
+    if (const fs::path latest = latest_checkpoint(path); !latest.empty()) path = latest;
+  return from_leader(path.string());
+}
+
+// Rank 0's `text` on every rank (a collective).
+std::string TrainLoop::from_leader(std::string text) {
+  if (comm_.size() == 1) return text;
+  int64_t n = int64_t(text.size());
+  comm_.broadcast(&n, sizeof n);
+  text.resize(size_t(n));
+  if (n > 0) comm_.broadcast(text.data(), n);
+  return text;
 }
 
 // Note [One run per directory]: what this start would discard of the run directory's earlier
@@ -386,6 +403,7 @@ void TrainLoop::start_up() {
           rc_.run_dir.string(), busy.holder());
     }
   }
+  if (leader_) finish_interrupted_saves(rc_.run_dir);  // before `latest` is read
   const fs::path tokenizer_path = rc_.tokenizer;
   if (!fs::is_regular_file(tokenizer_path))
     throw UsageError(fmt::format(
@@ -421,7 +439,7 @@ void TrainLoop::start_up() {
   // Fine-tuning starts a new run (not a resume) from saved weights; checked now, loaded below.
   std::optional<InitSource> init;
   if (!ckpt && !rc_.init_from.empty())
-    init = open_init_source(rc_.init_from, config_, tokenizer_hash_);
+    init = open_init_source(init_path(), config_, tokenizer_hash_);
   const std::vector<fs::path> discard =
       leader_ ? check_overwrite(from, state_.step) : std::vector<fs::path>{};
   std::optional<data::LoaderState> loader_state;
@@ -669,11 +687,16 @@ void TrainLoop::log_step(const StepStats& s, double step_s) {
 // checkpoint: it never claims a stop whose checkpoint is not there.
 void TrainLoop::mark_stopped() {
   if (!leader_) return;
-  const nlohmann::json marker = {{"step", state_.step},
-                                 {"signal", signal_name(stop_signal_received())},
-                                 {"exit_code", kExitStopped},
-                                 {"checkpoint", latest_checkpoint(rc_.run_dir).string()}};
-  write_file_atomic(rc_.run_dir / kStoppedMarker, marker.dump() + "\n");
+  try {
+    const nlohmann::json marker = {{"step", state_.step},
+                                   {"signal", signal_name(stop_signal_received())},
+                                   {"exit_code", kExitStopped},
+                                   {"checkpoint", latest_checkpoint(rc_.run_dir).string()}};
+    write_file_atomic(rc_.run_dir / kStoppedMarker, marker.dump() + "\n");
+  } catch (const std::exception& e) {  // the checkpoint is saved: the run still exits 75
+    log::warn("cannot write the stop marker {}: {}", (rc_.run_dir / kStoppedMarker).string(),
+              e.what());
+  }
 }
 
 int TrainLoop::stop_early(const std::string& why, int exit_code) {
@@ -752,6 +775,9 @@ int TrainLoop::run() {
     if (s.stop_requested && state_.step < total) {
       const int code = stop_early("stop signal received", kExitStopped);
       mark_stopped();
+      // No rank exits before the marker is there: a launcher that kills the job when one
+      // rank ends (srun --kill-on-bad-exit) must not end rank 0 before it is written.
+      if (comm_.size() > 1) comm_.barrier();
       return code;
     }
     if (rc_.val_every > 0 && (state_.step % rc_.val_every == 0 || state_.step == total)) {
@@ -823,12 +849,22 @@ int run_training(const Config& config, const TrainOptions& options) {
     if (comm->size() > 1 || config.text("dist.backend") == "nccl")
       nccl = dist::make_nccl_communicator(*comm, gpu.device, comm_options);
   }
-  // Note [Memory check]: before the model allocates. GPUs are one per rank; CPU ranks on a
-  // node share its memory.
+  // Note [Memory check]: every rank looks before any allocates, and all refuse together. GPUs
+  // are one per rank; CPU ranks on a node share its memory.
   const RunConfig planned = resolve_on_device(config, gpu);
-  check_memory(plan_memory(planned, comm->size()), planned.exec.device,
-               planned.exec.device == Device::cuda ? 1 : launch.local_size,
-               config.text("train.memory_check") == "warn");
+  const std::string refusal =
+      memory_refusal(plan_memory(planned, comm->size()), planned.exec.device,
+                     planned.exec.device == Device::cuda ? 1 : launch.local_size,
+                     config.text("train.memory_check") == "warn");
+  const std::vector<int64_t> refused =
+      comm->size() > 1 ? comm->all_gather(std::vector<int64_t>{refusal.empty() ? 0 : 1})
+                       : std::vector<int64_t>{refusal.empty() ? 0 : 1};
+  if (!refusal.empty()) throw UsageError(refusal);
+  for (int r = 0; r < comm->size(); ++r)
+    if (refused[size_t(r)])
+      throw UsageError(fmt::format(
+          "rank {} refused the start: its memory plan does not fit its node (its error says why)",
+          r));
   TrainLoop loop(with_absolute_paths(config), options, nccl ? *nccl : *comm, gpu,
                  peak_reference(planned));
   return loop.run();

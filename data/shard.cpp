@@ -18,7 +18,8 @@ namespace trainer::data {
 //  20  u32 header_crc: CRC-32 of bytes [0, 64) with this field zeroed
 //  24  u64 num_docs
 //  32  u64 num_tokens
-//  40  u64 tokenizer_hash (FNV-1a of the tokenizer .model bytes)
+//  40  u64 tokenizer_hash (data::tokenizer_hash: of the .model's content; older shards: of its
+//      bytes)
 //  48  u32 payload_crc: CRC-32 of bytes [64, end)
 //  52  u32 reserved (0), 56 u64 reserved (0)
 //  64  u64 offsets[num_docs + 1]   token offset of each document; offsets[num_docs] = num_tokens

@@ -144,9 +144,10 @@ bool next_field(std::string_view b, size_t& at, WireField& f) {
 }
 
 // SentencePiece's ModelProto: trainer_spec is field 2; in it, input (1), model_prefix (2) and
-// input_format (7) say where the training text was read and the model written.
+// input_format (7) say where the training text was read and the model written, and
+// num_threads (16) how many threads trained it (train_tokenizer's default: the machine's).
 constexpr uint64_t kTrainerSpec = 2;
-constexpr uint64_t kWhereFields[] = {1, 2, 7};
+constexpr uint64_t kWhereFields[] = {1, 2, 7, 16};
 
 // The message's bytes without the fields `drop` (in its top level).
 std::optional<std::string> without_fields(std::string_view b, std::span<const uint64_t> drop) {
@@ -163,10 +164,11 @@ std::optional<std::string> without_fields(std::string_view b, std::span<const ui
 }  // namespace
 
 // Note [Tokenizer identity]: a tokenizer is its pieces, scores, normaliser and the trainer
-// options that shape encoding; where it was trained from and written to (the trainer spec's
-// input, input_format and model_prefix, which SentencePiece stores in the model) is not part
-// of it, so the same tokenizer under another name hashes the same. Bytes that do not parse
-// as a model hash whole.
+// options that shape encoding; where it was trained from and written to, and on how many
+// threads (the trainer spec's input, input_format, model_prefix and num_threads, which
+// SentencePiece stores in the model) is not part of it, so the same tokenizer under another
+// name, or trained again on another machine with the same result, hashes the same. Bytes that do
+// not parse as a model hash whole.
 uint64_t tokenizer_hash(std::string_view model_bytes) {
   std::string content;
   WireField f;

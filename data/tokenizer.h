@@ -38,8 +38,9 @@ struct TokenizerTrainOptions {
 // (decode(encode(s)) == s). Throws trainer::Error / UsageError.
 void train_tokenizer(const TokenizerTrainOptions& options);
 
-// The hash that identifies a tokenizer: FNV-1a of its .model bytes without the paths
-// SentencePiece stores in them, so a copy or a retraining under another name hashes the same.
+// The hash that identifies a tokenizer: FNV-1a of its .model bytes without the paths and the
+// thread count SentencePiece stores in them, so a copy, or a retraining that gives the same
+// pieces under another name, hashes the same.
 uint64_t tokenizer_hash(std::string_view model_bytes);
 // Whether `recorded` identifies these .model bytes: their tokenizer_hash, or the hash of all
 // the bytes, which trainers before the content hash recorded in shards and checkpoints.

@@ -403,9 +403,30 @@ TEST(LiveReaders, LatestIsAlwaysAWholeCheckpoint) {
   EXPECT_EQ(latest_checkpoint(run), root / "step-4");
   SavedModel saved = open_saved_model(run);
   const Checkpoint opened = open_checkpoint_of(run);
+  // A trainer before version 2 killed after pointing `latest` at its complete temporary but
+  // before renaming it: readers take the temporary, and the next trainer finishes the rename.
+  fs::rename(root / "step-4", root / "step-4.tmp");
+  fs::remove(root / "latest");
+  fs::create_directory_symlink("step-4.tmp", root / "latest");
+  EXPECT_EQ(latest_checkpoint(run), root / "step-4.tmp");
+  EXPECT_EQ(open_checkpoint_of(run).state.step, 4);
+  finish_interrupted_saves(run);
+  EXPECT_EQ(fs::read_symlink(root / "latest"), "step-4");
+  EXPECT_FALSE(fs::exists(root / "step-4.tmp"));
   fs::remove_all(root / "step-4");  // pruned by the live run while being read
   load_weights(opened, *saved.model);
   EXPECT_EQ(tokenizer_of(saved).bytes, read_file(dir.path / "data/tok.model"));
+}
+
+// Note [Stop marker]: the launch scripts find the run directory with `trainer config
+// --run-dir`, passing it train's own command line (--force included).
+TEST(StopMarker, ConfigNamesTheRunDirectoryFromATrainCommandLine) {
+  TempDir dir("rundir");
+  const fs::path cfg = dir.path / "c.yaml";
+  write_file_atomic(cfg, tiny_config(dir.path / "data", dir.path / "runs", "r").to_yaml());
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(cmd_config({cfg.string(), "--set", "run.name=other", "--force", "--run-dir"}), 0);
+  EXPECT_EQ(::testing::internal::GetCapturedStdout(), (dir.path / "runs/other").string() + "\n");
 }
 
 // Readers of a run that saves at every step (and prunes all but the newest) never fail.

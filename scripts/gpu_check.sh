@@ -586,9 +586,9 @@ case $(basename "$0") in
   nvidia-smi) echo "NVIDIA Fake, 580.00, 143771 MiB" ;;
   runtime_cuda_test | nn_backend_parity_test)
     if [[ $* == *--gtest_list_tests* ]]; then
-      printf 'Cuda.\n  BuiltWithTheBackend\n  BufferRoundTrip\nCudaGraphs.\n  ReplayTheEagerStepsBitForBit\n'
+      printf 'Cuda.\n  FreeMemoryShrinksByAnAllocation\n  BufferRoundTrip\nCudaGraphs.\n  ReplayTheEagerStepsBitForBit\n'
     else
-      for t in Cuda.BuiltWithTheBackend Cuda.BufferRoundTrip CudaGraphs.ReplayTheEagerStepsBitForBit; do
+      for t in Cuda.FreeMemoryShrinksByAnAllocation Cuda.BufferRoundTrip CudaGraphs.ReplayTheEagerStepsBitForBit; do
         printf '[ RUN      ] %s\n[       OK ] %s (1 ms)\n' "$t" "$t"
       done
     fi ;;

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "dist/launch.h"
+#include "runtime/device.h"
 #include "runtime/error.h"
 
 namespace trainer::dist {
@@ -138,9 +139,13 @@ TEST(Launch, MoreRanksOnANodeThanGpusIsRefusedWithTheFix) {
   }
 }
 
-TEST(Launch, BindDeviceIsANoOpWithoutCuda) {
+// Local rank 0 binds device 0 where there is a GPU; without one (or without the CUDA
+// backend) nothing is bound and the answer is -1, not device 0.
+TEST(Launch, BindDeviceBindsTheLocalRanksGpuOrNothing) {
   LaunchInfo l;
-  EXPECT_LE(bind_device(l), 0);
+  l.local_rank = 0;
+  l.local_size = 1;
+  EXPECT_EQ(bind_device(l), cuda_device_count() > 0 ? 0 : -1);
 }
 
 }  // namespace

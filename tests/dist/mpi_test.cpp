@@ -123,13 +123,20 @@ TEST(Collectives, Bf16SumsAddInFp32AndRoundOnce) {
   EXPECT_EQ(to_float(x[2]), -1.5f * float(N));
 }
 
+// Operations complete in the order they were issued: once the last is done, every earlier one
+// is; each sums its own buffer (distinct values catch a mix-up).
 TEST(Collectives, ManyAsyncInFlightCompleteInOrder) {
   Communicator& c = *g_comm;
-  std::vector<std::vector<float>> bufs(8, std::vector<float>(1000, 1.0f));
+  std::vector<std::vector<float>> bufs;
+  for (int k = 0; k < 8; ++k) bufs.emplace_back(1000, float(k + 1));
   std::vector<Work> works;
   for (auto& b : bufs) works.push_back(c.all_reduce_async(b.data(), 1000, DType::f32));
-  for (int k = 7; k >= 0; --k) works[size_t(k)].wait();
-  for (auto& b : bufs) EXPECT_EQ(b[999], float(c.size()));
+  works.back().wait();
+  for (size_t k = 0; k + 1 < works.size(); ++k)
+    EXPECT_TRUE(works[k].done()) << "operation " << k << " was still running after a later one";
+  for (Work& w : works) w.wait();
+  for (size_t k = 0; k < bufs.size(); ++k)
+    for (float v : bufs[k]) ASSERT_EQ(v, float(k + 1) * float(c.size())) << "buffer " << k;
 }
 
 // DDP on N ranks equals one process on the N-times batch: 20 AdamW steps, with clipping, two

@@ -1,5 +1,6 @@
-// The CUDA runtime pieces against the CPU: device memory round trips and zeroing. Skips when
-// no GPU is present, so a CUDA build still passes on CPU-only machines.
+// The CUDA runtime pieces against the CPU: device memory round trips, zeroing and the free
+// memory figure. Skips when no GPU is present, so a CUDA build still passes on CPU-only
+// machines.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -10,8 +11,18 @@
 
 namespace trainer {
 
-TEST(Cuda, BuiltWithTheBackend) {
-  EXPECT_TRUE(cuda_built());
+// The figure the memory check compares a plan with (Note [Memory check]): free device memory
+// falls by at least what a buffer takes while it lives.
+TEST(Cuda, FreeMemoryShrinksByAnAllocation) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  constexpr size_t kBytes = size_t(256) << 20;
+  const size_t before = cuda_free_memory();
+  ASSERT_GT(before, 2 * kBytes);
+  {
+    Buffer dev(kBytes, Device::cuda);
+    EXPECT_LE(cuda_free_memory(), before - kBytes);
+  }
+  EXPECT_GE(cuda_free_memory() + (kBytes / 4), before);  // given back (the runtime may cache)
 }
 
 TEST(Cuda, BufferRoundTrip) {

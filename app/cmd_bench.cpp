@@ -85,11 +85,7 @@ int cmd_bench(const Args& args) {
   require_range("bench", vm, "ffn", 0, 1 << 20);
   nn::ExecConfig exec;
   exec.compute = parse_precision(vm["precision"].as<std::string>());
-  try {
-    exec.recompute = nn::parse_recompute(vm["checkpointing"].as<std::string>());
-  } catch (const Error& e) {
-    throw UsageError(std::string("bench: ") + e.what());
-  }
+  exec.recompute = nn::parse_recompute(vm["checkpointing"].as<std::string>());
   const std::string device = vm["device"].as<std::string>();
   if (device != "cpu" && device != "cuda")
     throw UsageError(fmt::format("bench: --device must be cpu or cuda, got '{}'", device));
@@ -126,15 +122,11 @@ int cmd_bench(const Args& args) {
                      .n_layer = vm["layers"].as<int>(),
                      .n_head = vm["heads"].as<int>(),
                      .n_embd = vm["embd"].as<int>()};
-  try {
-    mc.arch = nn::parse_arch(vm["arch"].as<std::string>());
-    mc.n_kv_head = vm["kv-heads"].as<int>();
-    mc.ffn_hidden = vm["ffn"].as<int>();
-    mc.ffn_multiple_of = 64;
-    mc.validate();
-  } catch (const Error& e) {
-    throw UsageError(std::string("bench: ") + e.what());
-  }
+  mc.arch = nn::parse_arch(vm["arch"].as<std::string>());
+  mc.n_kv_head = vm["kv-heads"].as<int>();
+  mc.ffn_hidden = vm["ffn"].as<int>();
+  mc.ffn_multiple_of = 64;
+  mc.validate();
   const int B = vm["batch"].as<int>(), T = vm["seq"].as<int>(), steps = vm["steps"].as<int>();
   exec.max_rows = B;
   exec.max_seq_len = T;

@@ -3,7 +3,11 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include <fmt/ranges.h>
@@ -209,13 +213,9 @@ Config Config::load(const std::string& yaml_path, const std::vector<std::string>
   if (!yaml_path.empty()) {
     if (std::filesystem::is_directory(yaml_path))
       usage_error(fmt::format("{}: is a directory, not a config file", yaml_path));
-    std::string text;
-    try {
-      text = read_file(yaml_path);
-    } catch (const Error& e) {
-      usage_error(e.what());
-    }
-    c.merge_yaml(text, yaml_path);
+    std::ifstream in(yaml_path, std::ios::binary);
+    if (!in) usage_error(fmt::format("cannot read {}: {}", yaml_path, std::strerror(errno)));
+    c.merge_yaml(std::string(std::istreambuf_iterator<char>(in), {}), yaml_path);
   }
   for (const std::string& o : overrides) c.apply_override(o);
   return c;

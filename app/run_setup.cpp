@@ -49,11 +49,7 @@ nn::ModelConfig model_config(const Config& c) {
   m.n_layer = int(c.integer("model.n_layer"));
   m.n_head = int(c.integer("model.n_head"));
   m.n_embd = int(c.integer("model.n_embd"));
-  try {
-    m.validate();
-  } catch (const Error& e) {
-    throw UsageError(e.what());
-  }
+  m.validate();
   return m;
 }
 

@@ -376,7 +376,9 @@ void TrainLoop::check_data() {
   try {
     data::Loader val(rc_.val_data, comm_.rank(), comm_.size());
     first = val.next();
-  } catch (const Error& e) {
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {  // what the user can fix by the key (an InternalError is no Error)
     throw UsageError(
         fmt::format("train.val_every = {} but the validation data cannot be read: "
                     "{} (set train.val_every=0 to train without validation)",

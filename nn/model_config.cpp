@@ -10,7 +10,7 @@ namespace trainer::nn {
 Arch parse_arch(const std::string& name) {
   for (Arch a : {Arch::gpt2, Arch::llama})
     if (name == arch_name(a)) return a;
-  THROW_ERROR("model.arch must be gpt2 or llama, got '{}'", name);
+  throw UsageError(fmt::format("model.arch must be gpt2 or llama, got '{}'", name));
 }
 
 const char* arch_name(Arch arch) {
@@ -24,34 +24,35 @@ const char* arch_name(Arch arch) {
 }
 
 void ModelConfig::validate() const {
-  CHECK(vocab_size > 0, "model.vocab_size must be positive, got {}", vocab_size);
-  CHECK(max_seq_len > 0, "model.max_seq_len must be positive, got {}", max_seq_len);
-  CHECK(n_layer > 0, "model.n_layer must be positive, got {}", n_layer);
-  CHECK(n_head > 0, "model.n_head must be positive, got {}", n_head);
-  CHECK(n_embd > 0 && n_embd % n_head == 0,
-        "model.n_embd ({}) must be a positive multiple of model.n_head ({})", n_embd, n_head);
+  USAGE_CHECK(vocab_size > 0, "model.vocab_size must be positive, got {}", vocab_size);
+  USAGE_CHECK(max_seq_len > 0, "model.max_seq_len must be positive, got {}", max_seq_len);
+  USAGE_CHECK(n_layer > 0, "model.n_layer must be positive, got {}", n_layer);
+  USAGE_CHECK(n_head > 0, "model.n_head must be positive, got {}", n_head);
+  USAGE_CHECK(n_embd > 0 && n_embd % n_head == 0,
+              "model.n_embd ({}) must be a positive multiple of model.n_head ({})", n_embd, n_head);
   if (arch == Arch::gpt2) {
-    CHECK(tie_embeddings,
-          "model.tie_embeddings = false needs model.arch = llama (GPT-2 ties its "
-          "head to the token embedding)");
-    CHECK(n_kv_head == 0 || n_kv_head == n_head,
-          "model.n_kv_head = {} needs model.arch = llama (GPT-2 has as many key/value heads as "
-          "heads)",
-          n_kv_head);
+    USAGE_CHECK(tie_embeddings,
+                "model.tie_embeddings = false needs model.arch = llama (GPT-2 ties its "
+                "head to the token embedding)");
+    USAGE_CHECK(
+        n_kv_head == 0 || n_kv_head == n_head,
+        "model.n_kv_head = {} needs model.arch = llama (GPT-2 has as many key/value heads as "
+        "heads)",
+        n_kv_head);
     return;
   }
-  CHECK(n_kv_head >= 0 && n_head % kv_heads() == 0,
-        "model.n_kv_head ({}) must divide model.n_head ({})", n_kv_head, n_head);
-  CHECK(head_size() % 2 == 0 && head_size() <= 1024,
-        "rotary embeddings need an even head size of at most 1024, got n_embd / n_head = {}",
-        head_size());
+  USAGE_CHECK(n_kv_head >= 0 && n_head % kv_heads() == 0,
+              "model.n_kv_head ({}) must divide model.n_head ({})", n_kv_head, n_head);
+  USAGE_CHECK(head_size() % 2 == 0 && head_size() <= 1024,
+              "rotary embeddings need an even head size of at most 1024, got n_embd / n_head = {}",
+              head_size());
   // The fused q/k/v and gate/up projections read adjacent tensors of the flat buffer as one
   // matrix, which 16-element alignment leaves adjacent when C is a multiple of 16.
-  CHECK(n_embd % 16 == 0, "model.n_embd ({}) must be a multiple of 16 for llama", n_embd);
-  CHECK(ffn_hidden >= 0 && ffn_multiple_of > 0,
-        "model.ffn_hidden ({}) must be >= 0 and model.ffn_multiple_of ({}) positive", ffn_hidden,
-        ffn_multiple_of);
-  CHECK(rope_theta > 1.0f, "model.rope_theta must exceed 1, got {}", rope_theta);
+  USAGE_CHECK(n_embd % 16 == 0, "model.n_embd ({}) must be a multiple of 16 for llama", n_embd);
+  USAGE_CHECK(ffn_hidden >= 0 && ffn_multiple_of > 0,
+              "model.ffn_hidden ({}) must be >= 0 and model.ffn_multiple_of ({}) positive",
+              ffn_hidden, ffn_multiple_of);
+  USAGE_CHECK(rope_theta > 1.0f, "model.rope_theta must exceed 1, got {}", rope_theta);
 }
 
 int64_t ModelConfig::ffn_size() const {
@@ -73,7 +74,8 @@ double ModelConfig::flops_per_token(int seq_len) const {
 Recompute parse_recompute(const std::string& name) {
   for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
     if (name == recompute_name(r)) return r;
-  THROW_ERROR("activation checkpointing must be none, selective or full, got '{}'", name);
+  throw UsageError(
+      fmt::format("activation checkpointing must be none, selective or full, got '{}'", name));
 }
 
 const char* recompute_name(Recompute r) {

@@ -16,6 +16,10 @@ void throw_error(std::string message) {
   throw Error(std::move(message));
 }
 
+void throw_usage_error(std::string message) {
+  throw UsageError(std::move(message));
+}
+
 void throw_internal(const char* file, int line, const char* condition, std::string message) {
   throw InternalError(fmt::format("internal error at {}:{}: {} ({}); please report this bug",
                                   source_relative(file), line, message, condition));

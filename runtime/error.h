@@ -1,6 +1,8 @@
 // Errors: one exception type for every user-facing failure, raised by CHECK with a formatted
-// message, and an always-on internal assertion for bugs. `main` catches once and prints the
-// message as a single line.
+// message (USAGE_CHECK for what the config or command line caused: exit 2), and an always-on
+// internal assertion for bugs. The type is chosen where the error is thrown, never relabelled
+// by a catch; a bug is not an Error, so no `catch (const Error&)` takes it for the user's
+// doing. `main` catches once and prints the message as a single line.
 #pragma once
 
 #include <fmt/format.h>
@@ -23,13 +25,14 @@ class UsageError : public Error {
 };
 
 // A broken invariant: a bug in the trainer, not something the user did. Names file and line.
-class InternalError : public Error {
+class InternalError : public std::logic_error {
  public:
-  using Error::Error;
+  using std::logic_error::logic_error;
 };
 
 namespace detail {
 [[noreturn]] void throw_error(std::string message);
+[[noreturn]] void throw_usage_error(std::string message);
 [[noreturn]] void throw_internal(const char* file, int line, const char* condition,
                                  std::string message);
 }  // namespace detail
@@ -42,6 +45,14 @@ namespace detail {
   do {                                                            \
     if (!(cond)) [[unlikely]]                                     \
       ::trainer::detail::throw_error(::fmt::format(__VA_ARGS__)); \
+  } while (0)
+
+// USAGE_CHECK(cond, "format {}", args...): throws trainer::UsageError, for a config value or
+// command-line argument that cannot work.
+#define USAGE_CHECK(cond, ...)                                          \
+  do {                                                                  \
+    if (!(cond)) [[unlikely]]                                           \
+      ::trainer::detail::throw_usage_error(::fmt::format(__VA_ARGS__)); \
   } while (0)
 
 // THROW_ERROR("format {}", args...): unconditionally throws trainer::Error.

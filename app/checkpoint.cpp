@@ -725,27 +725,19 @@ void CheckpointTensors::read_moments(int64_t begin, int64_t end, float* m, float
   read(v_, begin, end, v, false);
 }
 
-namespace {
-
-// Pieces of at most this many elements: host memory while loading stays small.
-constexpr int64_t kLoadPiece = int64_t(1) << 22;
-
-}  // namespace
-
 void load_training_state(const Checkpoint& ckpt, nn::Model& model, dist::DataParallel& dp) {
   const CheckpointTensors src(ckpt, model.layout());
   const Tensor masters = dp.masters();
   std::vector<float> p, m, v;
   for (const nn::FlatSlice& sl : dp.slices())
-    for (int64_t b = sl.begin; b < sl.end; b += kLoadPiece) {
-      const int64_t e = std::min(sl.end, b + kLoadPiece), n = e - b;
+    for_each_piece(sl.size(), [&](int64_t pb, int64_t pe) {
+      const int64_t b = sl.begin + pb, e = sl.begin + pe, n = e - b;
       p.resize(size_t(n)), m.resize(size_t(n)), v.resize(size_t(n));
       src.read_params(b, e, p.data());
-      copy(model.context(), masters.flat(sl.local + (b - sl.begin), n),
-           make_tensor(p.data(), DType::f32, {n}));
+      copy(model.context(), masters.flat(sl.local + pb, n), make_tensor(p.data(), DType::f32, {n}));
       src.read_moments(b, e, m.data(), v.data());
       dp.optimizer().import_moments(b, e, m.data(), v.data());
-    }
+    });
   dp.optimizer().set_steps(src.optimizer_steps());
   dp.masters_changed();
 }
@@ -754,13 +746,11 @@ void load_weights(const Checkpoint& ckpt, nn::Model& model) {
   const CheckpointTensors src(ckpt, model.layout());
   const Tensor params = model.params();
   std::vector<float> p;
-  const int64_t total = model.layout().total();
-  for (int64_t b = 0; b < total; b += kLoadPiece) {
-    const int64_t n = std::min(kLoadPiece, total - b);
-    p.resize(size_t(n));
-    src.read_params(b, b + n, p.data());  // alignment gaps read as zero
-    copy(model.context(), params.flat(b, n), make_tensor(p.data(), DType::f32, {n}));
-  }
+  for_each_piece(model.layout().total(), [&](int64_t b, int64_t e) {
+    p.resize(size_t(e - b));
+    src.read_params(b, e, p.data());  // alignment gaps read as zero
+    copy(model.context(), params.flat(b, e - b), make_tensor(p.data(), DType::f32, {e - b}));
+  });
   model.sync_working_params();
 }
 

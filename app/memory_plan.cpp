@@ -93,6 +93,9 @@ AvailableMemory available_memory(Device device) {
 // 137) and no word. The plan counts what the trainer allocates for the run's lifetime (the
 // model's state under the sharding stage, activations, workspace, batch inputs); the
 // process's own libraries and the data loader's buffers, some tens of MiB, are not in it.
+namespace {
+
+// Why this rank's plan must not start ("" when it fits, or when `warn_only`, after a warning).
 std::string memory_refusal(const MemoryPlan& plan, Device device, int sharing, bool warn_only) {
   const AvailableMemory a = available_memory(device);
   const double need = double(plan.total()) * sharing;
@@ -111,6 +114,21 @@ std::string memory_refusal(const MemoryPlan& plan, Device device, int sharing, b
       "checkpointing or dist.sharding (`trainer plan` shows each), or train.memory_check: warn "
       "to start anyway",
       what);
+}
+
+}  // namespace
+
+void check_memory(dist::Communicator& comm, const MemoryPlan& plan, Device device, int sharing,
+                  bool warn_only) {
+  const std::string refusal = memory_refusal(plan, device, sharing, warn_only);
+  const std::vector<int64_t> mine = {refusal.empty() ? 0 : 1};
+  const std::vector<int64_t> refused = comm.size() > 1 ? comm.all_gather(mine) : mine;
+  if (!refusal.empty()) throw UsageError(refusal);
+  for (int r = 0; r < comm.size(); ++r)
+    if (refused[size_t(r)])
+      throw UsageError(fmt::format(
+          "rank {} refused the start: its memory plan does not fit its node (its error says why)",
+          r));
 }
 
 }  // namespace trainer::app

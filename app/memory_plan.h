@@ -6,6 +6,7 @@
 #include <string>
 
 #include "app/run_setup.h"
+#include "dist/communicator.h"
 #include "dist/data_parallel.h"
 #include "nn/transformer.h"
 
@@ -31,9 +32,11 @@ struct AvailableMemory {
 };
 AvailableMemory available_memory(Device device);
 
-// Why a run whose plan, times the ranks that share the memory (`sharing`: the ranks on this
-// node, or 1 per GPU), exceeds what is available must not start; "" when it fits, or when
-// `warn_only` (after a warning). The caller refuses the start before anything is allocated.
-std::string memory_refusal(const MemoryPlan& plan, Device device, int sharing, bool warn_only);
+// A collective, before anything is allocated: refuses the start on every rank (UsageError)
+// when any rank's plan, times the ranks that share its memory (`sharing`: the ranks on its
+// node, or 1 per GPU), exceeds what is available there; with `warn_only` that rank warns
+// instead. Every rank looks before any allocates.
+void check_memory(dist::Communicator& comm, const MemoryPlan& plan, Device device, int sharing,
+                  bool warn_only);
 
 }  // namespace trainer::app

@@ -40,17 +40,14 @@ int64_t NonFiniteGuard::first_nonfinite(const Tensor& flat) {
   const std::vector<nn::ParamInfo>& params = model_.layout().params();
   for (size_t i = 0; i < params.size() && mine < 0; ++i) {
     bool bad = false;
-    nn::for_each_held(dp_.slices(), params[i].offset, params[i].offset + params[i].numel,
-                      [&](int64_t local, int64_t b, int64_t e) {
-                        // A piece at a time: a copy of a whole embedding would add V x C x 4
-                        // bytes to the run's memory at every save.
-                        constexpr int64_t kPiece = int64_t(1) << 20;
-                        for (int64_t at = 0; at < e - b && !bad; at += kPiece) {
-                          const int64_t n = std::min(kPiece, e - b - at);
-                          for (float x : read_as_f32(model_.context(), flat.flat(local + at, n)))
-                            bad |= !std::isfinite(x);
-                        }
-                      });
+    nn::for_each_held(
+        dp_.slices(), params[i].offset, params[i].offset + params[i].numel,
+        [&](int64_t local, int64_t b, int64_t e) {
+          for_each_piece(e - b, [&](int64_t pb, int64_t pe) {
+            for (float x : read_as_f32(model_.context(), flat.flat(local + pb, pe - pb)))
+              bad |= !std::isfinite(x);
+          });
+        });
     if (bad) mine = int64_t(i);
   }
   std::vector<int64_t> all(size_t(comm_.size()), 0);  // rank r's index + 1, 0 for none

@@ -159,9 +159,9 @@ RunConfig resolve_on_device(const Config& config, const GpuChoice& gpu) {
 
 class TrainLoop {
  public:
-  // `gpu`: where this rank runs under run.device: cuda, else unused.
-  TrainLoop(const Config& config, const TrainOptions& options, dist::Communicator& comm,
-            const GpuChoice& gpu, const PeakReference& peak);
+  // `rc`: `config` resolved for this rank's device.
+  TrainLoop(const Config& config, RunConfig rc, const TrainOptions& options,
+            dist::Communicator& comm, const PeakReference& peak);
   int run();
 
  private:
@@ -217,10 +217,10 @@ class TrainLoop {
   NonFiniteGuard nonfinite_;         // what a step or a save does with NaN and Inf
 };
 
-TrainLoop::TrainLoop(const Config& config, const TrainOptions& options, dist::Communicator& comm,
-                     const GpuChoice& gpu, const PeakReference& peak)
+TrainLoop::TrainLoop(const Config& config, RunConfig rc, const TrainOptions& options,
+                     dist::Communicator& comm, const PeakReference& peak)
     : config_(config),
-      rc_(resolve_on_device(config, gpu)),
+      rc_(std::move(rc)),
       options_(options),
       comm_(comm),
       leader_(comm.rank() == 0),
@@ -851,24 +851,14 @@ int run_training(const Config& config, const TrainOptions& options) {
     if (comm->size() > 1 || config.text("dist.backend") == "nccl")
       nccl = dist::make_nccl_communicator(*comm, gpu.device, comm_options);
   }
-  // Note [Memory check]: every rank looks before any allocates, and all refuse together. GPUs
-  // are one per rank; CPU ranks on a node share its memory.
-  const RunConfig planned = resolve_on_device(config, gpu);
-  const std::string refusal =
-      memory_refusal(plan_memory(planned, comm->size()), planned.exec.device,
-                     planned.exec.device == Device::cuda ? 1 : launch.local_size,
-                     config.text("train.memory_check") == "warn");
-  const std::vector<int64_t> refused =
-      comm->size() > 1 ? comm->all_gather(std::vector<int64_t>{refusal.empty() ? 0 : 1})
-                       : std::vector<int64_t>{refusal.empty() ? 0 : 1};
-  if (!refusal.empty()) throw UsageError(refusal);
-  for (int r = 0; r < comm->size(); ++r)
-    if (refused[size_t(r)])
-      throw UsageError(fmt::format(
-          "rank {} refused the start: its memory plan does not fit its node (its error says why)",
-          r));
-  TrainLoop loop(with_absolute_paths(config), options, nccl ? *nccl : *comm, gpu,
-                 peak_reference(planned));
+  const Config absolute = with_absolute_paths(config);
+  RunConfig rc = resolve_on_device(absolute, gpu);
+  // GPUs are one per rank; CPU ranks on a node share its memory.
+  check_memory(*comm, plan_memory(rc, comm->size()), rc.exec.device,
+               rc.exec.device == Device::cuda ? 1 : launch.local_size,
+               config.text("train.memory_check") == "warn");
+  const PeakReference peak = peak_reference(rc);
+  TrainLoop loop(absolute, std::move(rc), options, nccl ? *nccl : *comm, peak);
   return loop.run();
 }
 

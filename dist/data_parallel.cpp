@@ -151,19 +151,17 @@ std::unique_ptr<DataParallel> make_data_parallel(Communicator& comm, nn::Model& 
 void set_masters(DataParallel& dp, const nn::Model& model,
                  const std::function<void(const nn::ParamInfo& p, int64_t begin, int64_t end,
                                           float* out)>& values) {
-  constexpr int64_t kPiece = int64_t(1) << 20;
   const Tensor masters = dp.masters();
   std::vector<float> host;
   for (const nn::ParamInfo& p : model.layout().params())
     nn::for_each_held(dp.slices(), p.offset, p.offset + p.numel,
                       [&](int64_t local, int64_t b, int64_t e) {
-                        for (int64_t at = b; at < e; at += kPiece) {
-                          const int64_t n = std::min(kPiece, e - at);
-                          host.resize(size_t(n));
-                          values(p, at - p.offset, at - p.offset + n, host.data());
-                          copy(model.context(), masters.flat(local + (at - b), n),
-                               make_tensor(host.data(), DType::f32, {n}));
-                        }
+                        for_each_piece(e - b, [&](int64_t pb, int64_t pe) {
+                          host.resize(size_t(pe - pb));
+                          values(p, b + pb - p.offset, b + pe - p.offset, host.data());
+                          copy(model.context(), masters.flat(local + pb, pe - pb),
+                               make_tensor(host.data(), DType::f32, {pe - pb}));
+                        });
                       });
   dp.masters_changed();
 }

@@ -194,15 +194,13 @@ void init_param(const ModelConfig& config, const ParamInfo& p, uint64_t seed, in
 
 void Transformer::init_weights(uint64_t seed) {
   TRAINER_ASSERT(exec_.own_params, "init_weights on a model whose weights a UnitStore holds");
-  constexpr int64_t kPiece = int64_t(1) << 20;  // host memory: one piece, not one tensor
   std::vector<float> host;
   for (const ParamInfo& p : layout_.params())
-    for (int64_t b = 0; b < p.numel; b += kPiece) {
-      const int64_t n = std::min(kPiece, p.numel - b);
-      host.resize(size_t(n));
-      init_param(config_, p, seed, b, b + n, host.data());
-      copy(ctx_, params().flat(p.offset + b, n), make_tensor(host.data(), DType::f32, {n}));
-    }
+    for_each_piece(p.numel, [&](int64_t b, int64_t e) {
+      host.resize(size_t(e - b));
+      init_param(config_, p, seed, b, e, host.data());
+      copy(ctx_, params().flat(p.offset + b, e - b), make_tensor(host.data(), DType::f32, {e - b}));
+    });
   sync_working_params();
 }
 

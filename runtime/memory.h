@@ -2,6 +2,8 @@
 // between host and device.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "runtime/context.h"
@@ -21,6 +23,15 @@ std::vector<float> read_as_f32(const Context& ctx, const Tensor& t);
 
 // Every element of the contiguous tensor `t` set to zero.
 void fill_zero(const Context& ctx, const Tensor& t);
+
+// Whole-model data (initialising, loading, saving, checking weights) crosses host memory a
+// piece at a time, so that no step of it holds a copy of the largest tensor (an embedding of
+// V x C): fn(begin, end) for consecutive pieces of [0, n), each of at most kHostPiece elements.
+inline constexpr int64_t kHostPiece = int64_t(1) << 20;
+template <class Fn>
+void for_each_piece(int64_t n, Fn&& fn) {
+  for (int64_t b = 0; b < n; b += kHostPiece) fn(b, std::min(n, b + kHostPiece));
+}
 
 // Waits until the work queued on ctx's device (its stream) is done: for timing. A no-op on the
 // CPU, whose ops finish before they return.

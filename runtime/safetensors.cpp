@@ -6,6 +6,7 @@
 
 #include "runtime/error.h"
 #include "runtime/json_number.h"
+#include "runtime/memory.h"
 
 namespace trainer {
 
@@ -55,7 +56,6 @@ uint32_t SafetensorsWriter::write(const fs::path& path) const {
   out.write(len, 8);
   crc = crc32(text.data(), text.size(), crc);
   out.write(text.data(), text.size());
-  constexpr int64_t kPiece = int64_t(1) << 20;  // elements of a generated tensor at a time
   std::vector<uint8_t> piece;
   for (size_t i = 0; i < entries_.size(); ++i) {
     const TensorEntry& e = entries_[i];
@@ -66,13 +66,12 @@ uint32_t SafetensorsWriter::write(const fs::path& path) const {
       out.write(e.data, bytes);
       continue;
     }
-    for (int64_t b = 0; b < e.numel(); b += kPiece) {
-      const int64_t end = std::min(e.numel(), b + kPiece);
+    for_each_piece(e.numel(), [&](int64_t b, int64_t end) {
       piece.resize(size_t(end - b) * elem);
       fills_[i](b, end, piece.data());
       crc = crc32(piece.data(), piece.size(), crc);
       out.write(piece.data(), piece.size());
-    }
+    });
   }
   out.commit();
   return crc;

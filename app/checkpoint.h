@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/run_checkpoints.h"
 #include "dist/communicator.h"
 #include "dist/data_parallel.h"
 #include "nn/model.h"
@@ -37,11 +38,6 @@ struct TrainerState {
   uint64_t data_hash = 0;  // of the corpus's manifest.json (0: not recorded)
   nlohmann::json loader;   // data::LoaderState
   int threads = 0;  // each rank's CPU threads (OpenMP's): oneDNN splits sums by them (0: unknown)
-};
-
-struct CheckpointPolicy {
-  int64_t keep_last = 3;
-  int64_t keep_every = 0;
 };
 
 struct SaveOptions {
@@ -118,24 +114,5 @@ void load_training_state(const Checkpoint& ckpt, nn::Model& model, dist::DataPar
 // Loads the weights into a model that owns them (eval, sample, export) and refreshes its
 // working copy.
 void load_weights(const Checkpoint& ckpt, nn::Model& model);
-
-// The checkpoint `latest` points at under run_dir, or the newer complete one that a save
-// killed before repointing the link left; an empty path when the run has none. Writes nothing.
-fs::path latest_checkpoint(const fs::path& run_dir);
-
-// For the trainer that holds the run's lock, at start-up: a save killed after its temporary
-// was complete (its manifest written) but before it was renamed left a whole checkpoint under
-// step-N.tmp; it is renamed to step-N (removed if step-N exists), and `latest` follows it.
-void finish_interrupted_saves(const fs::path& run_dir);
-
-// Points run_dir's `latest` at `checkpoint` (a step-N directory of that run), atomically.
-void repoint_latest(const fs::path& run_dir, const fs::path& checkpoint);
-
-// The complete checkpoints (step-N directories) under run_dir, by step.
-std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& run_dir);
-
-// `dir` itself when it is a checkpoint, else the checkpoint `latest` names in the run directory
-// `dir`; throws when it is neither.
-fs::path checkpoint_dir_of(const fs::path& dir);
 
 }  // namespace trainer::app

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Installs what the tests need, builds the CPU backend and runs every test (unit, PyTorch
-# parity, multi-rank under mpirun). Then runs the suite again as an AVX2-only machine would (Note
-# [CPU matrix]). Where nvcc exists, also builds the CUDA backend, so CUDA code must compile
-# here; its tests skip without a GPU.
+# Installs what the tests need and runs every test. Where nvcc exists, it first builds the CUDA
+# backend, so CUDA code must compile here (its tests skip without a GPU; scripts/gpu_check.sh
+# runs them on one). Then it builds the CPU backend and runs the suite (unit, PyTorch parity,
+# multi-rank under mpirun), and again as an AVX2-only machine would (Note [CPU matrix]). The
+# suites that run on this machine come last, so the output ends with their results.
 #
 # Note [CPU matrix]
 # The machines that build and test this project differ: some have AVX-512 with BF16 and AMX,
@@ -23,6 +24,14 @@ cd "$ROOT"
 bash scripts/install_deps.sh
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  echo "test: building the CUDA backend (build-cuda/)"
+  cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINER_CUDA=ON >/dev/null
+  ninja -C build-cuda -j "$(nproc)" trainer runtime_cuda_test nn_backend_parity_test
+  # Without a GPU the CUDA cases report skipped; scripts/gpu_check.sh runs them on one.
+  (cd build-cuda && ctest --output-on-failure -R "Cuda|_cuda_")
+fi
+
 bash scripts/build.sh build -DTRAINER_CUDA=OFF -DTRAINER_TESTS=ON
 (cd build && ctest --output-on-failure --timeout 600 -j 1)
 
@@ -36,11 +45,4 @@ if [ "$avx2" = on ]; then
     -DTRAINER_MARCH="${TRAINER_AVX2_MARCH:-znver3}"
   (cd build-avx2 && ONEDNN_MAX_CPU_ISA=AVX2 ctest --output-on-failure --timeout 600 -j 1)
 fi
-
-if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
-  echo "test: building the CUDA backend (build-cuda/)"
-  cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINER_CUDA=ON >/dev/null
-  ninja -C build-cuda -j "$(nproc)" trainer runtime_cuda_test nn_backend_parity_test
-  # Without a GPU the CUDA cases report skipped; scripts/gpu_check.sh runs them on one.
-  (cd build-cuda && ctest --output-on-failure -R "Cuda|_cuda_")
-fi
+echo "test: every suite passed"

@@ -8,7 +8,6 @@
 #include <optional>
 #include <thread>
 
-
 #include <fmt/ranges.h>
 
 #include "data/loader.h"
@@ -168,7 +167,7 @@ void write_whole(const fs::path& dir, nn::Model& model, dist::DataParallel& dp,
     files[file] = {{"bytes", fs::file_size(dir / file)}, {"crc32", crc}};
   };
   {
-    SafetensorsWriter w;  // Hugging Face names, as nn::add_params writes them
+    SafetensorsWriter w;  // Hugging Face names (rows in the trainer's order; export reorders)
     for (const nn::ParamInfo& p : model.layout().params())
       add_f32(w, p.name, p.shape, model.context(), dp.masters(), p.offset);
     w.set_metadata("format", "pt");

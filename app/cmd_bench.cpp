@@ -58,9 +58,11 @@ int cmd_bench(const Args& args) {
       "vocab,V", po::value<int>()->default_value(8192), "vocabulary")(
       "batch,B", po::value<int>()->default_value(8), "rows per step")(
       "seq,T", po::value<int>()->default_value(256), "row length")(
-      "arch", po::value<std::string>()->default_value("gpt2"), "gpt2 or llama")(
+      "arch", po::value<std::string>()->default_value("gpt2"), "an architecture (model.arch)")(
       "kv-heads", po::value<int>()->default_value(0), "llama: key/value heads (0 = heads)")(
       "ffn", po::value<int>()->default_value(0), "llama: SwiGLU hidden size (0 = 8/3 C)")(
+      "rotary-pct", po::value<double>()->default_value(1.0),
+      "neox: the fraction of each head the rotary embeddings turn")(
       "steps", po::value<int>()->default_value(10), "timed steps (after 2 warm-up steps)")(
       "precision", po::value<std::string>()->default_value("fp32"), "fp32 or bf16")(
       "device", po::value<std::string>()->default_value("cpu"), "cpu or cuda (GPU 0)")(
@@ -122,7 +124,8 @@ int cmd_bench(const Args& args) {
                      .n_layer = vm["layers"].as<int>(),
                      .n_head = vm["heads"].as<int>(),
                      .n_embd = vm["embd"].as<int>()};
-  mc.arch = nn::parse_arch(vm["arch"].as<std::string>());
+  mc.arch = vm["arch"].as<std::string>();
+  mc.rotary_pct = vm["rotary-pct"].as<double>();
   mc.n_kv_head = vm["kv-heads"].as<int>();
   mc.ffn_hidden = vm["ffn"].as<int>();
   mc.ffn_multiple_of = 64;
@@ -177,7 +180,7 @@ int cmd_bench(const Args& args) {
   std::printf(
       "bench %s L=%d C=%d H=%d V=%d B=%d T=%d %s %s: %.1f ms/step | %.0f tok/s | %.1f GFLOP/s | "
       "%s %.1f GFLOP/s | MFU %.1f%% | activations %.1f MiB%s%s | fallbacks: %s\n",
-      nn::arch_name(mc.arch), mc.n_layer, mc.n_embd, mc.n_head, mc.vocab_size, B, T,
+      mc.arch.c_str(), mc.n_layer, mc.n_embd, mc.n_head, mc.vocab_size, B, T,
       std::string(float_dtype_name(exec.compute)).c_str(), nn::recompute_name(exec.recompute),
       s * 1e3, tok_s, gflops, stated > 0 ? "stated peak" : "GEMM peak", peak, 100 * gflops / peak,
       double(model.memory().activations) / 1048576.0, device_memory.c_str(),

@@ -1,11 +1,12 @@
 // `trainer export`: a checkpoint as a standalone folder other tools can load: weights
-// (safetensors, Hugging Face GPT-2 names), a GPT-2 style config.json, the tokenizer and the
-// trainer's own config.
+// (safetensors, with the architecture's Hugging Face names and row order), its Hugging Face
+// config.json, the tokenizer and the trainer's own config.
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "app/options.h"
 #include "app/saved_model.h"
+#include "nn/architecture.h"
 #include "nn/model_io.h"
 #include "nn/ops/cast.h"
 #include "runtime/error.h"
@@ -14,42 +15,6 @@
 #include "runtime/memory.h"
 
 namespace trainer::app {
-
-namespace {
-
-// Hugging Face's config.json for the model (GPT2LMHeadModel or LlamaForCausalLM).
-nlohmann::json hf_config(const nn::ModelConfig& m) {
-  if (m.arch == nn::Arch::gpt2)
-    return {{"model_type", "gpt2"},
-            {"architectures", {"GPT2LMHeadModel"}},
-            {"vocab_size", m.vocab_size},
-            {"n_positions", m.max_seq_len},
-            {"n_ctx", m.max_seq_len},
-            {"n_embd", m.n_embd},
-            {"n_layer", m.n_layer},
-            {"n_head", m.n_head},
-            {"activation_function", "gelu_new"},
-            {"layer_norm_epsilon", 1e-5},
-            {"tie_word_embeddings", true}};
-  return {{"model_type", "llama"},
-          {"architectures", {"LlamaForCausalLM"}},
-          {"vocab_size", m.vocab_size},
-          {"max_position_embeddings", m.max_seq_len},
-          {"hidden_size", m.n_embd},
-          {"intermediate_size", m.ffn_size()},
-          {"num_hidden_layers", m.n_layer},
-          {"num_attention_heads", m.n_head},
-          {"num_key_value_heads", m.kv_heads()},
-          {"head_dim", m.head_size()},
-          {"hidden_act", "silu"},
-          {"rms_norm_eps", 1e-5},
-          {"rope_theta", m.rope_theta},
-          {"attention_bias", false},
-          {"mlp_bias", false},
-          {"tie_word_embeddings", m.tie_embeddings}};
-}
-
-}  // namespace
 
 int cmd_export(const Args& args) {
   po::options_description desc("export options");
@@ -79,6 +44,7 @@ int cmd_export(const Args& args) {
     nn::Model& model = *saved.model;
     const Tensor masters = model.params();
     std::vector<float> host = read_as_f32(model.context(), masters);
+    nn::to_hf_order(model.layout(), host.data());
     std::vector<bf16> rounded;
     const void* values = host.data();
     if (dtype == "bf16") {
@@ -95,7 +61,8 @@ int cmd_export(const Args& args) {
   const TokenizerBytes tokenizer =
       tokenizer_of(saved, vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : "");
   write_file_atomic(tmp / "tokenizer.model", tokenizer.bytes);
-  nlohmann::json hf = hf_config(saved.model->config());
+  const nn::ModelConfig& config = saved.model->config();
+  nlohmann::json hf = config.architecture().hf_config(config);
   hf["torch_dtype"] = dtype == "bf16" ? "bfloat16" : "float32";
   hf["trainer_step"] = saved.checkpoint.state.step;
   write_file_atomic(tmp / "config.json", hf.dump(2) + "\n");

@@ -21,7 +21,7 @@ struct KeySpec {
   Value default_value;
   std::string doc;
   double min = -1e300, max = 1e300;         // numeric range, inclusive unless open below
-  std::vector<std::string> choices;         // allowed text values, when non-empty
+  std::vector<std::string> choices{};       // allowed text values, when non-empty
   bool min_open = false, max_open = false;  // the range excludes min, max (the formula needs it)
 };
 

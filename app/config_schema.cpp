@@ -1,7 +1,20 @@
 // The schema: every configuration key, its type, default and meaning. Add keys here only.
 #include "app/config.h"
+#include "nn/architecture.h"
 
 namespace trainer::app {
+
+namespace {
+
+// model.arch's description, from the list of architectures.
+std::string architecture_summaries() {
+  std::string s = "The architecture:";
+  for (const nn::Architecture* a : nn::architectures())
+    s += fmt::format(" {} ({}){}", a->name, a->summary, a == nn::architectures().back() ? "" : ";");
+  return s;
+}
+
+}  // namespace
 
 const std::vector<KeySpec>& schema() {
   using L = std::vector<std::string>;
@@ -14,10 +27,8 @@ const std::vector<KeySpec>& schema() {
        "Where the model runs: cpu, or cuda (each rank takes GPU local rank mod the node's GPUs)",
        -1e300, 1e300, L{"cpu", "cuda"}},
 
-      {"model.arch", Kind::text, std::string("gpt2"),
-       "gpt2 (learned positions, LayerNorm, GELU, biases, tied head) or llama (rotary positions, "
-       "RMSNorm, SwiGLU, no biases, grouped-query attention)",
-       -1e300, 1e300, L{"gpt2", "llama"}},
+      {"model.arch", Kind::text, std::string("gpt2"), architecture_summaries(), -1e300, 1e300,
+       nn::architecture_names()},
       {"model.vocab_size", Kind::integer, int64_t(8192),
        "Vocabulary size V (must cover the tokenizer)", 1, 1 << 24},
       {"model.max_seq_len", Kind::integer, int64_t(256), "Learned positions (longest row)", 1,
@@ -33,11 +44,15 @@ const std::vector<KeySpec>& schema() {
       {"model.ffn_multiple_of", Kind::integer, int64_t(256),
        "llama: the SwiGLU hidden size is rounded up to a multiple of this", 1, 1 << 16},
       {"model.rope_theta", Kind::real, 10000.0,
-       "llama: the rotary embeddings' base (frequencies theta^(-2i/d): above 1, or every "
+       "llama, neox: the rotary embeddings' base (frequencies theta^(-2i/d): above 1, or every "
        "position looks alike)",
        1, 1e12, L{}, true},
+      {"model.rotary_pct", Kind::real, 1.0,
+       "neox: the fraction of each head the rotary embeddings turn (Pythia: 0.25); the rest "
+       "of the head carries no position",
+       0, 1, L{}, true},
       {"model.tie_embeddings", Kind::boolean, true,
-       "The output head reads the token embedding (false: its own lm_head; llama only)"},
+       "The output head reads the token embedding (false: its own lm_head; llama, neox)"},
       {"model.precision", Kind::text, std::string("fp32"),
        "fp32, or bf16 mixed precision: bf16 matmul inputs and saved activations, fp32 master "
        "weights, optimizer state, statistics and loss",

@@ -38,11 +38,12 @@ DType dtype_choice(const Config& c, const std::string& key) {
 
 nn::ModelConfig model_config(const Config& c) {
   nn::ModelConfig m;
-  m.arch = nn::parse_arch(c.text("model.arch"));
+  m.arch = c.text("model.arch");
   m.n_kv_head = int(c.integer("model.n_kv_head"));
   m.ffn_hidden = int(c.integer("model.ffn_hidden"));
   m.ffn_multiple_of = int(c.integer("model.ffn_multiple_of"));
   m.rope_theta = float(c.real("model.rope_theta"));
+  m.rotary_pct = c.real("model.rotary_pct");
   m.tie_embeddings = c.boolean("model.tie_embeddings");
   m.vocab_size = int(c.integer("model.vocab_size"));
   m.max_seq_len = int(c.integer("model.max_seq_len"));

@@ -237,8 +237,8 @@ TrainLoop::TrainLoop(const Config& config, RunConfig rc, const TrainOptions& opt
            .is_frozen =
                [this](const std::string& name) { return matches_any(name, rc_.freeze); }})),
       join_(rc_.join),
-      nonfinite_(comm, model_, *dp_, {rc_.on_nonfinite, rc_.max_consecutive_skips, rc_.max_skips}),
-      peak_(peak) {
+      peak_(peak),
+      nonfinite_(comm, model_, *dp_, {rc_.on_nonfinite, rc_.max_consecutive_skips, rc_.max_skips}) {
   check_batch_over_ranks();
   for (const std::string& p : rc_.freeze) {
     bool any = false;

@@ -172,6 +172,9 @@ class Sharded final : public DataParallel, public nn::UnitStore {
   void forget_weights();
   Slot& weight_slot(int u);
   int predict_next(int u, nn::ParamUse use, int previous) const;
+  const std::vector<int>& schedule(nn::ParamUse use) const {
+    return use == nn::ParamUse::forward ? forward_units_ : backward_units_;
+  }
   Slot* open_grad_slot(int u);
   void reduce(int u, const Tensor& padded_grads, const Tensor& received);
   void complete(Reduction& r);
@@ -193,8 +196,8 @@ class Sharded final : public DataParallel, public nn::UnitStore {
   Slot embedding_weights_;
   std::array<Slot, kSlots> weight_slots_;
   int last_other_ = -1;
-  int previous_ = -1;  // the unit read before the last one
-  bool tied_;          // the head reads the embedding unit
+  int previous_ = -1;                                      // the unit read before the last one
+  const std::vector<int> forward_units_, backward_units_;  // the model's weight schedule
   // Gradients (gradients, full): the embedding's scratch slot and kSlots taken in turn.
   Slot embedding_grad_;
   std::array<Slot, kSlots> grad_slots_;
@@ -221,7 +224,8 @@ Sharded::Sharded(Communicator& comm, nn::Model& model, const ParallelConfig& con
       grad_(model.grad_dtype()),
       plan_(plan_buffers(sizes_of(geo_), config, grad_)),
       opt_(model.layout(), config.adamw, geo_.slices(), config.is_frozen, model.context().device),
-      tied_(!model.layout().has(model.layout().final_unit(), nn::Role::lm_head)),
+      forward_units_(model.weight_schedule(nn::ParamUse::forward)),
+      backward_units_(model.weight_schedule(nn::ParamUse::backward)),
       order_(config.deterministic ? ReduceOrder::fixed_tree : ReduceOrder::any) {
   TRAINER_ASSERT(model.params().empty(), "a sharded model must not own its parameters");
   if (config.deterministic) tree_ = std::make_unique<TreeSum>(model.context(), geo_.local_size());
@@ -358,18 +362,21 @@ Sharded::Slot& Sharded::weight_slot(int u) {
   return s;
 }
 
-// The unit the model reads after u (Note [Unit storage]): forward runs the embedding, the
-// blocks, the final unit and, with a tied head, the embedding again; backward the final unit
-// (and the embedding, tied), then the blocks downwards. -1 when nothing follows in the pass.
+// The unit the model reads after u in its weight schedule for `use` (Note [Unit storage]): u's
+// place is where the unit before it is `previous` (a unit listed twice, as the embedding with
+// a tied head, is told apart so), else u's first. -1 when nothing follows in the pass.
 int Sharded::predict_next(int u, nn::ParamUse use, int previous) const {
-  const int E = 0, F = final_unit();
-  if (use == nn::ParamUse::forward) {
-    if (u == E) return tied_ && previous == F ? -1 : 1;
-    return u == F ? (tied_ ? E : -1) : u + 1;
-  }
-  if (u == F) return tied_ ? E : F - 1;
-  if (u == E) return F - 1;
-  return u > 1 ? u - 1 : -1;
+  const std::vector<int>& units = schedule(use);
+  size_t at = units.size();
+  for (size_t i = 0; i < units.size(); ++i)
+    if (units[i] == u) {
+      if (at == units.size()) at = i;  // the first, unless a later one follows `previous`
+      if (i > 0 && units[i - 1] == previous) {
+        at = i;
+        break;
+      }
+    }
+  return at + 1 < units.size() ? units[at + 1] : -1;
 }
 
 Tensor Sharded::weights(int u, nn::ParamUse use) {

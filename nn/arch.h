@@ -1,9 +1,11 @@
-// Architectures as data: each names its parameters (per unit: the embedding, one transformer
-// block, the final unit) with shapes, weight decay and initialisation, and its block
-// activations with what the checkpointing policies may drop. ParamLayout and ActivationPlan are
-// built from this; a new architecture adds a specification and its block functions.
+// An architecture's specification at a model's shape: its parameters (per unit: the
+// embedding, one transformer block, the final unit) with shapes, weight decay, initialisation
+// and Hugging Face names, its block activations with what the checkpointing policies may drop,
+// and its block's matrix products. ParamLayout, ActivationPlan, the workspace and the FLOPs
+// count are built from this; an architecture's record (nn/architecture.h) gives it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -30,10 +32,10 @@ enum class Role : uint8_t {
   fc_proj_b,
   final_norm_w,
   final_norm_b,
-  q_w,  // llama: the query, key and value projections, adjacent in the flat buffer
+  q_w,  // the query, key and value projections when separate, adjacent in the flat buffer
   k_w,
   v_w,
-  gate_w,  // llama: the SwiGLU gate and up projections, adjacent; the down projection
+  gate_w,  // the SwiGLU gate and up projections, adjacent; the down projection
   up_w,
   down_w,
   lm_head,  // an untied head
@@ -50,6 +52,15 @@ struct ParamSpec {
   std::vector<int64_t> shape;
   bool decay;  // matrices decay; biases, norms and embeddings do not (by default)
   Init init;
+  // Where Hugging Face orders the rows (dim 0) otherwise: rows seen as (a, b, rest) here are
+  // (b, a, rest) there. GPT-NeoX keeps q, k, v by head: {3, H} turns [q; k; v] into
+  // [q0 k0 v0; q1 k1 v1; ...]. {0, 0}: the same order.
+  std::array<int64_t, 2> hf_rows{0, 0};
+};
+
+// One matrix product of a block, as (inputs, outputs) per token.
+struct Matmul {
+  int64_t in, out;
 };
 
 // What a block activation is.
@@ -69,7 +80,7 @@ enum class Act : uint8_t {
   d_qkv,
   d_atty,
   d_fch,
-  gate_up,  // llama: the fused gate/up projection (N, 2F) and its SwiGLU (N, F)
+  gate_up,  // the fused gate/up projection (N, 2F) and its SwiGLU (N, F)
   swiglu,
   d_gate_up,
   d_swiglu,
@@ -95,12 +106,11 @@ struct ArchSpec {
   std::string block_prefix;
   std::vector<ParamSpec> embedding, block, final;
   std::vector<ActSpec> block_acts;
+  std::vector<Matmul> block_matmuls;  // fused products once (Llama's q/k/v is one)
   float init_std = 0.02f;
 };
 
-// The specification of `model`'s architecture at its shape.
+// The specification of `model`'s architecture at its shape (its record's spec).
 ArchSpec arch_spec(const ModelConfig& model);
-ArchSpec gpt2_spec(const ModelConfig& model);   // gpt2.cpp
-ArchSpec llama_spec(const ModelConfig& model);  // llama.cpp
 
 }  // namespace trainer::nn

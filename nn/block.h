@@ -1,6 +1,7 @@
-// One transformer block's forward and backward over tensors resolved for the current batch.
-// The Transformer resolves parameters (by role) and activations (by Act, from the plan) and
-// calls the architecture's block functions; they hold the order of ops, nothing else.
+// What one transformer block's forward and backward read: tensors resolved for the current
+// batch. The Transformer resolves parameters (by role) and activations (by Act, from the plan)
+// and calls the architecture's block functions (its record's, nn/architecture.h); they hold
+// the order of ops, nothing else.
 #pragma once
 
 #include <array>
@@ -13,6 +14,7 @@
 namespace trainer::nn {
 
 struct BlockTensors {
+  const ModelConfig* model = nullptr;  // the keys the block reads (heads, rotary embeddings)
   int B = 0, T = 0, n_head = 0;
   std::array<Tensor, size_t(Role::kCount)> w;  // working weights (compute dtype), by role
   std::array<Tensor, size_t(Role::kCount)> g;  // gradients, by role
@@ -27,21 +29,13 @@ struct BlockTensors {
   // this batch's keys and values are written at q_pos. Empty when training.
   Tensor k_cache, v_cache;
   int q_pos = 0;
-  // llama: each token's position within its document (N, int32), the rotary base and the
-  // key/value heads.
+  // Each token's position within its document (N, int32), for rotary embeddings.
   Tensor positions;
-  float rope_theta = 0;
-  int n_kv_head = 0;
 };
 
 // What a forward pass computes: the whole block, the block again inside backward under full
 // checkpointing (its output is not needed), or the cheap parts again under selective.
 enum class BlockPass : uint8_t { train, recompute_all, recompute_cheap };
-
-void gpt2_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pass);
-void gpt2_block_backward(const Context& ctx, const BlockTensors& t);
-void llama_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pass);
-void llama_block_backward(const Context& ctx, const BlockTensors& t);
 
 // What the block functions read tensors by (`using namespace block_access` in their files).
 namespace block_access {

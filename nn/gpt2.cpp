@@ -1,8 +1,7 @@
 // GPT-2: learned token and position embeddings, pre-LayerNorm blocks (causal multi-head
 // attention, GELU MLP), a final LayerNorm and a head tied to the token embedding. Names and
 // orientations follow Hugging Face's GPT2LMHeadModel (Conv1D weights stored (in, out)).
-#include "nn/arch.h"
-#include "nn/block.h"
+#include "nn/architecture.h"
 #include "nn/ops/attention.h"
 #include "nn/ops/cast.h"
 #include "nn/ops/gelu.h"
@@ -13,7 +12,22 @@
 
 namespace trainer::nn {
 
+namespace {
+
 using namespace block_access;
+
+void gpt2_validate(const ModelConfig& m) {
+  USAGE_CHECK(m.tie_embeddings,
+              "model.tie_embeddings = false needs model.arch = llama or neox (GPT-2 ties its "
+              "head to the token embedding)");
+  USAGE_CHECK(m.n_kv_head == 0 || m.n_kv_head == m.n_head,
+              "model.n_kv_head = {} needs model.arch = llama (GPT-2 has as many key/value heads "
+              "as heads)",
+              m.n_kv_head);
+  USAGE_CHECK(m.rotary_pct == 1.0,
+              "model.rotary_pct = {} needs model.arch = neox (GPT-2 has learned positions)",
+              m.rotary_pct);
+}
 
 ArchSpec gpt2_spec(const ModelConfig& m) {
   const int64_t C = m.n_embd, V = m.vocab_size, P = m.max_seq_len, H = m.n_head;
@@ -44,18 +58,15 @@ ArchSpec gpt2_spec(const ModelConfig& m) {
                   {Act::fch, 4 * C, false, K::expensive}, {Act::fch_gelu, 4 * C, false, K::cheap},
                   {Act::d_qkv, 3 * C, false, K::scratch}, {Act::d_atty, C, false, K::scratch},
                   {Act::d_fch, 4 * C, false, K::scratch}};
+  s.block_matmuls = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
   return s;
 }
-
-namespace {
 
 // Columns [i*C, (i+1)*C) of the packed (B,T,3C) qkv tensor: q (0), k (1) or v (2).
 Tensor qkv_part(const Tensor& qkv, int B, int T, int i) {
   const int64_t C = qkv.cols() / 3;
   return qkv.reshape({B, T, 3 * C}).col_range(i * C, C);
 }
-
-}  // namespace
 
 void gpt2_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pass) {
   using enum Act;
@@ -114,5 +125,29 @@ void gpt2_block_backward(const Context& ctx, const BlockTensors& t) {
   layernorm_backward(ctx, t.d_res, G(t, R::norm1_w), G(t, R::norm1_b), t.d_ln, t.x,
                      W(t, R::norm1_w), A(t, ln1_mean), A(t, ln1_rstd));
 }
+
+nlohmann::json gpt2_hf_config(const ModelConfig& m) {
+  return {{"model_type", "gpt2"},
+          {"architectures", {"GPT2LMHeadModel"}},
+          {"vocab_size", m.vocab_size},
+          {"n_positions", m.max_seq_len},
+          {"n_ctx", m.max_seq_len},
+          {"n_embd", m.n_embd},
+          {"n_layer", m.n_layer},
+          {"n_head", m.n_head},
+          {"activation_function", "gelu_new"},
+          {"layer_norm_epsilon", 1e-5},
+          {"tie_word_embeddings", true}};
+}
+
+}  // namespace
+
+extern const Architecture kGpt2 = {"gpt2",
+                                   "learned positions, LayerNorm, GELU, biases, tied head",
+                                   gpt2_spec,
+                                   gpt2_validate,
+                                   gpt2_block_forward,
+                                   gpt2_block_backward,
+                                   gpt2_hf_config};
 
 }  // namespace trainer::nn

@@ -4,8 +4,7 @@
 // Names and orientations follow Hugging Face's LlamaForCausalLM (torch.nn.Linear weights,
 // stored (out, in)). The q/k/v projections are adjacent in the flat buffer and run as one
 // matmul over their stacked rows, as are gate/up.
-#include "nn/arch.h"
-#include "nn/block.h"
+#include "nn/architecture.h"
 #include "nn/ops/attention.h"
 #include "nn/ops/cast.h"
 #include "nn/ops/linear.h"
@@ -17,11 +16,37 @@
 
 namespace trainer::nn {
 
+namespace {
+
 using namespace block_access;
+
+void llama_validate(const ModelConfig& m) {
+  USAGE_CHECK(m.n_head % m.kv_heads() == 0, "model.n_kv_head ({}) must divide model.n_head ({})",
+              m.n_kv_head, m.n_head);
+  USAGE_CHECK(m.head_size() % 2 == 0 && m.head_size() <= 1024,
+              "rotary embeddings need an even head size of at most 1024, got n_embd / n_head = {}",
+              m.head_size());
+  // The fused q/k/v and gate/up projections read adjacent tensors of the flat buffer as one
+  // matrix, which 16-element alignment leaves adjacent when C is a multiple of 16.
+  USAGE_CHECK(m.n_embd % 16 == 0, "model.n_embd ({}) must be a multiple of 16 for llama", m.n_embd);
+  USAGE_CHECK(m.ffn_hidden >= 0 && m.ffn_multiple_of > 0,
+              "model.ffn_hidden ({}) must be >= 0 and model.ffn_multiple_of ({}) positive",
+              m.ffn_hidden, m.ffn_multiple_of);
+  USAGE_CHECK(m.rope_theta > 1.0f, "model.rope_theta must exceed 1, got {}", m.rope_theta);
+  USAGE_CHECK(m.rotary_pct == 1.0,
+              "model.rotary_pct = {} needs model.arch = neox (Llama turns whole heads)",
+              m.rotary_pct);
+}
+
+// The SwiGLU hidden size F: model.ffn_hidden (or 8C/3) rounded up to model.ffn_multiple_of.
+int64_t ffn_size(const ModelConfig& m) {
+  const int64_t want = m.ffn_hidden > 0 ? m.ffn_hidden : 8 * int64_t(m.n_embd) / 3;
+  return (want + m.ffn_multiple_of - 1) / m.ffn_multiple_of * m.ffn_multiple_of;
+}
 
 ArchSpec llama_spec(const ModelConfig& m) {
   const int64_t C = m.n_embd, V = m.vocab_size, H = m.n_head, Ckv = m.kv_channels(),
-                F = m.ffn_size();
+                F = ffn_size(m);
   ArchSpec s;
   s.norm = NormKind::rmsnorm;
   s.block_prefix = "model.layers.";
@@ -54,10 +79,9 @@ ArchSpec llama_spec(const ModelConfig& m) {
                   {Act::d_atty, C, false, K::scratch},
                   {Act::d_gate_up, 2 * F, false, K::scratch},
                   {Act::d_swiglu, F, false, K::scratch}};
+  s.block_matmuls = {{C, qkv}, {C, C}, {C, 2 * F}, {F, C}};
   return s;
 }
-
-namespace {
 
 constexpr WeightLayout kOutIn = WeightLayout::out_in;
 
@@ -90,8 +114,6 @@ Tensor qkv_part(const Tensor& qkv, const BlockTensors& t, int i) {
   return i == 0 ? rows.col_range(0, C) : rows.col_range(C + (i - 1) * Ckv, Ckv);
 }
 
-}  // namespace
-
 void llama_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pass) {
   using enum Act;
   using R = Role;
@@ -101,13 +123,14 @@ void llama_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pa
     swiglu_forward(ctx, A(t, swiglu), A(t, gate_up));
     return;
   }
-  const int64_t C = t.x.cols(), hs = C / t.n_head;
+  const int64_t C = t.x.cols();
+  const int hs = t.model->head_size();
   rmsnorm_forward(ctx, A(t, ln1), A(t, ln1_rstd), t.x, W(t, R::norm1_w));
   linear_forward(ctx, A(t, qkv), A(t, ln1), qkv_weight(t, t.w), {}, kOutIn);
   const Tensor q = qkv_part(A(t, qkv), t, 0);
   Tensor k = qkv_part(A(t, qkv), t, 1), v = qkv_part(A(t, qkv), t, 2);
-  rope_forward(ctx, q, t.positions, int(hs), t.rope_theta);
-  rope_forward(ctx, k, t.positions, int(hs), t.rope_theta);
+  rope_forward(ctx, q, t.positions, hs, hs, t.model->rope_theta);
+  rope_forward(ctx, k, t.positions, hs, hs, t.model->rope_theta);
   if (!t.k_cache.empty()) {  // append this batch's keys and values, attend to the whole cache
     const int64_t seen = t.q_pos + t.T, Ckv = k.cols();
     cast(ctx, t.k_cache.row_range(t.q_pos, t.T), k);
@@ -129,7 +152,8 @@ void llama_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pa
 void llama_block_backward(const Context& ctx, const BlockTensors& t) {
   using enum Act;
   using R = Role;
-  const int64_t C = t.x.cols(), hs = C / t.n_head;
+  const int64_t C = t.x.cols();
+  const int hs = t.model->head_size();
   // MLP branch.
   linear_backward(ctx, A(t, d_swiglu), G(t, R::down_w), {}, branch_grad(ctx, t), A(t, swiglu),
                   W(t, R::down_w), kOutIn);
@@ -147,11 +171,41 @@ void llama_block_backward(const Context& ctx, const BlockTensors& t) {
   attention_backward(ctx, dq, dk, qkv_part(d3, t, 2), A(t, d_atty).reshape({t.B, t.T, C}),
                      A(t, atty).reshape({t.B, t.T, C}), A(t, att_lse), qkv_part(q3, t, 0),
                      qkv_part(q3, t, 1), qkv_part(q3, t, 2), t.mask, t.n_head);
-  rope_backward(ctx, dq, t.positions, int(hs), t.rope_theta);
-  rope_backward(ctx, dk, t.positions, int(hs), t.rope_theta);
+  rope_backward(ctx, dq, t.positions, hs, hs, t.model->rope_theta);
+  rope_backward(ctx, dk, t.positions, hs, hs, t.model->rope_theta);
   linear_backward(ctx, t.d_ln, qkv_weight(t, t.g), {}, A(t, d_qkv), A(t, ln1), qkv_weight(t, t.w),
                   kOutIn);
   rmsnorm_backward(ctx, t.d_res, G(t, R::norm1_w), t.d_ln, t.x, W(t, R::norm1_w), A(t, ln1_rstd));
 }
+
+nlohmann::json llama_hf_config(const ModelConfig& m) {
+  return {{"model_type", "llama"},
+          {"architectures", {"LlamaForCausalLM"}},
+          {"vocab_size", m.vocab_size},
+          {"max_position_embeddings", m.max_seq_len},
+          {"hidden_size", m.n_embd},
+          {"intermediate_size", ffn_size(m)},
+          {"num_hidden_layers", m.n_layer},
+          {"num_attention_heads", m.n_head},
+          {"num_key_value_heads", m.kv_heads()},
+          {"head_dim", m.head_size()},
+          {"hidden_act", "silu"},
+          {"rms_norm_eps", 1e-5},
+          {"rope_theta", m.rope_theta},
+          {"attention_bias", false},
+          {"mlp_bias", false},
+          {"tie_word_embeddings", m.tie_embeddings}};
+}
+
+}  // namespace
+
+extern const Architecture kLlama = {
+    "llama",
+    "rotary positions, RMSNorm, SwiGLU, no biases, grouped-query attention, tied or untied head",
+    llama_spec,
+    llama_validate,
+    llama_block_forward,
+    llama_block_backward,
+    llama_hf_config};
 
 }  // namespace trainer::nn

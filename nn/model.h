@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "nn/param_layout.h"
 #include "runtime/context.h"
@@ -42,9 +43,10 @@ struct StepScalars {
 // owns flat buffers of every parameter (ExecConfig::own_params) and fires its hooks; a sharded
 // run owns the memory instead (dist/sharding.h) and hands the model each unit's weights just
 // before they are read (gathered from shards) and a buffer for each unit's gradient (reduced
-// to shards when complete). Calls come in the model's fixed order: forward needs the
-// embedding, blocks 0..L-1, the final unit and the embedding again (the tied head); backward
-// needs the final unit and the embedding, then block L-1..0, each followed by its gradient.
+// to shards when complete). Calls come in the order Model::weight_schedule publishes: for the
+// transformer, forward needs the embedding, blocks 0..L-1, the final unit and the embedding
+// again (a tied head); backward needs the final unit and the embedding (tied), then block
+// L-1..0, each followed by its gradient, and the embedding's gradient last.
 class UnitStore {
  public:
   virtual ~UnitStore() = default;
@@ -64,6 +66,10 @@ class Model {
 
   virtual const ParamLayout& layout() const = 0;
   virtual const Context& context() const = 0;
+  // The units (indices into layout().units()) whose weights a pass of `use` reads, in the order
+  // it reads them, each read once per pass except where listed twice (Note [Unit storage]):
+  // sharding prefetches the next from this, never from the architecture.
+  virtual std::vector<int> weight_schedule(ParamUse use) const = 0;
   // The dtype of the weights forward reads and of the gradients backward writes.
   virtual DType compute_dtype() const = 0;
   virtual DType grad_dtype() const = 0;

@@ -3,25 +3,10 @@
 #include <algorithm>
 #include <string>
 
+#include "nn/architecture.h"
 #include "runtime/error.h"
 
 namespace trainer::nn {
-
-Arch parse_arch(const std::string& name) {
-  for (Arch a : {Arch::gpt2, Arch::llama})
-    if (name == arch_name(a)) return a;
-  throw UsageError(fmt::format("model.arch must be gpt2 or llama, got '{}'", name));
-}
-
-const char* arch_name(Arch arch) {
-  switch (arch) {
-    case Arch::gpt2:
-      return "gpt2";
-    case Arch::llama:
-      return "llama";
-  }
-  return "?";
-}
 
 void ModelConfig::validate() const {
   USAGE_CHECK(vocab_size > 0, "model.vocab_size must be positive, got {}", vocab_size);
@@ -30,41 +15,15 @@ void ModelConfig::validate() const {
   USAGE_CHECK(n_head > 0, "model.n_head must be positive, got {}", n_head);
   USAGE_CHECK(n_embd > 0 && n_embd % n_head == 0,
               "model.n_embd ({}) must be a positive multiple of model.n_head ({})", n_embd, n_head);
-  if (arch == Arch::gpt2) {
-    USAGE_CHECK(tie_embeddings,
-                "model.tie_embeddings = false needs model.arch = llama (GPT-2 ties its "
-                "head to the token embedding)");
-    USAGE_CHECK(
-        n_kv_head == 0 || n_kv_head == n_head,
-        "model.n_kv_head = {} needs model.arch = llama (GPT-2 has as many key/value heads as "
-        "heads)",
-        n_kv_head);
-    return;
-  }
-  USAGE_CHECK(n_kv_head >= 0 && n_head % kv_heads() == 0,
-              "model.n_kv_head ({}) must divide model.n_head ({})", n_kv_head, n_head);
-  USAGE_CHECK(head_size() % 2 == 0 && head_size() <= 1024,
-              "rotary embeddings need an even head size of at most 1024, got n_embd / n_head = {}",
-              head_size());
-  // The fused q/k/v and gate/up projections read adjacent tensors of the flat buffer as one
-  // matrix, which 16-element alignment leaves adjacent when C is a multiple of 16.
-  USAGE_CHECK(n_embd % 16 == 0, "model.n_embd ({}) must be a multiple of 16 for llama", n_embd);
-  USAGE_CHECK(ffn_hidden >= 0 && ffn_multiple_of > 0,
-              "model.ffn_hidden ({}) must be >= 0 and model.ffn_multiple_of ({}) positive",
-              ffn_hidden, ffn_multiple_of);
-  USAGE_CHECK(rope_theta > 1.0f, "model.rope_theta must exceed 1, got {}", rope_theta);
-}
-
-int64_t ModelConfig::ffn_size() const {
-  const int64_t want = ffn_hidden > 0 ? ffn_hidden : 8 * int64_t(n_embd) / 3;
-  return (want + ffn_multiple_of - 1) / ffn_multiple_of * ffn_multiple_of;
+  USAGE_CHECK(rotary_pct > 0 && rotary_pct <= 1, "model.rotary_pct must be in (0, 1], got {}",
+              rotary_pct);
+  architecture().validate(*this);
 }
 
 int64_t ModelConfig::matmul_params() const {
-  const int64_t C = n_embd, head = int64_t(vocab_size) * C;
-  if (arch == Arch::gpt2) return head + int64_t(n_layer) * (12 * C * C);
-  const int64_t attn = 2 * C * C + 2 * C * kv_channels(), mlp = 3 * C * ffn_size();
-  return head + int64_t(n_layer) * (attn + mlp);
+  int64_t block = 0;
+  for (const Matmul& m : architecture().spec(*this).block_matmuls) block += m.in * m.out;
+  return int64_t(vocab_size) * n_embd + int64_t(n_layer) * block;
 }
 
 double ModelConfig::flops_per_token(int seq_len) const {

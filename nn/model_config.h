@@ -12,38 +12,37 @@
 
 namespace trainer::nn {
 
-// gpt2: learned positions, LayerNorm, GELU MLP, biases, tied head. llama: rotary positions,
-// RMSNorm, SwiGLU MLP, no biases, grouped-query attention, tied or untied head.
-enum class Arch : uint8_t { gpt2, llama };
-
-// Parses "gpt2" or "llama"; throws naming the value otherwise.
-Arch parse_arch(const std::string& name);
-const char* arch_name(Arch arch);
+struct Architecture;  // nn/architecture.h
 
 struct ModelConfig {
-  Arch arch = Arch::gpt2;
-  int vocab_size = 8192;  // V: embedding rows (pad to a multiple of 64 for speed)
-  int max_seq_len = 256;  // positions available
-  int n_layer = 6;        // L
-  int n_head = 6;         // H
-  int n_embd = 384;       // C; head size C / H
-  // llama only:
+  std::string arch = "gpt2";  // an architecture's name (nn/architecture.h lists them)
+  int vocab_size = 8192;      // V: embedding rows (pad to a multiple of 64 for speed)
+  int max_seq_len = 256;      // positions available
+  int n_layer = 6;            // L
+  int n_head = 6;             // H
+  int n_embd = 384;           // C; head size C / H
+  // Keys only some architectures read (their records refuse the others' values):
   int n_kv_head = 0;          // key/value heads (0 = n_head), dividing n_head; 1 = multi-query
   int ffn_hidden = 0;         // SwiGLU hidden size before rounding (0 = 8C/3)
   int ffn_multiple_of = 256;  // the hidden size is rounded up to a multiple of this
   float rope_theta = 10000.0f;
-  bool tie_embeddings = true;  // the head reads the token embedding (gpt2: always)
+  double rotary_pct = 1.0;     // the fraction of each head the rotary embeddings turn
+  bool tie_embeddings = true;  // the head reads the token embedding
 
+  // The record of `arch`; throws UsageError naming the architectures when there is none.
+  const Architecture& architecture() const;
   int head_size() const { return n_embd / n_head; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   // Key (and value) channels: kv_heads() * head_size().
   int64_t kv_channels() const { return int64_t(kv_heads()) * head_size(); }
-  // The SwiGLU hidden size F (llama).
-  int64_t ffn_size() const;
-  // Throws trainer::Error naming the field when the shape is inconsistent.
+  // The channels of each head the rotary embeddings turn: head_size() * rotary_pct, rounded
+  // down as Hugging Face's GPT-NeoX does.
+  int rotary_dims() const { return int(head_size() * rotary_pct); }
+  // Throws UsageError naming the field when the shape is inconsistent: the keys every
+  // architecture shares here, then the architecture's own checks.
   void validate() const;
-  // Parameters taking part in a matmul (every matrix, the head once whether tied or not; not
-  // biases, norms or positions): N in the 6N FLOPs-per-token rule.
+  // Parameters taking part in a matmul (every block product's matrix, the head once whether
+  // tied or not; not biases, norms or positions): N in the 6N FLOPs-per-token rule.
   int64_t matmul_params() const;
   // Model FLOPs per token for training: 6N + 12 L C T (PaLM appendix B).
   double flops_per_token(int seq_len) const;

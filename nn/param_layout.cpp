@@ -28,6 +28,7 @@ void ParamLayout::add_unit(UnitKind kind, const std::vector<ParamSpec>& specs,
     p.decay = s.decay;
     p.init = s.init;
     p.role = s.role;
+    p.hf_rows = s.hf_rows;
     p.unit = int(units_.size());
     TRAINER_ASSERT(u.param[size_t(s.role)] < 0, "role {} twice in a unit", int(s.role));
     u.param[size_t(s.role)] = int(params_.size());

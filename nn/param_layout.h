@@ -25,6 +25,7 @@ struct ParamInfo {
   Init init = Init::zeros;
   Role role = Role::kCount;
   int unit = 0;
+  std::array<int64_t, 2> hf_rows{0, 0};  // ParamSpec::hf_rows
 };
 
 struct Unit {

@@ -46,39 +46,18 @@ Tensor shaped(const Tensor& flat, int64_t offset, const std::vector<int64_t>& sh
   return t;
 }
 
-void block_forward(Arch arch, const Context& ctx, const BlockTensors& t, BlockPass pass) {
-  switch (arch) {
-    case Arch::gpt2:
-      return gpt2_block_forward(ctx, t, pass);
-    case Arch::llama:
-      return llama_block_forward(ctx, t, pass);
-  }
-}
-
-void block_backward(Arch arch, const Context& ctx, const BlockTensors& t) {
-  switch (arch) {
-    case Arch::gpt2:
-      return gpt2_block_backward(ctx, t);
-    case Arch::llama:
-      return llama_block_backward(ctx, t);
-  }
-}
-
 }  // namespace
 
 int64_t Transformer::workspace_bytes(const ModelConfig& m, const ExecConfig& e,
                                      const Context& ctx) {
   const int64_t N = int64_t(e.max_rows) * e.max_seq_len, C = m.n_embd, V = m.vocab_size;
   const DType act = e.compute;
-  // The block's projections (in, out): GPT-2's, or Llama's fused q/k/v and gate/up.
-  const bool llama = m.arch == Arch::llama;
-  const int64_t F = llama ? m.ffn_size() : 4 * C, qkv = llama ? C + 2 * m.kv_channels() : 3 * C;
   size_t most = 0;
+  for (const Matmul& mm : arch_spec(m).block_matmuls)
+    most = std::max(most, linear_workspace(ctx, N, mm.in, mm.out, act));
   for (size_t b :
        {embedding_backward_workspace(ctx, N, C), layernorm_backward_workspace(ctx, C),
-        rmsnorm_backward_workspace(ctx, C), linear_workspace(ctx, N, C, qkv, act),
-        linear_workspace(ctx, N, C, C, act), linear_workspace(ctx, N, C, llama ? 2 * F : F, act),
-        linear_workspace(ctx, N, F, C, act),
+        rmsnorm_backward_workspace(ctx, C),
         attention_workspace(ctx, e.max_rows, m.n_head, e.max_seq_len, m.max_seq_len, m.head_size(),
                             act, false),
         attention_workspace(ctx, e.max_rows, m.n_head, e.max_seq_len, e.max_seq_len, m.head_size(),
@@ -99,13 +78,24 @@ int64_t Transformer::workspace_bytes(const ModelConfig& m, const ExecConfig& e,
 // machine holds that, and below it no sum in the plans can overflow.
 void Transformer::check_plan_magnitude(const ModelConfig& m, const ExecConfig& e) {
   using R = long double;
+  const ArchSpec spec = arch_spec(m);  // its shapes are products of at most two keys' values
+  auto elements = [](const std::vector<ParamSpec>& unit) {
+    R n = 16 * R(unit.size());  // each tensor's alignment
+    for (const ParamSpec& p : unit) {
+      R numel = 1;
+      for (int64_t d : p.shape) numel *= R(d);
+      n += numel;
+    }
+    return n;
+  };
+  R block_acts = 0;  // elements per token
+  for (const ActSpec& a : spec.block_acts) block_acts += R(a.per_token);
   const R C = m.n_embd, V = m.vocab_size, P = m.max_seq_len, L = m.n_layer, H = m.n_head,
-          F = m.arch == Arch::llama ? R(m.ffn_size()) : 4 * C, B = e.max_rows, T = e.max_seq_len,
-          N = B * T;
-  const R params = (V + P) * C + L * (4 * C * C + 3 * C * F + 16 * C + 4 * F) + 4096 * (L + 2);
+          B = e.max_rows, T = e.max_seq_len, N = B * T;
+  const R params = elements(spec.embedding) + L * elements(spec.block) + elements(spec.final);
   const R state = 24 * params;  // fp32 masters, working copy, gradients, AdamW m and v, buffers
-  const R activations =
-      4 * N * L * (64 * C + 8 * F) + 8 * N * V + 8 * B * H * T * std::max(T, P) * (L + 1) + 64 * N;
+  const R activations = 4 * N * L * (2 * block_acts + 16 * C) + 8 * N * V +
+                        8 * B * H * T * std::max(T, P) * (L + 1) + 64 * N;
   const R bytes = state + 2 * activations;  // the workspace is at most the largest activation
   if (bytes > 0x1p60L)
     throw UsageError(fmt::format(
@@ -132,7 +122,8 @@ Transformer::Memory Transformer::planned_memory(const ModelConfig& m, const Exec
 Transformer::Transformer(const ModelConfig& config, const ExecConfig& exec)
     : config_(config),
       exec_(exec),
-      spec_(arch_spec(config)),
+      arch_(config.architecture()),
+      spec_(arch_.spec(config)),
       layout_(config),
       plan_(config, (exec.validate(config), exec)),  // validated before anything is sized
       ctx_(context_for(exec)),
@@ -256,6 +247,20 @@ void Transformer::unit_ready(int unit) {
   if (on_grads_ready) on_grads_ready(u.begin, u.end);
 }
 
+std::vector<int> Transformer::weight_schedule(ParamUse use) const {
+  const int E = layout_.embedding_unit(), F = layout_.final_unit(), L = config_.n_layer;
+  std::vector<int> units;
+  if (use == ParamUse::forward) {  // forward_blocks_and_head
+    for (int u = E; u <= F; ++u) units.push_back(u);
+    if (tied()) units.push_back(E);
+    return units;
+  }
+  units.push_back(F);  // backward: the head and the final norm, then the blocks downwards
+  if (tied()) units.push_back(E);
+  for (int l = L - 1; l >= 0; --l) units.push_back(layout_.block_unit(l));
+  return units;
+}
+
 bool Transformer::tied() const {
   return !layout_.has(layout_.final_unit(), Role::lm_head);
 }
@@ -277,9 +282,8 @@ BlockTensors Transformer::block_tensors(int l, ParamUse use) {
   BlockTensors t;
   t.B = B_;
   t.T = T_;
+  t.model = &config_;
   t.n_head = config_.n_head;
-  t.n_kv_head = config_.kv_heads();
-  t.rope_theta = config_.rope_theta;
   t.positions = positions_.view(DType::i32, int64_t(B_) * T_);
   const int u = layout_.block_unit(l);
   const Tensor w = unit_weights(u, use);
@@ -421,8 +425,7 @@ void Transformer::forward_blocks_and_head(KvCache* cache) {
       t.v_cache = cache->values(l);
       t.q_pos = cache->length();
     }
-    segment(false, layout_.block_unit(l),
-            [&] { block_forward(config_.arch, ctx_, t, BlockPass::train); });
+    segment(false, layout_.block_unit(l), [&] { arch_.block_forward(ctx_, t, BlockPass::train); });
   }
   const Tensor wf = unit_weights(F, ParamUse::forward);
   const Tensor head = head_weight(wf, ParamUse::forward);
@@ -501,16 +504,16 @@ void Transformer::backward_block(int l) {
         break;
       case Recompute::selective: {
         PROFILE_SCOPE("recompute", "other");
-        block_forward(config_.arch, ctx_, t, BlockPass::recompute_cheap);
+        arch_.block_forward(ctx_, t, BlockPass::recompute_cheap);
         break;
       }
       case Recompute::full: {
         PROFILE_SCOPE("recompute", "other");
-        block_forward(config_.arch, ctx_, t, BlockPass::recompute_all);
+        arch_.block_forward(ctx_, t, BlockPass::recompute_all);
         break;
       }
     }
-    block_backward(config_.arch, ctx_, t);
+    arch_.block_backward(ctx_, t);
   });
 }
 

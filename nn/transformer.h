@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "nn/activation_plan.h"
-#include "nn/block.h"
+#include "nn/architecture.h"
 #include "nn/model.h"
 #include "nn/model_config.h"
 #include "nn/step_graphs.h"
@@ -47,6 +47,7 @@ class Transformer final : public Model {
   Tensor grads() override;
   Tensor working_copy() override;
   void sync_working_params() override;
+  std::vector<int> weight_schedule(ParamUse use) const override;
   int64_t forward(const BatchView& batch) override;
   void backward(float loss_scale) override;
   void zero_grads() override;
@@ -109,6 +110,7 @@ class Transformer final : public Model {
 
   ModelConfig config_;
   ExecConfig exec_;
+  const Architecture& arch_;
   ArchSpec spec_;
   ParamLayout layout_;
   ActivationPlan plan_;

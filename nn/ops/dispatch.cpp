@@ -142,13 +142,13 @@ size_t rmsnorm_backward_workspace(const Context& ctx, int64_t C) {
 }
 
 void rope_forward(const Context& ctx, const Tensor& x, const Tensor& positions, int head_size,
-                  float theta) {
-  TRAINER_OP(rope_forward, "rope", ctx, x, positions, head_size, theta);
+                  int rotary_dims, float theta) {
+  TRAINER_OP(rope_forward, "rope", ctx, x, positions, head_size, rotary_dims, theta);
 }
 
 void rope_backward(const Context& ctx, const Tensor& dx, const Tensor& positions, int head_size,
-                   float theta) {
-  TRAINER_OP(rope_backward, "rope", ctx, dx, positions, head_size, theta);
+                   int rotary_dims, float theta) {
+  TRAINER_OP(rope_backward, "rope", ctx, dx, positions, head_size, rotary_dims, theta);
 }
 
 void swiglu_forward(const Context& ctx, const Tensor& out, const Tensor& gate_up) {

@@ -7,15 +7,15 @@ namespace trainer::nn::cpu {
 
 namespace {
 
-// Rotates every head of every row by +angle (sign 1) or -angle (sign -1). The frequencies
-// and angles are computed in fp32 as PyTorch's Llama does: inv_freq = 1 / theta^(2i/hs),
-// angle = float(pos) * inv_freq.
+// Rotates the first rd channels of every head of every row by +angle (sign 1) or -angle (sign
+// -1). The frequencies and angles are computed in fp32 as PyTorch's Llama and GPT-NeoX do:
+// inv_freq = 1 / theta^(2i/rd), angle = float(pos) * inv_freq.
 template <typename T>
-void rotate(T* x, int64_t ld, const int32_t* pos, int64_t N, int64_t H, int64_t hs, float theta,
-            float sign) {
-  const int64_t half = hs / 2;
-  float inv_freq[512];  // hs / 2 <= 512 (checked by the caller)
-  for (int64_t i = 0; i < half; ++i) inv_freq[i] = 1.0f / std::pow(theta, float(2 * i) / float(hs));
+void rotate(T* x, int64_t ld, const int32_t* pos, int64_t N, int64_t H, int64_t hs, int64_t rd,
+            float theta, float sign) {
+  const int64_t half = rd / 2;
+  float inv_freq[512];  // rd / 2 <= 512 (checked by the caller)
+  for (int64_t i = 0; i < half; ++i) inv_freq[i] = 1.0f / std::pow(theta, float(2 * i) / float(rd));
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     float c[512], s[512];
@@ -38,29 +38,30 @@ void rotate(T* x, int64_t ld, const int32_t* pos, int64_t N, int64_t H, int64_t 
   }
 }
 
-void run(const Tensor& x, const Tensor& positions, int head_size, float theta, float sign) {
+void run(const Tensor& x, const Tensor& positions, int head_size, int rotary_dims, float theta,
+         float sign) {
   const int64_t N = x.rows(), width = x.cols();
-  TRAINER_ASSERT(head_size > 0 && head_size % 2 == 0 && head_size <= 1024 &&
-                     width % head_size == 0 && positions.numel() == N &&
+  TRAINER_ASSERT(rotary_dims > 0 && rotary_dims % 2 == 0 && rotary_dims <= 1024 &&
+                     rotary_dims <= head_size && width % head_size == 0 && positions.numel() == N &&
                      positions.dtype == DType::i32,
                  "rope shapes");
   with_float(x.dtype, [&](auto tag) {
     using T = decltype(tag);
-    rotate(x.as<T>(), x.ld(), positions.as<int32_t>(), N, width / head_size, head_size, theta,
-           sign);
+    rotate(x.as<T>(), x.ld(), positions.as<int32_t>(), N, width / head_size, head_size, rotary_dims,
+           theta, sign);
   });
 }
 
 }  // namespace
 
 void rope_forward(const Context&, const Tensor& x, const Tensor& positions, int head_size,
-                  float theta) {
-  run(x, positions, head_size, theta, 1.0f);
+                  int rotary_dims, float theta) {
+  run(x, positions, head_size, rotary_dims, theta, 1.0f);
 }
 
 void rope_backward(const Context&, const Tensor& dx, const Tensor& positions, int head_size,
-                   float theta) {
-  run(dx, positions, head_size, theta, -1.0f);
+                   int rotary_dims, float theta) {
+  run(dx, positions, head_size, rotary_dims, theta, -1.0f);
 }
 
 }  // namespace trainer::nn::cpu

@@ -6,16 +6,16 @@ namespace trainer::nn::cuda {
 
 namespace {
 
-// One thread per (token, head, pair): channels i and i + hs/2 of the head rotate by
-// pos * theta^(-2i/hs) (sign -1: the inverse rotation, for backward). The frequency is
-// computed in fp32 as PyTorch's Llama does.
+// One thread per (token, head, pair): channels i and i + rd/2 of the head rotate by
+// pos * theta^(-2i/rd) (sign -1: the inverse rotation, for backward). The frequency is
+// computed in fp32 as PyTorch's Llama and GPT-NeoX do.
 template <typename T>
 __global__ void rope_kernel(T* x, int64_t ldx, const int32_t* pos, int64_t N, int64_t H, int64_t hs,
-                            float theta, float sign) {
-  const int64_t half = hs / 2, i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+                            int64_t rd, float theta, float sign) {
+  const int64_t half = rd / 2, i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= N * H * half) return;
   const int64_t n = i / (H * half), h = (i / half) % H, k = i % half;
-  const float inv_freq = 1.0f / powf(theta, float(2 * k) / float(hs));
+  const float inv_freq = 1.0f / powf(theta, float(2 * k) / float(rd));
   float s, c;
   sincosf(float(pos[n]) * inv_freq, &s, &c);
   s *= sign;
@@ -29,28 +29,29 @@ __global__ void rope_kernel(T* x, int64_t ldx, const int32_t* pos, int64_t N, in
 }  // namespace
 
 static void rotate(const Context& ctx, const Tensor& x, const Tensor& positions, int head_size,
-                   float theta, float sign) {
+                   int rotary_dims, float theta, float sign) {
   const int64_t N = x.rows(), width = x.cols();
-  TRAINER_ASSERT(head_size > 0 && head_size % 2 == 0 && width % head_size == 0 &&
-                     positions.numel() == N && positions.dtype == DType::i32,
+  TRAINER_ASSERT(rotary_dims > 0 && rotary_dims % 2 == 0 && rotary_dims <= head_size &&
+                     width % head_size == 0 && positions.numel() == N &&
+                     positions.dtype == DType::i32,
                  "rope shapes");
-  const int64_t H = width / head_size, pairs = N * H * (head_size / 2);
+  const int64_t H = width / head_size, pairs = N * H * (rotary_dims / 2);
   with_float(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     rope_kernel<<<blocks_for(pairs), kThreads, 0, stream_of(ctx)>>>(
-        ptr<T>(x), x.ld(), ptr<int32_t>(positions), N, H, head_size, theta, sign);
+        ptr<T>(x), x.ld(), ptr<int32_t>(positions), N, H, head_size, rotary_dims, theta, sign);
   });
   check_launch("rope");
 }
 
 void rope_forward(const Context& ctx, const Tensor& x, const Tensor& positions, int head_size,
-                  float theta) {
-  rotate(ctx, x, positions, head_size, theta, 1.0f);
+                  int rotary_dims, float theta) {
+  rotate(ctx, x, positions, head_size, rotary_dims, theta, 1.0f);
 }
 
 void rope_backward(const Context& ctx, const Tensor& dx, const Tensor& positions, int head_size,
-                   float theta) {
-  rotate(ctx, dx, positions, head_size, theta, -1.0f);
+                   int rotary_dims, float theta) {
+  rotate(ctx, dx, positions, head_size, rotary_dims, theta, -1.0f);
 }
 
 }  // namespace trainer::nn::cuda

@@ -353,6 +353,49 @@ TEST(Training, LlamaTrainsSamplesAndExportsAsHuggingFaceLlama) {
   EXPECT_EQ(config.at("tie_word_embeddings"), false);
 }
 
+// GPT-NeoX through the whole app: training (its loss falls), sampling with the KV cache, eval,
+// and an export Hugging Face's GPTNeoXForCausalLM reads: its names, its config (parallel
+// residual, partial rotary, untied embed_out), and the fused q/k/v rows interleaved by head
+// where the checkpoint keeps [q; k; v].
+TEST(Training, NeoxTrainsSamplesAndExportsAsHuggingFaceGptNeox) {
+  TempDir dir("neox");
+  train_tiny(dir, {"model.arch=neox", "model.rotary_pct=0.5", "model.tie_embeddings=false",
+                   "train.steps=12", "log.every=1"});
+  std::vector<double> losses;
+  for (const auto& j : metrics_without_timings(dir.path / "runs/r", 0))
+    if (j.contains("loss")) losses.push_back(j.at("loss").get<double>());
+  ASSERT_EQ(losses.size(), 12u);
+  EXPECT_LT(losses.back(), losses.front());
+  const std::string run = (dir.path / "runs/r").string();
+  EXPECT_EQ(cmd_sample({run, "--max-new-tokens", "8"}), 0);
+  EXPECT_EQ(cmd_eval({run, "--max-batches", "2"}), 0);
+  const fs::path out = dir.path / "exported";
+  ASSERT_EQ(cmd_export({run, "--out", out.string()}), 0);
+  const auto config = nlohmann::json::parse(read_file(out / "config.json"));
+  EXPECT_EQ(config.at("architectures")[0], "GPTNeoXForCausalLM");
+  EXPECT_EQ(config.at("rotary_pct"), 0.5);
+  EXPECT_EQ(config.at("use_parallel_residual"), true);
+  EXPECT_EQ(config.at("intermediate_size"), 128);
+  EXPECT_EQ(config.at("tie_word_embeddings"), false);
+  SafetensorsFile exported(out / "model.safetensors");
+  SafetensorsFile saved(dir.path / "runs/r/checkpoints/step-12/model.safetensors");
+  EXPECT_TRUE(exported.contains("embed_out.weight"));
+  EXPECT_TRUE(exported.contains("gpt_neox.final_layer_norm.bias"));
+  const std::string qkv = "gpt_neox.layers.1.attention.query_key_value.weight";
+  ASSERT_EQ(exported.get(qkv).shape, (std::vector<int64_t>{96, 32}));
+  const float* hf = static_cast<const float*>(exported.get(qkv).data);
+  const float* ours = static_cast<const float*>(saved.get(qkv).data);
+  const int C = 32, hs = 16;
+  int differ = 0;
+  for (int h = 0; h < 2; ++h)
+    for (int j = 0; j < 3; ++j)  // q, k, v
+      for (int r = 0; r < hs; ++r)
+        differ += std::memcmp(hf + ((h * 3 + j) * hs + r) * C, ours + (j * C + h * hs + r) * C,
+                              C * sizeof(float)) != 0;
+  EXPECT_EQ(differ, 0);
+  EXPECT_NE(std::memcmp(hf, ours, 96 * C * sizeof(float)), 0);  // the orders do differ
+}
+
 // Fine-tuning (train.init_from): a new run starts from a run's latest checkpoint, or from a
 // bf16 export of it, at step 0 with a fresh optimizer, well below a fresh start's loss; another
 // model or another tokenizer is refused before anything is written.

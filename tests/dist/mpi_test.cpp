@@ -141,18 +141,19 @@ TEST(Collectives, ManyAsyncInFlightCompleteInOrder) {
 
 // DDP on N ranks equals one process on the N-times batch: 20 AdamW steps, with clipping, two
 // accumulation micro-batches (no_sync on the first), and uneven token counts across ranks; for
-// GPT-2 and for Llama.
-class Ddp : public ::testing::TestWithParam<nn::Arch> {};
+// every architecture.
+class Ddp : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Ddp, MatchesOneProcessOnTheWholeBatch) {
   Communicator& c = *g_comm;
   const int N = c.size(), R = c.rank(), B = 2, kMicro = 2, kSteps = 20;
   nn::ModelConfig config = testing::small_config();
-  if (GetParam() == nn::Arch::llama) {
-    config.arch = nn::Arch::llama;
+  config.arch = GetParam();
+  if (config.arch == "llama") {
     config.n_kv_head = 1;
     config.ffn_multiple_of = 32;
   }
+  if (config.arch == "neox") config.rotary_pct = 0.5;
   nn::Transformer model(config, testing::exec_for(B, T));
   nn::Transformer ref(config, testing::exec_for(N * B * kMicro, T));
   model.init_weights(7);
@@ -188,8 +189,8 @@ TEST_P(Ddp, MatchesOneProcessOnTheWholeBatch) {
   EXPECT_EQ(p0, testing::host_params(model));
 }
 
-INSTANTIATE_TEST_SUITE_P(Gpt2AndLlama, Ddp, ::testing::Values(nn::Arch::gpt2, nn::Arch::llama),
-                         [](const auto& info) { return std::string(nn::arch_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Architectures, Ddp, ::testing::ValuesIn(nn::architecture_names()),
+                         [](const auto& info) { return info.param; });
 
 // Activation checkpointing under DDP: the summed gradients are bit for bit those of keeping
 // every activation, with buckets started at the same points.

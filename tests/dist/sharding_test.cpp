@@ -25,16 +25,17 @@ constexpr int T = 16, B = 2;
 constexpr float kLr = 1e-3f, kMaxNorm = 1.0f;
 
 // A model whose blocks outweigh its embedding, as in real models; Llama with grouped-query
-// attention and an untied head.
-nn::ModelConfig deep_config(nn::Arch arch = nn::Arch::gpt2) {
+// attention and an untied head; GPT-NeoX with half of each head rotary.
+nn::ModelConfig deep_config(const std::string& arch = "gpt2") {
   nn::ModelConfig c = testing::small_config();
   c.n_layer = 4;
   c.arch = arch;
-  if (arch == nn::Arch::llama) {
+  if (arch == "llama") {
     c.n_kv_head = 1;
     c.ffn_multiple_of = 32;
     c.tie_embeddings = false;
   }
+  if (arch == "neox") c.rotary_pct = 0.5;  // tied, unlike Llama here
   return c;
 }
 
@@ -51,7 +52,7 @@ struct Trained {
 // norm (a sum of the shards' squares when sharded), clipping and AdamW.
 Trained train(ShardingStage stage, const MicroSchedule& micro, int steps,
               nn::Recompute recompute = nn::Recompute::none, DType compute = DType::f32,
-              nn::Arch arch = nn::Arch::gpt2, bool reshard_after_forward = true) {
+              const std::string& arch = "gpt2", bool reshard_after_forward = true) {
   Communicator& c = world();
   nn::ExecConfig exec = testing::exec_for(B, T, recompute, compute);
   exec.own_params = stage == ShardingStage::none;
@@ -128,13 +129,13 @@ const ShardingStage kSharded[] = {ShardingStage::optimizer, ShardingStage::gradi
                                   ShardingStage::full};
 
 std::vector<float> ddp_params(const MicroSchedule& micro, int steps, nn::Recompute r, DType compute,
-                              nn::Arch arch = nn::Arch::gpt2) {
+                              const std::string& arch = "gpt2") {
   Trained ref = train(ShardingStage::none, micro, steps, r, compute, arch);
   return read_as_f32(ref.model->context(), ref.dp->masters());
 }
 
 // 20 steps of two micro-batches: every stage ends with DDP's parameters (1e-5 relative), for
-// both architectures, and full also with reshard_after_forward = false.
+// every architecture, and full also with reshard_after_forward = false.
 //
 // Note [Sharded against DDP]
 // Both run the same GEMMs (B rows per rank and micro-batch) on the same weights; only the sum of
@@ -145,23 +146,23 @@ std::vector<float> ddp_params(const MicroSchedule& micro, int steps, nn::Recompu
 // lost micro-batch or rank moves updates by O(lr) a step: >= 1e-3.
 TEST(Sharding, EveryStageMatchesDdp) {
   const MicroSchedule two = [](int, int) { return 2; };
-  for (nn::Arch arch : {nn::Arch::gpt2, nn::Arch::llama}) {
+  for (const std::string& arch : nn::architecture_names()) {
     const std::vector<float> ref = ddp_params(two, 20, nn::Recompute::none, DType::f32, arch);
     for (ShardingStage s : kSharded) {
       Trained t = train(s, two, 20, nn::Recompute::none, DType::f32, arch);
       EXPECT_LT(max_diff_to(*t.dp, *t.model, ref, 20), 1e-5)  // Note [Sharded against DDP]
-          << sharding_stage_name(s) << " " << nn::arch_name(arch);
+          << sharding_stage_name(s) << " " << arch;
     }
     // full, keeping every unit gathered from its forward to the step's end.
     Trained kept =
         train(ShardingStage::full, two, 20, nn::Recompute::none, DType::f32, arch, false);
     EXPECT_LT(max_diff_to(*kept.dp, *kept.model, ref, 20), 1e-5)  // Note [Sharded against DDP]
-        << "full, reshard_after_forward false, " << nn::arch_name(arch);
+        << "full, reshard_after_forward false, " << arch;
   }
 }
 
 // Join: the last rank runs out after 5 steps and another has one micro-batch where the others
-// have two; with and without activation checkpointing, for both architectures. Every stage
+// have two; with and without activation checkpointing, for every architecture. Every stage
 // still ends with DDP's parameters.
 TEST(Sharding, JoinAndUnevenMicroBatchesMatchDdp) {
   const int N = world().size();
@@ -169,14 +170,13 @@ TEST(Sharding, JoinAndUnevenMicroBatchesMatchDdp) {
     if (N > 1 && rank == N - 1 && step >= 5) return 0;
     return rank == 0 && step % 3 == 1 ? 1 : 2;
   };
-  for (nn::Arch arch : {nn::Arch::gpt2, nn::Arch::llama})
+  for (const std::string& arch : nn::architecture_names())
     for (nn::Recompute r : {nn::Recompute::none, nn::Recompute::full}) {
       const std::vector<float> ref = ddp_params(uneven, 12, r, DType::f32, arch);
       for (ShardingStage s : kSharded) {
         Trained t = train(s, uneven, 12, r, DType::f32, arch);
         EXPECT_LT(max_diff_to(*t.dp, *t.model, ref, 12), 1e-5)  // Note [Sharded against DDP]
-            << sharding_stage_name(s) << " recompute " << nn::recompute_name(r) << " "
-            << nn::arch_name(arch);
+            << sharding_stage_name(s) << " recompute " << nn::recompute_name(r) << " " << arch;
       }
     }
 }

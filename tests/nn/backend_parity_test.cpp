@@ -222,16 +222,25 @@ Outputs rmsnorm_case(Arena& a, DType act, DType grad) {
   return {{"out", a.read(out)}, {"rstd", a.read(rstd)}, {"dx", a.read(dx)}, {"dw", a.read(dw)}};
 }
 
-// Rotary embeddings on the query and key columns of a packed (N, 3C) qkv-like tensor.
-Outputs rope_case(Arena& a, DType act, DType) {
+// Rotary embeddings on the query and key columns of a packed (N, 3C) qkv-like tensor, over
+// the first `rotary_dims` channels of each head of 16.
+Outputs rope_of(Arena& a, DType act, int rotary_dims) {
   const int N = 23, C = 48, hs = 16;
   std::vector<int32_t> pos;
   for (int n = 0; n < N; ++n) pos.push_back(n < 9 ? n : n - 9);  // a second document
   const Tensor p = a.ints(pos, {N});
   const Tensor x = a.random(1, act, {N, 3 * C}), dx = a.random(2, act, {N, 3 * C});
-  rope_forward(a.ctx, x.col_range(0, 2 * C), p, hs, 500.0f);
-  rope_backward(a.ctx, dx.col_range(C, 2 * C), p, hs, 500.0f);
+  rope_forward(a.ctx, x.col_range(0, 2 * C), p, hs, rotary_dims, 500.0f);
+  rope_backward(a.ctx, dx.col_range(C, 2 * C), p, hs, rotary_dims, 500.0f);
   return {{"x", a.read(x)}, {"dx", a.read(dx)}};
+}
+
+Outputs rope_case(Arena& a, DType act, DType) {
+  return rope_of(a, act, 16);
+}
+
+Outputs rope_partial_case(Arena& a, DType act, DType) {  // GPT-NeoX's partial rotary
+  return rope_of(a, act, 6);
 }
 
 Outputs swiglu_case(Arena& a, DType act, DType) {
@@ -399,6 +408,7 @@ std::vector<Case> make_cases() {
       {"rmsnorm", rmsnorm_case},
       {"rmsnorm_residual", rmsnorm_residual_case},
       {"rope", rope_case},
+      {"rope_partial", rope_partial_case},
       {"swiglu", swiglu_case},
       {"gelu", gelu_case},
       {"linear_gelu", linear_gelu_case},

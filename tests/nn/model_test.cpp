@@ -21,18 +21,23 @@ using testing::exec_for;
 using testing::forward_backward;
 using testing::loss_of;
 
-// `c` as architecture `arch`: Llama with one key/value head (multi-query) and an untied head.
-ModelConfig with_arch(ModelConfig c, Arch arch) {
+// `c` as architecture `arch`: Llama with one key/value head (multi-query) and an untied head;
+// GPT-NeoX with a quarter of each head rotary and an untied head.
+ModelConfig with_arch(ModelConfig c, const std::string& arch) {
   c.arch = arch;
-  if (arch == Arch::llama) {
+  if (arch == "llama") {
     c.n_kv_head = 1;
     c.ffn_multiple_of = 16;
+    c.tie_embeddings = false;
+  }
+  if (arch == "neox") {
+    c.rotary_pct = 0.25;
     c.tie_embeddings = false;
   }
   return c;
 }
 
-ModelConfig tiny_config(Arch arch = Arch::gpt2) {
+ModelConfig tiny_config(const std::string& arch = "gpt2") {
   ModelConfig c;
   c.vocab_size = 31;
   c.max_seq_len = 12;
@@ -57,7 +62,7 @@ struct TinyBatch {
 }  // namespace
 
 // The whole model, for each architecture.
-class EveryArch : public ::testing::TestWithParam<Arch> {};
+class EveryArch : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EveryArch, GradientsMatchFiniteDifferences) {
   Transformer model(tiny_config(GetParam()), exec_for(2, 8));
@@ -173,8 +178,8 @@ TEST_P(EveryArch, OutOfRangeTokenIsAClearError) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Gpt2AndLlama, EveryArch, ::testing::Values(Arch::gpt2, Arch::llama),
-                         [](const auto& info) { return std::string(arch_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Architectures, EveryArch, ::testing::ValuesIn(architecture_names()),
+                         [](const auto& info) { return info.param; });
 
 TEST(LrSchedule, WarmupThenCosineToTheFloor) {
   LrSchedule s{.max_lr = 1.0f, .min_lr = 0.1f, .warmup_steps = 10, .total_steps = 110};
@@ -276,7 +281,7 @@ struct Backward {
   std::vector<std::pair<int, ParamUse>> needed;    // on_params_needed, in order
 };
 
-Backward run_backward(ExecConfig exec, const BatchView& batch, Arch arch = Arch::gpt2) {
+Backward run_backward(ExecConfig exec, const BatchView& batch, const std::string& arch = "gpt2") {
   Transformer model(tiny_config(arch), exec);
   model.init_weights(17);
   Backward out;
@@ -292,7 +297,7 @@ Backward run_backward(ExecConfig exec, const BatchView& batch, Arch arch = Arch:
 // Activation checkpointing recomputes with the same kernels in the same order, so gradients
 // are bit for bit those of keeping everything, in every mask mode, and the hooks fire in the
 // same order (DDP's buckets start at the same points).
-class Checkpointing : public ::testing::TestWithParam<std::tuple<Recompute, int, Arch>> {};
+class Checkpointing : public ::testing::TestWithParam<std::tuple<Recompute, int, std::string>> {};
 
 TEST_P(Checkpointing, GradientsAreBitIdenticalToKeepingEverything) {
   const auto [policy, mask, arch] = GetParam();
@@ -310,17 +315,40 @@ TEST_P(Checkpointing, GradientsAreBitIdenticalToKeepingEverything) {
 }
 
 std::string policy_and_mask(
-    const ::testing::TestParamInfo<std::tuple<Recompute, int, Arch>>& info) {
+    const ::testing::TestParamInfo<std::tuple<Recompute, int, std::string>>& info) {
   static const char* const kMasks[] = {"plain", "packed", "padded"};
   return std::string(recompute_name(std::get<0>(info.param))) + "_" +
-         kMasks[std::get<1>(info.param)] + "_" + arch_name(std::get<2>(info.param));
+         kMasks[std::get<1>(info.param)] + "_" + std::get<2>(info.param);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     PoliciesAndMasks, Checkpointing,
     ::testing::Combine(::testing::Values(Recompute::selective, Recompute::full),
-                       ::testing::Values(0, 1, 2), ::testing::Values(Arch::gpt2, Arch::llama)),
+                       ::testing::Values(0, 1, 2), ::testing::ValuesIn(architecture_names())),
     policy_and_mask);
+
+// The weight schedule the model publishes (sharding prefetches by it) is the order in which
+// forward and backward, with full checkpointing, ask for the units' weights: tied and untied.
+TEST_P(EveryArch, WeightScheduleIsTheOrderWeightsAreRead) {
+  const MaskedBatch batch(0);
+  for (bool tied : {true, false}) {
+    ModelConfig c = tiny_config(GetParam());
+    c.tie_embeddings = tied;
+    try {
+      c.validate();
+    } catch (const UsageError&) {
+      continue;  // GPT-2 is always tied
+    }
+    Transformer model(c, exec_for(2, 8, DType::f32, Recompute::full));
+    model.init_weights(17);
+    std::vector<int> read[2];
+    model.on_params_needed = [&](int u, ParamUse use) { read[int(use)].push_back(u); };
+    forward_backward(model, batch.view());
+    EXPECT_EQ(read[0], model.weight_schedule(ParamUse::forward)) << "tied " << tied;
+    EXPECT_EQ(read[1], model.weight_schedule(ParamUse::backward)) << "tied " << tied;
+    EXPECT_EQ(read[0].size(), size_t(c.n_layer + 2 + tied));
+  }
+}
 
 TEST(Checkpointing, ParamsNeededFiresBeforeEveryUnitInOrder) {
   const MaskedBatch batch(0);
@@ -334,7 +362,7 @@ TEST(Checkpointing, ParamsNeededFiresBeforeEveryUnitInOrder) {
   EXPECT_EQ(b.needed, want);
   // An untied head (Llama here) reads its own weights in the final unit, not the embedding.
   const Backward u =
-      run_backward(exec_for(2, 8, DType::f32, Recompute::full), batch.view(), Arch::llama);
+      run_backward(exec_for(2, 8, DType::f32, Recompute::full), batch.view(), "llama");
   const std::vector<P> untied = {P{0, f}, P{1, f}, P{2, f}, P{3, f}, P{3, k}, P{2, k}, P{1, k}};
   EXPECT_EQ(u.needed, untied);
 }

@@ -100,8 +100,9 @@ TEST(OpsGrad, LinearOutIn) {
 }
 
 // Rotary embeddings on a strided view (the query columns of a packed tensor), positions
-// restarting mid-batch as in a packed row.
-TEST(OpsGrad, Rope) {
+// restarting mid-batch as in a packed row; over whole heads (Llama) and over the first 4
+// channels of each head of 8 (GPT-NeoX's partial rotary), whose other channels pass unchanged.
+void check_rope(int rotary_dims) {
   OpEnv env;
   const int N = 7, hs = 8, H = 2, width = 3 * H * hs;
   std::vector<int32_t> pos = {0, 1, 2, 3, 0, 1, 2};
@@ -109,12 +110,33 @@ TEST(OpsGrad, Rope) {
   std::vector<float> y;
   auto loss = [&] {
     y = x;
-    rope_forward(env.ctx, view(y, {N, width}).col_range(0, H * hs), view(pos, {N}), hs, 100.0f);
+    rope_forward(env.ctx, view(y, {N, width}).col_range(0, H * hs), view(pos, {N}), hs, rotary_dims,
+                 100.0f);
     return weighted_sum(y.data(), r);
   };
+  loss();
+  int changed = 0;
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < width; ++c) {
+      const size_t i = size_t(n) * width + size_t(c);
+      if (c >= H * hs || c % hs >= rotary_dims)
+        EXPECT_EQ(y[i], x[i]) << "channel " << c << " of row " << n << " is not rotated";
+      else
+        changed += y[i] != x[i];
+    }
+  EXPECT_GT(changed, N * H * rotary_dims / 2);  // row 0 (position 0) keeps its values
   std::vector<float> dx = r;
-  rope_backward(env.ctx, view(dx, {N, width}).col_range(0, H * hs), view(pos, {N}), hs, 100.0f);
+  rope_backward(env.ctx, view(dx, {N, width}).col_range(0, H * hs), view(pos, {N}), hs, rotary_dims,
+                100.0f);
   expect_gradient("dx", x, dx, loss);
+}
+
+TEST(OpsGrad, Rope) {
+  check_rope(8);
+}
+
+TEST(OpsGrad, RopePartial) {
+  check_rope(4);
 }
 
 TEST(OpsGrad, SwiGlu) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Independent PyTorch reference for the trainer's models, GPT-2 and Llama
-(tests/nn/torch_parity_test.cpp).
+"""Independent PyTorch reference for the trainer's models, GPT-2, Llama and GPT-NeoX
+(tests/nn/torch_parity_test.cpp), each computed as Hugging Face's model of that name does from
+weights in Hugging Face's layout.
 
 Reads weights.safetensors, batch.safetensors and trainer.safetensors from the directory given,
 recomputes logits, loss, parameter gradients and ten AdamW steps in float64 with autograd and
@@ -116,15 +117,8 @@ class Llama(torch.nn.Module):
     def rms_norm(x, w):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w
 
-    def rope(self, x, pos):  # x (B, h, T, hs)
-        hs = x.shape[-1]
-        inv_freq = 1.0 / (self.theta ** (torch.arange(0, hs, 2).float() / hs))  # fp32, as HF
-        angle = pos[:, None, :, None].float() * inv_freq  # (B, 1, T, hs/2) in fp32
-        cos = torch.cat([angle.cos(), angle.cos()], -1).double()
-        sin = torch.cat([angle.sin(), angle.sin()], -1).double()
-        half = hs // 2
-        rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
-        return x * cos + rotated * sin
+    def rope(self, x, pos):
+        return rope(x, pos, self.theta)
 
     def forward(self, tokens, segments, lengths):
         B, T = tokens.shape
@@ -157,6 +151,74 @@ class Llama(torch.nn.Module):
         return x @ self.w(head).T
 
 
+def rope(x, pos, theta):
+    """Rotate-half rotary embeddings over all of x's last dimension (B, h, T, d), the angles in
+    fp32 as Hugging Face computes them."""
+    d = x.shape[-1]
+    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2).float() / d))
+    angle = pos[:, None, :, None].float() * inv_freq  # (B, 1, T, d/2) in fp32
+    cos = torch.cat([angle.cos(), angle.cos()], -1).double()
+    sin = torch.cat([angle.sin(), angle.sin()], -1).double()
+    half = d // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
+    return x * cos + rotated * sin
+
+
+class Neox(torch.nn.Module):
+    """GPT-NeoX as Hugging Face's GPTNeoXForCausalLM computes it with use_parallel_residual:
+    x + attn(ln1(x)) + mlp(ln2(x)); the fused query_key_value rows grouped by head
+    ([q_h, k_h, v_h] for each head h); rotary embeddings on the first rotary_dims channels of
+    each head; LayerNorm (eps 1e-5) and biases; a tanh-GELU MLP ("gelu_new"); the head is
+    embed_out.weight or, tied, the token embedding."""
+
+    def __init__(self, weights, n_layer, n_head, theta, rotary_dims):
+        super().__init__()
+        self.n_layer, self.n_head, self.theta, self.rd = n_layer, n_head, theta, rotary_dims
+        self.p = torch.nn.ParameterDict(
+            {k.replace(".", "__"): torch.nn.Parameter(v.double()) for k, v in weights.items()})
+
+    def w(self, name):
+        return self.p[name.replace(".", "__")]
+
+    def has(self, name):
+        return name.replace(".", "__") in self.p
+
+    def ln(self, x, name):
+        return F.layer_norm(x, (x.shape[-1],), self.w(name + ".weight"), self.w(name + ".bias"),
+                            1e-5)
+
+    def linear(self, x, name):
+        return x @ self.w(name + ".weight").T + self.w(name + ".bias")
+
+    def forward(self, tokens, segments, lengths):
+        B, T = tokens.shape
+        C = self.w("gpt_neox.embed_in.weight").shape[1]
+        H = self.n_head
+        hs = C // H
+        pos = positions_of(tokens, segments)
+        allowed = allowed_of(B, T, segments, lengths)
+        x = self.w("gpt_neox.embed_in.weight")[tokens]
+        for l in range(self.n_layer):
+            h = f"gpt_neox.layers.{l}."
+            a = self.ln(x, h + "input_layernorm")
+            qkv = self.linear(a, h + "attention.query_key_value").view(B, T, H, 3 * hs)
+            q, k, v = (t.transpose(1, 2) for t in qkv.split(hs, dim=-1))
+            rd = self.rd
+            q = torch.cat([rope(q[..., :rd], pos, self.theta), q[..., rd:]], -1)
+            k = torch.cat([rope(k[..., :rd], pos, self.theta), k[..., rd:]], -1)
+            s = (q @ k.transpose(-1, -2)) / math.sqrt(hs)
+            s = s.masked_fill(~allowed[:, None], float("-inf"))
+            p = torch.softmax(s, dim=-1).nan_to_num(0.0)
+            y = (p @ v).transpose(1, 2).reshape(B, T, C)
+            attn = self.linear(y, h + "attention.dense")
+            m = self.ln(x, h + "post_attention_layernorm")
+            m = F.gelu(self.linear(m, h + "mlp.dense_h_to_4h"), approximate="tanh")
+            x = x + attn + self.linear(m, h + "mlp.dense_4h_to_h")
+        x = self.ln(x, "gpt_neox.final_layer_norm")
+        head = "embed_out.weight" if self.has("embed_out.weight") else "gpt_neox.embed_in.weight"
+        return x @ self.w(head).T
+
+
 def loss_of(logits, targets):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).long(),
                            ignore_index=-1, reduction="mean")
@@ -171,9 +233,14 @@ def main(d):
     weights, meta = read_safetensors(d / "weights.safetensors")
     batch, _ = read_safetensors(d / "batch.safetensors")
     ours, _ = read_safetensors(d / "trainer.safetensors")
-    arch, V, P, L, H, C, Hkv, theta = meta["config"].split()
-    L, H, Hkv = int(L), int(H), int(Hkv)
-    model = Gpt(weights, L, H) if arch == "gpt2" else Llama(weights, L, H, Hkv, float(theta))
+    arch, V, P, L, H, C, Hkv, theta, rd = meta["config"].split()
+    L, H, Hkv, theta, rd = int(L), int(H), int(Hkv), float(theta), int(rd)
+    if arch == "gpt2":
+        model = Gpt(weights, L, H)
+    elif arch == "llama":
+        model = Llama(weights, L, H, Hkv, theta)
+    else:
+        model = Neox(weights, L, H, theta, rd)
     tokens, targets = batch["tokens"].long(), batch["targets"]
     segments, lengths = batch.get("segments"), batch.get("lengths")
 
@@ -203,8 +270,11 @@ def main(d):
     if arch == "gpt2":
         decay = [model.w(n) for n in weights if n.endswith(".weight") and n.count(".") >= 3
                  and ("attn" in n or "mlp" in n)]
-    else:  # every projection and an untied head
+    elif arch == "llama":  # every projection and an untied head
         decay = [model.w(n) for n in weights if n.endswith("_proj.weight") or n == "lm_head.weight"]
+    else:  # every matrix of a block and an untied head
+        decay = [model.w(n) for n in weights if n.endswith(".weight") and
+                 (".attention." in n or ".mlp." in n or n == "embed_out.weight")]
     no_decay = [model.w(n) for n in weights if all(model.w(n) is not q for q in decay)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}],

@@ -1,0 +1,39 @@
+// An architecture is one record: its name, its specification (parameters and activations at a
+// model's shape), its own checks of a configuration, its block's forward and backward, and its
+// Hugging Face config. Each architecture's file defines its record at its end; one list
+// (architecture.cpp) names them all, and everything else (config parsing, the schema's
+// choices, export, workspace sizing, the FLOPs count, the tests) walks the list or the record.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "nn/arch.h"
+#include "nn/block.h"
+#include "nn/model_config.h"
+
+namespace trainer::nn {
+
+struct Architecture {
+  const char* name;     // the value of model.arch
+  const char* summary;  // a phrase for the schema and --help: what sets it apart
+  // Parameters, activations and products of `model` (already checked by `validate`).
+  ArchSpec (*spec)(const ModelConfig& model);
+  // Throws UsageError naming the key when `model` asks for what this architecture lacks;
+  // ModelConfig::validate has checked the keys every architecture shares.
+  void (*validate)(const ModelConfig& model);
+  void (*block_forward)(const Context& ctx, const BlockTensors& t, BlockPass pass);
+  void (*block_backward)(const Context& ctx, const BlockTensors& t);
+  // Hugging Face's config.json for `model` (model_type, architectures and the shape keys).
+  nlohmann::json (*hf_config)(const ModelConfig& model);
+};
+
+// Every architecture, in the order the schema lists them.
+const std::vector<const Architecture*>& architectures();
+// Their names.
+std::vector<std::string> architecture_names();
+// The architecture called `name`; throws UsageError listing the names otherwise.
+const Architecture& find_architecture(const std::string& name);
+
+}  // namespace trainer::nn

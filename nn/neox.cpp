@@ -1,0 +1,193 @@
+// GPT-NeoX (Pythia): no position embeddings; blocks whose attention and MLP both read the block's
+// input, each through its own LayerNorm, and add to the residual stream side by side
+// ("parallel residual": out = x + attn(ln1(x)) + mlp(ln2(x))); rotary embeddings on the first
+// rotary_pct of each head's channels ("partial rotary"); biases everywhere; a GELU MLP of 4C;
+// a final LayerNorm and a head tied to the token embedding or not. Names and orientations
+// follow Hugging Face's GPTNeoXForCausalLM (torch.nn.Linear weights, stored (out, in)), except
+// that the fused q/k/v rows are kept as [q; k; v] here and interleaved by head on export
+// (ParamSpec::hf_rows). The MLP's GELU is the tanh form, exported as hidden_act "gelu_new".
+#include "nn/architecture.h"
+#include "nn/ops/attention.h"
+#include "nn/ops/cast.h"
+#include "nn/ops/gelu.h"
+#include "nn/ops/layernorm.h"
+#include "nn/ops/linear.h"
+#include "nn/ops/residual.h"
+#include "nn/ops/rope.h"
+#include "runtime/error.h"
+
+namespace trainer::nn {
+
+namespace {
+
+using namespace block_access;
+
+constexpr WeightLayout kOutIn = WeightLayout::out_in;
+
+void neox_validate(const ModelConfig& m) {
+  USAGE_CHECK(m.n_kv_head == 0 || m.n_kv_head == m.n_head,
+              "model.n_kv_head = {} needs model.arch = llama (GPT-NeoX has as many key/value "
+              "heads as heads)",
+              m.n_kv_head);
+  USAGE_CHECK(m.ffn_hidden == 0,
+              "model.ffn_hidden = {} needs model.arch = llama (GPT-NeoX's MLP is 4 n_embd wide)",
+              m.ffn_hidden);
+  const int rd = m.rotary_dims();
+  USAGE_CHECK(rd >= 2 && rd % 2 == 0 && rd <= 1024,
+              "model.rotary_pct = {} turns {} of each head's {} channels: rotary embeddings need "
+              "an even number from 2 to 1024",
+              m.rotary_pct, rd, m.head_size());
+  USAGE_CHECK(m.rope_theta > 1.0f, "model.rope_theta must exceed 1, got {}", m.rope_theta);
+}
+
+ArchSpec neox_spec(const ModelConfig& m) {
+  const int64_t C = m.n_embd, V = m.vocab_size, H = m.n_head;
+  ArchSpec s;
+  s.block_prefix = "gpt_neox.layers.";
+  s.embedding = {{"gpt_neox.embed_in.weight", Role::tok_embedding, {V, C}, false, Init::normal}};
+  const std::array<int64_t, 2> by_head{3, H};
+  s.block = {
+      {"input_layernorm.weight", Role::norm1_w, {C}, false, Init::ones},
+      {"input_layernorm.bias", Role::norm1_b, {C}, false, Init::zeros},
+      {"attention.query_key_value.weight", Role::qkv_w, {3 * C, C}, true, Init::normal, by_head},
+      {"attention.query_key_value.bias", Role::qkv_b, {3 * C}, false, Init::zeros, by_head},
+      {"attention.dense.weight", Role::attn_proj_w, {C, C}, true, Init::normal_residual},
+      {"attention.dense.bias", Role::attn_proj_b, {C}, false, Init::zeros},
+      {"post_attention_layernorm.weight", Role::norm2_w, {C}, false, Init::ones},
+      {"post_attention_layernorm.bias", Role::norm2_b, {C}, false, Init::zeros},
+      {"mlp.dense_h_to_4h.weight", Role::fc_w, {4 * C, C}, true, Init::normal},
+      {"mlp.dense_h_to_4h.bias", Role::fc_b, {4 * C}, false, Init::zeros},
+      {"mlp.dense_4h_to_h.weight", Role::fc_proj_w, {C, 4 * C}, true, Init::normal_residual},
+      {"mlp.dense_4h_to_h.bias", Role::fc_proj_b, {C}, false, Init::zeros}};
+  s.final = {{"gpt_neox.final_layer_norm.weight", Role::final_norm_w, {C}, false, Init::ones},
+             {"gpt_neox.final_layer_norm.bias", Role::final_norm_b, {C}, false, Init::zeros}};
+  if (!m.tie_embeddings)
+    s.final.push_back({"embed_out.weight", Role::lm_head, {V, C}, true, Init::normal});
+  using K = ActKind;
+  s.block_acts = {{Act::ln1, C, false, K::cheap},          {Act::ln1_mean, 1, true, K::stat},
+                  {Act::ln1_rstd, 1, true, K::stat},       {Act::qkv, 3 * C, false, K::expensive},
+                  {Act::atty, C, false, K::expensive},     {Act::att_lse, H, true, K::stat},
+                  {Act::ln2, C, false, K::cheap},          {Act::ln2_mean, 1, true, K::stat},
+                  {Act::ln2_rstd, 1, true, K::stat},       {Act::fch, 4 * C, false, K::expensive},
+                  {Act::fch_gelu, 4 * C, false, K::cheap}, {Act::d_qkv, 3 * C, false, K::scratch},
+                  {Act::d_atty, C, false, K::scratch},     {Act::d_fch, 4 * C, false, K::scratch}};
+  s.block_matmuls = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+  return s;
+}
+
+// Columns [i*C, (i+1)*C) of the packed (B,T,3C) qkv tensor: q (0), k (1) or v (2).
+Tensor qkv_part(const Tensor& qkv, const BlockTensors& t, int i) {
+  const int64_t C = qkv.cols() / 3;
+  return qkv.reshape({t.B, t.T, 3 * C}).col_range(i * C, C);
+}
+
+void neox_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pass) {
+  using enum Act;
+  using R = Role;
+  auto norms = [&] {
+    layernorm_forward(ctx, A(t, ln1), A(t, ln1_mean), A(t, ln1_rstd), t.x, W(t, R::norm1_w),
+                      W(t, R::norm1_b));
+    layernorm_forward(ctx, A(t, ln2), A(t, ln2_mean), A(t, ln2_rstd), t.x, W(t, R::norm2_w),
+                      W(t, R::norm2_b));
+  };
+  if (pass == BlockPass::recompute_cheap) {
+    norms();
+    gelu_forward(ctx, A(t, fch_gelu), A(t, fch));
+    return;
+  }
+  const int64_t C = t.x.cols();
+  const int hs = t.model->head_size(), rd = t.model->rotary_dims();
+  const float theta = t.model->rope_theta;
+  norms();
+  // Attention branch.
+  linear_forward(ctx, A(t, qkv), A(t, ln1), W(t, R::qkv_w), W(t, R::qkv_b), kOutIn);
+  const Tensor q = qkv_part(A(t, qkv), t, 0);
+  Tensor k = qkv_part(A(t, qkv), t, 1), v = qkv_part(A(t, qkv), t, 2);
+  rope_forward(ctx, q, t.positions, hs, rd, theta);
+  rope_forward(ctx, k, t.positions, hs, rd, theta);
+  if (!t.k_cache.empty()) {  // append this batch's keys and values, attend to the whole cache
+    const int64_t seen = t.q_pos + t.T;
+    cast(ctx, t.k_cache.row_range(t.q_pos, t.T), k);
+    cast(ctx, t.v_cache.row_range(t.q_pos, t.T), v);
+    k = t.k_cache.row_range(0, seen).reshape({1, seen, C});
+    v = t.v_cache.row_range(0, seen).reshape({1, seen, C});
+  }
+  attention_forward(ctx, A(t, atty).reshape({t.B, t.T, C}), A(t, att_lse), q, k, v, t.mask,
+                    t.n_head, t.q_pos);
+  linear_forward(ctx, t.tmp, A(t, atty), W(t, R::attn_proj_w), W(t, R::attn_proj_b), kOutIn);
+  if (pass == BlockPass::train) residual_forward(ctx, t.out, t.x, t.tmp);
+  // MLP branch, beside it.
+  linear_gelu_forward(ctx, A(t, fch_gelu), A(t, fch), A(t, ln2), W(t, R::fc_w), W(t, R::fc_b),
+                      kOutIn);
+  linear_forward(ctx, t.tmp, A(t, fch_gelu), W(t, R::fc_proj_w), W(t, R::fc_proj_b), kOutIn);
+  if (pass == BlockPass::train) residual_forward(ctx, t.out, t.out, t.tmp);
+}
+
+// Both branches take the output's gradient before either norm adds its input's gradient to
+// d_res.
+void neox_block_backward(const Context& ctx, const BlockTensors& t) {
+  using enum Act;
+  using R = Role;
+  const int64_t C = t.x.cols();
+  const int hs = t.model->head_size(), rd = t.model->rotary_dims();
+  const float theta = t.model->rope_theta;
+  const Tensor& dy = branch_grad(ctx, t);
+  gelu_linear_backward(ctx, A(t, d_fch), G(t, R::fc_proj_w), G(t, R::fc_proj_b), dy, A(t, fch_gelu),
+                       W(t, R::fc_proj_w), A(t, fch), kOutIn);
+  linear_backward(ctx, A(t, d_atty), G(t, R::attn_proj_w), G(t, R::attn_proj_b), dy, A(t, atty),
+                  W(t, R::attn_proj_w), kOutIn);
+  // MLP branch.
+  linear_backward(ctx, t.d_ln, G(t, R::fc_w), G(t, R::fc_b), A(t, d_fch), A(t, ln2), W(t, R::fc_w),
+                  kOutIn);
+  layernorm_backward(ctx, t.d_res, G(t, R::norm2_w), G(t, R::norm2_b), t.d_ln, t.x,
+                     W(t, R::norm2_w), A(t, ln2_mean), A(t, ln2_rstd));
+  // Attention branch.
+  const Tensor& q3 = A(t, qkv);
+  const Tensor& d3 = A(t, d_qkv);
+  const Tensor dq = qkv_part(d3, t, 0), dk = qkv_part(d3, t, 1);
+  attention_backward(ctx, dq, dk, qkv_part(d3, t, 2), A(t, d_atty).reshape({t.B, t.T, C}),
+                     A(t, atty).reshape({t.B, t.T, C}), A(t, att_lse), qkv_part(q3, t, 0),
+                     qkv_part(q3, t, 1), qkv_part(q3, t, 2), t.mask, t.n_head);
+  rope_backward(ctx, dq, t.positions, hs, rd, theta);
+  rope_backward(ctx, dk, t.positions, hs, rd, theta);
+  linear_backward(ctx, t.d_ln, G(t, R::qkv_w), G(t, R::qkv_b), A(t, d_qkv), A(t, ln1),
+                  W(t, R::qkv_w), kOutIn);
+  layernorm_backward(ctx, t.d_res, G(t, R::norm1_w), G(t, R::norm1_b), t.d_ln, t.x,
+                     W(t, R::norm1_w), A(t, ln1_mean), A(t, ln1_rstd));
+}
+
+nlohmann::json neox_hf_config(const ModelConfig& m) {
+  return {{"model_type", "gpt_neox"},
+          {"architectures", {"GPTNeoXForCausalLM"}},
+          {"vocab_size", m.vocab_size},
+          {"max_position_embeddings", m.max_seq_len},
+          {"hidden_size", m.n_embd},
+          {"intermediate_size", 4 * m.n_embd},
+          {"num_hidden_layers", m.n_layer},
+          {"num_attention_heads", m.n_head},
+          {"hidden_act", "gelu_new"},
+          {"rotary_pct", m.rotary_pct},
+          {"partial_rotary_factor", m.rotary_pct},
+          {"rotary_emb_base", m.rope_theta},
+          {"rope_theta", m.rope_theta},
+          {"layer_norm_eps", 1e-5},
+          {"use_parallel_residual", true},
+          {"attention_bias", true},
+          {"attention_dropout", 0.0},
+          {"hidden_dropout", 0.0},
+          {"tie_word_embeddings", m.tie_embeddings}};
+}
+
+}  // namespace
+
+extern const Architecture kNeox = {
+    "neox",
+    "GPT-NeoX/Pythia: parallel attention and MLP, partial rotary positions, LayerNorm, GELU, "
+    "biases, tied or untied head",
+    neox_spec,
+    neox_validate,
+    neox_block_forward,
+    neox_block_backward,
+    neox_hf_config};
+
+}  // namespace trainer::nn

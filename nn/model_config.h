@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
+#include "runtime/context.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
 
@@ -67,11 +70,14 @@ struct ExecConfig {
   int max_rows = 1;                   // the largest batch: up to max_rows * max_seq_len
   int max_seq_len = 1;                // tokens, in rows of at most max_seq_len
   bool training = true;               // false: forward only (no gradients, no backward memory)
-  bool own_params = true;     // false: weights and gradients come from a UnitStore (sharding)
-  void* stream = nullptr;     // CUDA: the stream the model's work is queued on (null: the legacy
-                              // default stream); the caller owns it
-  bool cuda_graphs = false;   // CUDA: replay training passes as graphs (Note [CUDA graphs])
-  bool deterministic = true;  // ops give the same bits every run (Context::deterministic)
+  bool own_params = true;       // false: weights and gradients come from a UnitStore (sharding)
+  void* stream = nullptr;       // CUDA: the stream the model's work is queued on (null: the legacy
+                                // default stream); the caller owns it
+  bool cuda_graphs = false;     // CUDA: replay training passes as graphs (Note [CUDA graphs])
+  bool deterministic = true;    // ops give the same bits every run (Context::deterministic)
+  bool cudnn_attention = true;  // CUDA: cuDNN's fused attention where it applies (Context)
+  // The CPU's bf16 path (Context::bf16_math); unset: detect_cpu_bf16_math's choice.
+  std::optional<CpuBf16Math> cpu_bf16;
 
   // The policy for block l.
   Recompute policy(int layer) const;

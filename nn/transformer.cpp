@@ -27,7 +27,8 @@ Context context_for(const ExecConfig& e) {
   c.device = e.device;
   c.device_index = e.device_index;
   c.stream = e.stream;
-  c.bf16_math = detect_cpu_bf16_math();
+  c.bf16_math = e.cpu_bf16 ? *e.cpu_bf16 : detect_cpu_bf16_math();
+  c.cudnn_attention = e.cudnn_attention;
   c.threads = omp_get_max_threads();  // fixed for the model's life: its workspace is sized so
   c.deterministic = e.deterministic;
   return c;

@@ -1,6 +1,7 @@
 // Where an op runs and what it may use: the device (with its index), the stream its work is
-// queued on, the scratch workspace, how the CPU does bf16 arithmetic and whether results must
-// be reproducible. Every op takes one.
+// queued on, the scratch workspace, how the CPU does bf16 arithmetic, which attention the GPU
+// runs and whether results must be reproducible. Every op takes one; the choices in it are
+// made once, where it is made, never read from the environment by an op.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,9 @@ struct Context {
   // Whether every op gives the same bits on every run: false lets CUDA ops take faster paths
   // whose sums' order varies (cuDNN attention's backward accumulating dQ by atomic adds).
   bool deterministic = true;
+  // CUDA: cuDNN's fused attention where it applies (bf16 training passes); false: our own
+  // kernel for every call (the parity test runs both).
+  bool cudnn_attention = true;
 };
 
 // The CPU threads an op on `ctx` uses: ctx.threads, or OpenMP's maximum when that is 0.

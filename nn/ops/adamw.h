@@ -22,15 +22,4 @@ struct AdamWHyper {
 void adamw_update(const Context& ctx, const Tensor& params, const Tensor& grads, const Tensor& m,
                   const Tensor& v, const Tensor& working, const AdamWHyper& h);
 
-namespace cpu {
-void adamw_update(const Context& ctx, const Tensor& params, const Tensor& grads, const Tensor& m,
-                  const Tensor& v, const Tensor& working, const AdamWHyper& h);
-}  // namespace cpu
-
-// The CUDA kernels (<op>_cuda.cu), in builds with the CUDA backend.
-namespace cuda {
-void adamw_update(const Context& ctx, const Tensor& params, const Tensor& grads, const Tensor& m,
-                  const Tensor& v, const Tensor& working, const AdamWHyper& h);
-}  // namespace cuda
-
 }  // namespace trainer::nn

@@ -1,7 +1,7 @@
 #include <cmath>
 
-#include "nn/ops/adamw.h"
 #include "nn/ops/cpu_dtype.h"
+#include "nn/ops/kernels.h"
 
 namespace trainer::nn::cpu {
 

@@ -2,8 +2,8 @@
 // in the same pass (as the CPU kernel does).
 #include <cmath>
 
-#include "nn/ops/adamw.h"
 #include "nn/ops/cuda_common.cuh"
+#include "nn/ops/kernels.h"
 
 namespace trainer::nn::cuda {
 

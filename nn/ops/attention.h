@@ -23,9 +23,9 @@
 namespace trainer::nn {
 
 struct AttentionMask {
-  Tensor segments;  // (B, T) int32, or empty
-  Tensor lengths;   // (B) int32, or empty
-  Tensor runs;      // (R+1) int32 with segments, or empty: segment_runs of them
+  Tensor segments{};  // (B, T) int32, or empty
+  Tensor lengths{};   // (B) int32, or empty
+  Tensor runs{};      // (R+1) int32 with segments, or empty: segment_runs of them
 };
 
 // The flat indices (b * T + t) where each run of equal ids in the rows of segments (B, T) starts,
@@ -52,28 +52,5 @@ void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, 
 // and n_head query heads.
 size_t attention_workspace(const Context& ctx, int64_t rows, int n_head, int64_t Tq, int64_t Tk,
                            int64_t head_size, DType act, bool backward);
-
-namespace cpu {
-void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& q,
-                       const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head,
-                       int q_pos);
-void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                        const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& q,
-                        const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head);
-size_t attention_workspace(int threads, int64_t Tq, int64_t Tk, int64_t head_size, DType act,
-                           bool backward);
-}  // namespace cpu
-
-// The CUDA kernels (<op>_cuda.cu), in builds with the CUDA backend.
-namespace cuda {
-void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& q,
-                       const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head,
-                       int q_pos);
-void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                        const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& q,
-                        const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head);
-size_t attention_workspace(int64_t rows, int n_head, int64_t Tq, int64_t head_size, DType act,
-                           bool backward, bool deterministic);
-}  // namespace cuda
 
 }  // namespace trainer::nn

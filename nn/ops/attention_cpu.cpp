@@ -10,8 +10,8 @@
 #include <limits>
 #include <type_traits>
 
-#include "nn/ops/attention.h"
 #include "nn/ops/cpu_dtype.h"
+#include "nn/ops/kernels.h"
 #include "nn/ops/vec_math.h"
 #include "runtime/gemm.h"
 #include "runtime/workspace.h"
@@ -153,21 +153,10 @@ struct Dims {
   int64_t group() const { return H / Hkv; }
 };
 
+// The shapes, checked by the op (dispatch.cpp) before any backend runs.
 Dims dims_of(const Tensor& q, const Tensor& k, int n_head) {
   const int64_t hs = q.dim(2) / n_head;
-  const Dims d{q.dim(0), q.dim(1), k.dim(1), q.dim(2), n_head, hs, hs ? k.dim(2) / hs : 0};
-  TRAINER_ASSERT(q.ndim == 3 && k.ndim == 3 && k.dim(0) == d.B && d.H * d.hs == d.C && d.Hkv > 0 &&
-                     d.Hkv * d.hs == k.dim(2) && d.H % d.Hkv == 0,
-                 "attention shapes");
-  return d;
-}
-
-// Masks are read inside the parallel region, where a failed check could not be reported.
-void check_mask(const AttentionMask& m, int64_t B, int64_t T) {
-  TRAINER_ASSERT(
-      (m.segments.empty() || (m.segments.dtype == DType::i32 && m.segments.numel() == B * T)) &&
-          (m.lengths.empty() || (m.lengths.dtype == DType::i32 && m.lengths.numel() == B)),
-      "attention mask shapes and dtypes");
+  return {q.dim(0), q.dim(1), k.dim(1), q.dim(2), n_head, hs, k.dim(2) / hs};
 }
 
 int64_t valid_length(const AttentionMask& m, int64_t b, int64_t T) {
@@ -184,11 +173,6 @@ void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
                        const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head,
                        int q_pos) {
   const Dims d = dims_of(q, k, n_head);
-  TRAINER_ASSERT(out.contiguous() && out.numel() == d.B * d.Tq * d.C &&
-                     lse.numel() == d.B * d.H * d.Tq && v.dtype == q.dtype &&
-                     v.dim(2) == k.dim(2) && out.dtype == q.dtype &&
-                     (q_pos == 0 || (mask.segments.empty() && mask.lengths.empty())),
-                 "attention_forward shapes");
   const int threads = op_threads(ctx);
   const int64_t per_thread = per_thread_floats(d.Tq, d.Tk, d.hs, q.dtype, false);
   Workspace::Scope scope(ctx.workspace);
@@ -228,13 +212,6 @@ void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, 
                         const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& q,
                         const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head) {
   const Dims d = dims_of(q, k, n_head);
-  TRAINER_ASSERT(d.Tq == d.Tk && out.contiguous() && dout.contiguous() &&
-                     dout.numel() == d.B * d.Tq * d.C && lse.dtype == DType::f32 &&
-                     k.dtype == q.dtype && v.dtype == q.dtype && out.dtype == q.dtype &&
-                     dout.dtype == q.dtype && dq.dtype == q.dtype && dk.dtype == q.dtype &&
-                     dv.dtype == q.dtype,
-                 "attention_backward shapes and dtypes");
-  check_mask(mask, d.B, d.Tq);
   const int threads = op_threads(ctx);
   const int64_t T = d.Tq, per_thread = per_thread_floats(T, T, d.hs, q.dtype, true);
   Workspace::Scope scope(ctx.workspace);
@@ -279,9 +256,9 @@ void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, 
   });
 }
 
-size_t attention_workspace(int threads, int64_t Tq, int64_t Tk, int64_t head_size, DType act,
-                           bool backward) {
-  return Workspace::bytes_for<float>(int64_t(threads) *
+size_t attention_workspace(const Context& ctx, int64_t, int, int64_t Tq, int64_t Tk,
+                           int64_t head_size, DType act, bool backward) {
+  return Workspace::bytes_for<float>(int64_t(op_threads(ctx)) *
                                      per_thread_floats(Tq, Tk, head_size, act, backward));
 }
 

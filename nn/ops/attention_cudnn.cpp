@@ -39,7 +39,6 @@
 
 #include <array>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -115,16 +114,11 @@ float masked_value() {
                                     : std::numeric_limits<float>::lowest();
 }
 
-bool enabled() {
-  const char* env = std::getenv("TRAINER_CUDNN_ATTENTION");
-  return !(env && std::strcmp(env, "off") == 0);
-}
-
 // Whether cuDNN's engines are meant for this call: a training pass (all queries from position
 // 0) in bf16; the own kernel serves the rest by design (fp32, decoding), which is no fallback.
-bool meant_for_cudnn(const Tensor& q, const Tensor& k, int q_pos) {
-  return enabled() && q.dtype == DType::bf16 && q_pos == 0 && q.ndim == 3 && k.ndim == 3 &&
-         k.dim(1) == q.dim(1) && q.dim(1) > 1;
+bool meant_for_cudnn(const Context& ctx, const Tensor& q, const Tensor& k, int q_pos) {
+  return ctx.cudnn_attention && q.dtype == DType::bf16 && q_pos == 0 && q.ndim == 3 &&
+         k.ndim == 3 && k.dim(1) == q.dim(1) && q.dim(1) > 1;
 }
 
 // Why cuDNN's engines cannot serve a call meant for them, or empty when they can (Note
@@ -434,7 +428,7 @@ size_t cudnn_attention_workspace(int64_t rows, int n_head, int64_t T, int64_t he
 bool cudnn_attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
                              const Tensor& q, const Tensor& k, const Tensor& v,
                              const AttentionMask& mask, int n_head, int q_pos) {
-  if (!meant_for_cudnn(q, k, q_pos)) return false;
+  if (!meant_for_cudnn(ctx, q, k, q_pos)) return false;
   if (const std::string why = ineligible(q, mask, n_head); !why.empty())
     return fall_back(false, why);
   TRAINER_ASSERT(out.contiguous() && lse.contiguous(), "cuDNN attention forward outputs");
@@ -460,7 +454,7 @@ bool cudnn_attention_backward(const Context& ctx, const Tensor& dq, const Tensor
                               const Tensor& dv, const Tensor& dout, const Tensor& out,
                               const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                               const AttentionMask& mask, int n_head) {
-  if (!meant_for_cudnn(q, k, 0)) return false;
+  if (!meant_for_cudnn(ctx, q, k, 0)) return false;
   if (const std::string why = ineligible(q, mask, n_head); !why.empty())
     return fall_back(true, why);
   TRAINER_ASSERT(

@@ -8,8 +8,8 @@
 // for which no engine configuration fits the planned workspace (each such call counted as a
 // fallback, runtime/fallback.h, and its reason logged once). Forward and backward may each fall
 // back alone: cuDNN's softmax statistics are the own kernel's lse (per query, log-sum-exp of the
-// scaled scores, laid out (B,H,T)). TRAINER_CUDNN_ATTENTION=off turns cuDNN off (to test the own
-// kernel on a GPU). Built with the CUDA backend only.
+// scaled scores, laid out (B,H,T)). Context::cudnn_attention = false turns cuDNN off (to test
+// the own kernel on a GPU). Built with the CUDA backend only.
 #pragma once
 
 #include "nn/ops/attention.h"

@@ -10,13 +10,4 @@ namespace trainer::nn {
 // dst = src, element for element: the same rows and columns, any row strides, fp32 or bf16.
 void cast(const Context& ctx, const Tensor& dst, const Tensor& src);
 
-namespace cpu {
-void cast(const Context& ctx, const Tensor& dst, const Tensor& src);
-}  // namespace cpu
-
-// The CUDA kernels (<op>_cuda.cu), in builds with the CUDA backend.
-namespace cuda {
-void cast(const Context& ctx, const Tensor& dst, const Tensor& src);
-}  // namespace cuda
-
 }  // namespace trainer::nn

@@ -30,21 +30,4 @@ void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const Ten
 // Scratch cross_entropy_forward takes for N rows.
 size_t cross_entropy_workspace(const Context& ctx, int64_t N);
 
-namespace cpu {
-void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Tensor& stats,
-                           const Tensor& logits, const Tensor& targets);
-void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const Tensor& logits,
-                            const Tensor& stats, const Tensor& targets, const Tensor& scale);
-size_t cross_entropy_workspace(int64_t N);
-}  // namespace cpu
-
-// The CUDA kernels (<op>_cuda.cu), in builds with the CUDA backend.
-namespace cuda {
-void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Tensor& stats,
-                           const Tensor& logits, const Tensor& targets);
-void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const Tensor& logits,
-                            const Tensor& stats, const Tensor& targets, const Tensor& scale);
-size_t cross_entropy_workspace(int64_t N);
-}  // namespace cuda
-
 }  // namespace trainer::nn

@@ -1,48 +1,14 @@
-// The one dispatch point: every op's device switch, in one file. The CPU kernels live in
-// <op>_cpu.cpp, the CUDA kernels in <op>_cuda.cu (a build without the CUDA backend reports
-// that it has none). Shape checks that hold for every backend are made here, once, and every
-// op is timed here under its name for the profile.
-#include "nn/ops/adamw.h"
-#include "nn/ops/attention.h"
-#include "nn/ops/cast.h"
-#include "nn/ops/cross_entropy.h"
-#include "nn/ops/embedding.h"
-#include "nn/ops/gelu.h"
-#include "nn/ops/layernorm.h"
-#include "nn/ops/linear.h"
-#include "nn/ops/residual.h"
-#include "nn/ops/rmsnorm.h"
-#include "nn/ops/rope.h"
-#include "nn/ops/sum_squares.h"
-#include "nn/ops/swiglu.h"
+// Every op's entry: its shape checks that hold on every backend (made here, once), its timing
+// under its name for the profile, and its kernel from the table of ctx's backend
+// (nn/ops/kernels.h).
+#include "nn/ops/kernels.h"
 #include "runtime/error.h"
 #include "runtime/profile.h"
 
 namespace trainer::nn {
 
-// TRAINER_CUDA_KERNELS is defined where the CUDA backend is built (nn/CMakeLists.txt).
-#ifdef TRAINER_CUDA_KERNELS
-#define TRAINER_CUDA_CALL(op, args) return cuda::op args
-#else
-namespace {
-[[noreturn]] void no_kernel(const char* op) {
-  THROW_ERROR("{} has no CUDA kernel: this trainer was built without the CUDA backend", op);
-}
-}  // namespace
-#define TRAINER_CUDA_CALL(op, args) no_kernel(#op)
-#endif
-
-// The op's kernel for ctx's device, given each backend's arguments.
-#define TRAINER_DISPATCH_EACH(op, cpu_args, cuda_args) \
-  switch (ctx.device) {                                \
-    case Device::cpu:                                  \
-      return cpu::op cpu_args;                         \
-    case Device::cuda:                                 \
-      TRAINER_CUDA_CALL(op, cuda_args);                \
-  }                                                    \
-  TRAINER_ASSERT(false, "device {}", int(ctx.device))
-
-#define TRAINER_DISPATCH(op, ...) TRAINER_DISPATCH_EACH(op, (__VA_ARGS__), (__VA_ARGS__))
+// The op's kernel on ctx's backend.
+#define TRAINER_DISPATCH(op, ...) return kernels(ctx).op(__VA_ARGS__)
 
 // An op: timed under its name and kernel family in the profile (runtime/profile.h), whatever
 // the backend, then dispatched. The linear layer's bias gradient counts to the products (on
@@ -54,16 +20,27 @@ namespace {
 
 void embedding_forward(const Context& ctx, const Tensor& out, const Tensor& tokens,
                        const Tensor& positions, const Tensor& wte, const Tensor& wpe) {
+  const int64_t N = tokens.numel(), C = out.cols();
+  TRAINER_ASSERT(out.contiguous() && out.numel() == N * C && out.dtype == DType::f32 &&
+                     positions.numel() == N && tokens.dtype == DType::i32 &&
+                     positions.dtype == DType::i32 && wte.cols() == C &&
+                     (wpe.empty() || (wpe.cols() == C && wpe.dtype == wte.dtype)),
+                 "embedding_forward shapes");
   TRAINER_OP(embedding_forward, "embedding", ctx, out, tokens, positions, wte, wpe);
 }
 
 void embedding_backward(const Context& ctx, const Tensor& dwte, const Tensor& dwpe,
                         const Tensor& dout, const Tensor& tokens, const Tensor& positions) {
+  const int64_t N = tokens.numel(), C = dout.cols();
+  TRAINER_ASSERT(dout.contiguous() && dout.numel() == N * C && dout.dtype == DType::f32 &&
+                     positions.numel() == N && dwte.cols() == C &&
+                     (dwpe.empty() || (dwpe.cols() == C && dwpe.dtype == dwte.dtype)),
+                 "embedding_backward shapes");
   TRAINER_OP(embedding_backward, "embedding", ctx, dwte, dwpe, dout, tokens, positions);
 }
 
 size_t embedding_backward_workspace(const Context& ctx, int64_t N, int64_t C) {
-  TRAINER_DISPATCH(embedding_backward_workspace, N, C);
+  TRAINER_DISPATCH(embedding_backward_workspace, ctx, N, C);
 }
 
 void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean,
@@ -102,7 +79,7 @@ void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw
 }
 
 size_t layernorm_backward_workspace(const Context& ctx, int64_t C) {
-  TRAINER_DISPATCH(layernorm_backward_workspace, C);
+  TRAINER_DISPATCH(layernorm_backward_workspace, ctx, C);
 }
 
 void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, const Tensor& inp,
@@ -138,16 +115,27 @@ void rmsnorm_residual_forward(const Context& ctx, const Tensor& res_out, const T
 }
 
 size_t rmsnorm_backward_workspace(const Context& ctx, int64_t C) {
-  TRAINER_DISPATCH(rmsnorm_backward_workspace, C);
+  TRAINER_DISPATCH(rmsnorm_backward_workspace, ctx, C);
 }
+
+namespace {
+void check_rope(const Tensor& x, const Tensor& positions, int head_size, int rotary_dims) {
+  TRAINER_ASSERT(rotary_dims > 0 && rotary_dims % 2 == 0 && rotary_dims <= 1024 &&
+                     rotary_dims <= head_size && x.cols() % head_size == 0 &&
+                     positions.numel() == x.rows() && positions.dtype == DType::i32,
+                 "rope shapes");
+}
+}  // namespace
 
 void rope_forward(const Context& ctx, const Tensor& x, const Tensor& positions, int head_size,
                   int rotary_dims, float theta) {
+  check_rope(x, positions, head_size, rotary_dims);
   TRAINER_OP(rope_forward, "rope", ctx, x, positions, head_size, rotary_dims, theta);
 }
 
 void rope_backward(const Context& ctx, const Tensor& dx, const Tensor& positions, int head_size,
                    int rotary_dims, float theta) {
+  check_rope(dx, positions, head_size, rotary_dims);
   TRAINER_OP(rope_backward, "rope", ctx, dx, positions, head_size, rotary_dims, theta);
 }
 
@@ -175,26 +163,56 @@ void linear_bias_grad(const Context& ctx, const Tensor& dbias, const Tensor& dou
 }
 
 size_t linear_bias_grad_workspace(const Context& ctx, int64_t O) {
-  TRAINER_DISPATCH_EACH(linear_bias_grad_workspace, (O), (O));
+  TRAINER_DISPATCH(linear_bias_grad_workspace, ctx, O);
 }
+
+namespace {
+// What every backend's attention takes (attention.h): q (B,Tq,C) in H heads, k and v
+// (B,Tk,Ckv) in key/value heads dividing H, out (B,Tq,C) and lse (B,H,Tq), one dtype; the mask's
+// segments (B,T) and lengths (B) int32 when given.
+void check_attention(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                     const Tensor& v, const AttentionMask& mask, int n_head) {
+  const int64_t B = q.dim(0), Tq = q.dim(1), C = q.dim(2), hs = n_head > 0 ? C / n_head : 0,
+                Hkv = hs > 0 ? k.dim(2) / hs : 0;
+  TRAINER_ASSERT(q.ndim == 3 && k.ndim == 3 && v.ndim == 3 && hs > 0 && hs * n_head == C &&
+                     k.dim(0) == B && Hkv > 0 && Hkv * hs == k.dim(2) && n_head % Hkv == 0 &&
+                     v.dim(2) == k.dim(2) && v.dim(1) == k.dim(1) && k.dtype == q.dtype &&
+                     v.dtype == q.dtype && out.dtype == q.dtype && out.contiguous() &&
+                     out.numel() == B * Tq * C && lse.numel() == B * n_head * Tq &&
+                     lse.dtype == DType::f32,
+                 "attention shapes");
+  TRAINER_ASSERT(
+      (mask.segments.empty() ||
+       (mask.segments.dtype == DType::i32 && mask.segments.numel() == B * Tq)) &&
+          (mask.lengths.empty() || (mask.lengths.dtype == DType::i32 && mask.lengths.numel() == B)),
+      "attention mask shapes and dtypes");
+}
+}  // namespace
 
 void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& q,
                        const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head,
                        int q_pos) {
+  check_attention(out, lse, q, k, v, mask, n_head);
+  TRAINER_ASSERT(q_pos == 0 || (mask.segments.empty() && mask.lengths.empty()),
+                 "a decoding attention (q_pos {}) with a mask", q_pos);
   TRAINER_OP(attention_forward, "attention", ctx, out, lse, q, k, v, mask, n_head, q_pos);
 }
 
 void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& q,
                         const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head) {
+  check_attention(out, lse, q, k, v, mask, n_head);
+  TRAINER_ASSERT(k.dim(1) == q.dim(1) && dout.contiguous() && dout.numel() == out.numel() &&
+                     dout.dtype == q.dtype && dq.dtype == q.dtype && dk.dtype == q.dtype &&
+                     dv.dtype == q.dtype,
+                 "attention_backward shapes and dtypes");
   TRAINER_OP(attention_backward, "attention", ctx, dq, dk, dv, dout, out, lse, q, k, v, mask,
              n_head);
 }
 
 size_t attention_workspace(const Context& ctx, int64_t rows, int n_head, int64_t Tq, int64_t Tk,
                            int64_t head_size, DType act, bool backward) {
-  TRAINER_DISPATCH_EACH(attention_workspace, (op_threads(ctx), Tq, Tk, head_size, act, backward),
-                        (rows, n_head, Tq, head_size, act, backward, ctx.deterministic));
+  TRAINER_DISPATCH(attention_workspace, ctx, rows, n_head, Tq, Tk, head_size, act, backward);
 }
 
 void gelu_forward(const Context& ctx, const Tensor& out, const Tensor& inp) {
@@ -212,26 +230,41 @@ void gelu_backward(const Context& ctx, const Tensor& dinp, const Tensor& dout, c
 }
 
 void residual_forward(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b) {
+  TRAINER_ASSERT(out.contiguous() && a.contiguous() && b.contiguous() && out.numel() == a.numel() &&
+                     b.numel() == a.numel() && out.dtype == DType::f32 && a.dtype == DType::f32,
+                 "residual_forward shapes");
   TRAINER_OP(residual_forward, "residual", ctx, out, a, b);
 }
 
 void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Tensor& stats,
                            const Tensor& logits, const Tensor& targets) {
+  const int64_t N = logits.rows();
+  TRAINER_ASSERT(logits.contiguous() && targets.numel() == N && targets.dtype == DType::i32 &&
+                     stats.numel() >= 2 * N && stats.dtype == DType::f32 && loss_sum.numel() == 1 &&
+                     loss_sum.dtype == DType::f64,
+                 "cross_entropy_forward shapes");
   TRAINER_OP(cross_entropy_forward, "loss", ctx, loss_sum, stats, logits, targets);
 }
 
 void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const Tensor& logits,
                             const Tensor& stats, const Tensor& targets, const Tensor& scale) {
+  const int64_t N = logits.rows(), V = logits.cols();
+  TRAINER_ASSERT(dlogits.contiguous() && dlogits.numel() == N * V &&
+                     dlogits.dtype == logits.dtype && targets.numel() == N &&
+                     stats.numel() >= 2 * N,
+                 "cross_entropy_backward shapes");
   TRAINER_ASSERT(scale.numel() == 1 && scale.dtype == DType::f32 && scale.device == ctx.device,
                  "cross_entropy_backward scale");
   TRAINER_OP(cross_entropy_backward, "loss", ctx, dlogits, logits, stats, targets, scale);
 }
 
 size_t cross_entropy_workspace(const Context& ctx, int64_t N) {
-  TRAINER_DISPATCH(cross_entropy_workspace, N);
+  TRAINER_DISPATCH(cross_entropy_workspace, ctx, N);
 }
 
 void cast(const Context& ctx, const Tensor& dst, const Tensor& src) {
+  TRAINER_ASSERT(dst.rows() == src.rows() && dst.cols() == src.cols(),
+                 "cast of ({}, {}) to ({}, {})", src.rows(), src.cols(), dst.rows(), dst.cols());
   TRAINER_OP(cast, "cast", ctx, dst, src);
 }
 
@@ -245,17 +278,13 @@ void adamw_update(const Context& ctx, const Tensor& params, const Tensor& grads,
 }
 
 void sum_squares(const Context& ctx, const Tensor& out, const Tensor& x) {
+  TRAINER_ASSERT(out.numel() == 1 && out.dtype == DType::f64 && x.contiguous(),
+                 "sum_squares shapes");
   TRAINER_OP(sum_squares, "optimizer", ctx, out, x);
 }
 
 size_t sum_squares_workspace(const Context& ctx) {
-  switch (ctx.device) {
-    case Device::cpu:
-      return 0;
-    case Device::cuda:
-      TRAINER_CUDA_CALL(sum_squares_workspace, ());
-  }
-  TRAINER_ASSERT(false, "device {}", int(ctx.device));
+  TRAINER_DISPATCH(sum_squares_workspace, ctx);
 }
 
 }  // namespace trainer::nn

@@ -23,21 +23,4 @@ void embedding_backward(const Context& ctx, const Tensor& dwte, const Tensor& dw
 // Scratch embedding_backward takes for N tokens of C channels.
 size_t embedding_backward_workspace(const Context& ctx, int64_t N, int64_t C);
 
-namespace cpu {
-void embedding_forward(const Context& ctx, const Tensor& out, const Tensor& tokens,
-                       const Tensor& positions, const Tensor& wte, const Tensor& wpe);
-void embedding_backward(const Context& ctx, const Tensor& dwte, const Tensor& dwpe,
-                        const Tensor& dout, const Tensor& tokens, const Tensor& positions);
-size_t embedding_backward_workspace(int64_t N, int64_t C);
-}  // namespace cpu
-
-// The CUDA kernels (<op>_cuda.cu), in builds with the CUDA backend.
-namespace cuda {
-void embedding_forward(const Context& ctx, const Tensor& out, const Tensor& tokens,
-                       const Tensor& positions, const Tensor& wte, const Tensor& wpe);
-void embedding_backward(const Context& ctx, const Tensor& dwte, const Tensor& dwpe,
-                        const Tensor& dout, const Tensor& tokens, const Tensor& positions);
-size_t embedding_backward_workspace(int64_t N, int64_t C);
-}  // namespace cuda
-
 }  // namespace trainer::nn

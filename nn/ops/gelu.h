@@ -11,15 +11,4 @@ void gelu_forward(const Context& ctx, const Tensor& out, const Tensor& inp);
 // dinp = dout * gelu'(inp) (overwritten; dinp may be dout, in place).
 void gelu_backward(const Context& ctx, const Tensor& dinp, const Tensor& dout, const Tensor& inp);
 
-namespace cpu {
-void gelu_forward(const Context& ctx, const Tensor& out, const Tensor& inp);
-void gelu_backward(const Context& ctx, const Tensor& dinp, const Tensor& dout, const Tensor& inp);
-}  // namespace cpu
-
-// The CUDA kernels (<op>_cuda.cu), in builds with the CUDA backend.
-namespace cuda {
-void gelu_forward(const Context& ctx, const Tensor& out, const Tensor& inp);
-void gelu_backward(const Context& ctx, const Tensor& dinp, const Tensor& dout, const Tensor& inp);
-}  // namespace cuda
-
 }  // namespace trainer::nn

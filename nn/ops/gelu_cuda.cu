@@ -1,6 +1,6 @@
 // CUDA GELU (tanh approximation): one thread per element, fp32 arithmetic.
 #include "nn/ops/cuda_common.cuh"
-#include "nn/ops/gelu.h"
+#include "nn/ops/kernels.h"
 
 namespace trainer::nn::cuda {
 

@@ -31,36 +31,4 @@ void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw
 // Scratch layernorm_backward takes for C channels.
 size_t layernorm_backward_workspace(const Context& ctx, int64_t C);
 
-namespace cpu {
-void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean,
-                       const Tensor& rstd, const Tensor& inp, const Tensor& w, const Tensor& b);
-void layernorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
-                                const Tensor& mean, const Tensor& rstd, const Tensor& res_in,
-                                const Tensor& branch, const Tensor& w, const Tensor& b);
-void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& db,
-                        const Tensor& dout, const Tensor& inp, const Tensor& w, const Tensor& mean,
-                        const Tensor& rstd);
-size_t layernorm_backward_workspace(int64_t C);
-
-// The norms' weight gradients sum their N rows in norm_parts(N) fixed parts (Note
-// [Thread-invariant norm gradients] in layernorm_cpu.cpp).
-constexpr int64_t kNormParts = 64;
-inline int64_t norm_parts(int64_t N) {
-  return N < kNormParts ? (N > 0 ? N : 1) : kNormParts;
-}
-}  // namespace cpu
-
-// The CUDA kernels (<op>_cuda.cu), in builds with the CUDA backend.
-namespace cuda {
-void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean,
-                       const Tensor& rstd, const Tensor& inp, const Tensor& w, const Tensor& b);
-void layernorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
-                                const Tensor& mean, const Tensor& rstd, const Tensor& res_in,
-                                const Tensor& branch, const Tensor& w, const Tensor& b);
-void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& db,
-                        const Tensor& dout, const Tensor& inp, const Tensor& w, const Tensor& mean,
-                        const Tensor& rstd);
-size_t layernorm_backward_workspace(int64_t C);
-}  // namespace cuda
-
 }  // namespace trainer::nn

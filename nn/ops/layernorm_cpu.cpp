@@ -3,8 +3,8 @@
 #include <cmath>
 
 #include "nn/ops/cpu_dtype.h"
-#include "nn/ops/layernorm.h"
-#include "nn/ops/residual.h"
+#include "nn/ops/cpu_sums.h"
+#include "nn/ops/kernels.h"
 #include "runtime/workspace.h"
 
 namespace trainer::nn::cpu {
@@ -129,7 +129,7 @@ void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw
   });
 }
 
-size_t layernorm_backward_workspace(int64_t C) {
+size_t layernorm_backward_workspace(const Context&, int64_t C) {
   return Workspace::bytes_for<float>(kNormParts * 2 * C);
 }
 

@@ -3,7 +3,7 @@
 // atomics).
 #include "nn/ops/column_sums.cuh"
 #include "nn/ops/cuda_common.cuh"
-#include "nn/ops/layernorm.h"
+#include "nn/ops/kernels.h"
 
 namespace trainer::nn::cuda {
 
@@ -122,7 +122,7 @@ void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw
   check_launch("layernorm_backward");
 }
 
-size_t layernorm_backward_workspace(int64_t C) {
+size_t layernorm_backward_workspace(const Context&, int64_t C) {
   return column_sums_workspace(2, C);
 }
 

@@ -45,21 +45,10 @@ void gelu_linear_backward(const Context& ctx, const Tensor& dpre, const Tensor& 
 // Scratch linear_forward and linear_backward take for these sizes and dtypes.
 size_t linear_workspace(const Context& ctx, int64_t N, int64_t I, int64_t O, DType act);
 
-// The products go through matmul (runtime/gemm.h) on any device: the backends differ only in
-// the bias gradient, dbias(O) += the column sums of dout(N,O), in row order, where the product's
-// epilogue does not compute it (cuBLASLt's BGRADA, with the weight gradient's product).
-namespace cpu {
-void linear_bias_grad(const Context& ctx, const Tensor& dbias, const Tensor& dout);
-size_t linear_bias_grad_workspace(int64_t O);
-}  // namespace cpu
-
-// The CUDA kernels (<op>_cuda.cu), in builds with the CUDA backend.
-namespace cuda {
-void linear_bias_grad(const Context& ctx, const Tensor& dbias, const Tensor& dout);
-size_t linear_bias_grad_workspace(int64_t O);
-}  // namespace cuda
-
-// The bias gradient on ctx's device (dispatch.cpp).
+// The products go through matmul (runtime/gemm.h) on any device: the backends' kernels are
+// only the bias gradient, dbias(O) += the column sums of dout(N,O), in row order, where the
+// product's epilogue does not compute it (cuBLASLt's BGRADA, with the weight gradient's
+// product).
 void linear_bias_grad(const Context& ctx, const Tensor& dbias, const Tensor& dout);
 size_t linear_bias_grad_workspace(const Context& ctx, int64_t O);
 

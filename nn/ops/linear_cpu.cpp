@@ -1,7 +1,7 @@
 #include <omp.h>
 
 #include "nn/ops/cpu_dtype.h"
-#include "nn/ops/linear.h"
+#include "nn/ops/kernels.h"
 #include "runtime/workspace.h"
 
 namespace trainer::nn::cpu {
@@ -38,7 +38,7 @@ void linear_bias_grad(const Context& ctx, const Tensor& dbias, const Tensor& dou
   });
 }
 
-size_t linear_bias_grad_workspace(int64_t O) {
+size_t linear_bias_grad_workspace(const Context&, int64_t O) {
   return Workspace::bytes_for<float>(O);
 }
 

@@ -2,7 +2,7 @@
 // sums of dout over the rows in a fixed order (column_sums.cuh: deterministic, no atomics).
 #include "nn/ops/column_sums.cuh"
 #include "nn/ops/cuda_common.cuh"
-#include "nn/ops/linear.h"
+#include "nn/ops/kernels.h"
 
 namespace trainer::nn::cuda {
 
@@ -29,7 +29,7 @@ void linear_bias_grad(const Context& ctx, const Tensor& dbias, const Tensor& dou
   check_launch("linear_bias_grad");
 }
 
-size_t linear_bias_grad_workspace(int64_t O) {
+size_t linear_bias_grad_workspace(const Context&, int64_t O) {
   return column_sums_workspace(1, O);
 }
 

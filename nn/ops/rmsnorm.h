@@ -30,27 +30,4 @@ void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, 
 // Scratch rmsnorm_backward takes for C channels.
 size_t rmsnorm_backward_workspace(const Context& ctx, int64_t C);
 
-namespace cpu {
-void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, const Tensor& inp,
-                     const Tensor& w);
-void rmsnorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
-                              const Tensor& rstd, const Tensor& res_in, const Tensor& branch,
-                              const Tensor& w);
-void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dout,
-                      const Tensor& inp, const Tensor& w, const Tensor& rstd);
-size_t rmsnorm_backward_workspace(int64_t C);
-}  // namespace cpu
-
-// The CUDA kernels (<op>_cuda.cu), in builds with the CUDA backend.
-namespace cuda {
-void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, const Tensor& inp,
-                     const Tensor& w);
-void rmsnorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
-                              const Tensor& rstd, const Tensor& res_in, const Tensor& branch,
-                              const Tensor& w);
-void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dout,
-                      const Tensor& inp, const Tensor& w, const Tensor& rstd);
-size_t rmsnorm_backward_workspace(int64_t C);
-}  // namespace cuda
-
 }  // namespace trainer::nn

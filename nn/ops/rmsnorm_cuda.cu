@@ -2,7 +2,7 @@
 // column sum over the rows in a fixed order (column_sums.cuh: deterministic, no atomics).
 #include "nn/ops/column_sums.cuh"
 #include "nn/ops/cuda_common.cuh"
-#include "nn/ops/rmsnorm.h"
+#include "nn/ops/kernels.h"
 
 namespace trainer::nn::cuda {
 
@@ -100,7 +100,7 @@ void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, 
   check_launch("rmsnorm_backward");
 }
 
-size_t rmsnorm_backward_workspace(int64_t C) {
+size_t rmsnorm_backward_workspace(const Context&, int64_t C) {
   return column_sums_workspace(1, C);
 }
 

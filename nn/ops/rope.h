@@ -20,19 +20,4 @@ void rope_forward(const Context& ctx, const Tensor& x, const Tensor& positions, 
 void rope_backward(const Context& ctx, const Tensor& dx, const Tensor& positions, int head_size,
                    int rotary_dims, float theta);
 
-namespace cpu {
-void rope_forward(const Context& ctx, const Tensor& x, const Tensor& positions, int head_size,
-                  int rotary_dims, float theta);
-void rope_backward(const Context& ctx, const Tensor& dx, const Tensor& positions, int head_size,
-                   int rotary_dims, float theta);
-}  // namespace cpu
-
-// The CUDA kernels (<op>_cuda.cu), in builds with the CUDA backend.
-namespace cuda {
-void rope_forward(const Context& ctx, const Tensor& x, const Tensor& positions, int head_size,
-                  int rotary_dims, float theta);
-void rope_backward(const Context& ctx, const Tensor& dx, const Tensor& positions, int head_size,
-                   int rotary_dims, float theta);
-}  // namespace cuda
-
 }  // namespace trainer::nn

@@ -1,7 +1,7 @@
 #include <cmath>
 
 #include "nn/ops/cpu_dtype.h"
-#include "nn/ops/rope.h"
+#include "nn/ops/kernels.h"
 
 namespace trainer::nn::cpu {
 
@@ -41,10 +41,6 @@ void rotate(T* x, int64_t ld, const int32_t* pos, int64_t N, int64_t H, int64_t 
 void run(const Tensor& x, const Tensor& positions, int head_size, int rotary_dims, float theta,
          float sign) {
   const int64_t N = x.rows(), width = x.cols();
-  TRAINER_ASSERT(rotary_dims > 0 && rotary_dims % 2 == 0 && rotary_dims <= 1024 &&
-                     rotary_dims <= head_size && width % head_size == 0 && positions.numel() == N &&
-                     positions.dtype == DType::i32,
-                 "rope shapes");
   with_float(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     rotate(x.as<T>(), x.ld(), positions.as<int32_t>(), N, width / head_size, head_size, rotary_dims,

@@ -1,6 +1,6 @@
 // CUDA rotary embeddings, in place on strided rows.
 #include "nn/ops/cuda_common.cuh"
-#include "nn/ops/rope.h"
+#include "nn/ops/kernels.h"
 
 namespace trainer::nn::cuda {
 
@@ -31,10 +31,6 @@ __global__ void rope_kernel(T* x, int64_t ldx, const int32_t* pos, int64_t N, in
 static void rotate(const Context& ctx, const Tensor& x, const Tensor& positions, int head_size,
                    int rotary_dims, float theta, float sign) {
   const int64_t N = x.rows(), width = x.cols();
-  TRAINER_ASSERT(rotary_dims > 0 && rotary_dims % 2 == 0 && rotary_dims <= head_size &&
-                     width % head_size == 0 && positions.numel() == N &&
-                     positions.dtype == DType::i32,
-                 "rope shapes");
   const int64_t H = width / head_size, pairs = N * H * (rotary_dims / 2);
   with_float(x.dtype, [&](auto tag) {
     using T = decltype(tag);

@@ -15,14 +15,4 @@ void sum_squares(const Context& ctx, const Tensor& out, const Tensor& x);
 // Scratch sum_squares takes.
 size_t sum_squares_workspace(const Context& ctx);
 
-namespace cpu {
-void sum_squares(const Context& ctx, const Tensor& out, const Tensor& x);
-}  // namespace cpu
-
-// The CUDA kernels (<op>_cuda.cu), in builds with the CUDA backend.
-namespace cuda {
-void sum_squares(const Context& ctx, const Tensor& out, const Tensor& x);
-size_t sum_squares_workspace();
-}  // namespace cuda
-
 }  // namespace trainer::nn

@@ -14,17 +14,4 @@ void swiglu_forward(const Context& ctx, const Tensor& out, const Tensor& gate_up
 void swiglu_backward(const Context& ctx, const Tensor& dgate_up, const Tensor& dout,
                      const Tensor& gate_up);
 
-namespace cpu {
-void swiglu_forward(const Context& ctx, const Tensor& out, const Tensor& gate_up);
-void swiglu_backward(const Context& ctx, const Tensor& dgate_up, const Tensor& dout,
-                     const Tensor& gate_up);
-}  // namespace cpu
-
-// The CUDA kernels (<op>_cuda.cu), in builds with the CUDA backend.
-namespace cuda {
-void swiglu_forward(const Context& ctx, const Tensor& out, const Tensor& gate_up);
-void swiglu_backward(const Context& ctx, const Tensor& dgate_up, const Tensor& dout,
-                     const Tensor& gate_up);
-}  // namespace cuda
-
 }  // namespace trainer::nn

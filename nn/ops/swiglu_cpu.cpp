@@ -1,5 +1,5 @@
 #include "nn/ops/cpu_dtype.h"
-#include "nn/ops/swiglu.h"
+#include "nn/ops/kernels.h"
 #include "nn/ops/vec_math.h"
 
 namespace trainer::nn::cpu {

@@ -1,6 +1,6 @@
 // CUDA SwiGLU: one thread per hidden element of a row, fp32 arithmetic.
 #include "nn/ops/cuda_common.cuh"
-#include "nn/ops/swiglu.h"
+#include "nn/ops/kernels.h"
 
 namespace trainer::nn::cuda {
 

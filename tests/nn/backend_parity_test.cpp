@@ -61,14 +61,6 @@ const std::vector<Backend>& backends() {
   return all;
 }
 
-// Turns cuDNN's attention off for the backends that test the own kernel, for one scope.
-struct AttentionChoice {
-  explicit AttentionChoice(const Backend& b) {
-    if (!b.cudnn_attention) ::setenv("TRAINER_CUDNN_ATTENTION", "off", 1);
-  }
-  ~AttentionChoice() { ::unsetenv("TRAINER_CUDNN_ATTENTION"); }
-};
-
 // Why `b` cannot run here, or "" when it can.
 std::string unavailable(const Backend& b) {
   if (b.device == Device::cuda) {
@@ -90,6 +82,7 @@ class Arena {
   Arena(const Backend& b, DType round_to) : device_(b.device), round_to_(round_to) {
     ctx.device = b.device;
     ctx.bf16_math = b.math;
+    ctx.cudnn_attention = b.cudnn_attention;
     ctx.workspace = &workspace_;
     workspace_ = Workspace(size_t(64) << 20, b.device);
   }
@@ -505,7 +498,6 @@ TEST_P(OpParity, MatchesTheCpuFp32Reference) {
   const Case& c = cases()[p.op];
   Arena ref(Backend{"cpu", Device::cpu, CpuBf16Math::via_fp32}, p.act);
   Arena under_test(b, p.act);
-  const AttentionChoice attention(b);
   const Outputs want = c.run(ref, DType::f32, DType::f32);
   fallback::reset();
   const Outputs got = c.run(under_test, p.act, p.grad);
@@ -567,7 +559,6 @@ TEST_P(StepParity, OneTrainingStepMatchesCpuFp32) {
   const auto [bi, act] = GetParam();
   const Backend& b = backends()[bi];
   if (const std::string why = unavailable(b); !why.empty()) GTEST_SKIP() << why;
-  ::setenv("TRAINER_CPU_BF16", b.math == CpuBf16Math::native ? "native" : "fp32", 1);
   const ModelConfig cfg{
       .vocab_size = 67, .max_seq_len = 24, .n_layer = 2, .n_head = 4, .n_embd = 32};
   const int B = 3, T = 20;
@@ -599,8 +590,9 @@ TEST_P(StepParity, OneTrainingStepMatchesCpuFp32) {
   const auto [want_loss, want_grads, want_params] = run(testing::exec_for(B, T));
   ExecConfig e = testing::exec_for(B, T, act);
   e.device = b.device;
+  e.cpu_bf16 = b.math;
+  e.cudnn_attention = b.cudnn_attention;
   const auto [loss, grads, params] = run(e);
-  ::unsetenv("TRAINER_CPU_BF16");
   EXPECT_NEAR(loss, want_loss, tolerance(act) * want_loss);  // bf16: ~1e-4 (logits of ~0.1)
   // bf16 activations perturb every gradient a little; AdamW moves each parameter by about lr
   // (1e-3, against weights of about 0.02) in the direction of its gradient's sign, which

@@ -286,7 +286,7 @@ TEST(Attention, NoAttentionAcrossSegments) {
   OpEnv env;
   const int B = 1, T = 10, C = 4, H = 2;
   std::vector<int32_t> seg = {0, 0, 0, 0, 1, 1, 1, 1, 1, 1};
-  AttentionMask mask{view(seg, {B, T}), {}};
+  AttentionMask mask{.segments = view(seg, {B, T})};
   auto qkv = random_vector(T * 3 * C, 7);
   std::vector<float> a(T * C), b(T * C), lse(H * T);
   auto run = [&](std::vector<float>& out) {

@@ -1,0 +1,29 @@
+// Which table serves a device.
+#include "nn/ops/kernels.h"
+
+#include "runtime/error.h"
+
+namespace trainer::nn {
+
+extern const Kernels kCpuKernels;          // kernels_cpu.cpp
+extern const Kernels* const kCudaKernels;  // kernels_cuda.cpp, or null (kernels_cuda_absent.cpp)
+
+const Kernels* backend_kernels(Device device) {
+  switch (device) {
+    case Device::cpu:
+      return &kCpuKernels;
+    case Device::cuda:
+      return kCudaKernels;
+  }
+  return nullptr;
+}
+
+const Kernels& kernels(const Context& ctx) {
+  const Kernels* k = backend_kernels(ctx.device);
+  if (!k)
+    THROW_ERROR("this trainer was built without the {} backend (ops have no kernels there)",
+                device_name(ctx.device));
+  return *k;
+}
+
+}  // namespace trainer::nn

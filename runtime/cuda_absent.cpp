@@ -2,7 +2,7 @@
 #include "runtime/cuda_memory.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
-#include "runtime/gemm_cuda.h"
+#include "runtime/gemm_backend.h"
 
 namespace trainer {
 
@@ -73,21 +73,6 @@ void cuda_graph_launch(void*, void*) {
   THROW_ERROR("this trainer was built without the CUDA backend");
 }
 void cuda_graph_destroy(void*) noexcept {}
-void cuda_matmul(const Context&, const Tensor&, const Tensor&, bool, const Tensor&, bool, float,
-                 float, const Tensor*) {
-  THROW_ERROR("this trainer was built without the CUDA backend");
-}
-bool cuda_matmul_gelu(const Context&, const Tensor&, const Tensor&, const Tensor&, bool,
-                      const Tensor&, bool, const Tensor&) {
-  THROW_ERROR("this trainer was built without the CUDA backend");
-}
-bool cuda_matmul_bias_grad(const Context&, const Tensor&, const Tensor&, bool, const Tensor&, float,
-                           float, const Tensor&) {
-  THROW_ERROR("this trainer was built without the CUDA backend");
-}
-bool cuda_matmul_dgelu(const Context&, const Tensor&, const Tensor&, bool, const Tensor&, bool,
-                       const Tensor&) {
-  THROW_ERROR("this trainer was built without the CUDA backend");
-}
+extern const GemmKernels* const kCudaGemm = nullptr;  // no CUDA products
 
 }  // namespace trainer

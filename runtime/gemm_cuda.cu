@@ -19,12 +19,15 @@
 #include "runtime/alignment.h"
 #include "runtime/cuda_check.h"
 #include "runtime/fallback.h"
-#include "runtime/gemm_cuda.h"
+#include "runtime/gemm_backend.h"
 #include "runtime/workspace.h"
 
 namespace trainer {
 
 namespace {
+
+// The cuBLASLt workspace every product may use (taken from ctx.workspace).
+constexpr size_t kCublasLtWorkspace = size_t(32) << 20;
 
 #define CUBLAS_CHECK(call)                                                 \
   do {                                                                     \
@@ -270,8 +273,6 @@ bool ran_or_fall_back(const std::string& why, const char* path, const Tensor& C,
   return false;
 }
 
-}  // namespace
-
 void cuda_matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool ta, const Tensor& B,
                  bool tb, float alpha, float beta, const Tensor* bias) {
   const std::string why = run_matmul(ctx, C, A, ta, B, tb, alpha, beta, {.bias = bias});
@@ -299,5 +300,16 @@ bool cuda_matmul_dgelu(const Context& ctx, const Tensor& dpre, const Tensor& A, 
       run_matmul(ctx, dpre, A, ta, B, tb, 1.0f, 0.0f, {.aux = &pre, .dgelu = true}),
       "cublaslt_dgelu_epilogue", dpre, A, ta, " with DGELU");
 }
+
+size_t cuda_workspace_bytes(const Context&, int64_t, int64_t, int64_t, DType) {
+  return kCublasLtWorkspace;
+}
+
+const GemmKernels kCudaTable = {cuda_matmul, cuda_matmul_gelu, cuda_matmul_bias_grad,
+                                cuda_matmul_dgelu, cuda_workspace_bytes};
+
+}  // namespace
+
+extern const GemmKernels* const kCudaGemm = &kCudaTable;
 
 }  // namespace trainer

@@ -23,6 +23,8 @@
 
 namespace trainer::app {
 
+namespace fs = std::filesystem;
+
 using nlohmann::json;
 
 namespace {

@@ -27,8 +27,6 @@
 
 namespace trainer::app {
 
-namespace fs = std::filesystem;
-
 // Everything besides tensors that a resumed run needs to continue bit for bit.
 struct TrainerState {
   int64_t step = 0;         // optimizer steps completed
@@ -53,18 +51,20 @@ struct SaveOptions {
 // options.timeout_s, not the collective timeout, and an error names a rank that was late. Returns
 // the checkpoint directory on every rank. On a failed write (a full disk) throws on every rank
 // naming the file; `latest` still names the previous checkpoint and the partial one is removed.
-fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::Model& model,
-                         dist::DataParallel& dp, const TrainerState& state,
-                         const std::string& config_yaml, std::string_view tokenizer,
-                         const SaveOptions& options);
+std::filesystem::path save_checkpoint(dist::Communicator& comm,
+                                      const std::filesystem::path& run_dir, nn::Model& model,
+                                      dist::DataParallel& dp, const TrainerState& state,
+                                      const std::string& config_yaml, std::string_view tokenizer,
+                                      const SaveOptions& options);
 
 // A verified checkpoint directory: the manifest was read, every file it lists mapped and its
 // size and CRC-32 checked, and the trainer state and tokenizer cross-checked against it.
 // Everything is read from those mappings, so the checkpoint stays whole for its reader even
 // if a live run deletes it meanwhile.
 struct Checkpoint {
-  fs::path dir;
-  fs::path tokenizer;  // dir/tokenizer.model (checked against state.tokenizer_hash), or empty
+  std::filesystem::path dir;
+  std::filesystem::path
+      tokenizer;  // dir/tokenizer.model (checked against state.tokenizer_hash), or empty
   TrainerState state;
   std::string config_yaml;
   nlohmann::json manifest;
@@ -73,10 +73,10 @@ struct Checkpoint {
   std::string_view bytes(const std::string& file) const;
 };
 // Opens the checkpoint in `dir`; throws naming the file on any mismatch.
-Checkpoint open_checkpoint(const fs::path& dir);
+Checkpoint open_checkpoint(const std::filesystem::path& dir);
 // Opens `dir` when it is a checkpoint, else the latest checkpoint of the run directory `dir`
 // (a newer one if a live run prunes it while it is being opened); throws when it is neither.
-Checkpoint open_checkpoint_of(const fs::path& dir);
+Checkpoint open_checkpoint_of(const std::filesystem::path& dir);
 
 // The parts of open_checkpoint that read no file (also the fuzz targets' entry points): a
 // manifest's text, checked for form, version, plain file names and the required files; and a

@@ -16,6 +16,8 @@
 
 namespace trainer::app {
 
+namespace fs = std::filesystem;
+
 int cmd_export(const Args& args) {
   po::options_description desc("export options");
   desc.add_options()("checkpoint", po::value<std::string>()->required(),

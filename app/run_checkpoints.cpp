@@ -14,6 +14,8 @@
 
 namespace trainer::app {
 
+namespace fs = std::filesystem;
+
 using nlohmann::json;
 
 namespace {

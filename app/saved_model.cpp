@@ -7,6 +7,8 @@
 
 namespace trainer::app {
 
+namespace fs = std::filesystem;
+
 TokenizerBytes tokenizer_of(const SavedModel& saved, const std::string& requested) {
   const Checkpoint& c = saved.checkpoint;
   if (requested.empty() && !c.tokenizer.empty())  // verified by open_checkpoint

@@ -20,11 +20,11 @@ struct SavedModel {
 // Opens `dir` (a step directory, or a run directory whose `latest` is used) with activations
 // for batches of up to rows x seq_len (0 = the config's data.batch_size / data.seq_len), in
 // the run's precision.
-SavedModel open_saved_model(const fs::path& dir, int rows = 0, int seq_len = 0);
+SavedModel open_saved_model(const std::filesystem::path& dir, int rows = 0, int seq_len = 0);
 
 // A tokenizer's .model bytes and the file they were read from.
 struct TokenizerBytes {
-  fs::path from;
+  std::filesystem::path from;
   std::string bytes;
 };
 

@@ -38,6 +38,8 @@
 
 namespace trainer::app {
 
+namespace fs = std::filesystem;
+
 namespace {
 
 constexpr double kMiB = 1048576.0;

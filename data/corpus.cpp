@@ -7,6 +7,8 @@
 
 namespace trainer::data {
 
+namespace fs = std::filesystem;
+
 DocIndex doc_index_from_lengths(const std::vector<uint64_t>& lengths) {
   DocIndex idx;
   idx.starts.reserve(lengths.size() + 1);

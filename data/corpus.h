@@ -30,8 +30,8 @@ class Corpus {
   // Opens <dir>/manifest.json's split: every shard is mapped and its header checked against
   // the manifest and `expect`; each payload is checked as `verify` says. With
   // `index_docs` the document boundaries are loaded (8 bytes per document).
-  Corpus(const fs::path& dir, const std::string& split, const ShardExpect& expect, Verify verify,
-         bool index_docs);
+  Corpus(const std::filesystem::path& dir, const std::string& split, const ShardExpect& expect,
+         Verify verify, bool index_docs);
   ~Corpus();
   const Manifest& manifest() const { return manifest_; }
   const SplitInfo& split() const { return manifest_.splits.at(split_); }
@@ -42,7 +42,7 @@ class Corpus {
   void read(uint64_t pos, uint64_t count, int32_t* out) const;
 
  private:
-  fs::path dir_;
+  std::filesystem::path dir_;
   std::string split_;
   Manifest manifest_;
   std::vector<std::unique_ptr<Shard>> shards_;

@@ -11,6 +11,8 @@
 
 namespace trainer::data {
 
+namespace fs = std::filesystem;
+
 using nlohmann::json;
 
 Manifest read_manifest(const fs::path& dir) {

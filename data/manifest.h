@@ -10,8 +10,6 @@
 
 namespace trainer::data {
 
-namespace fs = std::filesystem;
-
 struct ShardEntry {
   std::string file;  // relative to the corpus directory
   uint64_t documents = 0, tokens = 0, bytes = 0;
@@ -38,8 +36,8 @@ struct Manifest {
 inline constexpr const char* kManifestName = "manifest.json";
 
 // Reads <dir>/manifest.json; throws trainer::Error naming the file on any problem.
-Manifest read_manifest(const fs::path& dir);
+Manifest read_manifest(const std::filesystem::path& dir);
 // Writes <dir>/manifest.json atomically (deterministic bytes for equal contents).
-void write_manifest(const fs::path& dir, const Manifest& m);
+void write_manifest(const std::filesystem::path& dir, const Manifest& m);
 
 }  // namespace trainer::data

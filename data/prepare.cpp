@@ -22,6 +22,8 @@
 
 namespace trainer::data {
 
+namespace fs = std::filesystem;
+
 namespace {
 
 using Clock = std::chrono::steady_clock;

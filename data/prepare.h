@@ -10,13 +10,11 @@
 
 namespace trainer::data {
 
-namespace fs = std::filesystem;
-
 struct PrepareOptions {
-  fs::path tokenizer;               // .model file
+  std::filesystem::path tokenizer;  // .model file
   std::vector<std::string> inputs;  // files or globs
   std::string format = "text";      // text | jsonl | jsonl:<field>
-  fs::path out;                     // output directory
+  std::filesystem::path out;        // output directory
   double val_fraction = 0.0;        // share of documents (by content hash) in "val"
   double shard_mb = 100;            // shard size bound in MiB
   int threads = 0;                  // 0: all cores

@@ -9,6 +9,8 @@
 
 namespace trainer::data {
 
+namespace fs = std::filesystem;
+
 // Note [Shard format]
 // Little-endian, version 1:
 //   0  char[8] magic "TRNSHRD1"

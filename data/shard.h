@@ -16,8 +16,6 @@
 
 namespace trainer::data {
 
-namespace fs = std::filesystem;
-
 inline constexpr char kShardMagic[8] = {'T', 'R', 'N', 'S', 'H', 'R', 'D', '1'};
 inline constexpr uint32_t kShardVersion = 1;
 inline constexpr size_t kShardHeaderBytes = 64;
@@ -69,9 +67,9 @@ Verify parse_verify(std::string_view name);
 class Shard {
  public:
   // Maps and checks the header, and the payload as `verify` says (one streaming pass).
-  Shard(const fs::path& path, const ShardExpect& expect, Verify verify);
+  Shard(const std::filesystem::path& path, const ShardExpect& expect, Verify verify);
   const ShardHeader& header() const { return header_; }
-  const fs::path& path() const { return file_.path(); }
+  const std::filesystem::path& path() const { return file_.path(); }
   // Token offset of local document d (d <= num_docs).
   uint64_t doc_offset(uint64_t d) const;
   // Copies tokens [begin, begin+count) widened to int32, then releases their pages.
@@ -100,7 +98,7 @@ class ShardWriter {
   uint64_t file_bytes() const;
   uint32_t token_bytes() const { return token_bytes_; }
   // Writes the shard atomically to `path` and empties the writer.
-  void write(const fs::path& path);
+  void write(const std::filesystem::path& path);
 
  private:
   uint32_t vocab_size_;

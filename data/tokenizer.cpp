@@ -21,6 +21,8 @@ void SetMinLogLevel(int v);
 
 namespace trainer::data {
 
+namespace fs = std::filesystem;
+
 std::vector<fs::path> expand_inputs(const std::vector<std::string>& patterns) {
   std::vector<fs::path> files;
   for (const std::string& pattern : patterns) {

@@ -17,17 +17,15 @@ class SentencePieceProcessor;
 
 namespace trainer::data {
 
-namespace fs = std::filesystem;
-
 // Expands file names and glob patterns (each sorted); throws trainer::Error naming a pattern
 // that matches nothing or a file that cannot be read.
-std::vector<fs::path> expand_inputs(const std::vector<std::string>& patterns);
+std::vector<std::filesystem::path> expand_inputs(const std::vector<std::string>& patterns);
 
 struct TokenizerTrainOptions {
   std::vector<std::string> inputs;  // files or globs of text, one sentence/paragraph per line
   int vocab_size = 8000;
   std::string model_type = "bpe";   // bpe | unigram
-  fs::path out;                     // the .model file (a .vocab is written beside it)
+  std::filesystem::path out;        // the .model file (a .vocab is written beside it)
   int threads = 0;                  // 0: all cores
   int64_t max_sentences = 2000000;  // lines sampled for training (0: all)
   double character_coverage = 0.9995;
@@ -49,9 +47,9 @@ bool tokenizer_is(std::string_view model_bytes, uint64_t recorded);
 class Tokenizer {
  public:
   // Loads a .model file; throws trainer::Error naming it.
-  explicit Tokenizer(const fs::path& model);
+  explicit Tokenizer(const std::filesystem::path& model);
   // The same from a .model file's bytes, read from `from`.
-  Tokenizer(std::string_view model_bytes, const fs::path& from);
+  Tokenizer(std::string_view model_bytes, const std::filesystem::path& from);
   ~Tokenizer();
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;
@@ -62,10 +60,10 @@ class Tokenizer {
   int eos_id() const;
   int bos_id() const;
   uint64_t hash() const { return hash_; }
-  const fs::path& path() const { return path_; }
+  const std::filesystem::path& path() const { return path_; }
 
  private:
-  fs::path path_;
+  std::filesystem::path path_;
   uint64_t hash_ = 0;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
 };

@@ -69,8 +69,11 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // "mpi" or "single".
+  // "mpi", "nccl" or "single": for logs and metrics, not for decisions (ask a property).
   virtual std::string backend() const = 0;
+  // Whether collectives run even on one rank (NCCL: a one-GPU run measures the collectives and
+  // their overlap as a multi-GPU run has them); false: on one rank there is nothing to do.
+  virtual bool runs_collectives_alone() const { return false; }
 
   // data[0, count) = sum over ranks, in place.
   virtual Work all_reduce_async(void* data, int64_t count, DType type,

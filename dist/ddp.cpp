@@ -49,7 +49,7 @@ DDP::DDP(Communicator& comm, nn::Model& model, const DdpConfig& config)
     : comm_(comm),
       model_(model),
       order_(config.order),
-      active_(comm.size() > 1 || comm.backend() == "nccl") {
+      active_(comm.size() > 1 || comm.runs_collectives_alone()) {
   CHECK(config.bucket_mb > 0, "ddp bucket_mb must be positive, got {}", config.bucket_mb);
   const double elem_bytes = double(dtype_size(model.grads().dtype));
   const int64_t elems = std::max<int64_t>(1, int64_t(config.bucket_mb * 1024 * 1024 / elem_bytes));

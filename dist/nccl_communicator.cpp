@@ -96,6 +96,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return bootstrap_.rank(); }
   int size() const override { return bootstrap_.size(); }
   std::string backend() const override { return "nccl"; }
+  bool runs_collectives_alone() const override { return true; }
 
   // NCCL chooses its own algorithm (ring or tree, by size), so it has no fixed order: run setup
   // refuses dist.deterministic on CUDA, and no fixed-tree reduction reaches here.

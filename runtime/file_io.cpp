@@ -16,6 +16,8 @@
 
 namespace trainer {
 
+namespace fs = std::filesystem;
+
 uint32_t crc32(const void* data, size_t bytes, uint32_t crc) {
   const auto* p = static_cast<const Bytef*>(data);
   while (bytes > 0) {  // zlib takes 32-bit lengths

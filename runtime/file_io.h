@@ -13,35 +13,33 @@
 
 namespace trainer {
 
-namespace fs = std::filesystem;
-
 // CRC-32 (zlib polynomial) of a byte range, continuing from `crc` (0 to start).
 uint32_t crc32(const void* data, size_t bytes, uint32_t crc = 0);
 
 // Reads a whole (small) file; throws naming the path when it cannot be read.
-std::string read_file(const fs::path& path);
+std::string read_file(const std::filesystem::path& path);
 
 // Writes `contents` to `path` atomically: readers see the old file or the new one, never a
 // partial one, and the new one is on disk when this returns.
-void write_file_atomic(const fs::path& path, std::string_view contents);
+void write_file_atomic(const std::filesystem::path& path, std::string_view contents);
 
 // Flushes a file or directory's metadata to disk (after a rename into it).
-void fsync_path(const fs::path& path);
+void fsync_path(const std::filesystem::path& path);
 
 // Files or directories being built (temporaries of a command's output): removed, with
 // everything under them, when the guard goes away without keep() (the command failed).
 class RemoveUnlessKept {
  public:
   RemoveUnlessKept() = default;
-  explicit RemoveUnlessKept(fs::path path) { add(std::move(path)); }
+  explicit RemoveUnlessKept(std::filesystem::path path) { add(std::move(path)); }
   ~RemoveUnlessKept();
   RemoveUnlessKept(const RemoveUnlessKept&) = delete;
   RemoveUnlessKept& operator=(const RemoveUnlessKept&) = delete;
-  void add(fs::path path) { paths_.push_back(std::move(path)); }
+  void add(std::filesystem::path path) { paths_.push_back(std::move(path)); }
   void keep() { kept_ = true; }
 
  private:
-  std::vector<fs::path> paths_;
+  std::vector<std::filesystem::path> paths_;
   bool kept_ = false;
 };
 
@@ -62,7 +60,7 @@ class ExclusiveLock {
   };
   // Takes the lock; throws Busy when another process has it, trainer::Error when the lock
   // cannot be taken at all.
-  explicit ExclusiveLock(const fs::path& path);
+  explicit ExclusiveLock(const std::filesystem::path& path);
   ~ExclusiveLock();
   ExclusiveLock(const ExclusiveLock&) = delete;
   ExclusiveLock& operator=(const ExclusiveLock&) = delete;
@@ -74,7 +72,7 @@ class ExclusiveLock {
 // An output file written sequentially, fsynced on commit(); removed if never committed.
 class OutputFile {
  public:
-  explicit OutputFile(const fs::path& path);
+  explicit OutputFile(const std::filesystem::path& path);
   ~OutputFile();
   OutputFile(const OutputFile&) = delete;
   OutputFile& operator=(const OutputFile&) = delete;
@@ -83,7 +81,7 @@ class OutputFile {
   void commit();
 
  private:
-  fs::path path_;
+  std::filesystem::path path_;
   int fd_ = -1;
 };
 
@@ -92,7 +90,7 @@ class OutputFile {
 class MappedFile {
  public:
   MappedFile() = default;
-  explicit MappedFile(const fs::path& path);
+  explicit MappedFile(const std::filesystem::path& path);
   ~MappedFile();
   MappedFile(MappedFile&& o) noexcept { swap(o); }
   MappedFile& operator=(MappedFile&& o) noexcept {
@@ -102,13 +100,13 @@ class MappedFile {
   }
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
-  const fs::path& path() const { return path_; }
+  const std::filesystem::path& path() const { return path_; }
   // Tells the kernel the pages in [offset, offset+bytes) are no longer needed.
   void release(size_t offset, size_t bytes) const;
 
  private:
   void swap(MappedFile& o) noexcept;
-  fs::path path_;
+  std::filesystem::path path_;
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
 };

@@ -10,6 +10,8 @@
 
 namespace trainer {
 
+namespace fs = std::filesystem;
+
 using nlohmann::json;
 
 namespace {

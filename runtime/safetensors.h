@@ -38,7 +38,7 @@ class SafetensorsWriter {
   // it never needs a host copy of its own (a copy of the optimizer state would double it).
   void add_generated(std::string name, DType dtype, std::vector<int64_t> shape, Fill fill);
   void set_metadata(std::string key, std::string value) { metadata_[key] = std::move(value); }
-  uint32_t write(const fs::path& path) const;
+  uint32_t write(const std::filesystem::path& path) const;
 
  private:
   std::vector<TensorEntry> entries_;
@@ -59,7 +59,7 @@ SafetensorsContents parse_safetensors(const uint8_t* bytes, size_t size, const s
 // A mapped safetensors file. Throws a one-line error naming the file for any malformed part.
 class SafetensorsFile {
  public:
-  explicit SafetensorsFile(const fs::path& path);
+  explicit SafetensorsFile(const std::filesystem::path& path);
   // The same over bytes already in memory (which must outlive this object), named `where`.
   SafetensorsFile(const uint8_t* bytes, size_t size, const std::string& where);
   const std::vector<TensorEntry>& tensors() const { return tensors_; }
@@ -68,12 +68,12 @@ class SafetensorsFile {
   const TensorEntry& get(const std::string& name) const;
   bool contains(const std::string& name) const;
   // The file's path (or the `where` of in-memory bytes).
-  const fs::path& path() const { return where_; }
+  const std::filesystem::path& path() const { return where_; }
 
  private:
   void index();
   MappedFile file_;
-  fs::path where_;
+  std::filesystem::path where_;
   std::vector<TensorEntry> tensors_;
   std::map<std::string, size_t> index_;
   std::map<std::string, std::string> metadata_;

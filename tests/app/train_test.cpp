@@ -26,6 +26,8 @@
 
 namespace trainer::app {
 
+namespace fs = std::filesystem;
+
 using testing::error_of;
 using testing::metrics_without_timings;
 using testing::poison_checkpoint;

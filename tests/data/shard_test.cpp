@@ -9,6 +9,8 @@
 #include "test_util.h"
 
 namespace trainer::data {
+
+namespace fs = std::filesystem;
 namespace {
 
 using testing::TempDir;

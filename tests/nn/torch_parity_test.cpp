@@ -24,6 +24,8 @@
 
 namespace trainer::nn {
 
+namespace fs = std::filesystem;
+
 namespace {
 
 fs::path source_dir() {

@@ -8,6 +8,8 @@
 
 namespace trainer {
 
+namespace fs = std::filesystem;
+
 class FileIo : public ::testing::Test {
  protected:
   testing::TempDir tmp_{"fileio"};

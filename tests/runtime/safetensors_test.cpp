@@ -9,6 +9,8 @@
 
 namespace trainer {
 
+namespace fs = std::filesystem;
+
 static fs::path temp_path(const std::string& name) {
   return fs::temp_directory_path() / ("trainer_st_" + name);
 }

@@ -1,6 +1,6 @@
 // `trainer train`: the training job.
 #include "app/options.h"
-#include "app/train_loop.h"
+#include "app/run_training.h"
 
 namespace trainer::app {
 

@@ -1,28 +1,112 @@
-// The training loop: gradient accumulation over micro-batches, validation, checkpoints,
-// exact resume, non-finite handling, metrics and graceful stop on SIGINT/SIGTERM/SIGUSR1.
+// The training loop (run_training's, app/run_training.h): start-up and resume checks
+// (train_start.cpp), gradient accumulation over micro-batches, validation, checkpoints, exact
+// resume and non-finite handling (train_loop.cpp), and metrics, logs and a graceful stop
+// (train_report.cpp). Internal to app/.
 #pragma once
 
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "app/checkpoint.h"
 #include "app/config.h"
+#include "app/metrics.h"
+#include "app/nonfinite.h"
+#include "app/run_setup.h"
+#include "app/run_training.h"
+#include "data/loader.h"
+#include "dist/communicator.h"
+#include "dist/data_parallel.h"
+#include "dist/join.h"
+#include "dist/step_stats.h"
+#include "nn/transformer.h"
+#include "runtime/file_io.h"
+#include "runtime/timer.h"
 
 namespace trainer::app {
 
-struct TrainOptions {
-  // Let the start replace what the run directory holds beyond its starting point (refused
-  // otherwise): an earlier run's checkpoints and metrics when starting afresh or from another
-  // run's checkpoint, the later checkpoints when rewinding to an older one.
-  bool force = false;
+struct StepStats {
+  int seq_len = 0;     // the step's row length (the curriculum may shorten it)
+  double loss = 0;     // mean over the global batch's tokens
+  int64_t tokens = 0;  // loss tokens of the global batch
+  double grad_norm = 0;
+  float lr = 0;
+  bool skipped = false;
+  bool stop_requested = false;  // a signal reached some rank
+  bool write_failed = false;    // rank 0 could not write its metrics or log
+  dist::StepTimes times;
 };
 
-// The exit code of a run stopped by SIGINT, SIGTERM or SIGUSR1 (after saving a checkpoint at
-// the step boundary): sysexits' EX_TEMPFAIL, "try again", so that a script or a requeue tells
-// a stopped run from a finished one (0).
-constexpr int kExitStopped = 75;
-// The file in the run directory that says a stop signal stopped the run after its checkpoint
-// (Note [Stop marker]).
-constexpr const char* kStoppedMarker = "stopped";
+// What MFU is measured against: log.peak_gflops, or a GEMM peak measured before the model
+// allocates (its matrices would otherwise add to the run's peak memory, beyond its plan).
+struct PeakReference {
+  double gflops = 0;
+  std::string source;
+};
 
-// Trains as `config` says; returns the process exit code: 0 when it finished (its steps, or
-// the end of the data), kExitStopped when a signal stopped it.
-int run_training(const Config& config, const TrainOptions& options = {});
+class TrainLoop {
+ public:
+  // `rc`: `config` resolved for this rank's device.
+  TrainLoop(const Config& config, RunConfig rc, const TrainOptions& options,
+            dist::Communicator& comm, const PeakReference& peak);
+  int run();
+
+ private:
+  void check_batch_over_ranks() const;
+  void warn_of_changes(const Checkpoint& ckpt) const;
+  int64_t micro_batches(int64_t step) const;
+  void start_up();
+  std::filesystem::path resume_path();
+  std::filesystem::path init_path();
+  std::string from_leader(std::string text);
+  std::vector<std::filesystem::path> check_overwrite(const std::filesystem::path& from,
+                                                     int64_t start_step);
+  void check_data();
+  std::optional<std::vector<data::Batch>> next_step_batches(int micro);
+  StepStats train_step(const std::optional<std::vector<data::Batch>>& batches,
+                       const dist::StepCounts& counts);
+  void finish_gradients(StepStats& s);
+  std::string write_failure() const;
+  double validate();
+  void save();
+  void log_step(const StepStats& s, double step_s);
+  void write_metrics(const nlohmann::json& record);
+  void report_write_failure();
+  int stop_early(const std::string& why, int exit_code);
+  void mark_stopped();
+  void log_setup();
+  double planned_mib() const;
+
+  Config config_;  // as given (paths made absolute): saved with the run, compared across ranks
+  RunConfig rc_;   // the same, resolved once
+  TrainOptions options_;
+  dist::Communicator& comm_;
+  bool leader_;  // rank 0 writes metrics, logs and checkpoints
+  std::unique_ptr<ExclusiveLock> lock_;
+  std::string tokenizer_;  // the tokenizer's bytes, kept in the run and every checkpoint
+  uint64_t tokenizer_hash_ = 0;
+  std::string data_manifest_;  // the corpus's manifest.json as the run started
+  nn::Transformer transformer_;
+  nn::Model& model_;                        // what the loop uses of it
+  std::unique_ptr<dist::DataParallel> dp_;  // how the ranks share its state
+  dist::Join join_;
+  std::unique_ptr<data::Loader> loader_;
+  TrainerState state_;
+  std::unique_ptr<MetricsLog> metrics_;
+  std::unique_ptr<Progress> progress_;
+  PeakReference peak_;
+  int64_t saved_step_ = -1;  // the step of the checkpoint written or resumed from last
+  bool val_verified_ = false;
+  bool metrics_failed_ = false, write_failure_reported_ = false;
+  Timer run_timer_;
+  int64_t first_step_ = 0;
+  dist::CommStats comm_logged_;      // the communicator's totals at the last metrics line
+  dist::StragglerWatch stragglers_;  // rank 0: the current streak of one lagging rank
+  NonFiniteGuard nonfinite_;         // what a step or a save does with NaN and Inf
+};
 
 }  // namespace trainer::app

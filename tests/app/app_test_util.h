@@ -18,7 +18,7 @@
 #include "app/checkpoint.h"
 #include "app/config.h"
 #include "app/run_setup.h"
-#include "app/train_loop.h"
+#include "app/run_training.h"
 #include "common/temp_dir.h"
 #include "data/manifest.h"
 #include "data/shard.h"

@@ -17,7 +17,7 @@
 #include "app/commands.h"
 #include "app/run_setup.h"
 #include "app/saved_model.h"
-#include "app/train_loop.h"
+#include "app/run_training.h"
 #include "app_test_util.h"
 #include "data/tokenizer.h"
 #include "nn/adamw.h"

@@ -18,7 +18,7 @@
 #include "app/commands.h"
 #include "app/run_setup.h"
 #include "app/saved_model.h"
-#include "app/train_loop.h"
+#include "app/run_training.h"
 #include "app_test_util.h"
 #include "runtime/error.h"
 #include "runtime/file_io.h"

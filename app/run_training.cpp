@@ -1,0 +1,111 @@
+// The process a training run needs: stop signals blocked before any thread starts, the launch
+// discovered, logging, the communicators and, on CUDA, the rank's GPU and stream; then the
+// memory check, the MFU reference, and the loop.
+#include "app/run_training.h"
+
+#include <memory>
+
+#include "app/memory_plan.h"
+#include "app/run_setup.h"
+#include "app/stop_signals.h"
+#include "app/train_loop.h"
+#include "dist/communicator.h"
+#include "dist/launch.h"
+#include "nn/transformer.h"
+#include "runtime/cuda_stream.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/gemm.h"
+#include "runtime/log.h"
+#include "runtime/memory.h"
+
+namespace trainer::app {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The GPU run_training chose for this rank, and the stream the model's work goes to.
+struct GpuChoice {
+  int device = -1;
+  void* stream = nullptr;
+};
+
+PeakReference peak_reference(const RunConfig& rc) {
+  if (rc.peak_gflops > 0)
+    return {rc.peak_gflops,
+            fmt::format("log.peak_gflops = {:.0f} GFLOP/s (stated)", rc.peak_gflops)};
+  const GemmPeak p = measure_gemm_peak_stable(nn::context_for(rc.exec), rc.exec.compute);
+  return {p.gflops,
+          fmt::format(
+              "a {} GEMM peak of {:.0f} GFLOP/s measured at start-up ({}; set log.peak_gflops to "
+              "fix it)",
+              float_dtype_name(rc.exec.compute), p.gflops,
+              p.stable ? fmt::format("stable within 3% over {} rounds", p.rounds)
+                       : fmt::format("still changing after {} rounds: a busy machine?", p.rounds))};
+}
+
+// The run's resolved config, on the chosen GPU when it runs on CUDA.
+RunConfig resolve_on_device(const Config& config, const GpuChoice& gpu) {
+  RunConfig rc = resolve_run(config);
+  if (rc.exec.device == Device::cuda) {
+    rc.exec.device_index = gpu.device;
+    rc.exec.stream = gpu.stream;
+  }
+  return rc;
+}
+
+// Relative data paths are made absolute, so that the run's saved config (and eval, sample or
+// export of its checkpoints) works from any working directory.
+Config with_absolute_paths(Config c) {
+  for (const char* key : {"data.path", "data.tokenizer", "train.init_from"}) {
+    const fs::path p = c.text(key);
+    if (!p.empty() && p.is_relative()) c.set(key, fs::absolute(p).lexically_normal().string());
+  }
+  return c;
+}
+
+}  // namespace
+
+int run_training(const Config& config, const TrainOptions& options) {
+  check_training_paths(config);
+  block_stop_signals();  // Note [Stop signals]
+#pragma omp parallel
+  {
+    // OpenMP's threads start here, blocking the stop signals.
+  }
+  const dist::LaunchInfo launch = dist::discover_launch();
+  log::configure(launch.rank, launch.world_size, log::parse_level(config.text("log.level")),
+                 config.boolean("log.all_ranks"));
+  dist::CommOptions comm_options{.timeout_s = config.real("dist.timeout_s")};
+  auto comm = dist::make_communicator(launch, comm_options);
+  // A CUDA run takes GPU local rank, queues its work on a stream of its own, and talks to
+  // other GPUs over NCCL (its id sent over MPI, host buffers still through MPI), whose
+  // collectives follow that stream.
+  GpuChoice gpu;
+  std::unique_ptr<CudaStream> stream;
+  std::unique_ptr<dist::Communicator> nccl;
+  if (config.text("run.device") == "cuda") {
+    gpu.device = dist::bind_device(launch);
+    if (gpu.device < 0)
+      throw UsageError(
+          cuda_built() ? fmt::format("run.device = cuda but rank {} sees no CUDA GPU", launch.rank)
+                       : std::string("run.device = cuda but this trainer was built "
+                                     "without the CUDA backend (TRAINER_CUDA=ON)"));
+    stream = std::make_unique<CudaStream>();
+    gpu.stream = comm_options.cuda_stream = stream->get();
+    if (comm->size() > 1 || config.text("dist.backend") == "nccl")
+      nccl = dist::make_nccl_communicator(*comm, gpu.device, comm_options);
+  }
+  const Config absolute = with_absolute_paths(config);
+  RunConfig rc = resolve_on_device(absolute, gpu);
+  // GPUs are one per rank; CPU ranks on a node share its memory.
+  check_memory(*comm, plan_memory(rc, comm->size()), rc.exec.device,
+               rc.exec.device == Device::cuda ? 1 : launch.local_size,
+               config.text("train.memory_check") == "warn");
+  const PeakReference peak = peak_reference(rc);
+  TrainLoop loop(absolute, std::move(rc), options, nccl ? *nccl : *comm, peak);
+  return loop.run();
+}
+
+}  // namespace trainer::app

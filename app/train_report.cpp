@@ -1,0 +1,161 @@
+// What the loop reports: metrics lines and progress, the set-up it logs, write failures (Note
+// [Write failures]) and a stop's checkpoint and marker (Note [Stop marker]).
+#include "app/train_loop.h"
+
+#include <optional>
+
+#include "app/run_checkpoints.h"
+#include "app/stop_signals.h"
+#include "dist/step_stats.h"
+#include "runtime/error.h"
+#include "runtime/fallback.h"
+#include "runtime/file_io.h"
+#include "runtime/log.h"
+#include "runtime/memory.h"
+
+namespace trainer::app {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr double kMiB = 1048576.0;
+
+}  // namespace
+
+void TrainLoop::write_metrics(const nlohmann::json& record) {
+  if (!metrics_->write(record)) metrics_failed_ = true;
+}
+
+// Note [Write failures]: a metrics or log line that cannot be written (a full disk) is not
+// ignored: a checkpoint is saved at once (with several ranks, which must all take part, at the
+// next step, whose all-reduce carries rank 0's failure), so that a run that is about to die
+// loses nothing; a failing
+// checkpoint write stops the run with an error naming the file, and `latest` still names the
+// previous checkpoint.
+std::string TrainLoop::write_failure() const {
+  if (!leader_ || write_failure_reported_) return {};
+  if (metrics_failed_) return fmt::format("{} ({})", metrics_->path().string(), metrics_->why());
+  if (const std::string e = log::file_error(); !e.empty())
+    return fmt::format("{} ({})", (rc_.run_dir / "train.log").string(), e);
+  return {};
+}
+
+void TrainLoop::report_write_failure() {
+  if (write_failure_reported_) return;
+  if (leader_) {
+    if (progress_) progress_->finish();
+    log::warn("cannot write {}: saving a checkpoint at step {} now", write_failure(), state_.step);
+  }
+  write_failure_reported_ = true;
+  save();
+}
+
+void TrainLoop::log_step(const StepStats& s, double step_s) {
+  const int64_t total = rc_.steps;
+  const bool line = state_.step % rc_.log_every == 0 || state_.step == total;
+  // Every rank takes part in the straggler report at every step (it is a collective): a
+  // straggler is a rank behind on several steps in a row (Note [Stragglers]).
+  std::optional<dist::StragglerReport> ranks;
+  if (comm_.size() > 1) ranks = dist::gather_step_times(comm_, s.times);
+  if (!leader_) return;
+  if (ranks)
+    if (const auto warning = stragglers_.observe(*ranks))
+      log::warn("step {}: {}", state_.step, *warning);
+  const double tok_s = double(s.tokens) / step_s;
+  const double flops = rc_.model.flops_per_token(s.seq_len) * tok_s;
+  const double mfu = flops / (peak_.gflops * 1e9 * comm_.size());
+  const double eta =
+      run_timer_.seconds() / double(state_.step - first_step_) * double(total - state_.step);
+  progress_->update(state_.step, s.loss, tok_s, mfu, eta, line);
+  if (!line) return;
+  const dist::StepTimes& t = s.times;
+  nlohmann::json j = {{"step", state_.step},
+                      {"loss", s.loss},
+                      {"lr", s.lr},
+                      {"grad_norm", s.grad_norm},
+                      {"tokens", state_.tokens_seen},
+                      {"skipped", s.skipped},
+                      {"tokens_per_s", tok_s},
+                      {"mfu", mfu},
+                      {"step_ms", step_s * 1e3},
+                      {"data_ms", t.data_wait_s * 1e3},
+                      {"forward_ms", t.forward_s * 1e3},
+                      {"backward_ms", t.backward_s * 1e3},
+                      {"comm_wait_ms", t.comm_wait_s * 1e3},
+                      {"comm_busy_ms", t.comm_busy_s * 1e3},
+                      {"comm_hidden", t.hidden_fraction()},
+                      {"optimizer_ms", t.optimizer_s * 1e3},
+                      {"rss_mib", resident_mib()}};
+  if (ranks) {
+    j["slowest_rank"] = ranks->slowest_rank;
+    j["slowest_lag"] = ranks->lag;
+  }
+  // Calls that ran a slower kernel than planned (a GPU's cuDNN or cuBLASLt declining), so far.
+  for (const fallback::Count& f : fallback::counts()) j["fallbacks"][f.path] = f.calls;
+  if (comm_.size() > 1) {  // the collectives' bus bandwidth since the last line
+    const dist::CommStats now = comm_.stats();
+    j["comm_busbw_gbps"] = now.bus_gbps_since(comm_logged_);
+    comm_logged_ = now;
+  }
+  write_metrics(j);
+}
+
+// Saves a checkpoint and says why the run stops here; returns the exit code.
+// Note [Stop marker]: a launcher may not pass the ranks' exit code on (mpirun that got the
+// SIGINT itself exits 1 although every rank exited 75), so rank 0 also records the stop in
+// run_dir/stopped once its checkpoint is saved; the launch scripts remove it before they
+// start the job and report 75 when the job failed with it present. Written last, after the
+// checkpoint: it never claims a stop whose checkpoint is not there.
+void TrainLoop::mark_stopped() {
+  if (!leader_) return;
+  try {
+    const nlohmann::json marker = {{"step", state_.step},
+                                   {"signal", signal_name(stop_signal_received())},
+                                   {"exit_code", kExitStopped},
+                                   {"checkpoint", latest_checkpoint(rc_.run_dir).string()}};
+    write_file_atomic(rc_.run_dir / kStoppedMarker, marker.dump() + "\n");
+  } catch (const std::exception& e) {  // the checkpoint is saved: the run still exits 75
+    log::warn("cannot write the stop marker {}: {}", (rc_.run_dir / kStoppedMarker).string(),
+              e.what());
+  }
+}
+
+int TrainLoop::stop_early(const std::string& why, int exit_code) {
+  if (progress_) progress_->finish();
+  log::info("{}: saving a checkpoint at step {} and stopping", why, state_.step);
+  save();
+  return exit_code;
+}
+
+// Says what runs: model size, precision and its CPU path, checkpointing, memory against the
+// plan, the MFU reference.
+void TrainLoop::log_setup() {
+  const nn::Transformer::Memory mem = transformer_.memory();
+  std::string bf16_path;
+  detect_cpu_bf16_math(&bf16_path);
+  const nn::ExecConfig& e = rc_.exec;
+  log::info(
+      "model: {} parameters; precision {}{}; gradients {}; activation checkpointing {}{}",
+      model_.layout().total(), float_dtype_name(e.compute),
+      e.compute == DType::bf16 ? " (" + bf16_path + ")" : "", float_dtype_name(e.grad),
+      nn::recompute_name(e.recompute),
+      e.recompute_layers.empty() ? "" : fmt::format(" on {} blocks", e.recompute_layers.size()));
+  const dist::StateBytes st = dp_->state_bytes();
+  log::info(
+      "memory plan per rank: {:.1f} MiB (sharding {}: fp32 masters {:.1f}, working weights "
+      "{:.1f}, gradients {:.1f}, optimizer {:.1f}, buffers {:.1f}; activations {:.1f}, workspace "
+      "{:.1f}); {} rank(s)",
+      planned_mib(), dist::sharding_stage_name(dp_->stage()), st.masters / kMiB, st.working / kMiB,
+      st.grads / kMiB, st.optimizer / kMiB, st.buffers / kMiB, mem.activations / kMiB,
+      mem.workspace / kMiB, comm_.size());
+  log::info("MFU against {}", peak_.source);
+}
+
+// The model's state as this rank holds it, and the model's own activations and scratch.
+double TrainLoop::planned_mib() const {
+  const nn::Transformer::Memory m = transformer_.memory();
+  return double(dp_->state_bytes().total() + m.activations + m.workspace + m.inputs) / kMiB;
+}
+
+}  // namespace trainer::app

@@ -1,0 +1,311 @@
+// The loop's start-up: which checkpoint to resume or initialise from (rank 0 decides), the
+// checks that a resume is one (same data order, same model) and that nothing of an earlier run
+// is lost (Note [One run per directory]), the data's checks, and the state set up.
+#include "app/train_loop.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+
+#include "app/checkpoint.h"
+#include "app/init_from.h"
+#include "app/memory_plan.h"
+#include "app/metrics.h"
+#include "app/nonfinite.h"
+#include "app/run_setup.h"
+#include "app/stop_signals.h"
+#include "data/loader.h"
+#include "data/tokenizer.h"
+#include "dist/communicator.h"
+#include "dist/consistency.h"
+#include "dist/data_parallel.h"
+#include "dist/exact_norm.h"
+#include "dist/join.h"
+#include "dist/launch.h"
+#include "dist/step_stats.h"
+#include "nn/adamw.h"
+#include "nn/transformer.h"
+#include "runtime/cuda_stream.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/fallback.h"
+#include "runtime/file_io.h"
+#include "runtime/gemm.h"
+#include "runtime/log.h"
+#include "runtime/memory.h"
+#include "runtime/rng.h"
+#include "runtime/timer.h"
+
+#include <nlohmann/json.hpp>
+
+namespace trainer::app {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr double kMiB = 1048576.0;
+
+// Keys that give the loader's saved position its meaning, and keys that define the model
+// without changing tensor shapes (n_head): changing either on resume is refused.
+void check_resumable(const Config& now, const Checkpoint& ckpt) {
+  Config then;
+  then.merge_yaml(ckpt.config_yaml, (ckpt.dir / "config.yaml").string());
+  // A config that does not fit the checkpoint is the user's to change: a usage error (exit 2).
+  for (const char* key : {"run.seed", "data.mode", "data.batch_size", "data.seq_len",
+                          "data.max_tokens", "data.drop_last"})
+    if (then.to_yaml_value(key) != now.to_yaml_value(key))
+      throw UsageError(fmt::format(
+          "cannot resume from {}: {} was {} there but is {} now (it defines the data order)",
+          ckpt.dir.string(), key, then.to_yaml_value(key), now.to_yaml_value(key)));
+  for (const char* key : model_keys())
+    if (then.to_yaml_value(key) != now.to_yaml_value(key))
+      throw UsageError(fmt::format(
+          "cannot resume from {}: {} was {} there but is {} now (another model; start a new "
+          "run, or set train.resume=none with --force)",
+          ckpt.dir.string(), key, then.to_yaml_value(key), now.to_yaml_value(key)));
+}
+
+}  // namespace
+
+// train.global_batch (and its schedule) must share out evenly; dist.deterministic's trees need
+// a power-of-two world.
+void TrainLoop::check_batch_over_ranks() const {
+  const int w = comm_.size();
+  if (rc_.deterministic && (w & (w - 1)) != 0)
+    throw UsageError(fmt::format(
+        "dist.deterministic needs a power-of-two number of ranks (its reduction tree pairs "
+        "them), not {}",
+        w));
+  if (rc_.global_batch == 0) return;
+  std::vector<std::pair<int64_t, int64_t>> sizes = {{0, rc_.global_batch}};
+  for (const auto& e : rc_.grad_accum_schedule.entries) sizes.push_back(e);
+  for (const auto& [step, g] : sizes)
+    if (g % w != 0)
+      throw UsageError(fmt::format(
+          "train.global_batch{}: {} micro-batches do not share out over {} ranks (use a multiple "
+          "of the number of ranks)",
+          step > 0 ? fmt::format(" from step {}", step) : "", g, w));
+}
+
+// Resuming on another number of ranks without train.global_batch changes the global batch.
+void TrainLoop::warn_of_changes(const Checkpoint& ckpt) const {
+  // oneDNN's products split their sums by thread: another count gives other bits from here.
+  const Context& ctx = model_.context();
+  if (leader_ && ctx.device == Device::cpu && ckpt.state.threads > 0 &&
+      ckpt.state.threads != op_threads(ctx))
+    log::warn(
+        "resuming a run saved with {} CPU threads per rank on {}: the products sum in another "
+        "order, so the steps from here are not the bits the run would have given{} "
+        "(OMP_NUM_THREADS={} keeps them)",
+        ckpt.state.threads, op_threads(ctx),
+        rc_.deterministic ? ", dist.deterministic notwithstanding" : "", ckpt.state.threads);
+  if (rc_.global_batch > 0 || ckpt.state.world_size == comm_.size() || !leader_) return;
+  log::warn(
+      "resuming a {}-rank run on {} ranks with train.grad_accum per rank: the global batch "
+      "changes from {} to {} micro-batches per step (set train.global_batch to keep it)",
+      ckpt.state.world_size, comm_.size(), micro_batches(state_.step) * ckpt.state.world_size,
+      micro_batches(state_.step) * comm_.size());
+}
+
+// Rank 0 chooses the checkpoint to resume from and every rank opens that one, so ranks
+// without a shared view of `latest` cannot start from different states.
+fs::path TrainLoop::resume_path() {
+  std::string path;
+  if (leader_) {
+    if (rc_.resume == "auto")
+      path = latest_checkpoint(rc_.run_dir).string();
+    else if (rc_.resume != "none")
+      path = checkpoint_dir_of(rc_.resume).string();
+  }
+  return from_leader(path);
+}
+
+// The same for train.init_from: a run directory (a live one too) means the checkpoint its
+// `latest` names when rank 0 looks; a checkpoint or an export is itself.
+fs::path TrainLoop::init_path() {
+  fs::path path = rc_.init_from;
+  std::error_code ec;
+  if (leader_ && fs::is_directory(path, ec) && !fs::exists(path / "manifest.json", ec) &&
+      !fs::exists(path / "trainer_config.yaml", ec))
+    if (const fs::path latest = latest_checkpoint(path); !latest.empty()) path = latest;
+  return from_leader(path.string());
+}
+
+// Rank 0's `text` on every rank (a collective).
+std::string TrainLoop::from_leader(std::string text) {
+  if (comm_.size() == 1) return text;
+  int64_t n = int64_t(text.size());
+  comm_.broadcast(&n, sizeof n);
+  text.resize(size_t(n));
+  if (n > 0) comm_.broadcast(text.data(), n);
+  return text;
+}
+
+// Note [One run per directory]: what this start would discard of the run directory's earlier
+// run. Continuing from the run's own checkpoint discards nothing (metrics logged after it are
+// rewritten as the steps are redone); starting afresh, or from another run's checkpoint,
+// would mix with or replace everything the directory holds; rewinding to an older checkpoint
+// of the run would replace its later ones. Any of those is refused unless --force, which
+// deletes them once every other check has passed. Returns what --force is to delete.
+std::vector<fs::path> TrainLoop::check_overwrite(const fs::path& from, int64_t start_step) {
+  const fs::path ckpts = rc_.run_dir / "checkpoints", metrics = rc_.run_dir / "metrics.jsonl";
+  std::error_code ec;
+  const bool own = !from.empty() &&
+                   fs::weakly_canonical(from.parent_path(), ec) == fs::weakly_canonical(ckpts, ec);
+  std::vector<fs::path> discard;
+  for (const auto& [step, dir] : list_checkpoints(rc_.run_dir))
+    if (!own || step > start_step) discard.push_back(dir);
+  const bool has_metrics = fs::is_regular_file(metrics, ec) && fs::file_size(metrics, ec) > 0;
+  if (!own && has_metrics) discard.push_back(metrics);
+  if (discard.empty()) return {};
+  const std::string what =
+      own ? fmt::format("resuming from step {} would replace its {} later checkpoint(s)",
+                        start_step, discard.size())
+      : from.empty()
+          ? "this run starts afresh"
+          : fmt::format("this run starts from {}, another run's checkpoint", from.string());
+  if (!options_.force)
+    throw UsageError(fmt::format(
+        "{} already holds a run ({} checkpoint(s){}) and {}: pass --force to delete {} first, or "
+        "choose another run.name",
+        rc_.run_dir.string(), list_checkpoints(rc_.run_dir).size(),
+        has_metrics ? ", metrics.jsonl" : "", what, own ? "them" : "that run"));
+  return discard;
+}
+
+// Everything about the data that can fail later is checked before the first step.
+void TrainLoop::check_data() {
+  const data::Manifest& m = loader_->corpus().manifest();
+  CHECK(data::tokenizer_is(tokenizer_, m.tokenizer_hash),
+        "data.tokenizer = {} is not the tokenizer {} was prepared with (hash {:016x}, the "
+        "manifest says {:016x}, {})",
+        rc_.tokenizer.string(), rc_.train_data.data_dir.string(), tokenizer_hash_, m.tokenizer_hash,
+        m.tokenizer_file);
+  if (rc_.val_every == 0) return;
+  // Every validation checks the shards' tokenizer (as the manifest records it: a corpus
+  // prepared before the content hash records the hash of the file's bytes).
+  rc_.val_data.tokenizer_hash = m.tokenizer_hash;
+  std::optional<data::Batch> first;
+  try {
+    data::Loader val(rc_.val_data, comm_.rank(), comm_.size());
+    first = val.next();
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {  // what the user can fix by the key (an InternalError is no Error)
+    throw UsageError(
+        fmt::format("train.val_every = {} but the validation data cannot be read: "
+                    "{} (set train.val_every=0 to train without validation)",
+                    rc_.val_every, e.what()));
+  }
+  CHECK(first.has_value(),
+        "train.val_every = {} but the val split of {} yields no batch of this shape on rank {} "
+        "(prepare with a larger --val-fraction, or set train.val_every=0)",
+        rc_.val_every, rc_.val_data.data_dir.string(), comm_.rank());
+  // Under `all` its shards were checked just now; under first_use each validation checks what
+  // it reads.
+  val_verified_ = rc_.val_data.verify == data::Verify::all;
+}
+
+void TrainLoop::start_up() {
+  if (leader_) {
+    fs::create_directories(rc_.run_dir);
+    try {
+      lock_ = std::make_unique<ExclusiveLock>(rc_.run_dir / ".lock");
+    } catch (const ExclusiveLock::Busy& busy) {
+      THROW_ERROR(
+          "run directory {} is in use by another trainer ({}): one trainer per run "
+          "directory",
+          rc_.run_dir.string(), busy.holder());
+    }
+  }
+  if (leader_) finish_interrupted_saves(rc_.run_dir);  // before `latest` is read
+  const fs::path tokenizer_path = rc_.tokenizer;
+  if (!fs::is_regular_file(tokenizer_path))
+    throw UsageError(fmt::format(
+        "data.tokenizer = {} {}", tokenizer_path.string(),
+        fs::is_directory(tokenizer_path)
+            ? "is a directory, not a tokenizer model file (the .model that tokenizer train wrote)"
+        : fs::exists(tokenizer_path) ? "is not a regular file"
+                                     : "does not exist"));
+  tokenizer_ = read_file(tokenizer_path);
+  tokenizer_hash_ = data::tokenizer_hash(tokenizer_);
+  data_manifest_ = read_file(rc_.train_data.data_dir / data::kManifestName);
+
+  // Every check first (Note [One run per directory]): nothing in the run directory is written
+  // or deleted until all of them, and the ranks' agreement, have passed.
+  const fs::path from = resume_path();
+  std::optional<Checkpoint> ckpt;
+  if (!from.empty()) {
+    ckpt = open_checkpoint(from);
+    check_resumable(config_, *ckpt);
+    if (!data::tokenizer_is(tokenizer_, ckpt->state.tokenizer_hash))
+      throw UsageError(fmt::format(
+          "cannot resume from {}: it was trained with tokenizer {:016x} but data.tokenizer = {} "
+          "is {:016x}",
+          from.string(), ckpt->state.tokenizer_hash, tokenizer_path.string(), tokenizer_hash_));
+    if (ckpt->state.data_hash != 0 && ckpt->state.data_hash != hash64(data_manifest_))
+      throw UsageError(fmt::format(
+          "cannot resume from {}: the corpus in {} changed since it was saved (its manifest "
+          "differs); the saved data position would point elsewhere",
+          from.string(), rc_.train_data.data_dir.string()));
+    state_ = ckpt->state;
+    warn_of_changes(*ckpt);
+  }
+  // Fine-tuning starts a new run (not a resume) from saved weights; checked now, loaded below.
+  std::optional<InitSource> init;
+  if (!ckpt && !rc_.init_from.empty())
+    init = open_init_source(init_path(), config_, tokenizer_hash_);
+  const std::vector<fs::path> discard =
+      leader_ ? check_overwrite(from, state_.step) : std::vector<fs::path>{};
+  std::optional<data::LoaderState> loader_state;
+  if (ckpt) loader_state = ckpt->state.loader.get<data::LoaderState>();
+  loader_ =
+      std::make_unique<data::Loader>(rc_.train_data, comm_.rank(), comm_.size(), loader_state);
+  check_data();
+  state_.tokenizer_hash = tokenizer_hash_;
+  state_.data_hash = hash64(data_manifest_);
+  state_.world_size = comm_.size();
+  state_.threads = op_threads(model_.context());
+  dist::check_consistency(
+      comm_, {{"the resolved config",
+               fmt::format("{}resumed at step: {}\n", config_.to_yaml(), state_.step)},
+              {"the trainer binary", dist::binary_identity()},
+              {"the data manifest", data_manifest_},
+              {"the tokenizer", tokenizer_},
+              {"the parameter layout", fmt::format("{:016x}", model_.layout().digest())}});
+
+  if (leader_) {
+    for (const fs::path& p : discard) {
+      log::warn("--force: deleting {}", p.string());
+      fs::remove_all(p);
+    }
+    if (ckpt && !discard.empty() && fs::is_symlink(rc_.run_dir / "checkpoints/latest"))
+      repoint_latest(rc_.run_dir, ckpt->dir);
+    log::set_file((rc_.run_dir / "train.log").string());
+    fs::remove(rc_.run_dir / kStoppedMarker);  // an earlier launch's
+    write_file_atomic(rc_.run_dir / "config.yaml", config_.to_yaml());
+    write_file_atomic(rc_.run_dir / "tokenizer.model", tokenizer_);
+  }
+  if (!leader_) log::set_run_log((rc_.run_dir / "train.log").string());
+  if (!leader_ && rc_.log_all_ranks) {
+    fs::create_directories(rc_.run_dir / "logs");
+    log::set_file((rc_.run_dir / "logs" / fmt::format("rank-{}.log", comm_.rank())).string());
+  }
+  if (ckpt) {
+    load_training_state(*ckpt, model_, *dp_);
+    saved_step_ = state_.step;
+    log::info("resumed from {} at step {}", from.string(), state_.step);
+  } else if (init) {
+    load_init_weights(*init, model_, *dp_);
+    log::info("fine-tuning from {}: its weights, a fresh optimizer, step 0", init->dir.string());
+  } else {
+    dist::init_masters(*dp_, model_, rc_.model, rc_.seed);
+  }
+  first_step_ = state_.step;
+  if (leader_)
+    metrics_ = std::make_unique<MetricsLog>(rc_.run_dir / "metrics.jsonl", ckpt ? state_.step : -1);
+}
+
+}  // namespace trainer::app

@@ -55,11 +55,11 @@ DDP::DDP(Communicator& comm, nn::Model& model, const DdpConfig& config)
   const int64_t elems = std::max<int64_t>(1, int64_t(config.bucket_mb * 1024 * 1024 / elem_bytes));
   buckets_ = plan_buckets(model.layout().total(), elems, config.frozen);
   ready_from_ = model.layout().total();
-  model_.on_grads_ready = [this](int64_t begin, int64_t end) { on_ready(begin, end); };
+  model_.attach_grads_ready([this](int64_t begin, int64_t end) { on_ready(begin, end); });
 }
 
 DDP::~DDP() {
-  model_.on_grads_ready = nullptr;
+  model_.attach_grads_ready(nullptr);
   // Never leave the communication thread writing into a buffer that may go away.
   for (Work& w : inflight_) {
     try {

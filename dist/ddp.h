@@ -1,6 +1,6 @@
 // Data-parallel gradient synchronisation: the flat gradient buffer is cut into buckets in the
 // order backward finishes them (from the end of the buffer towards its start). Each bucket's
-// sum all-reduce starts on the communication thread as soon as backward's on_grads_ready hook
+// sum all-reduce starts on the communication thread as soon as backward's grads-ready hook
 // has covered it, while earlier blocks still compute; finish() waits only for what is still in
 // flight. Gradients are summed, not averaged: the caller scales the loss by 1 / (global token
 // count) from exchange_counts (join.h), so the sum is the exact global mean's gradient.
@@ -34,7 +34,8 @@ std::vector<Range> plan_buckets(int64_t total, int64_t bucket_elems,
 
 class DDP {
  public:
-  // Attaches to model.on_grads_ready (replacing any previous hook); detaches on destruction.
+  // Attaches to the model's grads-ready hook (Model::attach_grads_ready); detaches on
+  // destruction.
   DDP(Communicator& comm, nn::Model& model, const DdpConfig& config = {});
   ~DDP();
   DDP(const DDP&) = delete;

@@ -257,11 +257,11 @@ Sharded::Sharded(Communicator& comm, nn::Model& model, const ParallelConfig& con
   }
   unit_gather_.resize(geo_.units().size());
   gathered_.assign(geo_.units().size(), false);
-  model_.store = this;
+  model_.attach_store(this);
 }
 
 Sharded::~Sharded() {
-  model_.store = nullptr;
+  model_.attach_store(nullptr);
   // Never leave the communication thread touching buffers that are about to go away.
   auto quiet = [](Work& w) {
     try {

@@ -15,6 +15,7 @@
 
 #include "nn/param_layout.h"
 #include "runtime/context.h"
+#include "runtime/error.h"
 #include "runtime/tensor.h"
 
 namespace trainer::nn {
@@ -99,16 +100,35 @@ class Model {
   // synchronisation (Note [Asynchronous step]).
   virtual StepScalars read_step_scalars(const Tensor& grads) = 0;
 
-  // Called during backward each time a range [begin, end) of grads() is final for this
+  using GradsReadyHook = std::function<void(int64_t begin, int64_t end)>;
+  using ParamsNeededHook = std::function<void(int unit, ParamUse use)>;
+
+  // Backward calls `hook` each time a range [begin, end) of grads() is final for this
   // micro-batch, from the end of the flat buffer towards its start (the final unit, block
-  // L-1, ..., block 0, then the embedding unit).
-  std::function<void(int64_t begin, int64_t end)> on_grads_ready;
-  // Called before a unit's parameters are read (see ParamUse), with the unit's index in
-  // layout().units(). Sharding gathers the unit here.
-  std::function<void(int unit, ParamUse use)> on_params_needed;
-  // Where weights and gradients come from when the model does not own them (set before the
-  // first forward of such a model); the hooks above are then not called.
-  UnitStore* store = nullptr;
+  // L-1, ..., block 0, then the embedding unit). One hook at a time: attaching over another is
+  // an internal error; nullptr detaches.
+  void attach_grads_ready(GradsReadyHook hook) {
+    TRAINER_ASSERT(!hook || !grads_ready_, "a second grads-ready hook on one model");
+    grads_ready_ = std::move(hook);
+  }
+  // Forward and backward call `hook` before a unit's parameters are read (see ParamUse), with
+  // the unit's index in layout().units(). One at a time, likewise.
+  void attach_params_needed(ParamsNeededHook hook) {
+    TRAINER_ASSERT(!hook || !params_needed_, "a second params-needed hook on one model");
+    params_needed_ = std::move(hook);
+  }
+  // Where weights and gradients come from when the model does not own them (attached before
+  // the first forward of such a model; the hooks above are then not called). One at a time;
+  // nullptr detaches.
+  void attach_store(UnitStore* store) {
+    TRAINER_ASSERT(!store || !store_, "a second unit store on one model");
+    store_ = store;
+  }
+
+ protected:
+  GradsReadyHook grads_ready_;
+  ParamsNeededHook params_needed_;
+  UnitStore* store_ = nullptr;
 };
 
 }  // namespace trainer::nn

@@ -2,9 +2,9 @@
 // and of the backward, replayed with one launch where its shape repeats.
 //
 // Note [CUDA graphs]
-// A pass is cut at the model's hooks (Model::on_params_needed before a unit's weights are read,
-// on_grads_ready after its gradients are complete): the work between two hooks, one unit's, is
-// a segment, and the hooks themselves run on the host between segments as they do without
+// A pass is cut at the model's hooks (the params-needed hook before a unit's weights are read,
+// the grads-ready hook after its gradients are complete): the work between two hooks, one unit's,
+// is a segment, and the hooks themselves run on the host between segments as they do without
 // graphs, so DDP still starts each bucket's all-reduce from backward, over NCCL too. A segment
 // is keyed by everything the host decides it by: forward or backward, the unit, the batch's
 // rows and length, and whether it has targets and row lengths (backward's loss scale is a

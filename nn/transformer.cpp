@@ -229,23 +229,23 @@ Tensor Transformer::logits() const {
 }
 
 Tensor Transformer::unit_weights(int unit, ParamUse use) {
-  if (store) return store->weights(unit, use);
+  if (store_) return store_->weights(unit, use);
   TRAINER_ASSERT(exec_.own_params, "a model without weights of its own needs a UnitStore");
-  if (on_params_needed) on_params_needed(unit, use);
+  if (params_needed_) params_needed_(unit, use);
   const Unit& u = layout_.units()[size_t(unit)];
   return working_params().flat(u.begin, u.end - u.begin);
 }
 
 Tensor Transformer::unit_grads(int unit) {
-  if (store) return store->grads(unit);
+  if (store_) return store_->grads(unit);
   const Unit& u = layout_.units()[size_t(unit)];
   return grads().flat(u.begin, u.end - u.begin);
 }
 
 void Transformer::unit_ready(int unit) {
-  if (store) return store->grads_ready(unit);
+  if (store_) return store_->grads_ready(unit);
   const Unit& u = layout_.units()[size_t(unit)];
-  if (on_grads_ready) on_grads_ready(u.begin, u.end);
+  if (grads_ready_) grads_ready_(u.begin, u.end);
 }
 
 std::vector<int> Transformer::weight_schedule(ParamUse use) const {
@@ -382,7 +382,7 @@ int64_t Transformer::forward(const BatchView& batch) {
 
 bool Transformer::graphs_allowed() const {
   if (!exec_.cuda_graphs || has_segments_ || profile::g_enabled) return false;
-  TRAINER_ASSERT(!store && exec_.device == Device::cuda, "CUDA graphs of a sharded or CPU model");
+  TRAINER_ASSERT(!store_ && exec_.device == Device::cuda, "CUDA graphs of a sharded or CPU model");
   return true;
 }
 

@@ -647,11 +647,11 @@ TEST(CudaGraphs, ReplayTheEagerStepsBitForBit) {
     e.cuda_graphs = graphs;
     Transformer m(cfg, e);
     m.init_weights(21);
-    std::vector<int64_t> ready;  // the ranges on_grads_ready reported, in order
-    m.on_grads_ready = [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> ready;  // the ranges the grads-ready hook reported, in order
+    m.attach_grads_ready([&](int64_t begin, int64_t end) {
       ready.push_back(begin);
       ready.push_back(end);
-    };
+    });
     AdamW opt(m.layout(), {}, {{0, m.layout().total(), 0}}, nullptr, e.device);
     std::vector<double> losses;
     for (int step = 0; step < 6; ++step) {

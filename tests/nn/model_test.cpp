@@ -97,7 +97,7 @@ TEST_P(EveryArch, HooksReportEveryGradientRangeOnceFromTheEnd) {
   Transformer model(tiny_config(GetParam()), exec_for(2, 8));
   model.init_weights(1);
   std::vector<std::pair<int64_t, int64_t>> ranges;
-  model.on_grads_ready = [&](int64_t b, int64_t e) { ranges.push_back({b, e}); };
+  model.attach_grads_ready([&](int64_t b, int64_t e) { ranges.push_back({b, e}); });
   TinyBatch batch;
   model.forward(batch.view());
   model.backward(1.0f);
@@ -277,16 +277,16 @@ struct MaskedBatch {
 struct Backward {
   std::vector<float> grads;
   double loss;
-  std::vector<std::pair<int64_t, int64_t>> ready;  // on_grads_ready, in order
-  std::vector<std::pair<int, ParamUse>> needed;    // on_params_needed, in order
+  std::vector<std::pair<int64_t, int64_t>> ready;  // the grads-ready hook, in order
+  std::vector<std::pair<int, ParamUse>> needed;    // the params-needed hook, in order
 };
 
 Backward run_backward(ExecConfig exec, const BatchView& batch, const std::string& arch = "gpt2") {
   Transformer model(tiny_config(arch), exec);
   model.init_weights(17);
   Backward out;
-  model.on_grads_ready = [&](int64_t b, int64_t e) { out.ready.push_back({b, e}); };
-  model.on_params_needed = [&](int u, ParamUse use) { out.needed.push_back({u, use}); };
+  model.attach_grads_ready([&](int64_t b, int64_t e) { out.ready.push_back({b, e}); });
+  model.attach_params_needed([&](int u, ParamUse use) { out.needed.push_back({u, use}); });
   out.loss = forward_backward(model, batch).sum;
   out.grads = testing::host_grads(model);
   return out;
@@ -342,7 +342,7 @@ TEST_P(EveryArch, WeightScheduleIsTheOrderWeightsAreRead) {
     Transformer model(c, exec_for(2, 8, DType::f32, Recompute::full));
     model.init_weights(17);
     std::vector<int> read[2];
-    model.on_params_needed = [&](int u, ParamUse use) { read[int(use)].push_back(u); };
+    model.attach_params_needed([&](int u, ParamUse use) { read[int(use)].push_back(u); });
     forward_backward(model, batch.view());
     EXPECT_EQ(read[0], model.weight_schedule(ParamUse::forward)) << "tied " << tied;
     EXPECT_EQ(read[1], model.weight_schedule(ParamUse::backward)) << "tied " << tied;

@@ -1,6 +1,11 @@
 // The schema: every configuration key, its type, default and meaning. Add keys here only.
 #include "app/config.h"
+#include "app/run_setup.h"
+#include "data/plan.h"
+#include "dist/data_parallel.h"
+#include "dist/join.h"
 #include "nn/architecture.h"
+#include "nn/lr_schedule.h"
 
 namespace trainer::app {
 
@@ -60,7 +65,7 @@ const std::vector<KeySpec>& schema() {
       {"model.activation_checkpointing", Kind::text, std::string("none"),
        "Recompute activations in backward to save memory: none, selective (norms and GELU) or "
        "full (the whole block from its input)",
-       -1e300, 1e300, L{"none", "selective", "full"}},
+       -1e300, 1e300, nn::kRecomputeNames.names()},
       {"model.checkpoint_layers", Kind::list, L{},
        "Blocks the checkpointing applies to: [\"0-5\", \"9\"] (empty = all)"},
 
@@ -71,7 +76,7 @@ const std::vector<KeySpec>& schema() {
       {"data.mode", Kind::text, std::string("stream"),
        "Batching: stream (contiguous windows), pack (documents packed into rows), bucket (length "
        "buckets, dynamic padding)",
-       -1e300, 1e300, L{"stream", "pack", "bucket"}},
+       -1e300, 1e300, data::kModeNames.names()},
       {"data.batch_size", Kind::integer, int64_t(8), "Rows per micro-batch B (stream, pack)", 1,
        1 << 20},
       {"data.seq_len", Kind::integer, int64_t(256),
@@ -109,7 +114,7 @@ const std::vector<KeySpec>& schema() {
 
       {"schedule.warmup_steps", Kind::integer, int64_t(50), "Linear warmup steps", 0},
       {"schedule.decay", Kind::text, std::string("cosine"), "Decay after warmup", -1e300, 1e300,
-       L{"cosine", "linear", "constant"}},
+       nn::kDecayNames.names()},
 
       {"train.steps", Kind::integer, int64_t(600), "Optimizer steps", 1},
       {"train.grad_accum", Kind::integer, int64_t(1), "Micro-batches per optimizer step", 1,
@@ -128,7 +133,7 @@ const std::vector<KeySpec>& schema() {
        "Parameter name patterns (* wildcards) kept fixed: no gradient, no optimizer state"},
       {"train.on_nonfinite", Kind::text, std::string("stop"),
        "A NaN/Inf loss or gradient: stop with a diagnostic, or skip the step", -1e300, 1e300,
-       L{"stop", "skip"}},
+       kNonFiniteNames.names()},
       {"train.max_consecutive_skips", Kind::integer, int64_t(5),
        "train.on_nonfinite=skip: the run stops (exit 1, no checkpoint saved) after this many "
        "skipped steps in a row",
@@ -199,7 +204,7 @@ const std::vector<KeySpec>& schema() {
        "What each rank holds: none (everything, DDP), optimizer (1/N of the fp32 masters and "
        "AdamW moments: ZeRO-1), gradients (also 1/N of the gradients: ZeRO-2), full (also the "
        "weights between uses: ZeRO-3, FSDP)",
-       -1e300, 1e300, L{"none", "optimizer", "gradients", "full"}},
+       -1e300, 1e300, dist::kShardingStageNames.names()},
       {"dist.reshard_after_forward", Kind::boolean, true,
        "sharding full: free a unit's gathered weights after its forward and gather again for "
        "backward (false: keep every unit gathered until the step ends)"},
@@ -210,7 +215,7 @@ const std::vector<KeySpec>& schema() {
       {"dist.join", Kind::text, std::string("true"),
        "Uneven inputs: true (finished ranks join with zeros), false (stop all at the first uneven "
        "step), throw (error)",
-       -1e300, 1e300, L{"true", "false", "throw"}},
+       -1e300, 1e300, dist::kJoinModeNames.names()},
   };
   return keys;
 }

@@ -250,7 +250,7 @@ RunConfig resolve_run(const Config& c) {
       throw UsageError(fmt::format(
           "train.grad_accum_schedule: entry '{}:{}' exceeds 65536 micro-batches", step, v));
   r.freeze = c.list("train.freeze");
-  r.on_nonfinite = c.text("train.on_nonfinite") == "skip" ? NonFinite::skip : NonFinite::stop;
+  r.on_nonfinite = kNonFiniteNames.parse(c.text("train.on_nonfinite"));
   r.max_consecutive_skips = c.integer("train.max_consecutive_skips");
   r.max_skips = c.integer("train.max_skips");
   r.resume = c.text("train.resume");

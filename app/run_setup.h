@@ -16,6 +16,7 @@
 #include "nn/adamw.h"
 #include "nn/lr_schedule.h"
 #include "nn/model_config.h"
+#include "runtime/enum_names.h"
 
 namespace trainer::app {
 
@@ -28,6 +29,8 @@ struct StepSchedule {
 };
 
 enum class NonFinite { stop, skip };
+inline constexpr EnumNames<NonFinite, 2> kNonFiniteNames{
+    "train.on_nonfinite", {{{NonFinite::stop, "stop"}, {NonFinite::skip, "skip"}}}};
 
 struct RunConfig {
   std::filesystem::path run_dir;  // run.dir / run.name

@@ -30,25 +30,6 @@ int64_t round_up8(int64_t n) {
 }
 }  // namespace
 
-Mode parse_mode(std::string_view s) {
-  if (s == "stream") return Mode::stream;
-  if (s == "pack") return Mode::pack;
-  if (s == "bucket") return Mode::bucket;
-  throw UsageError(fmt::format("unknown batching mode '{}' (stream, pack or bucket)", s));
-}
-
-const char* mode_name(Mode m) {
-  switch (m) {
-    case Mode::stream:
-      return "stream";
-    case Mode::pack:
-      return "pack";
-    case Mode::bucket:
-      return "bucket";
-  }
-  return "?";
-}
-
 void validate_plan_config(const PlanConfig& c, const DocIndex& docs) {
   if (c.seq_len < 1) throw UsageError(fmt::format("seq_len must be >= 1, got {}", c.seq_len));
   if (c.mode != Mode::bucket && c.batch_size < 1)

@@ -12,14 +12,22 @@
 
 #include "data/corpus.h"
 #include "data/sampler.h"
+#include "runtime/enum_names.h"
 
 namespace trainer::data {
 
 enum class Mode { stream, pack, bucket };
 
-// "stream" | "pack" | "bucket"; throws trainer::UsageError otherwise.
-Mode parse_mode(std::string_view s);
-const char* mode_name(Mode m);
+inline constexpr EnumNames<Mode, 3> kModeNames{
+    "data.mode", {{{Mode::stream, "stream"}, {Mode::pack, "pack"}, {Mode::bucket, "bucket"}}}};
+
+// A name of kModeNames; throws trainer::UsageError otherwise.
+inline Mode parse_mode(std::string_view s) {
+  return kModeNames.parse(s);
+}
+inline const char* mode_name(Mode m) {
+  return kModeNames.name(m);
+}
 
 struct PlanConfig {
   Mode mode = Mode::stream;

@@ -22,28 +22,6 @@ StateBytes planned_sharded_bytes(const nn::ParamLayout& layout, const ParallelCo
 StateBytes sharded_bytes_for(int64_t params, const ParallelConfig& config, int world, DType compute,
                              DType grad);
 
-ShardingStage parse_sharding_stage(const std::string& name) {
-  for (ShardingStage s : {ShardingStage::none, ShardingStage::optimizer, ShardingStage::gradients,
-                          ShardingStage::full})
-    if (name == sharding_stage_name(s)) return s;
-  throw UsageError(
-      fmt::format("dist.sharding must be none, optimizer, gradients or full, got '{}'", name));
-}
-
-const char* sharding_stage_name(ShardingStage stage) {
-  switch (stage) {
-    case ShardingStage::none:
-      return "none";
-    case ShardingStage::optimizer:
-      return "optimizer";
-    case ShardingStage::gradients:
-      return "gradients";
-    case ShardingStage::full:
-      return "full";
-  }
-  return "?";
-}
-
 namespace {
 
 // Every rank holds everything (stage none).

@@ -15,14 +15,26 @@
 #include "dist/ddp.h"
 #include "nn/adamw.h"
 #include "nn/model.h"
+#include "runtime/enum_names.h"
 
 namespace trainer::dist {
 
 enum class ShardingStage : uint8_t { none, optimizer, gradients, full };
 
-// Parses "none", "optimizer", "gradients" or "full"; throws a UsageError naming the value.
-ShardingStage parse_sharding_stage(const std::string& name);
-const char* sharding_stage_name(ShardingStage stage);
+inline constexpr EnumNames<ShardingStage, 4> kShardingStageNames{
+    "dist.sharding",
+    {{{ShardingStage::none, "none"},
+      {ShardingStage::optimizer, "optimizer"},
+      {ShardingStage::gradients, "gradients"},
+      {ShardingStage::full, "full"}}}};
+
+// Parses a name of kShardingStageNames; throws a UsageError naming the value.
+inline ShardingStage parse_sharding_stage(const std::string& name) {
+  return kShardingStageNames.parse(name);
+}
+inline const char* sharding_stage_name(ShardingStage stage) {
+  return kShardingStageNames.name(stage);
+}
 
 struct ParallelConfig {
   ShardingStage stage = ShardingStage::none;

@@ -10,13 +10,6 @@
 
 namespace trainer::dist {
 
-JoinMode parse_join_mode(const std::string& text) {
-  if (text == "true") return JoinMode::enabled;
-  if (text == "false") return JoinMode::disabled;
-  if (text == "throw") return JoinMode::throw_error;
-  THROW_ERROR("join must be true, false or throw, got '{}'", text);
-}
-
 StepCounts exchange_counts(Communicator& comm, bool has_data, int64_t loss_tokens,
                            int64_t micro_batches) {
   CHECK(loss_tokens >= 0, "negative loss token count {}", loss_tokens);

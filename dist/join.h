@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dist/communicator.h"
+#include "runtime/enum_names.h"
 
 namespace trainer::dist {
 
@@ -17,8 +18,15 @@ namespace trainer::dist {
 // any rank has no data), throw (a clear error on every rank at the first uneven step).
 enum class JoinMode { enabled, disabled, throw_error };
 
-// Parses "true", "false" or "throw"; throws trainer::Error otherwise.
-JoinMode parse_join_mode(const std::string& text);
+inline constexpr EnumNames<JoinMode, 3> kJoinModeNames{"dist.join",
+                                                       {{{JoinMode::enabled, "true"},
+                                                         {JoinMode::disabled, "false"},
+                                                         {JoinMode::throw_error, "throw"}}}};
+
+// Parses a name of kJoinModeNames; throws a UsageError otherwise.
+inline JoinMode parse_join_mode(const std::string& text) {
+  return kJoinModeNames.parse(text);
+}
 
 struct StepCounts {
   int64_t global_tokens = 0;      // loss tokens of the global batch (the loss divisor)

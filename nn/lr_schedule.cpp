@@ -19,10 +19,7 @@ float LrSchedule::at(int64_t step) const {
 }
 
 LrSchedule::Decay LrSchedule::parse_decay(const std::string& name) {
-  if (name == "cosine") return Decay::cosine;
-  if (name == "linear") return Decay::linear;
-  if (name == "constant") return Decay::constant;
-  THROW_ERROR("unknown learning-rate decay '{}' (cosine, linear or constant)", name);
+  return kDecayNames.parse(name);
 }
 
 }  // namespace trainer::nn

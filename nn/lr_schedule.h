@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/enum_names.h"
+
 namespace trainer::nn {
 
 struct LrSchedule {
@@ -17,8 +19,14 @@ struct LrSchedule {
 
   // The learning rate for step `step` (0-based).
   float at(int64_t step) const;
-  // Parses "cosine", "linear" or "constant"; throws naming the value otherwise.
+  // Parses a name of kDecayNames; throws naming the value otherwise.
   static Decay parse_decay(const std::string& name);
 };
+
+inline constexpr EnumNames<LrSchedule::Decay, 3> kDecayNames{
+    "schedule.decay",
+    {{{LrSchedule::Decay::cosine, "cosine"},
+      {LrSchedule::Decay::linear, "linear"},
+      {LrSchedule::Decay::constant, "constant"}}}};
 
 }  // namespace trainer::nn

@@ -30,25 +30,6 @@ double ModelConfig::flops_per_token(int seq_len) const {
   return 6.0 * double(matmul_params()) + 12.0 * n_layer * n_embd * double(seq_len);
 }
 
-Recompute parse_recompute(const std::string& name) {
-  for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
-    if (name == recompute_name(r)) return r;
-  throw UsageError(
-      fmt::format("activation checkpointing must be none, selective or full, got '{}'", name));
-}
-
-const char* recompute_name(Recompute r) {
-  switch (r) {
-    case Recompute::none:
-      return "none";
-    case Recompute::selective:
-      return "selective";
-    case Recompute::full:
-      return "full";
-  }
-  return "?";
-}
-
 Recompute ExecConfig::policy(int layer) const {
   if (recompute_layers.empty()) return recompute;
   const bool listed =

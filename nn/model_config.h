@@ -12,6 +12,7 @@
 #include "runtime/context.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
+#include "runtime/enum_names.h"
 
 namespace trainer::nn {
 
@@ -56,9 +57,17 @@ struct ModelConfig {
 // block's input and reruns the block's forward inside its backward.
 enum class Recompute : uint8_t { none, selective, full };
 
-// Parses "none", "selective" or "full"; throws naming the value otherwise.
-Recompute parse_recompute(const std::string& name);
-const char* recompute_name(Recompute r);
+inline constexpr EnumNames<Recompute, 3> kRecomputeNames{
+    "model.activation_checkpointing",
+    {{{Recompute::none, "none"}, {Recompute::selective, "selective"}, {Recompute::full, "full"}}}};
+
+// Parses a name of kRecomputeNames; throws naming the value otherwise.
+inline Recompute parse_recompute(const std::string& name) {
+  return kRecomputeNames.parse(name);
+}
+inline const char* recompute_name(Recompute r) {
+  return kRecomputeNames.name(r);
+}
 
 struct ExecConfig {
   Device device = Device::cpu;

@@ -83,7 +83,9 @@ TEST(Loader, PackSegmentsTargetsAndSplitDocuments) {
         }
         ASSERT_NE(prev_seg, 1 << 30) << "token after padding";
         ASSERT_TRUE(seg == prev_seg || seg == prev_seg + 1) << "segment ids must count up";
-        if (seg != prev_seg && t > 0) EXPECT_EQ(b->targets[i - 1], -1);  // no cross-doc target
+        if (seg != prev_seg && t > 0) {
+          EXPECT_EQ(b->targets[i - 1], -1);  // no cross-doc target
+        }
         prev_seg = seg;
         real++;
         auto [doc, pos] = decode(tok);

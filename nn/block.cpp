@@ -2,9 +2,23 @@
 // branches read.
 #include "nn/block.h"
 
+#include "nn/ops/attention.h"
 #include "nn/ops/cast.h"
 
 namespace trainer::nn {
+
+void block_access::attend(const Context& ctx, const BlockTensors& t, const Tensor& q,
+                          const Tensor& k, const Tensor& v) {
+  const Tensor out = A(t, Act::atty).reshape({t.B, t.T, q.cols()});
+  if (t.k_cache.empty())
+    return attention_forward(ctx, out, A(t, Act::att_lse), q, k, v, t.mask, t.n_head, t.q_pos);
+  const int64_t seen = t.q_pos + t.T, Ckv = k.cols();
+  cast(ctx, t.k_cache.row_range(t.q_pos, t.T), k);
+  cast(ctx, t.v_cache.row_range(t.q_pos, t.T), v);
+  attention_forward(
+      ctx, out, A(t, Act::att_lse), q, t.k_cache.row_range(0, seen).reshape({1, seen, Ckv}),
+      t.v_cache.row_range(0, seen).reshape({1, seen, Ckv}), t.mask, t.n_head, t.q_pos);
+}
 
 const Tensor& block_access::branch_grad(const Context& ctx, const BlockTensors& t) {
   if (t.d_branch.empty()) return t.d_res;

@@ -51,6 +51,10 @@ inline const Tensor& G(const BlockTensors& t, Role r) {
 // The gradient the branches receive: d_res itself, or its bf16 copy in a bf16 model (made
 // here, once per branch).
 const Tensor& branch_grad(const Context& ctx, const BlockTensors& t);
+// Attention of the batch's queries q (B,T,C) into atty and att_lse: over its keys and values k,
+// v (B,T,Ckv), or, when decoding, over the KV cache after appending k and v at q_pos.
+void attend(const Context& ctx, const BlockTensors& t, const Tensor& q, const Tensor& k,
+            const Tensor& v);
 }  // namespace block_access
 
 }  // namespace trainer::nn

@@ -79,20 +79,11 @@ void gpt2_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
     gelu_forward(ctx, A(t, fch_gelu), A(t, fch));
     return;
   }
-  const int64_t C = t.x.cols();
   layernorm_forward(ctx, A(t, ln1), A(t, ln1_mean), A(t, ln1_rstd), t.x, W(t, R::norm1_w),
                     W(t, R::norm1_b));
   linear_forward(ctx, A(t, qkv), A(t, ln1), W(t, R::qkv_w), W(t, R::qkv_b));
-  Tensor k = qkv_part(A(t, qkv), t.B, t.T, 1), v = qkv_part(A(t, qkv), t.B, t.T, 2);
-  if (!t.k_cache.empty()) {  // append this batch's keys and values, attend to the whole cache
-    const int64_t seen = t.q_pos + t.T;
-    cast(ctx, t.k_cache.row_range(t.q_pos, t.T), k);
-    cast(ctx, t.v_cache.row_range(t.q_pos, t.T), v);
-    k = t.k_cache.row_range(0, seen).reshape({1, seen, C});
-    v = t.v_cache.row_range(0, seen).reshape({1, seen, C});
-  }
-  attention_forward(ctx, A(t, atty).reshape({t.B, t.T, C}), A(t, att_lse),
-                    qkv_part(A(t, qkv), t.B, t.T, 0), k, v, t.mask, t.n_head, t.q_pos);
+  attend(ctx, t, qkv_part(A(t, qkv), t.B, t.T, 0), qkv_part(A(t, qkv), t.B, t.T, 1),
+         qkv_part(A(t, qkv), t.B, t.T, 2));
   linear_forward(ctx, t.tmp, A(t, atty), W(t, R::attn_proj_w), W(t, R::attn_proj_b));
   layernorm_residual_forward(ctx, A(t, res_mid), A(t, ln2), A(t, ln2_mean), A(t, ln2_rstd), t.x,
                              t.tmp, W(t, R::norm2_w), W(t, R::norm2_b));

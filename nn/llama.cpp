@@ -123,23 +123,13 @@ void llama_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pa
     swiglu_forward(ctx, A(t, swiglu), A(t, gate_up));
     return;
   }
-  const int64_t C = t.x.cols();
   const int hs = t.model->head_size();
   rmsnorm_forward(ctx, A(t, ln1), A(t, ln1_rstd), t.x, W(t, R::norm1_w));
   linear_forward(ctx, A(t, qkv), A(t, ln1), qkv_weight(t, t.w), {}, kOutIn);
-  const Tensor q = qkv_part(A(t, qkv), t, 0);
-  Tensor k = qkv_part(A(t, qkv), t, 1), v = qkv_part(A(t, qkv), t, 2);
+  const Tensor q = qkv_part(A(t, qkv), t, 0), k = qkv_part(A(t, qkv), t, 1);
   rope_forward(ctx, q, t.positions, hs, hs, t.model->rope_theta);
   rope_forward(ctx, k, t.positions, hs, hs, t.model->rope_theta);
-  if (!t.k_cache.empty()) {  // append this batch's keys and values, attend to the whole cache
-    const int64_t seen = t.q_pos + t.T, Ckv = k.cols();
-    cast(ctx, t.k_cache.row_range(t.q_pos, t.T), k);
-    cast(ctx, t.v_cache.row_range(t.q_pos, t.T), v);
-    k = t.k_cache.row_range(0, seen).reshape({1, seen, Ckv});
-    v = t.v_cache.row_range(0, seen).reshape({1, seen, Ckv});
-  }
-  attention_forward(ctx, A(t, atty).reshape({t.B, t.T, C}), A(t, att_lse), q, k, v, t.mask,
-                    t.n_head, t.q_pos);
+  attend(ctx, t, q, k, qkv_part(A(t, qkv), t, 2));
   linear_forward(ctx, t.tmp, A(t, atty), W(t, R::attn_proj_w), {}, kOutIn);
   rmsnorm_residual_forward(ctx, A(t, res_mid), A(t, ln2), A(t, ln2_rstd), t.x, t.tmp,
                            W(t, R::norm2_w));

@@ -95,25 +95,15 @@ void neox_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
     gelu_forward(ctx, A(t, fch_gelu), A(t, fch));
     return;
   }
-  const int64_t C = t.x.cols();
   const int hs = t.model->head_size(), rd = t.model->rotary_dims();
   const float theta = t.model->rope_theta;
   norms();
   // Attention branch.
   linear_forward(ctx, A(t, qkv), A(t, ln1), W(t, R::qkv_w), W(t, R::qkv_b), kOutIn);
-  const Tensor q = qkv_part(A(t, qkv), t, 0);
-  Tensor k = qkv_part(A(t, qkv), t, 1), v = qkv_part(A(t, qkv), t, 2);
+  const Tensor q = qkv_part(A(t, qkv), t, 0), k = qkv_part(A(t, qkv), t, 1);
   rope_forward(ctx, q, t.positions, hs, rd, theta);
   rope_forward(ctx, k, t.positions, hs, rd, theta);
-  if (!t.k_cache.empty()) {  // append this batch's keys and values, attend to the whole cache
-    const int64_t seen = t.q_pos + t.T;
-    cast(ctx, t.k_cache.row_range(t.q_pos, t.T), k);
-    cast(ctx, t.v_cache.row_range(t.q_pos, t.T), v);
-    k = t.k_cache.row_range(0, seen).reshape({1, seen, C});
-    v = t.v_cache.row_range(0, seen).reshape({1, seen, C});
-  }
-  attention_forward(ctx, A(t, atty).reshape({t.B, t.T, C}), A(t, att_lse), q, k, v, t.mask,
-                    t.n_head, t.q_pos);
+  attend(ctx, t, q, k, qkv_part(A(t, qkv), t, 2));
   linear_forward(ctx, t.tmp, A(t, atty), W(t, R::attn_proj_w), W(t, R::attn_proj_b), kOutIn);
   if (pass == BlockPass::train) residual_forward(ctx, t.out, t.x, t.tmp);
   // MLP branch, beside it.

@@ -1,5 +1,8 @@
 #include "nn/param_layout.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "runtime/error.h"
 #include "runtime/rng.h"
 
@@ -59,6 +62,30 @@ uint64_t ParamLayout::digest() const {
     s += ";";
   }
   return hash64(s);
+}
+
+void init_param(const ModelConfig& config, const ParamInfo& p, uint64_t seed, float* out) {
+  init_param(config, p, seed, 0, p.numel, out);
+}
+
+void init_param(const ModelConfig& config, const ParamInfo& p, uint64_t seed, int64_t begin,
+                int64_t end, float* out) {
+  const ArchSpec spec = arch_spec(config);
+  switch (p.init) {
+    case Init::zeros:
+      std::fill(out, out + (end - begin), 0.0f);
+      break;
+    case Init::ones:
+      std::fill(out, out + (end - begin), 1.0f);
+      break;
+    case Init::normal:
+    case Init::normal_residual: {
+      const float residual_std = spec.init_std / std::sqrt(2.0f * float(config.n_layer));
+      fill_normal(out, begin, end, seed ^ hash64(p.name), 0.0f,
+                  p.init == Init::normal ? spec.init_std : residual_std);
+      break;
+    }
+  }
 }
 
 }  // namespace trainer::nn

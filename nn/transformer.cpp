@@ -49,77 +49,6 @@ Tensor shaped(const Tensor& flat, int64_t offset, const std::vector<int64_t>& sh
 
 }  // namespace
 
-int64_t Transformer::workspace_bytes(const ModelConfig& m, const ExecConfig& e,
-                                     const Context& ctx) {
-  const int64_t N = int64_t(e.max_rows) * e.max_seq_len, C = m.n_embd, V = m.vocab_size;
-  const DType act = e.compute;
-  size_t most = 0;
-  for (const Matmul& mm : arch_spec(m).block_matmuls)
-    most = std::max(most, linear_workspace(ctx, N, mm.in, mm.out, act));
-  for (size_t b :
-       {embedding_backward_workspace(ctx, N, C), layernorm_backward_workspace(ctx, C),
-        rmsnorm_backward_workspace(ctx, C),
-        attention_workspace(ctx, e.max_rows, m.n_head, e.max_seq_len, m.max_seq_len, m.head_size(),
-                            act, false),
-        attention_workspace(ctx, e.max_rows, m.n_head, e.max_seq_len, e.max_seq_len, m.head_size(),
-                            act, true),
-        cross_entropy_workspace(ctx, N), sum_squares_workspace(ctx),
-        matmul_workspace_bytes(ctx, N, V, C, act), matmul_workspace_bytes(ctx, N, C, V, act),
-        matmul_workspace_bytes(ctx, V, C, N, act)})
-    most = std::max(most, b);
-  return int64_t(most);
-}
-
-// Note [Plan magnitude]
-// Each key has a range, but their products do not: 2^20 rows of 2^20 tokens over a 2^24-word
-// vocabulary is 2^64 logits. Before any plan is computed in 64-bit integers, a bound on every
-// byte count it sums (parameters with masters, gradients, moments and buffers; activations,
-// logits, attention scores and workspace, each with a margin of at least 2x over the plan's own
-// formulas) is computed in 80-bit floating point, and sizes past 2^60 bytes are refused: no
-// machine holds that, and below it no sum in the plans can overflow.
-void Transformer::check_plan_magnitude(const ModelConfig& m, const ExecConfig& e) {
-  using R = long double;
-  const ArchSpec spec = arch_spec(m);  // its shapes are products of at most two keys' values
-  auto elements = [](const std::vector<ParamSpec>& unit) {
-    R n = 16 * R(unit.size());  // each tensor's alignment
-    for (const ParamSpec& p : unit) {
-      R numel = 1;
-      for (int64_t d : p.shape) numel *= R(d);
-      n += numel;
-    }
-    return n;
-  };
-  R block_acts = 0;  // elements per token
-  for (const ActSpec& a : spec.block_acts) block_acts += R(a.per_token);
-  const R C = m.n_embd, V = m.vocab_size, P = m.max_seq_len, L = m.n_layer, H = m.n_head,
-          B = e.max_rows, T = e.max_seq_len, N = B * T;
-  const R params = elements(spec.embedding) + L * elements(spec.block) + elements(spec.final);
-  const R state = 24 * params;  // fp32 masters, working copy, gradients, AdamW m and v, buffers
-  const R activations = 4 * N * L * (2 * block_acts + 16 * C) + 8 * N * V +
-                        8 * B * H * T * std::max(T, P) * (L + 1) + 64 * N;
-  const R bytes = state + 2 * activations;  // the workspace is at most the largest activation
-  if (bytes > 0x1p60L)
-    throw UsageError(fmt::format(
-        "model and data sizes ask for about {:.2Le} bytes per rank (V = {}, C = {}, L = {}, "
-        "{} rows of {} tokens): past what 64-bit sizes, and any machine, hold; `trainer plan` "
-        "shows where the bytes go",
-        bytes, m.vocab_size, m.n_embd, m.n_layer, e.max_rows, e.max_seq_len));
-}
-
-Transformer::Memory Transformer::planned_memory(const ModelConfig& m, const ExecConfig& e) {
-  const int64_t total = ParamLayout(m).total(), N = int64_t(e.max_rows) * e.max_seq_len;
-  Memory mem;
-  const int64_t own = e.own_params ? total : 0;
-  mem.params = own * 4;
-  mem.working = e.compute == DType::f32 ? 0 : own * int64_t(dtype_size(e.compute));
-  mem.grads = e.training ? own * int64_t(dtype_size(e.grad)) : 0;
-  mem.activations = ActivationPlan(m, e).bytes();
-  mem.workspace = workspace_bytes(m, e, context_for(e));
-  // tokens, targets, positions, segments, lengths, runs; the loss scale, scalars
-  mem.inputs = 5 * N * 4 + (N + 1) * 4 + 4 + 2 * 8;
-  return mem;
-}
-
 Transformer::Transformer(const ModelConfig& config, const ExecConfig& exec)
     : config_(config),
       exec_(exec),
@@ -158,30 +87,6 @@ Transformer::Memory Transformer::memory() const {
           int64_t(workspace_.capacity()),
           int64_t(tokens_.bytes() + targets_.bytes() + positions_.bytes() + segments_.bytes() +
                   lengths_.bytes() + runs_.bytes() + loss_scale_.bytes() + scalars_.bytes())};
-}
-
-void init_param(const ModelConfig& config, const ParamInfo& p, uint64_t seed, float* out) {
-  init_param(config, p, seed, 0, p.numel, out);
-}
-
-void init_param(const ModelConfig& config, const ParamInfo& p, uint64_t seed, int64_t begin,
-                int64_t end, float* out) {
-  const ArchSpec spec = arch_spec(config);
-  switch (p.init) {
-    case Init::zeros:
-      std::fill(out, out + (end - begin), 0.0f);
-      break;
-    case Init::ones:
-      std::fill(out, out + (end - begin), 1.0f);
-      break;
-    case Init::normal:
-    case Init::normal_residual: {
-      const float residual_std = spec.init_std / std::sqrt(2.0f * float(config.n_layer));
-      fill_normal(out, begin, end, seed ^ hash64(p.name), 0.0f,
-                  p.init == Init::normal ? spec.init_std : residual_std);
-      break;
-    }
-  }
 }
 
 void Transformer::init_weights(uint64_t seed) {

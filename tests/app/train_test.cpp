@@ -17,8 +17,8 @@
 #include "app/checkpoint.h"
 #include "app/commands.h"
 #include "app/run_setup.h"
-#include "app/saved_model.h"
 #include "app/run_training.h"
+#include "app/saved_model.h"
 #include "app_test_util.h"
 #include "runtime/error.h"
 #include "runtime/file_io.h"
@@ -318,6 +318,26 @@ TEST(Training, StopSignalSavesAtAStepBoundaryAndExitsWithItsOwnCode) {
   EXPECT_LT(c.state.step, 1000000);
 }
 
+namespace {
+
+// The 12-step run train_tiny made in `dir`: its loss falls, and sample, eval and export work on
+// it; returns the export's folder.
+fs::path learns_samples_evaluates_exports(const TempDir& dir) {
+  std::vector<double> losses;
+  for (const auto& j : metrics_without_timings(dir.path / "runs/r", 0))
+    if (j.contains("loss")) losses.push_back(j.at("loss").get<double>());
+  EXPECT_EQ(losses.size(), 12u);
+  EXPECT_TRUE(!losses.empty() && losses.back() < losses.front());
+  const std::string run = (dir.path / "runs/r").string();
+  EXPECT_EQ(cmd_sample({run, "--max-new-tokens", "8"}), 0);
+  EXPECT_EQ(cmd_eval({run, "--max-batches", "2"}), 0);
+  const fs::path out = dir.path / "exported";
+  EXPECT_EQ(cmd_export({run, "--out", out.string()}), 0);
+  return out;
+}
+
+}  // namespace
+
 // A Llama-style model through the whole app: training (its loss falls), sampling with the
 // grouped KV cache, eval, and an export a Llama loader reads: Hugging Face names, (out, in)
 // weights, an untied lm_head and a LlamaForCausalLM config.json.
@@ -325,16 +345,7 @@ TEST(Training, LlamaTrainsSamplesAndExportsAsHuggingFaceLlama) {
   TempDir dir("llama");
   train_tiny(dir, {"model.arch=llama", "model.n_kv_head=1", "model.ffn_multiple_of=16",
                    "model.tie_embeddings=false", "train.steps=12", "log.every=1"});
-  std::vector<double> losses;
-  for (const auto& j : metrics_without_timings(dir.path / "runs/r", 0))
-    if (j.contains("loss")) losses.push_back(j.at("loss").get<double>());
-  ASSERT_EQ(losses.size(), 12u);
-  EXPECT_LT(losses.back(), losses.front());
-  const std::string run = (dir.path / "runs/r").string();
-  EXPECT_EQ(cmd_sample({run, "--max-new-tokens", "8"}), 0);
-  EXPECT_EQ(cmd_eval({run, "--max-batches", "2"}), 0);
-  const fs::path out = dir.path / "exported";
-  ASSERT_EQ(cmd_export({run, "--out", out.string()}), 0);
+  const fs::path out = learns_samples_evaluates_exports(dir);
   SafetensorsFile weights(out / "model.safetensors");
   EXPECT_EQ(weights.get("model.embed_tokens.weight").shape, (std::vector<int64_t>{64, 32}));
   EXPECT_EQ(weights.get("model.layers.1.self_attn.q_proj.weight").shape,
@@ -363,16 +374,7 @@ TEST(Training, NeoxTrainsSamplesAndExportsAsHuggingFaceGptNeox) {
   TempDir dir("neox");
   train_tiny(dir, {"model.arch=neox", "model.rotary_pct=0.5", "model.tie_embeddings=false",
                    "train.steps=12", "log.every=1"});
-  std::vector<double> losses;
-  for (const auto& j : metrics_without_timings(dir.path / "runs/r", 0))
-    if (j.contains("loss")) losses.push_back(j.at("loss").get<double>());
-  ASSERT_EQ(losses.size(), 12u);
-  EXPECT_LT(losses.back(), losses.front());
-  const std::string run = (dir.path / "runs/r").string();
-  EXPECT_EQ(cmd_sample({run, "--max-new-tokens", "8"}), 0);
-  EXPECT_EQ(cmd_eval({run, "--max-batches", "2"}), 0);
-  const fs::path out = dir.path / "exported";
-  ASSERT_EQ(cmd_export({run, "--out", out.string()}), 0);
+  const fs::path out = learns_samples_evaluates_exports(dir);
   const auto config = nlohmann::json::parse(read_file(out / "config.json"));
   EXPECT_EQ(config.at("architectures")[0], "GPTNeoXForCausalLM");
   EXPECT_EQ(config.at("rotary_pct"), 0.5);

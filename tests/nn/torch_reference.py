@@ -59,10 +59,7 @@ class Gpt(torch.nn.Module):
             a = F.layer_norm(x, (C,), self.w(h + "ln_1.weight"), self.w(h + "ln_1.bias"), 1e-5)
             qkv = a @ self.w(h + "attn.c_attn.weight") + self.w(h + "attn.c_attn.bias")
             q, k, v = (t.view(B, T, H, hs).transpose(1, 2) for t in qkv.split(C, dim=2))
-            s = (q @ k.transpose(-1, -2)) / math.sqrt(hs)
-            s = s.masked_fill(~allowed[:, None], float("-inf"))
-            p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # fully masked (padding) rows -> 0
-            y = (p @ v).transpose(1, 2).reshape(B, T, C)
+            y = attend(q, k, v, allowed)
             x = x + y @ self.w(h + "attn.c_proj.weight") + self.w(h + "attn.c_proj.bias")
             m = F.layer_norm(x, (C,), self.w(h + "ln_2.weight"), self.w(h + "ln_2.bias"), 1e-5)
             m = F.gelu(m @ self.w(h + "mlp.c_fc.weight") + self.w(h + "mlp.c_fc.bias"),
@@ -82,6 +79,16 @@ def positions_of(tokens, segments):
         else:
             pos[:, t] = torch.where(segments[:, t] != segments[:, t - 1], 0, pos[:, t - 1] + 1)
     return pos
+
+
+def attend(q, k, v, allowed):
+    """Softmax attention of q over k and v (B, h, T, hs) where `allowed` (B, T, T) says, as
+    (B, T, h * hs); a fully masked (padding) row gives zeros."""
+    B, H, T, hs = q.shape
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(hs)
+    s = s.masked_fill(~allowed[:, None], float("-inf"))
+    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
+    return (p @ v).transpose(1, 2).reshape(B, T, H * hs)
 
 
 def allowed_of(B, T, segments, lengths):
@@ -137,10 +144,7 @@ class Llama(torch.nn.Module):
             q, k = self.rope(q, pos), self.rope(k, pos)
             k = k.repeat_interleave(H // Hkv, dim=1)
             v = v.repeat_interleave(H // Hkv, dim=1)
-            s = (q @ k.transpose(-1, -2)) / math.sqrt(hs)
-            s = s.masked_fill(~allowed[:, None], float("-inf"))
-            p = torch.softmax(s, dim=-1).nan_to_num(0.0)
-            y = (p @ v).transpose(1, 2).reshape(B, T, C)
+            y = attend(q, k, v, allowed)
             x = x + y @ self.w(h + "self_attn.o_proj.weight").T
             m = self.rms_norm(x, self.w(h + "post_attention_layernorm.weight"))
             g = F.silu(m @ self.w(h + "mlp.gate_proj.weight").T)
@@ -206,10 +210,7 @@ class Neox(torch.nn.Module):
             rd = self.rd
             q = torch.cat([rope(q[..., :rd], pos, self.theta), q[..., rd:]], -1)
             k = torch.cat([rope(k[..., :rd], pos, self.theta), k[..., rd:]], -1)
-            s = (q @ k.transpose(-1, -2)) / math.sqrt(hs)
-            s = s.masked_fill(~allowed[:, None], float("-inf"))
-            p = torch.softmax(s, dim=-1).nan_to_num(0.0)
-            y = (p @ v).transpose(1, 2).reshape(B, T, C)
+            y = attend(q, k, v, allowed)
             attn = self.linear(y, h + "attention.dense")
             m = self.ln(x, h + "post_attention_layernorm")
             m = F.gelu(self.linear(m, h + "mlp.dense_h_to_4h"), approximate="tanh")

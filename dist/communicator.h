@@ -39,7 +39,7 @@ class Work {
 // How a sum is associated. `any`: whatever the implementation finds fastest (MPI's or NCCL's
 // own algorithm; the order may depend on the world size and the message size). `fixed_tree`:
 // a balanced binary tree over the ranks, pairing rank r with r ^ 1 first, then pairs of pairs
-// (Note [Fixed-tree reductions] in mpi_communicator.cpp); each element's sum is then a
+// (Note [Fixed-tree reductions] in dist/fixed_tree.h); each element's sum is then a
 // function of the ranks' values alone, and, for a world of 2^k ranks, the same tree a single
 // process builds over the same inputs (dist.deterministic). Needs a power-of-two world.
 enum class ReduceOrder : uint8_t { any, fixed_tree };

@@ -17,6 +17,7 @@
 #include <fmt/ranges.h>
 
 #include "dist/communicator.h"
+#include "dist/fixed_tree.h"
 #include "dist/work_state.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
@@ -30,19 +31,6 @@ namespace trainer::dist {
 // separate communicator; a rank that times out names the peers whose last notice is older
 // than seq. After a failure the communicator refuses further work, and the job is aborted
 // (Note [Aborting]) so it ends non-zero instead of waiting on a dead peer.
-
-// Note [Fixed-tree reductions]
-// With ReduceOrder::fixed_tree a sum is recursive halving over point-to-point messages. The
-// buffer is cut into W segments. In round k (k = 0, 1, ...) rank r exchanges with r ^ 2^k:
-// of the segments it still holds, it keeps those whose index agrees with r in bit k, sends
-// the others, and adds the partner's copies of those it keeps. After round k each kept
-// element is the sum over a group of 2^(k+1) ranks, made of the two groups' sums of round
-// k-1, so every element's sum is the balanced tree ((x0 + x1) + (x2 + x3)) + ...: the same bits
-// on every rank (IEEE addition is commutative: a + b and b + a are equal) and the same bits as
-// one process adding those values in that tree. After log2(W) rounds rank r holds the sum of
-// segment r, which is a reduce-scatter; an all-reduce then all-gathers the segments (copies,
-// exact in any order). Each phase sends (W-1)/W of the buffer, as a ring does, in log2(W)
-// messages instead of W-1.
 
 namespace {
 
@@ -68,31 +56,6 @@ MPI_Datatype mpi_type(DType t) {
       return MPI_BYTE;
   }
   return MPI_BYTE;
-}
-
-// dst[0, n) += src[0, n) in `type` (bf16 pairs added in fp32 and rounded, as bf16_sum).
-void add_into(DType type, void* dst, const void* src, int64_t n) {
-  auto add = [&](auto* d, const auto* s) {
-    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
-  };
-  switch (type) {
-    case DType::f32:
-      return add(static_cast<float*>(dst), static_cast<const float*>(src));
-    case DType::f64:
-      return add(static_cast<double*>(dst), static_cast<const double*>(src));
-    case DType::i32:
-      return add(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src));
-    case DType::i64:
-      return add(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src));
-    case DType::bf16: {
-      bf16* d = static_cast<bf16*>(dst);
-      const bf16* s = static_cast<const bf16*>(src);
-      for (int64_t i = 0; i < n; ++i) d[i] = to_bf16(to_float(d[i]) + to_float(s[i]));
-      return;
-    }
-    default:
-      TRAINER_ASSERT(false, "no sum for dtype {}", dtype_name(type));
-  }
 }
 
 // MPI has no bf16: sums of bf16 buffers go through this user-defined op, which adds each pair
@@ -463,47 +426,28 @@ class MpiCommunicator final : public Communicator {
     return op.kind == Kind::reduce_scatter || op.kind == Kind::all_gather ? b * size_ : b;
   }
 
-  // A fixed-tree all-reduce or reduce-scatter (Note [Fixed-tree reductions]).
+  // A fixed-tree all-reduce or reduce-scatter (Note [Fixed-tree reductions], dist/fixed_tree.h).
   void run_fixed_tree(const Op& op, Clock::time_point start) {
+    const bool scatter = op.kind == Kind::reduce_scatter;
+    const FixedTree tree(size_, rank_, scatter ? op.count * size_ : op.count, op.type, scatter);
     const size_t es = dtype_size(op.type);
-    std::vector<int64_t> bounds(size_t(size_) + 1);  // segment k: [bounds[k], bounds[k+1])
     char* buf = static_cast<char*>(op.data);
-    if (op.kind == Kind::reduce_scatter) {
-      for (int k = 0; k <= size_; ++k) bounds[size_t(k)] = k * op.count;
+    if (scatter) {  // the reduction works on a copy of the whole send buffer
       scratch_.assign(static_cast<const char*>(op.send),
                       static_cast<const char*>(op.send) + size_t(size_ * op.count) * es);
       buf = scratch_.data();
-    } else {
-      for (int k = 0; k <= size_; ++k) bounds[size_t(k)] = k * op.count / size_;
     }
-    for (int bit = 1; bit < size_; bit <<= 1) {
-      // Held: the segments whose index agrees with this rank's below `bit`.
-      auto held = [&](int k) { return (k & (bit - 1)) == (rank_ & (bit - 1)); };
-      auto kept = [&](int k) { return held(k) && (k & bit) == (rank_ & bit); };
-      send_.clear();
-      size_t recv_bytes = 0;
-      for (int k = 0; k < size_; ++k) {
-        const size_t b = size_t(bounds[size_t(k)]) * es, e = size_t(bounds[size_t(k) + 1]) * es;
-        if (kept(k))
-          recv_bytes += e - b;
-        else if (held(k))
-          send_.insert(send_.end(), buf + b, buf + e);
-      }
-      recv_.resize(recv_bytes);
-      exchange(op, rank_ ^ bit, start);
-      const char* in = recv_.data();
-      for (int k = 0; k < size_; ++k) {
-        if (!kept(k)) continue;
-        const int64_t n = bounds[size_t(k) + 1] - bounds[size_t(k)];
-        add_into(op.type, buf + size_t(bounds[size_t(k)]) * es, in, n);
-        in += size_t(n) * es;
-      }
+    const std::vector<int> partners = tree.partners();
+    for (int round = 0; round < int(partners.size()); ++round) {
+      recv_.resize(tree.pack(round, buf, send_));
+      exchange(op, partners[size_t(round)], start);
+      tree.add_received(round, buf, recv_.data());
     }
-    const int64_t mine = bounds[size_t(rank_)], n = bounds[size_t(rank_) + 1] - mine;
-    if (op.kind == Kind::reduce_scatter) {
-      std::memcpy(op.data, buf + size_t(mine) * es, size_t(n) * es);
+    if (scatter) {
+      std::memcpy(op.data, buf + size_t(tree.begin()) * es, size_t(tree.end() - tree.begin()) * es);
       return;
     }
+    const std::vector<int64_t>& bounds = tree.bounds();
     std::vector<int> counts(static_cast<size_t>(size_)), displs(static_cast<size_t>(size_));
     for (int k = 0; k < size_; ++k) {
       displs[size_t(k)] = int(bounds[size_t(k)]);

@@ -166,7 +166,7 @@ int cmd_bench(const Args& args) {
   const double s = t.seconds() / steps;
   profile::set_enabled(false);
   const double tok_s = double(B) * T / s;
-  const double gflops = mc.flops_per_token(T) * tok_s / 1e9;
+  const double gflops = mc.token_flops().at(T) * tok_s / 1e9;
   if (vm.count("profile")) print_profile(steps, t.ms());
   const std::vector<fallback::Count> fallbacks = fallback::counts();
   for (const fallback::Count& f : fallbacks)

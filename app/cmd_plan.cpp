@@ -17,8 +17,6 @@ namespace trainer::app {
 
 namespace {
 
-constexpr double kMiB = 1048576.0;
-
 // The configured run in detail: what each rank allocates, by purpose.
 void print_configured(const RunConfig& rc, int world) {
   const nn::ExecConfig& e = rc.exec;

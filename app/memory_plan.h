@@ -12,6 +12,8 @@
 
 namespace trainer::app {
 
+inline constexpr double kMiB = 1048576.0;  // bytes in a MiB, for reports
+
 struct MemoryPlan {
   dist::StateBytes state;         // masters, working weights, gradients, optimizer, buffers
   nn::Transformer::Memory model;  // of which activations, workspace and inputs count here

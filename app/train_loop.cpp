@@ -7,34 +7,13 @@
 #include <memory>
 #include <optional>
 
-#include "app/checkpoint.h"
-#include "app/init_from.h"
-#include "app/memory_plan.h"
-#include "app/metrics.h"
-#include "app/nonfinite.h"
-#include "app/run_setup.h"
 #include "app/stop_signals.h"
-#include "data/loader.h"
-#include "data/tokenizer.h"
-#include "dist/communicator.h"
-#include "dist/consistency.h"
 #include "dist/data_parallel.h"
 #include "dist/exact_norm.h"
 #include "dist/join.h"
-#include "dist/launch.h"
-#include "dist/step_stats.h"
 #include "nn/adamw.h"
-#include "nn/transformer.h"
-#include "runtime/cuda_stream.h"
-#include "runtime/device.h"
 #include "runtime/error.h"
-#include "runtime/fallback.h"
-#include "runtime/file_io.h"
-#include "runtime/gemm.h"
 #include "runtime/log.h"
-#include "runtime/memory.h"
-#include "runtime/rng.h"
-#include "runtime/timer.h"
 
 #include <nlohmann/json.hpp>
 
@@ -43,8 +22,6 @@ namespace trainer::app {
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr double kMiB = 1048576.0;
 
 // A test's way to make one rank fail with an error of its own at a step
 // (TRAINER_TEST_FAULT=<rank>:<step>), standing in for a fault only that rank sees (its disk,
@@ -115,6 +92,7 @@ TrainLoop::TrainLoop(const Config& config, RunConfig rc, const TrainOptions& opt
                [this](const std::string& name) { return matches_any(name, rc_.freeze); }})),
       join_(rc_.join),
       peak_(peak),
+      token_flops_(rc_.model.token_flops()),
       nonfinite_(comm, model_, *dp_, {rc_.on_nonfinite, rc_.max_consecutive_skips, rc_.max_skips}) {
   check_batch_over_ranks();
   for (const std::string& p : rc_.freeze) {

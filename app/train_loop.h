@@ -99,7 +99,8 @@ class TrainLoop {
   std::unique_ptr<MetricsLog> metrics_;
   std::unique_ptr<Progress> progress_;
   PeakReference peak_;
-  int64_t saved_step_ = -1;  // the step of the checkpoint written or resumed from last
+  nn::TokenFlops token_flops_;  // what a token costs, for MFU
+  int64_t saved_step_ = -1;     // the step of the checkpoint written or resumed from last
   bool val_verified_ = false;
   bool metrics_failed_ = false, write_failure_reported_ = false;
   Timer run_timer_;

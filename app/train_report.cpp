@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "app/memory_plan.h"
 #include "app/run_checkpoints.h"
 #include "app/stop_signals.h"
 #include "dist/step_stats.h"
@@ -16,12 +17,6 @@
 namespace trainer::app {
 
 namespace fs = std::filesystem;
-
-namespace {
-
-constexpr double kMiB = 1048576.0;
-
-}  // namespace
 
 void TrainLoop::write_metrics(const nlohmann::json& record) {
   if (!metrics_->write(record)) metrics_failed_ = true;
@@ -63,7 +58,7 @@ void TrainLoop::log_step(const StepStats& s, double step_s) {
     if (const auto warning = stragglers_.observe(*ranks))
       log::warn("step {}: {}", state_.step, *warning);
   const double tok_s = double(s.tokens) / step_s;
-  const double flops = rc_.model.flops_per_token(s.seq_len) * tok_s;
+  const double flops = token_flops_.at(s.seq_len) * tok_s;
   const double mfu = flops / (peak_.gflops * 1e9 * comm_.size());
   const double eta =
       run_timer_.seconds() / double(state_.step - first_step_) * double(total - state_.step);

@@ -26,8 +26,8 @@ int64_t ModelConfig::matmul_params() const {
   return int64_t(vocab_size) * n_embd + int64_t(n_layer) * block;
 }
 
-double ModelConfig::flops_per_token(int seq_len) const {
-  return 6.0 * double(matmul_params()) + 12.0 * n_layer * n_embd * double(seq_len);
+TokenFlops ModelConfig::token_flops() const {
+  return {6.0 * double(matmul_params()), 12.0 * n_layer * double(n_embd)};
 }
 
 Recompute ExecConfig::policy(int layer) const {

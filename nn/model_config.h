@@ -18,6 +18,13 @@ namespace trainer::nn {
 
 struct Architecture;  // nn/architecture.h
 
+// Training FLOPs per token, 6N + 12 L C T (PaLM appendix B): a line in the sequence length T.
+struct TokenFlops {
+  double fixed = 0;         // 6N, N the matmul parameters
+  double per_position = 0;  // 12 L C: attention's two products, forward and backward
+  double at(int seq_len) const { return fixed + per_position * double(seq_len); }
+};
+
 struct ModelConfig {
   std::string arch = "gpt2";  // an architecture's name (nn/architecture.h lists them)
   int vocab_size = 8192;      // V: embedding rows (pad to a multiple of 64 for speed)
@@ -48,8 +55,8 @@ struct ModelConfig {
   // Parameters taking part in a matmul (every block product's matrix, the head once whether
   // tied or not; not biases, norms or positions): N in the 6N FLOPs-per-token rule.
   int64_t matmul_params() const;
-  // Model FLOPs per token for training: 6N + 12 L C T (PaLM appendix B).
-  double flops_per_token(int seq_len) const;
+  // Model FLOPs per token for training (PaLM appendix B), computed once per model.
+  TokenFlops token_flops() const;
 };
 
 // Activation checkpointing: none keeps every activation backward needs; selective keeps the

@@ -319,7 +319,7 @@ TEST(HonestNumbers, MfuIsReportedAgainstTheStatedPeak) {
   TempDir dir("peak");
   const Config c = train_tiny(dir, {"train.steps=3", "log.peak_gflops=2"});
   const RunConfig rc = resolve_run(c);
-  const double fpt = rc.model.flops_per_token(rc.train_data.seq_len);
+  const double fpt = rc.model.token_flops().at(rc.train_data.seq_len);
   std::ifstream in(dir.path / "runs/r/metrics.jsonl");
   int lines = 0;
   for (std::string line; std::getline(in, line);) {

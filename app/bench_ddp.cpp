@@ -89,7 +89,7 @@ void run(int argc, char** argv) {
   pc.bucket_mb = a.bucket_mb;
   pc.deterministic = a.deterministic;
   auto dp = make_data_parallel(*comm, model, pc);
-  init_masters(*dp, model, a.model, 1);
+  init_masters(*dp, model, 1);
   const double live_mib = double(Buffer::live_bytes(Device::cpu) - before) / 1048576.0;
   std::vector<int32_t> tokens(size_t(a.B) * a.T), targets(tokens.size());
   uint64_t x = 0x12345u + uint64_t(R);

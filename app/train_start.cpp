@@ -8,34 +8,14 @@
 #include <memory>
 #include <optional>
 
-#include "app/checkpoint.h"
 #include "app/init_from.h"
-#include "app/memory_plan.h"
-#include "app/metrics.h"
-#include "app/nonfinite.h"
-#include "app/run_setup.h"
-#include "app/stop_signals.h"
-#include "data/loader.h"
 #include "data/tokenizer.h"
-#include "dist/communicator.h"
 #include "dist/consistency.h"
 #include "dist/data_parallel.h"
-#include "dist/exact_norm.h"
-#include "dist/join.h"
-#include "dist/launch.h"
-#include "dist/step_stats.h"
-#include "nn/adamw.h"
-#include "nn/transformer.h"
-#include "runtime/cuda_stream.h"
-#include "runtime/device.h"
 #include "runtime/error.h"
-#include "runtime/fallback.h"
 #include "runtime/file_io.h"
-#include "runtime/gemm.h"
 #include "runtime/log.h"
-#include "runtime/memory.h"
 #include "runtime/rng.h"
-#include "runtime/timer.h"
 
 #include <nlohmann/json.hpp>
 
@@ -44,8 +24,6 @@ namespace trainer::app {
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr double kMiB = 1048576.0;
 
 // Keys that give the loader's saved position its meaning, and keys that define the model
 // without changing tensor shapes (n_head): changing either on resume is refused.
@@ -301,7 +279,7 @@ void TrainLoop::start_up() {
     load_init_weights(*init, model_, *dp_);
     log::info("fine-tuning from {}: its weights, a fresh optimizer, step 0", init->dir.string());
   } else {
-    dist::init_masters(*dp_, model_, rc_.model, rc_.seed);
+    dist::init_masters(*dp_, model_, rc_.seed);
   }
   first_step_ = state_.step;
   if (leader_)

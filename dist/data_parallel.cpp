@@ -144,10 +144,9 @@ void set_masters(DataParallel& dp, const nn::Model& model,
   dp.masters_changed();
 }
 
-void init_masters(DataParallel& dp, const nn::Model& model, const nn::ModelConfig& config,
-                  uint64_t seed) {
+void init_masters(DataParallel& dp, const nn::Model& model, uint64_t seed) {
   set_masters(dp, model, [&](const nn::ParamInfo& p, int64_t begin, int64_t end, float* out) {
-    nn::init_param(config, p, seed, begin, end, out);
+    nn::init_param(p, seed, begin, end, out);
   });
 }
 

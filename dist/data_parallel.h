@@ -113,8 +113,7 @@ void set_masters(DataParallel& dp, const nn::Model& model,
 
 // set_masters by the parameters' initialisation rules (a tensor's values depend only on the
 // seed and its name, so every rank and shard agree).
-void init_masters(DataParallel& dp, const nn::Model& model, const nn::ModelConfig& config,
-                  uint64_t seed);
+void init_masters(DataParallel& dp, const nn::Model& model, uint64_t seed);
 
 // A forward (and backward, as one of the step's passes) of one token that counts nothing: it
 // adds exactly zero to the loss and the gradients and issues the collectives of a real

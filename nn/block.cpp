@@ -7,6 +7,12 @@
 
 namespace trainer::nn {
 
+std::array<Tensor, 3> block_access::qkv_parts(const BlockTensors& t, const Tensor& packed) {
+  const int64_t C = t.model->n_embd, Ckv = t.model->kv_channels();
+  const Tensor rows = packed.reshape({t.B, t.T, C + 2 * Ckv});
+  return {rows.col_range(0, C), rows.col_range(C, Ckv), rows.col_range(C + Ckv, Ckv)};
+}
+
 void block_access::attend(const Context& ctx, const BlockTensors& t, const Tensor& q,
                           const Tensor& k, const Tensor& v) {
   const Tensor out = A(t, Act::atty).reshape({t.B, t.T, q.cols()});
@@ -18,6 +24,15 @@ void block_access::attend(const Context& ctx, const BlockTensors& t, const Tenso
   attention_forward(
       ctx, out, A(t, Act::att_lse), q, t.k_cache.row_range(0, seen).reshape({1, seen, Ckv}),
       t.v_cache.row_range(0, seen).reshape({1, seen, Ckv}), t.mask, t.n_head, t.q_pos);
+}
+
+void block_access::attend_backward(const Context& ctx, const BlockTensors& t,
+                                   const std::array<Tensor, 3>& d,
+                                   const std::array<Tensor, 3>& qkv) {
+  const int64_t C = qkv[0].cols();
+  attention_backward(ctx, d[0], d[1], d[2], A(t, Act::d_atty).reshape({t.B, t.T, C}),
+                     A(t, Act::atty).reshape({t.B, t.T, C}), A(t, Act::att_lse), qkv[0], qkv[1],
+                     qkv[2], t.mask, t.n_head);
 }
 
 const Tensor& block_access::branch_grad(const Context& ctx, const BlockTensors& t) {

@@ -51,10 +51,17 @@ inline const Tensor& G(const BlockTensors& t, Role r) {
 // The gradient the branches receive: d_res itself, or its bf16 copy in a bf16 model (made
 // here, once per branch).
 const Tensor& branch_grad(const Context& ctx, const BlockTensors& t);
+// The queries (B,T,C), keys and values (B,T,Ckv) of a packed (N, C + 2 Ckv) tensor (the qkv
+// product, or its gradient): strided views, in that order.
+std::array<Tensor, 3> qkv_parts(const BlockTensors& t, const Tensor& packed);
 // Attention of the batch's queries q (B,T,C) into atty and att_lse: over its keys and values k,
 // v (B,T,Ckv), or, when decoding, over the KV cache after appending k and v at q_pos.
 void attend(const Context& ctx, const BlockTensors& t, const Tensor& q, const Tensor& k,
             const Tensor& v);
+// attend's backward in training: d = (dq, dk, dv), overwritten, from d_atty and what attend
+// read, qkv = (q, k, v).
+void attend_backward(const Context& ctx, const BlockTensors& t, const std::array<Tensor, 3>& d,
+                     const std::array<Tensor, 3>& qkv);
 }  // namespace block_access
 
 }  // namespace trainer::nn

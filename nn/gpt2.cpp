@@ -62,12 +62,6 @@ ArchSpec gpt2_spec(const ModelConfig& m) {
   return s;
 }
 
-// Columns [i*C, (i+1)*C) of the packed (B,T,3C) qkv tensor: q (0), k (1) or v (2).
-Tensor qkv_part(const Tensor& qkv, int B, int T, int i) {
-  const int64_t C = qkv.cols() / 3;
-  return qkv.reshape({B, T, 3 * C}).col_range(i * C, C);
-}
-
 void gpt2_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pass) {
   using enum Act;
   using R = Role;
@@ -82,8 +76,8 @@ void gpt2_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
   layernorm_forward(ctx, A(t, ln1), A(t, ln1_mean), A(t, ln1_rstd), t.x, W(t, R::norm1_w),
                     W(t, R::norm1_b));
   linear_forward(ctx, A(t, qkv), A(t, ln1), W(t, R::qkv_w), W(t, R::qkv_b));
-  attend(ctx, t, qkv_part(A(t, qkv), t.B, t.T, 0), qkv_part(A(t, qkv), t.B, t.T, 1),
-         qkv_part(A(t, qkv), t.B, t.T, 2));
+  const auto [q, k, v] = qkv_parts(t, A(t, qkv));
+  attend(ctx, t, q, k, v);
   linear_forward(ctx, t.tmp, A(t, atty), W(t, R::attn_proj_w), W(t, R::attn_proj_b));
   layernorm_residual_forward(ctx, A(t, res_mid), A(t, ln2), A(t, ln2_mean), A(t, ln2_rstd), t.x,
                              t.tmp, W(t, R::norm2_w), W(t, R::norm2_b));
@@ -95,7 +89,6 @@ void gpt2_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
 void gpt2_block_backward(const Context& ctx, const BlockTensors& t) {
   using enum Act;
   using R = Role;
-  const int64_t C = t.x.cols();
   // MLP branch (GELU's backward in the second layer's input-gradient product).
   gelu_linear_backward(ctx, A(t, d_fch), G(t, R::fc_proj_w), G(t, R::fc_proj_b),
                        branch_grad(ctx, t), A(t, fch_gelu), W(t, R::fc_proj_w), A(t, fch));
@@ -105,12 +98,7 @@ void gpt2_block_backward(const Context& ctx, const BlockTensors& t) {
   // Attention branch.
   linear_backward(ctx, A(t, d_atty), G(t, R::attn_proj_w), G(t, R::attn_proj_b),
                   branch_grad(ctx, t), A(t, atty), W(t, R::attn_proj_w));
-  const Tensor& q3 = A(t, qkv);
-  const Tensor& d3 = A(t, d_qkv);
-  attention_backward(ctx, qkv_part(d3, t.B, t.T, 0), qkv_part(d3, t.B, t.T, 1),
-                     qkv_part(d3, t.B, t.T, 2), A(t, d_atty).reshape({t.B, t.T, C}),
-                     A(t, atty).reshape({t.B, t.T, C}), A(t, att_lse), qkv_part(q3, t.B, t.T, 0),
-                     qkv_part(q3, t.B, t.T, 1), qkv_part(q3, t.B, t.T, 2), t.mask, t.n_head);
+  attend_backward(ctx, t, qkv_parts(t, A(t, d_qkv)), qkv_parts(t, A(t, qkv)));
   linear_backward(ctx, t.d_ln, G(t, R::qkv_w), G(t, R::qkv_b), A(t, d_qkv), A(t, ln1),
                   W(t, R::qkv_w));
   layernorm_backward(ctx, t.d_res, G(t, R::norm1_w), G(t, R::norm1_b), t.d_ln, t.x,

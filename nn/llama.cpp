@@ -107,13 +107,6 @@ Tensor gate_up_weight(const std::array<Tensor, size_t(Role::kCount)>& w) {
   return stacked(w[size_t(Role::gate_w)], {&w[size_t(Role::up_w)]});
 }
 
-// The queries (0), keys (1) or values (2) of the packed (B, T, C + 2 Ckv) qkv tensor.
-Tensor qkv_part(const Tensor& qkv, const BlockTensors& t, int i) {
-  const int64_t width = qkv.cols(), C = W(t, Role::q_w).dim(0), Ckv = (width - C) / 2;
-  const Tensor rows = qkv.reshape({t.B, t.T, width});
-  return i == 0 ? rows.col_range(0, C) : rows.col_range(C + (i - 1) * Ckv, Ckv);
-}
-
 void llama_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pass) {
   using enum Act;
   using R = Role;
@@ -126,10 +119,10 @@ void llama_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pa
   const int hs = t.model->head_size();
   rmsnorm_forward(ctx, A(t, ln1), A(t, ln1_rstd), t.x, W(t, R::norm1_w));
   linear_forward(ctx, A(t, qkv), A(t, ln1), qkv_weight(t, t.w), {}, kOutIn);
-  const Tensor q = qkv_part(A(t, qkv), t, 0), k = qkv_part(A(t, qkv), t, 1);
+  const auto [q, k, v] = qkv_parts(t, A(t, qkv));
   rope_forward(ctx, q, t.positions, hs, hs, t.model->rope_theta);
   rope_forward(ctx, k, t.positions, hs, hs, t.model->rope_theta);
-  attend(ctx, t, q, k, qkv_part(A(t, qkv), t, 2));
+  attend(ctx, t, q, k, v);
   linear_forward(ctx, t.tmp, A(t, atty), W(t, R::attn_proj_w), {}, kOutIn);
   rmsnorm_residual_forward(ctx, A(t, res_mid), A(t, ln2), A(t, ln2_rstd), t.x, t.tmp,
                            W(t, R::norm2_w));
@@ -142,7 +135,6 @@ void llama_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pa
 void llama_block_backward(const Context& ctx, const BlockTensors& t) {
   using enum Act;
   using R = Role;
-  const int64_t C = t.x.cols();
   const int hs = t.model->head_size();
   // MLP branch.
   linear_backward(ctx, A(t, d_swiglu), G(t, R::down_w), {}, branch_grad(ctx, t), A(t, swiglu),
@@ -155,12 +147,9 @@ void llama_block_backward(const Context& ctx, const BlockTensors& t) {
   // Attention branch.
   linear_backward(ctx, A(t, d_atty), G(t, R::attn_proj_w), {}, branch_grad(ctx, t), A(t, atty),
                   W(t, R::attn_proj_w), kOutIn);
-  const Tensor& q3 = A(t, qkv);
-  const Tensor& d3 = A(t, d_qkv);
-  const Tensor dq = qkv_part(d3, t, 0), dk = qkv_part(d3, t, 1);
-  attention_backward(ctx, dq, dk, qkv_part(d3, t, 2), A(t, d_atty).reshape({t.B, t.T, C}),
-                     A(t, atty).reshape({t.B, t.T, C}), A(t, att_lse), qkv_part(q3, t, 0),
-                     qkv_part(q3, t, 1), qkv_part(q3, t, 2), t.mask, t.n_head);
+  const std::array<Tensor, 3> d = qkv_parts(t, A(t, d_qkv));
+  attend_backward(ctx, t, d, qkv_parts(t, A(t, qkv)));
+  const Tensor &dq = d[0], &dk = d[1];
   rope_backward(ctx, dq, t.positions, hs, hs, t.model->rope_theta);
   rope_backward(ctx, dk, t.positions, hs, hs, t.model->rope_theta);
   linear_backward(ctx, t.d_ln, qkv_weight(t, t.g), {}, A(t, d_qkv), A(t, ln1), qkv_weight(t, t.w),

@@ -75,12 +75,6 @@ ArchSpec neox_spec(const ModelConfig& m) {
   return s;
 }
 
-// Columns [i*C, (i+1)*C) of the packed (B,T,3C) qkv tensor: q (0), k (1) or v (2).
-Tensor qkv_part(const Tensor& qkv, const BlockTensors& t, int i) {
-  const int64_t C = qkv.cols() / 3;
-  return qkv.reshape({t.B, t.T, 3 * C}).col_range(i * C, C);
-}
-
 void neox_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pass) {
   using enum Act;
   using R = Role;
@@ -100,10 +94,10 @@ void neox_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
   norms();
   // Attention branch.
   linear_forward(ctx, A(t, qkv), A(t, ln1), W(t, R::qkv_w), W(t, R::qkv_b), kOutIn);
-  const Tensor q = qkv_part(A(t, qkv), t, 0), k = qkv_part(A(t, qkv), t, 1);
+  const auto [q, k, v] = qkv_parts(t, A(t, qkv));
   rope_forward(ctx, q, t.positions, hs, rd, theta);
   rope_forward(ctx, k, t.positions, hs, rd, theta);
-  attend(ctx, t, q, k, qkv_part(A(t, qkv), t, 2));
+  attend(ctx, t, q, k, v);
   linear_forward(ctx, t.tmp, A(t, atty), W(t, R::attn_proj_w), W(t, R::attn_proj_b), kOutIn);
   if (pass == BlockPass::train) residual_forward(ctx, t.out, t.x, t.tmp);
   // MLP branch, beside it.
@@ -118,7 +112,6 @@ void neox_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
 void neox_block_backward(const Context& ctx, const BlockTensors& t) {
   using enum Act;
   using R = Role;
-  const int64_t C = t.x.cols();
   const int hs = t.model->head_size(), rd = t.model->rotary_dims();
   const float theta = t.model->rope_theta;
   const Tensor& dy = branch_grad(ctx, t);
@@ -132,12 +125,9 @@ void neox_block_backward(const Context& ctx, const BlockTensors& t) {
   layernorm_backward(ctx, t.d_res, G(t, R::norm2_w), G(t, R::norm2_b), t.d_ln, t.x,
                      W(t, R::norm2_w), A(t, ln2_mean), A(t, ln2_rstd));
   // Attention branch.
-  const Tensor& q3 = A(t, qkv);
-  const Tensor& d3 = A(t, d_qkv);
-  const Tensor dq = qkv_part(d3, t, 0), dk = qkv_part(d3, t, 1);
-  attention_backward(ctx, dq, dk, qkv_part(d3, t, 2), A(t, d_atty).reshape({t.B, t.T, C}),
-                     A(t, atty).reshape({t.B, t.T, C}), A(t, att_lse), qkv_part(q3, t, 0),
-                     qkv_part(q3, t, 1), qkv_part(q3, t, 2), t.mask, t.n_head);
+  const std::array<Tensor, 3> d = qkv_parts(t, A(t, d_qkv));
+  attend_backward(ctx, t, d, qkv_parts(t, A(t, qkv)));
+  const Tensor &dq = d[0], &dk = d[1];
   rope_backward(ctx, dq, t.positions, hs, rd, theta);
   rope_backward(ctx, dk, t.positions, hs, rd, theta);
   linear_backward(ctx, t.d_ln, G(t, R::qkv_w), G(t, R::qkv_b), A(t, d_qkv), A(t, ln1),

@@ -11,14 +11,17 @@ namespace trainer::nn {
 ParamLayout::ParamLayout(const ModelConfig& cfg) {
   cfg.validate();
   const ArchSpec spec = arch_spec(cfg);
-  add_unit(UnitKind::embedding, spec.embedding, "");
+  add_unit(UnitKind::embedding, spec.embedding, "", spec, cfg.n_layer);
   for (int l = 0; l < cfg.n_layer; ++l)
-    add_unit(UnitKind::block, spec.block, spec.block_prefix + std::to_string(l) + ".");
-  add_unit(UnitKind::final, spec.final, "");
+    add_unit(UnitKind::block, spec.block, spec.block_prefix + std::to_string(l) + ".", spec,
+             cfg.n_layer);
+  add_unit(UnitKind::final, spec.final, "", spec, cfg.n_layer);
 }
 
 void ParamLayout::add_unit(UnitKind kind, const std::vector<ParamSpec>& specs,
-                           const std::string& prefix) {
+                           const std::string& prefix, const ArchSpec& spec, int n_layer) {
+  // GPT-2's rule: a projection onto the residual stream starts 1/sqrt(2L) smaller.
+  const float residual_std = spec.init_std / std::sqrt(2.0f * float(n_layer));
   Unit u{kind, total_, total_, {}};
   u.param.fill(-1);
   for (const ParamSpec& s : specs) {
@@ -30,6 +33,7 @@ void ParamLayout::add_unit(UnitKind kind, const std::vector<ParamSpec>& specs,
     p.offset = total_;
     p.decay = s.decay;
     p.init = s.init;
+    p.init_std = s.init == Init::normal_residual ? residual_std : spec.init_std;
     p.role = s.role;
     p.hf_rows = s.hf_rows;
     p.unit = int(units_.size());
@@ -64,13 +68,11 @@ uint64_t ParamLayout::digest() const {
   return hash64(s);
 }
 
-void init_param(const ModelConfig& config, const ParamInfo& p, uint64_t seed, float* out) {
-  init_param(config, p, seed, 0, p.numel, out);
+void init_param(const ParamInfo& p, uint64_t seed, float* out) {
+  init_param(p, seed, 0, p.numel, out);
 }
 
-void init_param(const ModelConfig& config, const ParamInfo& p, uint64_t seed, int64_t begin,
-                int64_t end, float* out) {
-  const ArchSpec spec = arch_spec(config);
+void init_param(const ParamInfo& p, uint64_t seed, int64_t begin, int64_t end, float* out) {
   switch (p.init) {
     case Init::zeros:
       std::fill(out, out + (end - begin), 0.0f);
@@ -79,12 +81,9 @@ void init_param(const ModelConfig& config, const ParamInfo& p, uint64_t seed, in
       std::fill(out, out + (end - begin), 1.0f);
       break;
     case Init::normal:
-    case Init::normal_residual: {
-      const float residual_std = spec.init_std / std::sqrt(2.0f * float(config.n_layer));
-      fill_normal(out, begin, end, seed ^ hash64(p.name), 0.0f,
-                  p.init == Init::normal ? spec.init_std : residual_std);
+    case Init::normal_residual:
+      fill_normal(out, begin, end, seed ^ hash64(p.name), 0.0f, p.init_std);
       break;
-    }
   }
 }
 

@@ -23,6 +23,7 @@ struct ParamInfo {
   int64_t numel = 0;
   bool decay = false;
   Init init = Init::zeros;
+  float init_std = 0;  // the normal rules' standard deviation (residual outputs' scaled down)
   Role role = Role::kCount;
   int unit = 0;
   std::array<int64_t, 2> hf_rows{0, 0};  // ParamSpec::hf_rows
@@ -55,7 +56,8 @@ class ParamLayout {
   uint64_t digest() const;
 
  private:
-  void add_unit(UnitKind kind, const std::vector<ParamSpec>& specs, const std::string& prefix);
+  void add_unit(UnitKind kind, const std::vector<ParamSpec>& specs, const std::string& prefix,
+                const ArchSpec& spec, int n_layer);
   std::vector<ParamInfo> params_;
   std::vector<Unit> units_;
   int64_t total_ = 0;
@@ -63,9 +65,8 @@ class ParamLayout {
 
 // The initial values of parameter `p` (p.numel floats into `out`) by its specification's rule;
 // they depend only on (seed, p.name), so any shard of the model can be initialised alone.
-void init_param(const ModelConfig& config, const ParamInfo& p, uint64_t seed, float* out);
+void init_param(const ParamInfo& p, uint64_t seed, float* out);
 // Its elements [begin, end) into out[0..end-begin).
-void init_param(const ModelConfig& config, const ParamInfo& p, uint64_t seed, int64_t begin,
-                int64_t end, float* out);
+void init_param(const ParamInfo& p, uint64_t seed, int64_t begin, int64_t end, float* out);
 
 }  // namespace trainer::nn

@@ -95,7 +95,7 @@ void Transformer::init_weights(uint64_t seed) {
   for (const ParamInfo& p : layout_.params())
     for_each_piece(p.numel, [&](int64_t b, int64_t e) {
       host.resize(size_t(e - b));
-      init_param(config_, p, seed, b, e, host.data());
+      init_param(p, seed, b, e, host.data());
       copy(ctx_, params().flat(p.offset + b, e - b), make_tensor(host.data(), DType::f32, {e - b}));
     });
   sync_working_params();

@@ -179,7 +179,7 @@ std::vector<float> train_deterministic(Communicator& comm, ShardingStage stage,
   pc.bucket_mb = 0.01;
   pc.deterministic = true;
   auto dp = make_data_parallel(comm, model, pc);
-  init_masters(*dp, model, mc, 11);
+  init_masters(*dp, model, 11);
   const int W = comm.size(), A = kGlobal / W;
   for (int step = 0; step < steps; ++step) {
     std::vector<Rows> rows;

@@ -63,7 +63,7 @@ Trained train(ShardingStage stage, const MicroSchedule& micro, int steps,
   pc.bucket_mb = 0.02;
   pc.reshard_after_forward = reshard_after_forward;
   t.dp = make_data_parallel(c, *t.model, pc);
-  init_masters(*t.dp, *t.model, deep_config(arch), 7);
+  init_masters(*t.dp, *t.model, 7);
   for (int step = 0; step < steps; ++step) {
     const int mine = micro(step, c.rank());
     std::vector<Rows> rows;

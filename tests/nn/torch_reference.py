@@ -34,18 +34,28 @@ def read_safetensors(path):
     return tensors, meta
 
 
-class Gpt(torch.nn.Module):
-    """GPT-2: learned positions, pre-LN blocks, tanh GELU, tied head. Weights in HF Conv1D
-    orientation (in, out)."""
+class Weights(torch.nn.Module):
+    """The checkpoint's tensors as float64 parameters, read by their names."""
 
-    def __init__(self, weights, n_layer, n_head):
+    def __init__(self, weights):
         super().__init__()
-        self.n_layer, self.n_head = n_layer, n_head
         self.p = torch.nn.ParameterDict(
             {k.replace(".", "__"): torch.nn.Parameter(v.double()) for k, v in weights.items()})
 
     def w(self, name):
         return self.p[name.replace(".", "__")]
+
+    def has(self, name):
+        return name.replace(".", "__") in self.p
+
+
+class Gpt(Weights):
+    """GPT-2: learned positions, pre-LN blocks, tanh GELU, tied head. Weights in HF Conv1D
+    orientation (in, out)."""
+
+    def __init__(self, weights, n_layer, n_head):
+        super().__init__(weights)
+        self.n_layer, self.n_head = n_layer, n_head
 
     def forward(self, tokens, segments, lengths):
         B, T = tokens.shape
@@ -102,23 +112,15 @@ def allowed_of(B, T, segments, lengths):
     return allowed
 
 
-class Llama(torch.nn.Module):
+class Llama(Weights):
     """Llama as Hugging Face's LlamaForCausalLM computes it: RMSNorm (eps 1e-5), rotary
     embeddings with rotate_half pairing, grouped-query attention (each key/value head serves
     n_head / n_kv_head consecutive query heads), SwiGLU, no biases; torch.nn.Linear weights
     (out, in); the head is lm_head.weight or, tied, the token embedding."""
 
     def __init__(self, weights, n_layer, n_head, n_kv_head, theta):
-        super().__init__()
+        super().__init__(weights)
         self.n_layer, self.n_head, self.n_kv_head, self.theta = n_layer, n_head, n_kv_head, theta
-        self.p = torch.nn.ParameterDict(
-            {k.replace(".", "__"): torch.nn.Parameter(v.double()) for k, v in weights.items()})
-
-    def w(self, name):
-        return self.p[name.replace(".", "__")]
-
-    def has(self, name):
-        return name.replace(".", "__") in self.p
 
     @staticmethod
     def rms_norm(x, w):
@@ -168,7 +170,7 @@ def rope(x, pos, theta):
     return x * cos + rotated * sin
 
 
-class Neox(torch.nn.Module):
+class Neox(Weights):
     """GPT-NeoX as Hugging Face's GPTNeoXForCausalLM computes it with use_parallel_residual:
     x + attn(ln1(x)) + mlp(ln2(x)); the fused query_key_value rows grouped by head
     ([q_h, k_h, v_h] for each head h); rotary embeddings on the first rotary_dims channels of
@@ -176,16 +178,8 @@ class Neox(torch.nn.Module):
     embed_out.weight or, tied, the token embedding."""
 
     def __init__(self, weights, n_layer, n_head, theta, rotary_dims):
-        super().__init__()
+        super().__init__(weights)
         self.n_layer, self.n_head, self.theta, self.rd = n_layer, n_head, theta, rotary_dims
-        self.p = torch.nn.ParameterDict(
-            {k.replace(".", "__"): torch.nn.Parameter(v.double()) for k, v in weights.items()})
-
-    def w(self, name):
-        return self.p[name.replace(".", "__")]
-
-    def has(self, name):
-        return name.replace(".", "__") in self.p
 
     def ln(self, x, name):
         return F.layer_norm(x, (x.shape[-1],), self.w(name + ".weight"), self.w(name + ".bias"),

@@ -35,7 +35,7 @@ NonFiniteGuard::NonFiniteGuard(dist::Communicator& comm, nn::Model& model, dist:
 
 // The first parameter, in layout order, whose values in `flat` (this rank's slices of the
 // masters or the gradients) are not all finite, agreed over the ranks (a collective); -1 if none.
-int64_t NonFiniteGuard::first_nonfinite(const Tensor& flat) {
+int64_t NonFiniteGuard::first_nonfinite(const ConstTensor& flat) {
   int64_t mine = -1;
   const std::vector<nn::ParamInfo>& params = model_.layout().params();
   for (size_t i = 0; i < params.size() && mine < 0; ++i) {

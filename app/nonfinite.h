@@ -33,7 +33,7 @@ class NonFiniteGuard {
   void check_before_save(int64_t step, int64_t last_saved);
 
  private:
-  int64_t first_nonfinite(const Tensor& flat);
+  int64_t first_nonfinite(const ConstTensor& flat);
   std::string culprit(double loss);
 
   dist::Communicator& comm_;

@@ -17,13 +17,13 @@ using u128 = unsigned __int128;
 constexpr int kFractionBits = 90;             // the fixed point of the scaled squares
 constexpr int64_t kChunk = int64_t(1) << 16;  // elements summed in 64-bit halves at a time
 
-float element(const Tensor& t, int64_t i) {
+float element(const ConstTensor& t, int64_t i) {
   return t.dtype == DType::f32 ? static_cast<const float*>(t.data)[i]
                                : to_float(static_cast<const bf16*>(t.data)[i]);
 }
 
 // max |x| over the elements, or NaN/inf when some element is not finite.
-double local_max(const Tensor& t) {
+double local_max(const ConstTensor& t) {
   const int64_t n = t.numel();
   double m = 0;
   bool finite = true;
@@ -37,7 +37,7 @@ double local_max(const Tensor& t) {
 }
 
 // The sum of floor((x / 2^e)^2 * 2^90) over the elements, exactly.
-u128 local_fixed_sum(const Tensor& t, int e) {
+u128 local_fixed_sum(const ConstTensor& t, int e) {
   const int64_t n = t.numel(), chunks = (n + kChunk - 1) / kChunk;
   std::vector<u128> partial(size_t(chunks), 0);
 #pragma omp parallel for schedule(static)
@@ -61,7 +61,7 @@ u128 local_fixed_sum(const Tensor& t, int e) {
 
 }  // namespace
 
-double exact_sum_squares(Communicator& comm, const Tensor& grads, bool sharded) {
+double exact_sum_squares(Communicator& comm, const ConstTensor& grads, bool sharded) {
   TRAINER_ASSERT(grads.device == Device::cpu,
                  "the exact gradient norm runs on host memory (dist.deterministic is CPU-only)");
   TRAINER_ASSERT(grads.dtype == DType::f32 || grads.dtype == DType::bf16, "exact norm of dtype {}",

@@ -18,6 +18,6 @@ namespace trainer::dist {
 
 // The sum of squares of `grads` (fp32 or bf16, host memory): of this rank's elements, or,
 // when `sharded`, of every rank's (a collective then). Infinite or NaN when any element is.
-double exact_sum_squares(Communicator& comm, const Tensor& grads, bool sharded);
+double exact_sum_squares(Communicator& comm, const ConstTensor& grads, bool sharded);
 
 }  // namespace trainer::dist

@@ -17,7 +17,7 @@ Tensor TreeSum::level(int k, int64_t offset, int64_t size) {
 
 // Levels 0..t-1 hold sums of the previous 1, 2, 4, ... items when m ends in t one bits; they
 // and the item make a sum of 2^t items, which goes to level t.
-void TreeSum::add(int64_t m, const Tensor& item, int64_t offset) {
+void TreeSum::add(int64_t m, const ConstTensor& item, int64_t offset) {
   TRAINER_ASSERT(m >= 0 && item.dtype == DType::f32, "tree sum item {} of dtype {}", m,
                  dtype_name(item.dtype));
   const int64_t n = item.numel();
@@ -27,7 +27,7 @@ void TreeSum::add(int64_t m, const Tensor& item, int64_t offset) {
     copy(ctx_, level(0, offset, n), item);
     return;
   }
-  Tensor acc = item;
+  ConstTensor acc = item;
   for (int k = 0; k < t; ++k) {
     const Tensor out = level(k + 1 == t ? t : k, offset, n);
     nn::residual_forward(ctx_, out, level(k, offset, n), acc);
@@ -36,10 +36,10 @@ void TreeSum::add(int64_t m, const Tensor& item, int64_t offset) {
 }
 
 // The levels named by m's one bits hold the earlier items' subtrees, smallest first.
-void TreeSum::finish(int64_t m, const Tensor& item, const Tensor& out, int64_t offset) {
+void TreeSum::finish(int64_t m, const ConstTensor& item, const Tensor& out, int64_t offset) {
   TRAINER_ASSERT(m >= 0 && item.numel() == out.numel(), "tree sum finish {}", m);
   const int64_t n = item.numel();
-  Tensor acc = item;
+  ConstTensor acc = item;
   for (int k = 0; (m >> k) != 0; ++k) {
     if (!((m >> k) & 1)) continue;
     nn::residual_forward(ctx_, out, level(k, offset, n), acc);

@@ -33,10 +33,10 @@ class TreeSum {
   // Item m (counting from 0) of a sequence that goes on, elements [offset, offset + size) of
   // it: kept (added into the partial sums). Items of one offset come in order; `item` is
   // only read.
-  void add(int64_t m, const Tensor& item, int64_t offset);
+  void add(int64_t m, const ConstTensor& item, int64_t offset);
   // The last item m of the sequence at `offset`: out = the tree sum of items 0..m there (out
   // may be `item` itself).
-  void finish(int64_t m, const Tensor& item, const Tensor& out, int64_t offset);
+  void finish(int64_t m, const ConstTensor& item, const Tensor& out, int64_t offset);
 
   int64_t bytes() const;
 

@@ -37,7 +37,7 @@ Tensor AdamW::moments(const Buffer& b, const Span& s) const {
   return b.view(DType::f32, state_size_).flat(s.state, s.end - s.begin);
 }
 
-void AdamW::step(const Context& ctx, const Tensor& params, const Tensor& grads,
+void AdamW::step(const Context& ctx, const Tensor& params, const ConstTensor& grads,
                  const Tensor& working, float lr, float grad_scale) {
   ++step_;
   AdamWHyper h{.lr = lr,

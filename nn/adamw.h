@@ -53,8 +53,8 @@ class AdamW {
   // One update of the slices of `params` (fp32, local buffers of local_size() elements or
   // more) from grads * grad_scale (grad_scale folds in clipping); `working` (bf16, local, or
   // empty) receives the updated values rounded.
-  void step(const Context& ctx, const Tensor& params, const Tensor& grads, const Tensor& working,
-            float lr, float grad_scale);
+  void step(const Context& ctx, const Tensor& params, const ConstTensor& grads,
+            const Tensor& working, float lr, float grad_scale);
 
   int64_t steps() const { return step_; }
   void set_steps(int64_t s) { step_ = s; }

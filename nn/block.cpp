@@ -13,8 +13,8 @@ std::array<Tensor, 3> block_access::qkv_parts(const BlockTensors& t, const Tenso
   return {rows.col_range(0, C), rows.col_range(C, Ckv), rows.col_range(C + Ckv, Ckv)};
 }
 
-void block_access::attend(const Context& ctx, const BlockTensors& t, const Tensor& q,
-                          const Tensor& k, const Tensor& v) {
+void block_access::attend(const Context& ctx, const BlockTensors& t, const ConstTensor& q,
+                          const ConstTensor& k, const ConstTensor& v) {
   const Tensor out = A(t, Act::atty).reshape({t.B, t.T, q.cols()});
   if (t.k_cache.empty())
     return attention_forward(ctx, out, A(t, Act::att_lse), q, k, v, t.mask, t.n_head, t.q_pos);

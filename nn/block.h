@@ -56,8 +56,8 @@ const Tensor& branch_grad(const Context& ctx, const BlockTensors& t);
 std::array<Tensor, 3> qkv_parts(const BlockTensors& t, const Tensor& packed);
 // Attention of the batch's queries q (B,T,C) into atty and att_lse: over its keys and values k,
 // v (B,T,Ckv), or, when decoding, over the KV cache after appending k and v at q_pos.
-void attend(const Context& ctx, const BlockTensors& t, const Tensor& q, const Tensor& k,
-            const Tensor& v);
+void attend(const Context& ctx, const BlockTensors& t, const ConstTensor& q, const ConstTensor& k,
+            const ConstTensor& v);
 // attend's backward in training: d = (dq, dk, dv), overwritten, from d_atty and what attend
 // read, qkv = (q, k, v).
 void attend_backward(const Context& ctx, const BlockTensors& t, const std::array<Tensor, 3>& d,

@@ -98,7 +98,7 @@ class Model {
   // The loss accumulated since reset_loss() and the squared norm of `grads` (a gradient
   // buffer on the model's device, or empty), read back together: the step's one device
   // synchronisation (Note [Asynchronous step]).
-  virtual StepScalars read_step_scalars(const Tensor& grads) = 0;
+  virtual StepScalars read_step_scalars(const ConstTensor& grads) = 0;
 
   using GradsReadyHook = std::function<void(int64_t begin, int64_t end)>;
   using ParamsNeededHook = std::function<void(int unit, ParamUse use)>;

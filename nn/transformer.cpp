@@ -432,7 +432,7 @@ void Transformer::reset_loss() {
   fill_zero(ctx_, scalars_.view(DType::f64, 1));
 }
 
-StepScalars Transformer::read_step_scalars(const Tensor& grads) {
+StepScalars Transformer::read_step_scalars(const ConstTensor& grads) {
   const Tensor scalars = scalars_.view(DType::f64, 2);
   if (!grads.empty())
     sum_squares(ctx_, scalars.flat(1, 1), grads);

@@ -52,7 +52,7 @@ class Transformer final : public Model {
   void backward(float loss_scale) override;
   void zero_grads() override;
   void reset_loss() override;
-  StepScalars read_step_scalars(const Tensor& grads) override;
+  StepScalars read_step_scalars(const ConstTensor& grads) override;
 
   const ModelConfig& config() const { return config_; }
   const ExecConfig& exec() const { return exec_; }

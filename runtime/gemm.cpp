@@ -27,7 +27,8 @@ const GemmKernels& gemm_kernels(const Context& ctx) {
 }
 
 // C(M,N) = op(A)(M,K) op(B)(K,N): the shapes and dtypes every backend takes (gemm.h).
-void check_shapes(const Tensor& C, const Tensor& A, bool ta, const Tensor& B, bool tb) {
+void check_shapes(const ConstTensor& C, const ConstTensor& A, bool ta, const ConstTensor& B,
+                  bool tb) {
   const int64_t M = C.rows(), N = C.cols(), K = ta ? A.rows() : A.cols();
   TRAINER_ASSERT((ta ? A.cols() : A.rows()) == M, "matmul: op(A) has {} rows, C has {}",
                  ta ? A.cols() : A.rows(), M);
@@ -42,30 +43,30 @@ void check_shapes(const Tensor& C, const Tensor& A, bool ta, const Tensor& B, bo
 
 }  // namespace
 
-void matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B,
-            bool trans_b, float alpha, float beta, const Tensor* bias) {
+void matmul(const Context& ctx, const Tensor& C, const ConstTensor& A, bool trans_a,
+            const ConstTensor& B, bool trans_b, float alpha, float beta, const ConstTensor* bias) {
   check_shapes(C, A, trans_a, B, trans_b);
   TRAINER_ASSERT(!bias || (beta == 0.0f && bias->numel() == C.cols()), "matmul bias of {} for N={}",
                  bias ? bias->numel() : 0, C.cols());
   gemm_kernels(ctx).product(ctx, C, A, trans_a, B, trans_b, alpha, beta, bias);
 }
 
-bool matmul_gelu(const Context& ctx, const Tensor& out, const Tensor& pre, const Tensor& A,
-                 bool trans_a, const Tensor& B, bool trans_b, const Tensor& bias) {
+bool matmul_gelu(const Context& ctx, const Tensor& out, const Tensor& pre, const ConstTensor& A,
+                 bool trans_a, const ConstTensor& B, bool trans_b, const ConstTensor& bias) {
   check_shapes(out, A, trans_a, B, trans_b);
   const GemmKernels& k = gemm_kernels(ctx);
   return k.gelu && k.gelu(ctx, out, pre, A, trans_a, B, trans_b, bias);
 }
 
-bool matmul_bias_grad(const Context& ctx, const Tensor& C, const Tensor& A, bool trans_a,
-                      const Tensor& B, float alpha, float beta, const Tensor& bias_grad) {
+bool matmul_bias_grad(const Context& ctx, const Tensor& C, const ConstTensor& A, bool trans_a,
+                      const ConstTensor& B, float alpha, float beta, const Tensor& bias_grad) {
   check_shapes(C, A, trans_a, B, false);
   const GemmKernels& k = gemm_kernels(ctx);
   return k.bias_grad && k.bias_grad(ctx, C, A, trans_a, B, alpha, beta, bias_grad);
 }
 
-bool matmul_dgelu(const Context& ctx, const Tensor& dpre, const Tensor& A, bool trans_a,
-                  const Tensor& B, bool trans_b, const Tensor& pre) {
+bool matmul_dgelu(const Context& ctx, const Tensor& dpre, const ConstTensor& A, bool trans_a,
+                  const ConstTensor& B, bool trans_b, const ConstTensor& pre) {
   check_shapes(dpre, A, trans_a, B, trans_b);
   const GemmKernels& k = gemm_kernels(ctx);
   return k.dgelu && k.dgelu(ctx, dpre, A, trans_a, B, trans_b, pre);

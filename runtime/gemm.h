@@ -23,30 +23,31 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
 // stride: op(A) is A, or A transposed when trans_a (likewise B). C is fp32 or bf16 (bf16 C
 // needs bf16 A and B); the bias has C's dtype or fp32. Accumulation is fp32 throughout; a bf16
 // C is rounded once. The shapes must agree (an internal error otherwise).
-void matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B,
-            bool trans_b, float alpha = 1.0f, float beta = 0.0f, const Tensor* bias = nullptr);
+void matmul(const Context& ctx, const Tensor& C, const ConstTensor& A, bool trans_a,
+            const ConstTensor& B, bool trans_b, float alpha = 1.0f, float beta = 0.0f,
+            const ConstTensor* bias = nullptr);
 
 // pre = op(A) op(B) + bias and out = gelu(pre) (the tanh approximation, nn's gelu_forward), in
 // one product where the device has that epilogue: cuBLASLt's GELU_AUX_BIAS on CUDA. Returns
 // false, having written nothing, where it has not (the CPU; a shape without such an
 // algorithm): the caller then runs the product and the GELU apart. out, pre and bias have C's
 // dtype rules as in matmul.
-bool matmul_gelu(const Context& ctx, const Tensor& out, const Tensor& pre, const Tensor& A,
-                 bool trans_a, const Tensor& B, bool trans_b, const Tensor& bias);
+bool matmul_gelu(const Context& ctx, const Tensor& out, const Tensor& pre, const ConstTensor& A,
+                 bool trans_a, const ConstTensor& B, bool trans_b, const ConstTensor& bias);
 
 // C = alpha op(A) B + beta C and bias_grad(N) = the column sums of B (overwritten, not added:
 // unscaled by alpha), in one product where the device has that epilogue: cuBLASLt's BGRADA on
 // CUDA. Returns false, having written nothing, where it has not (the CPU; a shape without such
 // an algorithm). bias_grad has C's dtype.
-bool matmul_bias_grad(const Context& ctx, const Tensor& C, const Tensor& A, bool trans_a,
-                      const Tensor& B, float alpha, float beta, const Tensor& bias_grad);
+bool matmul_bias_grad(const Context& ctx, const Tensor& C, const ConstTensor& A, bool trans_a,
+                      const ConstTensor& B, float alpha, float beta, const Tensor& bias_grad);
 
 // dpre = gelu'(pre) * (op(A) op(B)) (the derivative of the tanh approximation: nn's
 // gelu_backward applied to the product) in one product where the device has that epilogue:
 // cuBLASLt's DGELU on CUDA. Returns false, having written nothing, where it has not. pre has
 // dpre's shape and dtype.
-bool matmul_dgelu(const Context& ctx, const Tensor& dpre, const Tensor& A, bool trans_a,
-                  const Tensor& B, bool trans_b, const Tensor& pre);
+bool matmul_dgelu(const Context& ctx, const Tensor& dpre, const ConstTensor& A, bool trans_a,
+                  const ConstTensor& B, bool trans_b, const ConstTensor& pre);
 
 // Scratch `matmul` takes from ctx.workspace for an (M,N,K) product of `ab` operands.
 size_t matmul_workspace_bytes(const Context& ctx, int64_t M, int64_t N, int64_t K, DType ab);

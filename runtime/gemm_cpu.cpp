@@ -43,7 +43,7 @@ struct Shape {
 
 // ---- fp32 -----------------------------------------------------------------------------------
 
-void fill_rows_with_bias(const Tensor& C, const Tensor& bias) {
+void fill_rows_with_bias(const Tensor& C, const ConstTensor& bias) {
   float* c = C.as<float>();
   const int64_t N = C.cols(), ld = C.ld();
 #pragma omp parallel for schedule(static)
@@ -61,8 +61,8 @@ void fill_rows_with_bias(const Tensor& C, const Tensor& bias) {
   }
 }
 
-void matmul_f32(const Shape& s, const Tensor& C, const Tensor& A, bool ta, const Tensor& B, bool tb,
-                float alpha, float beta, const Tensor* bias) {
+void matmul_f32(const Shape& s, const Tensor& C, const ConstTensor& A, bool ta,
+                const ConstTensor& B, bool tb, float alpha, float beta, const ConstTensor* bias) {
   if (bias) {
     fill_rows_with_bias(C, *bias);
     beta = 1.0f;
@@ -98,8 +98,9 @@ dnnl::memory::desc matrix_desc(int64_t rows, int64_t cols, int64_t ld, bool tran
                : dnnl::memory::desc(dims{rows, cols}, dnnl_type(t), dims{ld, 1});
 }
 
-Primitive make_primitive(const Shape& s, const Tensor& C, const Tensor& A, bool ta, const Tensor& B,
-                         bool tb, float alpha, float beta, const Tensor* bias) {
+Primitive make_primitive(const Shape& s, const Tensor& C, const ConstTensor& A, bool ta,
+                         const ConstTensor& B, bool tb, float alpha, float beta,
+                         const ConstTensor* bias) {
   const auto a_md = matrix_desc(A.rows(), A.cols(), A.ld(), ta, A.dtype);
   const auto b_md = matrix_desc(B.rows(), B.cols(), B.ld(), tb, B.dtype);
   const auto c_md = matrix_desc(s.M, s.N, C.ld(), false, C.dtype);
@@ -129,8 +130,9 @@ Primitive make_primitive(const Shape& s, const Tensor& C, const Tensor& A, bool 
   return p;
 }
 
-void matmul_onednn(const Shape& s, const Tensor& C, const Tensor& A, bool ta, const Tensor& B,
-                   bool tb, float alpha, float beta, const Tensor* bias) {
+void matmul_onednn(const Shape& s, const Tensor& C, const ConstTensor& A, bool ta,
+                   const ConstTensor& B, bool tb, float alpha, float beta,
+                   const ConstTensor* bias) {
   static std::mutex mu;
   static std::map<Key, Primitive> cache;
   static dnnl::stream stream(engine());
@@ -150,10 +152,11 @@ void matmul_onednn(const Shape& s, const Tensor& C, const Tensor& A, bool ta, co
     }
   }
   Primitive& p = it->second;
-  p.a.set_data_handle(A.data);
-  p.b.set_data_handle(B.data);
+  // oneDNN's handles are void* for the operands it reads too.
+  p.a.set_data_handle(const_cast<void*>(A.data));
+  p.b.set_data_handle(const_cast<void*>(B.data));
   p.c.set_data_handle(C.data);
-  if (bias) p.bias.set_data_handle(bias->data);
+  if (bias) p.bias.set_data_handle(const_cast<void*>(bias->data));
   p.matmul.execute(stream, p.args);
   stream.wait();
 }
@@ -196,7 +199,7 @@ void to_fp32(float* dst, const bf16* src, int64_t rows, int64_t cols, int64_t ld
 // C[r0 + i, c0 + j] = tile(i, j) + beta * C[...] + bias[c0 + j], rounded to C's dtype.
 template <typename TC>
 void store_tile(const Tensor& C, int64_t r0, int64_t c0, const float* tile, int64_t rows,
-                int64_t cols, float beta, const Tensor* bias) {
+                int64_t cols, float beta, const ConstTensor* bias) {
   TC* c = static_cast<TC*>(C.data);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < rows; ++i) {
@@ -213,8 +216,9 @@ void store_tile(const Tensor& C, int64_t r0, int64_t c0, const float* tile, int6
   }
 }
 
-void matmul_via_fp32(const Context& ctx, const Shape& s, const Tensor& C, const Tensor& A, bool ta,
-                     const Tensor& B, bool tb, float alpha, float beta, const Tensor* bias) {
+void matmul_via_fp32(const Context& ctx, const Shape& s, const Tensor& C, const ConstTensor& A,
+                     bool ta, const ConstTensor& B, bool tb, float alpha, float beta,
+                     const ConstTensor* bias) {
   const StripPlan p = plan_strips(s.M, s.N, s.K);
   Workspace::Scope scratch(ctx.workspace);
   float* resident = scratch.take<float>(p.resident);
@@ -255,8 +259,9 @@ void matmul_via_fp32(const Context& ctx, const Shape& s, const Tensor& C, const 
   }
 }
 
-void cpu_matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B,
-                bool trans_b, float alpha, float beta, const Tensor* bias) {
+void cpu_matmul(const Context& ctx, const Tensor& C, const ConstTensor& A, bool trans_a,
+                const ConstTensor& B, bool trans_b, float alpha, float beta,
+                const ConstTensor* bias) {
   const Shape s{C.rows(), C.cols(), trans_a ? A.rows() : A.cols()};
   TRAINER_ASSERT(A.device == Device::cpu, "matmul of {} operands on the CPU",
                  device_name(A.device));

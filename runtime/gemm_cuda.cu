@@ -142,14 +142,14 @@ Algos heuristic(cublasLtHandle_t lt, const MatmulDesc& desc, const Layout& la, c
 
 // What a product does on the way out besides C = alpha op(A) op(B) + beta C.
 struct Epilogue {
-  const Tensor* bias = nullptr;       // + bias(N) on every row
-  const Tensor* aux = nullptr;        // GELU: C = gelu(x), aux = x (C's shape), x the result above
-  bool dgelu = false;                 // with aux: C = gelu'(aux) * x instead (aux is read)
-  const Tensor* bias_grad = nullptr;  // bias_grad(N) = the column sums of B (B not transposed)
+  const ConstTensor* bias = nullptr;       // + bias(N) on every row
+  const Tensor* gelu_pre = nullptr;        // GELU: C = gelu(x), x written here (C's shape)
+  const ConstTensor* dgelu_pre = nullptr;  // DGELU: C = gelu'(pre) * x, pre read (C's shape)
+  const Tensor* bias_grad = nullptr;       // bias_grad(N) = the column sums of B (B not transposed)
 };
 
 // A product's description for messages: M x N x K, operand type and epilogue.
-std::string describe(const Tensor& C, const Tensor& A, bool ta, const char* epilogue) {
+std::string describe(const Tensor& C, const ConstTensor& A, bool ta, const char* epilogue) {
   return fmt::format("{} x {} x {} {} product{}", C.rows(), C.cols(), ta ? A.rows() : A.cols(),
                      dtype_name(A.dtype), epilogue);
 }
@@ -157,8 +157,8 @@ std::string describe(const Tensor& C, const Tensor& A, bool ta, const char* epil
 // The product with its epilogue; the reason when cuBLASLt could not run it (nothing ran then).
 // The heuristic's algorithms are tried in order, and the first that runs is remembered per
 // key; one that cuBLASLt refuses at the call (a status, not a fault) is dropped from the list.
-std::string run_matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool ta,
-                       const Tensor& B, bool tb, float alpha, float beta, const Epilogue& e) {
+std::string run_matmul(const Context& ctx, const Tensor& C, const ConstTensor& A, bool ta,
+                       const ConstTensor& B, bool tb, float alpha, float beta, const Epilogue& e) {
   const int64_t M = C.rows(), N = C.cols(), K = ta ? A.rows() : A.cols();
   TRAINER_ASSERT((ta ? A.cols() : A.rows()) == M && (tb ? B.cols() : B.rows()) == K &&
                      (tb ? B.rows() : B.cols()) == N && A.dtype == B.dtype,
@@ -173,6 +173,11 @@ std::string run_matmul(const Context& ctx, const Tensor& C, const Tensor& A, boo
   desc.set(CUBLASLT_MATMUL_DESC_TRANSA, op_b);
   desc.set(CUBLASLT_MATMUL_DESC_TRANSB, op_a);
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  // The pre-activation, which cuBLASLt writes (GELU) or reads (DGELU) through one pointer.
+  const bool dgelu = e.dgelu_pre != nullptr;
+  const ConstTensor aux = dgelu        ? *e.dgelu_pre
+                          : e.gelu_pre ? ConstTensor(*e.gelu_pre)
+                                       : ConstTensor{};
   if (e.bias) {
     TRAINER_ASSERT(beta == 0.0f && e.bias->numel() == N, "cuda matmul bias");
     epilogue = CUBLASLT_EPILOGUE_BIAS;
@@ -183,25 +188,24 @@ std::string run_matmul(const Context& ctx, const Tensor& C, const Tensor& A, boo
   if (e.bias_grad) {
     // Column-major, B is the first operand: BGRADA sums its rows over the inner dimension.
     TRAINER_ASSERT(
-        !tb && !e.bias && !e.aux && e.bias_grad->numel() == N && e.bias_grad->dtype == C.dtype,
+        !tb && !e.bias && aux.empty() && e.bias_grad->numel() == N && e.bias_grad->dtype == C.dtype,
         "cuda matmul bias gradient");
     epilogue = CUBLASLT_EPILOGUE_BGRADA;
     const void* grad_ptr = e.bias_grad->data;
     desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, grad_ptr);
   }
-  if (e.aux) {
-    TRAINER_ASSERT(
-        beta == 0.0f && e.aux->rows() == M && e.aux->cols() == N && (!e.dgelu || !e.bias),
-        "cuda matmul aux");
+  if (!aux.empty()) {
+    TRAINER_ASSERT(beta == 0.0f && aux.rows() == M && aux.cols() == N && (!dgelu || !e.bias),
+                   "cuda matmul aux");
     // The auxiliary tensor's type is left unset: outside FP8 cuBLASLt takes the output's, and
     // its documentation leaves it unset there. Its leading dimension must be a multiple of 8.
-    if (e.aux->dtype != C.dtype) return "the pre-activation is not in the output's dtype";
-    if (e.aux->ld() % 8 != 0) return "the pre-activation's row stride is not a multiple of 8";
-    epilogue = e.dgelu  ? CUBLASLT_EPILOGUE_DGELU
+    if (aux.dtype != C.dtype) return "the pre-activation is not in the output's dtype";
+    if (aux.ld() % 8 != 0) return "the pre-activation's row stride is not a multiple of 8";
+    epilogue = dgelu    ? CUBLASLT_EPILOGUE_DGELU
                : e.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                         : CUBLASLT_EPILOGUE_GELU_AUX;
-    const void* aux_ptr = e.aux->data;
-    const int64_t aux_ld = e.aux->ld();
+    const void* aux_ptr = aux.data;
+    const int64_t aux_ld = aux.ld();
     desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux_ptr);
     desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld);
   }
@@ -214,13 +218,11 @@ std::string run_matmul(const Context& ctx, const Tensor& C, const Tensor& A, boo
   void* workspace = scratch.take<char>(int64_t(kCublasLtWorkspace));
   TRAINER_ASSERT(pointer_alignment(workspace) == kDeviceAlignment,
                  "cuBLASLt workspace at {} is not 256-byte aligned", workspace);
-  const Tensor* vector = e.bias ? e.bias : e.bias_grad;
-  const Alignments alignment = {uint32_t(pointer_alignment(B.data)),
-                                uint32_t(pointer_alignment(A.data)),
-                                uint32_t(pointer_alignment(C.data)),
-                                uint32_t(pointer_alignment(C.data)),
-                                uint32_t(pointer_alignment(vector ? vector->data : nullptr)),
-                                uint32_t(pointer_alignment(e.aux ? e.aux->data : nullptr))};
+  const void* vector = e.bias ? e.bias->data : e.bias_grad ? e.bias_grad->data : nullptr;
+  const Alignments alignment = {
+      uint32_t(pointer_alignment(B.data)), uint32_t(pointer_alignment(A.data)),
+      uint32_t(pointer_alignment(C.data)), uint32_t(pointer_alignment(C.data)),
+      uint32_t(pointer_alignment(vector)), uint32_t(pointer_alignment(aux.data))};
 
   static std::mutex mu;
   static std::map<Key, Algos> algos;
@@ -265,40 +267,40 @@ std::string run_matmul(const Context& ctx, const Tensor& C, const Tensor& A, boo
 
 // Whether the epilogue ran; otherwise the fallback (and why) is counted under `path`, the
 // product named as C = op(A) B with `epilogue`.
-bool ran_or_fall_back(const std::string& why, const char* path, const Tensor& C, const Tensor& A,
-                      bool ta, const char* epilogue) {
+bool ran_or_fall_back(const std::string& why, const char* path, const Tensor& C,
+                      const ConstTensor& A, bool ta, const char* epilogue) {
   if (why.empty()) return true;
   fallback::note(path,
                  fmt::format("cuBLASLt cannot run the {}: {}", describe(C, A, ta, epilogue), why));
   return false;
 }
 
-void cuda_matmul(const Context& ctx, const Tensor& C, const Tensor& A, bool ta, const Tensor& B,
-                 bool tb, float alpha, float beta, const Tensor* bias) {
+void cuda_matmul(const Context& ctx, const Tensor& C, const ConstTensor& A, bool ta,
+                 const ConstTensor& B, bool tb, float alpha, float beta, const ConstTensor* bias) {
   const std::string why = run_matmul(ctx, C, A, ta, B, tb, alpha, beta, {.bias = bias});
   CHECK(why.empty(), "cuBLASLt cannot run the {}: {}",
         describe(C, A, ta, bias ? " with a bias" : ""), why);
 }
 
-bool cuda_matmul_gelu(const Context& ctx, const Tensor& out, const Tensor& pre, const Tensor& A,
-                      bool ta, const Tensor& B, bool tb, const Tensor& bias) {
+bool cuda_matmul_gelu(const Context& ctx, const Tensor& out, const Tensor& pre,
+                      const ConstTensor& A, bool ta, const ConstTensor& B, bool tb,
+                      const ConstTensor& bias) {
   return ran_or_fall_back(run_matmul(ctx, out, A, ta, B, tb, 1.0f, 0.0f,
-                                     {.bias = bias.empty() ? nullptr : &bias, .aux = &pre}),
+                                     {.bias = bias.empty() ? nullptr : &bias, .gelu_pre = &pre}),
                           "cublaslt_gelu_epilogue", out, A, ta, " with GELU_AUX");
 }
 
-bool cuda_matmul_bias_grad(const Context& ctx, const Tensor& C, const Tensor& A, bool ta,
-                           const Tensor& B, float alpha, float beta, const Tensor& bias_grad) {
+bool cuda_matmul_bias_grad(const Context& ctx, const Tensor& C, const ConstTensor& A, bool ta,
+                           const ConstTensor& B, float alpha, float beta, const Tensor& bias_grad) {
   return ran_or_fall_back(
       run_matmul(ctx, C, A, ta, B, false, alpha, beta, {.bias_grad = &bias_grad}),
       "cublaslt_bias_grad_epilogue", C, A, ta, " with BGRADA");
 }
 
-bool cuda_matmul_dgelu(const Context& ctx, const Tensor& dpre, const Tensor& A, bool ta,
-                       const Tensor& B, bool tb, const Tensor& pre) {
-  return ran_or_fall_back(
-      run_matmul(ctx, dpre, A, ta, B, tb, 1.0f, 0.0f, {.aux = &pre, .dgelu = true}),
-      "cublaslt_dgelu_epilogue", dpre, A, ta, " with DGELU");
+bool cuda_matmul_dgelu(const Context& ctx, const Tensor& dpre, const ConstTensor& A, bool ta,
+                       const ConstTensor& B, bool tb, const ConstTensor& pre) {
+  return ran_or_fall_back(run_matmul(ctx, dpre, A, ta, B, tb, 1.0f, 0.0f, {.dgelu_pre = &pre}),
+                          "cublaslt_dgelu_epilogue", dpre, A, ta, " with DGELU");
 }
 
 size_t cuda_workspace_bytes(const Context&, int64_t, int64_t, int64_t, DType) {

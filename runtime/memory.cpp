@@ -7,7 +7,7 @@
 
 namespace trainer {
 
-void copy(const Context& ctx, const Tensor& dst, const Tensor& src) {
+void copy(const Context& ctx, const Tensor& dst, const ConstTensor& src) {
   TRAINER_ASSERT(dst.dtype == src.dtype && dst.numel() == src.numel(), "copy of {} {} into {} {}",
                  src.numel(), dtype_name(src.dtype), dst.numel(), dtype_name(dst.dtype));
   const size_t bytes = size_t(src.bytes());
@@ -22,7 +22,7 @@ void copy(const Context& ctx, const Tensor& dst, const Tensor& src) {
   }
 }
 
-std::vector<float> read_as_f32(const Context& ctx, const Tensor& t) {
+std::vector<float> read_as_f32(const Context& ctx, const ConstTensor& t) {
   std::vector<float> out(size_t(t.numel()));
   if (t.dtype == DType::f32) {
     copy(ctx, make_tensor(out.data(), DType::f32, {t.numel()}), t);

@@ -15,11 +15,11 @@ namespace trainer {
 // of devices. A copy to the host is complete when this returns; a copy to the device is queued
 // on ctx's stream, in order with its kernels (a pageable host source may be reused at once, a
 // pinned one only once the stream has passed the copy).
-void copy(const Context& ctx, const Tensor& dst, const Tensor& src);
+void copy(const Context& ctx, const Tensor& dst, const ConstTensor& src);
 
 // The elements of a contiguous fp32 or bf16 tensor, on the host as fp32 (a copy; for
 // diagnostics and tests, not the step).
-std::vector<float> read_as_f32(const Context& ctx, const Tensor& t);
+std::vector<float> read_as_f32(const Context& ctx, const ConstTensor& t);
 
 // Every element of the contiguous tensor `t` set to zero.
 void fill_zero(const Context& ctx, const Tensor& t);

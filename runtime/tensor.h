@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
 #include "runtime/device.h"
 #include "runtime/dtype.h"
@@ -18,10 +19,19 @@
 
 namespace trainer {
 
-struct Tensor {
+// Note [Read-only views]
+// A Tensor may be written through; a ConstTensor may not: its data is `const void*` and as<T>()
+// gives `const T*`. Ops take what they read as ConstTensor and what they write as Tensor, so
+// the compiler tells the two apart. A Tensor converts to a ConstTensor, never back; a view of
+// a ConstTensor (reshape, rows, columns) is read-only too.
+template <bool Writable>
+struct TensorView {
   static constexpr int kMaxDims = 4;
+  using Data = std::conditional_t<Writable, void*, const void*>;
+  template <typename T>
+  using Elem = std::conditional_t<Writable, T, const T>;
 
-  void* data = nullptr;
+  Data data = nullptr;
   DType dtype = DType::f32;
   Device device = Device::cpu;
   int ndim = 0;
@@ -51,25 +61,38 @@ struct Tensor {
   bool empty() const { return data == nullptr; }
 
   template <typename T>
-  T* as() const {
+  Elem<T>* as() const {
     TRAINER_ASSERT(dtype == dtype_of<T>(), "tensor of {} read as {}", dtype_name(dtype),
                    dtype_name(dtype_of<T>()));
-    return static_cast<T*>(data);
+    return static_cast<Elem<T>*>(data);
   }
   // The same elements seen with another shape (contiguous tensors only).
-  Tensor reshape(std::initializer_list<int64_t> new_shape) const;
+  TensorView reshape(std::initializer_list<int64_t> new_shape) const;
   // Elements [begin, begin + count) of a contiguous tensor, as a 1-d tensor.
-  Tensor flat(int64_t begin, int64_t count) const;
+  TensorView flat(int64_t begin, int64_t count) const;
   // Rows [begin, begin + count) of the tensor seen as a (rows, cols) matrix.
-  Tensor row_range(int64_t begin, int64_t count) const;
+  TensorView row_range(int64_t begin, int64_t count) const;
   // Columns [begin, begin + count) of every row: a strided view.
-  Tensor col_range(int64_t begin, int64_t count) const;
+  TensorView col_range(int64_t begin, int64_t count) const;
+
+  // A writable view read only (Note [Read-only views]).
+  template <bool W = Writable, std::enable_if_t<W, int> = 0>
+  operator TensorView<false>() const {
+    return {data, dtype, device, ndim, shape, row_stride};
+  }
 };
 
-// A view of `data` with the given shape (row-major, contiguous).
+using Tensor = TensorView<true>;        // written through: an op's outputs
+using ConstTensor = TensorView<false>;  // read only: an op's inputs
+
+extern template struct TensorView<true>;
+extern template struct TensorView<false>;
+
+// A view of `data` with the given shape (row-major, contiguous): writable, or read-only for
+// const data.
 Tensor make_tensor(void* data, DType dtype, std::initializer_list<int64_t> shape,
                    Device device = Device::cpu);
-Tensor make_tensor(const void* data, DType dtype, std::initializer_list<int64_t> shape,
-                   Device device = Device::cpu);
+ConstTensor make_tensor(const void* data, DType dtype, std::initializer_list<int64_t> shape,
+                        Device device = Device::cpu);
 
 }  // namespace trainer

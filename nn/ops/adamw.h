@@ -19,7 +19,7 @@ struct AdamWHyper {
 
 // params(n) fp32, m(n) and v(n) fp32 moments updated in place from grads(n) (fp32 or bf16);
 // working(n) (bf16, or empty) receives the updated params rounded.
-void adamw_update(const Context& ctx, const Tensor& params, const Tensor& grads, const Tensor& m,
-                  const Tensor& v, const Tensor& working, const AdamWHyper& h);
+void adamw_update(const Context& ctx, const Tensor& params, const ConstTensor& grads,
+                  const Tensor& m, const Tensor& v, const Tensor& working, const AdamWHyper& h);
 
 }  // namespace trainer::nn

@@ -31,8 +31,8 @@ void update(float* p, const G* grads, float* m, float* v, bf16* working, int64_t
 
 }  // namespace
 
-void adamw_update(const Context& ctx, const Tensor& params, const Tensor& grads, const Tensor& m,
-                  const Tensor& v, const Tensor& working, const AdamWHyper& h) {
+void adamw_update(const Context& ctx, const Tensor& params, const ConstTensor& grads,
+                  const Tensor& m, const Tensor& v, const Tensor& working, const AdamWHyper& h) {
   const int64_t n = params.numel();
   with_float(grads.dtype, [&](auto tag) {
     using G = decltype(tag);

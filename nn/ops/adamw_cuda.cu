@@ -30,8 +30,8 @@ __global__ void update_kernel(float* p, const G* grads, float* m, float* v, bf16
 
 }  // namespace
 
-void adamw_update(const Context& ctx, const Tensor& params, const Tensor& grads, const Tensor& m,
-                  const Tensor& v, const Tensor& working, const AdamWHyper& h) {
+void adamw_update(const Context& ctx, const Tensor& params, const ConstTensor& grads,
+                  const Tensor& m, const Tensor& v, const Tensor& working, const AdamWHyper& h) {
   const int64_t n = params.numel();
   const float bc1 = 1.0f - std::pow(h.beta1, float(h.step));
   const float bc2 = 1.0f - std::pow(h.beta2, float(h.step));

@@ -23,9 +23,9 @@
 namespace trainer::nn {
 
 struct AttentionMask {
-  Tensor segments{};  // (B, T) int32, or empty
-  Tensor lengths{};   // (B) int32, or empty
-  Tensor runs{};      // (R+1) int32 with segments, or empty: segment_runs of them
+  ConstTensor segments{};  // (B, T) int32, or empty
+  ConstTensor lengths{};   // (B) int32, or empty
+  ConstTensor runs{};      // (R+1) int32 with segments, or empty: segment_runs of them
 };
 
 // The flat indices (b * T + t) where each run of equal ids in the rows of segments (B, T) starts,
@@ -38,15 +38,16 @@ std::vector<int32_t> segment_runs(const int32_t* segments, int B, int T);
 // h uses key/value head h / (H / Hkv); Ckv = C is plain multi-head attention). All may
 // be strided views (of a packed qkv tensor, or of a KV cache). lse(B,H,Tq) fp32 keeps each
 // query's log-sum-exp for backward. Activations fp32 or bf16 (all the same); fp32 arithmetic.
-void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& q,
-                       const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head,
-                       int q_pos = 0);
+void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
+                       const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
+                       const AttentionMask& mask, int n_head, int q_pos = 0);
 
 // dq, dk, dv (strided views allowed) are overwritten with the gradients of q, k and v, from
 // dout(B,T,C) and the forward's out and lse.
 void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                        const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& q,
-                        const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head);
+                        const ConstTensor& dout, const ConstTensor& out, const ConstTensor& lse,
+                        const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
+                        const AttentionMask& mask, int n_head);
 
 // Scratch attention_forward (or attention_backward) takes for up to `rows` rows of these sizes
 // and n_head query heads.

@@ -24,11 +24,14 @@ constexpr int64_t kTile = 64;  // queries per tile
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // A (rows, hs) fp32 matrix with leading dimension ld.
-struct Mat {
-  float* p;
+template <typename F>  // float (written) or const float (read)
+struct MatOf {
+  F* p;
   int64_t ld;
-  float* row(int64_t i) const { return p + i * ld; }
+  F* row(int64_t i) const { return p + i * ld; }
 };
+using Mat = MatOf<float>;
+using ConstMat = MatOf<const float>;
 
 void zero_rows(Mat m, int64_t first, int64_t last, int64_t hs) {
   for (int64_t i = first; i < last; ++i) std::memset(m.row(i), 0, sizeof(float) * size_t(hs));
@@ -53,7 +56,8 @@ struct Head {
   const int32_t* seg;
 };
 
-void head_forward(const Head& h, Mat o, float* lse, Mat q, Mat k, Mat v, float* scores) {
+void head_forward(const Head& h, Mat o, float* lse, ConstMat q, ConstMat k, ConstMat v,
+                  float* scores) {
   for (int64_t q0 = 0; q0 < h.Tq; q0 += kTile) {
     const int64_t tile_end = std::min(q0 + kTile, h.Tq);
     const int64_t nq = std::min(kTile, h.len - q0);
@@ -71,8 +75,9 @@ void head_forward(const Head& h, Mat o, float* lse, Mat q, Mat k, Mat v, float* 
 }
 
 // dq, dk, dv must be zero on entry.
-void head_backward(const Head& h, Mat dq, Mat dk, Mat dv, Mat dout, Mat o, const float* lse, Mat q,
-                   Mat k, Mat v, float* probs, float* dprobs) {
+void head_backward(const Head& h, Mat dq, Mat dk, Mat dv, ConstMat dout, ConstMat o,
+                   const float* lse, ConstMat q, ConstMat k, ConstMat v, float* probs,
+                   float* dprobs) {
   for (int64_t q0 = 0; q0 < h.len; q0 += kTile) {
     const int64_t nq = std::min(kTile, h.len - q0), kend = q0 + nq;
     // Recompute the probabilities from the saved log-sum-exp.
@@ -105,15 +110,15 @@ void head_backward(const Head& h, Mat dq, Mat dk, Mat dv, Mat dout, Mat o, const
 // One head's (rows, hs) slice of an activation: used in place when fp32, else converted into
 // `scratch` (which advances).
 template <typename T>
-Mat head_in(const T* p, int64_t ld, int64_t rows, int64_t hs, float*& scratch) {
+ConstMat head_in(const T* p, int64_t ld, int64_t rows, int64_t hs, float*& scratch) {
   if constexpr (std::is_same_v<T, float>) {
-    return {const_cast<float*>(p), ld};
+    return {p, ld};
   } else {
-    Mat m{scratch, hs};
+    float* m = scratch;
     scratch += rows * hs;
     for (int64_t i = 0; i < rows; ++i)
-      for (int64_t d = 0; d < hs; ++d) m.row(i)[d] = load(p[i * ld + d]);
-    return m;
+      for (int64_t d = 0; d < hs; ++d) m[i * hs + d] = load(p[i * ld + d]);
+    return {m, hs};
   }
 }
 
@@ -154,7 +159,7 @@ struct Dims {
 };
 
 // The shapes, checked by the op (dispatch.cpp) before any backend runs.
-Dims dims_of(const Tensor& q, const Tensor& k, int n_head) {
+Dims dims_of(const ConstTensor& q, const ConstTensor& k, int n_head) {
   const int64_t hs = q.dim(2) / n_head;
   return {q.dim(0), q.dim(1), k.dim(1), q.dim(2), n_head, hs, k.dim(2) / hs};
 }
@@ -169,9 +174,9 @@ const int32_t* segments_of(const AttentionMask& m, int64_t b, int64_t T) {
 
 }  // namespace
 
-void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& q,
-                       const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head,
-                       int q_pos) {
+void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
+                       const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
+                       const AttentionMask& mask, int n_head, int q_pos) {
   const Dims d = dims_of(q, k, n_head);
   const int threads = op_threads(ctx);
   const int64_t per_thread = per_thread_floats(d.Tq, d.Tk, d.hs, q.dtype, false);
@@ -194,11 +199,13 @@ void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
                           q_pos,
                           scale,
                           segments_of(mask, b, d.Tq)};
-          const Mat qh =
+          const ConstMat qh =
               head_in(q.as<T>() + b * d.Tq * q.ld() + h * d.hs, q.ld(), d.Tq, d.hs, next);
           const int64_t kv_at = h / d.group() * d.hs;
-          const Mat kh = head_in(k.as<T>() + b * d.Tk * k.ld() + kv_at, k.ld(), d.Tk, d.hs, next);
-          const Mat vh = head_in(v.as<T>() + b * d.Tk * v.ld() + kv_at, v.ld(), d.Tk, d.hs, next);
+          const ConstMat kh =
+              head_in(k.as<T>() + b * d.Tk * k.ld() + kv_at, k.ld(), d.Tk, d.hs, next);
+          const ConstMat vh =
+              head_in(v.as<T>() + b * d.Tk * v.ld() + kv_at, v.ld(), d.Tk, d.hs, next);
           T* o = out.as<T>() + b * d.Tq * d.C + h * d.hs;
           const Mat oh = head_result(o, d.C, d.Tq, d.hs, next, false);
           head_forward(head, oh, lse.as<float>() + (b * d.H + h) * d.Tq, qh, kh, vh, mine);
@@ -209,8 +216,9 @@ void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
 }
 
 void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                        const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& q,
-                        const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head) {
+                        const ConstTensor& dout, const ConstTensor& out, const ConstTensor& lse,
+                        const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
+                        const AttentionMask& mask, int n_head) {
   const Dims d = dims_of(q, k, n_head);
   const int threads = op_threads(ctx);
   const int64_t T = d.Tq, per_thread = per_thread_floats(T, T, d.hs, q.dtype, true);
@@ -229,11 +237,11 @@ void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, 
           float* dprobs = probs + kTile * T;
           float* next = dprobs + kTile * T;
           const Head head{T, T, d.hs, valid_length(mask, b, T), 0, scale, segments_of(mask, b, T)};
-          auto in = [&](const Tensor& x, int64_t at) {
+          auto in = [&](const ConstTensor& x, int64_t at) {
             return head_in(x.as<T_>() + b * T * x.ld() + at, x.ld(), T, d.hs, next);
           };
           const int64_t kv_at = g * d.hs;
-          const Mat kh = in(k, kv_at), vh = in(v, kv_at);
+          const ConstMat kh = in(k, kv_at), vh = in(v, kv_at);
           T_* dkp = dk.as<T_>() + b * T * dk.ld() + kv_at;
           T_* dvp = dv.as<T_>() + b * T * dv.ld() + kv_at;
           const Mat dkh = head_result(dkp, dk.ld(), T, d.hs, next, true);
@@ -242,7 +250,7 @@ void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, 
           for (int64_t h = g * d.group(); h < (g + 1) * d.group(); ++h) {
             next = per_head;
             const int64_t at = h * d.hs;
-            const Mat qh = in(q, at), oh = in(out, at), douth = in(dout, at);
+            const ConstMat qh = in(q, at), oh = in(out, at), douth = in(dout, at);
             T_* dqp = dq.as<T_>() + b * T * dq.ld() + at;
             const Mat dqh = head_result(dqp, dq.ld(), T, d.hs, next, true);
             head_backward(head, dqh, dkh, dvh, douth, oh, lse.as<float>() + (b * d.H + h) * T, qh,

@@ -166,7 +166,8 @@ __global__ void dkdv_kernel(T* dk, T* dv, const T* dout, const T* out, const flo
   store_row(dv + (b * T_ + j) * ldv_out + g * d.hs, dvr, d.hs, 1.0f);
 }
 
-Dims dims_of(const Tensor& q, const Tensor& k, const Tensor& v, int n_head, int q_pos) {
+Dims dims_of(const ConstTensor& q, const ConstTensor& k, const ConstTensor& v, int n_head,
+             int q_pos) {
   const int64_t hs = q.dim(2) / n_head;
   Dims d{q.dim(0), q.dim(1), k.dim(1), n_head, hs ? k.dim(2) / hs : 0,     hs,
          q.ld(),   k.ld(),   v.ld(),   q_pos,  1.0f / std::sqrt(float(hs))};
@@ -195,7 +196,7 @@ __global__ void zero_padding_lse_kernel(float* lse, const int32_t* len, int64_t 
   if (i % Tn >= length_of(len, i / (H * Tn), Tn)) lse[i] = 0.0f;
 }
 
-void zero_padding(const Context& ctx, const Tensor& x, const Tensor& len) {
+void zero_padding(const Context& ctx, const Tensor& x, const ConstTensor& len) {
   const int64_t B = x.dim(0), Tn = x.dim(1), cols = x.dim(2);
   with_float(x.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -232,14 +233,14 @@ __global__ void transpose_lse_kernel(float* lse, float* stats, int64_t B, int64_
     lse[i] = s;
 }
 
-const int32_t* mask_ptr(const Tensor& t) {
+const int32_t* mask_ptr(const ConstTensor& t) {
   return t.empty() ? nullptr : static_cast<const int32_t*>(t.data);
 }
 
 }  // namespace
 
 void ragged_layout(const Context& ctx, int32_t* lengths, int64_t* const* offsets,
-                   const Tensor& runs, int64_t bucket, const RaggedStrides& strides) {
+                   const ConstTensor& runs, int64_t bucket, const RaggedStrides& strides) {
   const int64_t R = runs.numel() - 1;
   TRAINER_ASSERT(R >= 1 && R <= bucket && strides.count <= kMaxRaggedTensors,
                  "ragged_layout of {} runs", R);
@@ -257,9 +258,9 @@ void transpose_lse(const Context& ctx, float* lse, float* stats, int64_t B, int6
   check_launch("transpose_lse");
 }
 
-void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& q,
-                       const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head,
-                       int q_pos) {
+void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
+                       const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
+                       const AttentionMask& mask, int n_head, int q_pos) {
   if (cudnn_attention_forward(ctx, out, lse, q, k, v, mask, n_head, q_pos)) {
     if (!mask.lengths.empty()) {
       zero_padding(ctx, out, mask.lengths);
@@ -282,8 +283,9 @@ void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
 }
 
 void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                        const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& q,
-                        const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head) {
+                        const ConstTensor& dout, const ConstTensor& out, const ConstTensor& lse,
+                        const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
+                        const AttentionMask& mask, int n_head) {
   if (cudnn_attention_backward(ctx, dq, dk, dv, dout, out, lse, q, k, v, mask, n_head)) {
     if (!mask.lengths.empty())
       for (const Tensor* g : {&dq, &dk, &dv}) zero_padding(ctx, *g, mask.lengths);

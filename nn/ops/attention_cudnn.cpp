@@ -116,7 +116,7 @@ float masked_value() {
 
 // Whether cuDNN's engines are meant for this call: a training pass (all queries from position
 // 0) in bf16; the own kernel serves the rest by design (fp32, decoding), which is no fallback.
-bool meant_for_cudnn(const Context& ctx, const Tensor& q, const Tensor& k, int q_pos) {
+bool meant_for_cudnn(const Context& ctx, const ConstTensor& q, const ConstTensor& k, int q_pos) {
   return ctx.cudnn_attention && q.dtype == DType::bf16 && q_pos == 0 && q.ndim == 3 &&
          k.ndim == 3 && k.dim(1) == q.dim(1) && q.dim(1) > 1;
 }
@@ -126,7 +126,7 @@ bool meant_for_cudnn(const Context& ctx, const Tensor& q, const Tensor& k, int q
 // neither). Before 9.15.1 a backward without lengths could go wrong when T is not a multiple of
 // 128 (cudnn-frontend issue 160); ragged statistics need 9.6, and its frontend composes them for
 // head sizes that are multiples of 16.
-std::string ineligible(const Tensor& q, const AttentionMask& mask, int n_head) {
+std::string ineligible(const ConstTensor& q, const AttentionMask& mask, int n_head) {
   const int64_t D = q.dim(2) / n_head, T = q.dim(1);
   if (D % 8 != 0 || D > 128)
     return fmt::format("head size {} (cuDNN's engines take multiples of 8 up to 128)", D);
@@ -145,8 +145,8 @@ std::string ineligible(const Tensor& q, const AttentionMask& mask, int n_head) {
 }
 
 // The shape key of a call (q, k, v as (B, T, heads * D) views).
-Shape shape_of(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, int n_head,
-               const AttentionMask& mask) {
+Shape shape_of(const Context& ctx, const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
+               int n_head, const AttentionMask& mask) {
   const int64_t D = q.dim(2) / n_head;
   Shape s{ctx.device_index, q.dim(0), n_head, k.dim(2) / D, q.dim(1), D, q.ld(), k.ld(), v.ld()};
   s.padded = !mask.lengths.empty();
@@ -393,8 +393,13 @@ bool fall_back(bool backward, const std::string& why) {
   return false;
 }
 
+// A variant pack's pointer to a tensor: void* for the tensors cuDNN reads as well as for those
+// it writes.
 void* at(const Tensor& t) {
   return t.data;
+}
+void* at(const ConstTensor& t) {
+  return const_cast<void*>(t.data);
 }
 
 // Appends the mask's data to a variant pack: the rows' lengths, or the runs' lengths and ragged
@@ -426,7 +431,7 @@ size_t cudnn_attention_workspace(int64_t rows, int n_head, int64_t T, int64_t he
 }
 
 bool cudnn_attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
-                             const Tensor& q, const Tensor& k, const Tensor& v,
+                             const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
                              const AttentionMask& mask, int n_head, int q_pos) {
   if (!meant_for_cudnn(ctx, q, k, q_pos)) return false;
   if (const std::string why = ineligible(q, mask, n_head); !why.empty())
@@ -451,9 +456,9 @@ bool cudnn_attention_forward(const Context& ctx, const Tensor& out, const Tensor
 }
 
 bool cudnn_attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk,
-                              const Tensor& dv, const Tensor& dout, const Tensor& out,
-                              const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const AttentionMask& mask, int n_head) {
+                              const Tensor& dv, const ConstTensor& dout, const ConstTensor& out,
+                              const ConstTensor& lse, const ConstTensor& q, const ConstTensor& k,
+                              const ConstTensor& v, const AttentionMask& mask, int n_head) {
   if (!meant_for_cudnn(ctx, q, k, 0)) return false;
   if (const std::string why = ineligible(q, mask, n_head); !why.empty())
     return fall_back(true, why);

@@ -25,13 +25,13 @@ size_t cudnn_attention_workspace(int64_t rows, int n_head, int64_t T, int64_t he
                                  bool backward, bool deterministic);
 
 bool cudnn_attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
-                             const Tensor& q, const Tensor& k, const Tensor& v,
+                             const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
                              const AttentionMask& mask, int n_head, int q_pos);
 
 bool cudnn_attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk,
-                              const Tensor& dv, const Tensor& dout, const Tensor& out,
-                              const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const AttentionMask& mask, int n_head);
+                              const Tensor& dv, const ConstTensor& dout, const ConstTensor& out,
+                              const ConstTensor& lse, const ConstTensor& q, const ConstTensor& k,
+                              const ConstTensor& v, const AttentionMask& mask, int n_head);
 
 // The ragged path's device helpers (in attention_cuda.cu). Token strides, in elements, of the
 // tensors that carry ragged offsets, in the order of their offset tensors.
@@ -44,7 +44,7 @@ struct RaggedStrides {
 // bucket; offsets[j][i] = the first flat index of run i (B * T for i >= R) times
 // strides.token[j], for i <= bucket and j < strides.count.
 void ragged_layout(const Context& ctx, int32_t* lengths, int64_t* const* offsets,
-                   const Tensor& runs, int64_t bucket, const RaggedStrides& strides);
+                   const ConstTensor& runs, int64_t bucket, const RaggedStrides& strides);
 
 // lse (B, H, T) from the token-major statistics stats (B * T, H), or the other way round.
 void transpose_lse(const Context& ctx, float* lse, float* stats, int64_t B, int64_t H, int64_t T,

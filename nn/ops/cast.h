@@ -8,6 +8,6 @@
 namespace trainer::nn {
 
 // dst = src, element for element: the same rows and columns, any row strides, fp32 or bf16.
-void cast(const Context& ctx, const Tensor& dst, const Tensor& src);
+void cast(const Context& ctx, const Tensor& dst, const ConstTensor& src);
 
 }  // namespace trainer::nn

@@ -3,7 +3,7 @@
 
 namespace trainer::nn::cpu {
 
-void cast(const Context& ctx, const Tensor& dst, const Tensor& src) {
+void cast(const Context& ctx, const Tensor& dst, const ConstTensor& src) {
   // Contiguous tensors are one long row, split across threads.
   const bool flat = src.contiguous() && dst.contiguous();
   const int64_t rows = flat ? 1 : src.rows(), cols = flat ? src.numel() : src.cols();

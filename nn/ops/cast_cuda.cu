@@ -17,7 +17,7 @@ __global__ void cast_kernel(D* dst, int64_t ldd, const S* src, int64_t lds, int6
 
 }  // namespace
 
-void cast(const Context& ctx, const Tensor& dst, const Tensor& src) {
+void cast(const Context& ctx, const Tensor& dst, const ConstTensor& src) {
   const int64_t rows = src.rows(), cols = src.cols();
   with_floats(dst.dtype, src.dtype, [&](auto dtag, auto stag) {
     using D = decltype(dtag);

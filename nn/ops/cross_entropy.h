@@ -19,13 +19,14 @@ namespace trainer::nn {
 // (max - logit) + log(sum exp(x - max)), the difference taken in double (exact) and the sum,
 // of values in [1, V], free of the logits' magnitude. Rows are summed in order (deterministic).
 void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Tensor& stats,
-                           const Tensor& logits, const Tensor& targets);
+                           const ConstTensor& logits, const ConstTensor& targets);
 
 // dlogits(N,V) = scale * (softmax(logits) - onehot(target)); rows with target -1 become zero.
 // dlogits may be the logits tensor itself. scale (1) fp32 lies on the op's device: a value the
 // device reads when the op runs, so a replayed CUDA graph takes each step's (Note [CUDA graphs]).
-void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const Tensor& logits,
-                            const Tensor& stats, const Tensor& targets, const Tensor& scale);
+void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const ConstTensor& logits,
+                            const ConstTensor& stats, const ConstTensor& targets,
+                            const ConstTensor& scale);
 
 // Scratch cross_entropy_forward takes for N rows.
 size_t cross_entropy_workspace(const Context& ctx, int64_t N);

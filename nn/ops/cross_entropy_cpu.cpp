@@ -54,7 +54,7 @@ void backward_rows(T* dlogits, const T* logits, const float* stats, const int32_
 }  // namespace
 
 void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Tensor& stats,
-                           const Tensor& logits, const Tensor& targets) {
+                           const ConstTensor& logits, const ConstTensor& targets) {
   const int64_t N = logits.rows(), V = logits.cols();
   Workspace::Scope scratch(ctx.workspace);
   double* row_loss = scratch.take<double>(N);
@@ -67,8 +67,9 @@ void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Ten
   loss_sum.as<double>()[0] += sum;
 }
 
-void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const Tensor& logits,
-                            const Tensor& stats, const Tensor& targets, const Tensor& scale) {
+void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const ConstTensor& logits,
+                            const ConstTensor& stats, const ConstTensor& targets,
+                            const ConstTensor& scale) {
   const int64_t N = logits.rows(), V = logits.cols();
   with_float(logits.dtype, [&](auto tag) {
     using T = decltype(tag);

@@ -34,9 +34,15 @@ __device__ __forceinline__ void st(bf16_t& d, float x) {
   d = __float2bfloat16_rn(x);
 }
 
+// A tensor's device elements, T being the dtype's device type (bf16_t for bf16): writable for
+// a Tensor, read-only for a ConstTensor.
 template <typename T>
 T* ptr(const Tensor& t) {
   return static_cast<T*>(t.data);
+}
+template <typename T>
+const T* ptr(const ConstTensor& t) {
+  return static_cast<const T*>(t.data);
 }
 
 // fn(float{}) or fn(bf16_t{}) for an fp32 or bf16 dtype.

@@ -18,8 +18,9 @@ namespace trainer::nn {
   PROFILE_SCOPE(#op, family);       \
   TRAINER_DISPATCH(op, __VA_ARGS__)
 
-void embedding_forward(const Context& ctx, const Tensor& out, const Tensor& tokens,
-                       const Tensor& positions, const Tensor& wte, const Tensor& wpe) {
+void embedding_forward(const Context& ctx, const Tensor& out, const ConstTensor& tokens,
+                       const ConstTensor& positions, const ConstTensor& wte,
+                       const ConstTensor& wpe) {
   const int64_t N = tokens.numel(), C = out.cols();
   TRAINER_ASSERT(out.contiguous() && out.numel() == N * C && out.dtype == DType::f32 &&
                      positions.numel() == N && tokens.dtype == DType::i32 &&
@@ -30,7 +31,8 @@ void embedding_forward(const Context& ctx, const Tensor& out, const Tensor& toke
 }
 
 void embedding_backward(const Context& ctx, const Tensor& dwte, const Tensor& dwpe,
-                        const Tensor& dout, const Tensor& tokens, const Tensor& positions) {
+                        const ConstTensor& dout, const ConstTensor& tokens,
+                        const ConstTensor& positions) {
   const int64_t N = tokens.numel(), C = dout.cols();
   TRAINER_ASSERT(dout.contiguous() && dout.numel() == N * C && dout.dtype == DType::f32 &&
                      positions.numel() == N && dwte.cols() == C &&
@@ -44,7 +46,8 @@ size_t embedding_backward_workspace(const Context& ctx, int64_t N, int64_t C) {
 }
 
 void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean,
-                       const Tensor& rstd, const Tensor& inp, const Tensor& w, const Tensor& b) {
+                       const Tensor& rstd, const ConstTensor& inp, const ConstTensor& w,
+                       const ConstTensor& b) {
   const int64_t N = inp.rows(), C = inp.cols();
   TRAINER_ASSERT(inp.contiguous() && out.contiguous() && out.numel() == N * C &&
                      mean.numel() == N && rstd.numel() == N && w.numel() == C && b.numel() == C &&
@@ -54,8 +57,9 @@ void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean
 }
 
 void layernorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
-                                const Tensor& mean, const Tensor& rstd, const Tensor& res_in,
-                                const Tensor& branch, const Tensor& w, const Tensor& b) {
+                                const Tensor& mean, const Tensor& rstd, const ConstTensor& res_in,
+                                const ConstTensor& branch, const ConstTensor& w,
+                                const ConstTensor& b) {
   const int64_t N = res_out.rows(), C = res_out.cols();  // checked once for both backends
   TRAINER_ASSERT(res_out.contiguous() && res_in.contiguous() && branch.contiguous() &&
                      out.contiguous() && res_out.dtype == DType::f32 &&
@@ -69,8 +73,8 @@ void layernorm_residual_forward(const Context& ctx, const Tensor& res_out, const
 }
 
 void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& db,
-                        const Tensor& dout, const Tensor& inp, const Tensor& w, const Tensor& mean,
-                        const Tensor& rstd) {
+                        const ConstTensor& dout, const ConstTensor& inp, const ConstTensor& w,
+                        const ConstTensor& mean, const ConstTensor& rstd) {
   const int64_t N = inp.rows(), C = inp.cols();
   TRAINER_ASSERT(dinp.numel() == N * C && dout.numel() == N * C && dw.numel() == C &&
                      db.numel() == C && dw.dtype == db.dtype && w.dtype == dout.dtype,
@@ -82,8 +86,8 @@ size_t layernorm_backward_workspace(const Context& ctx, int64_t C) {
   TRAINER_DISPATCH(layernorm_backward_workspace, ctx, C);
 }
 
-void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, const Tensor& inp,
-                     const Tensor& w) {
+void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd,
+                     const ConstTensor& inp, const ConstTensor& w) {
   const int64_t N = inp.rows(), C = inp.cols();
   TRAINER_ASSERT(inp.contiguous() && out.contiguous() && out.numel() == N * C &&
                      inp.dtype == DType::f32 && rstd.numel() == N && w.numel() == C &&
@@ -92,8 +96,9 @@ void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, 
   TRAINER_OP(rmsnorm_forward, "norms", ctx, out, rstd, inp, w);
 }
 
-void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dout,
-                      const Tensor& inp, const Tensor& w, const Tensor& rstd) {
+void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw,
+                      const ConstTensor& dout, const ConstTensor& inp, const ConstTensor& w,
+                      const ConstTensor& rstd) {
   const int64_t N = inp.rows(), C = inp.cols();
   TRAINER_ASSERT(dinp.numel() == N * C && dout.numel() == N * C && dw.numel() == C &&
                      w.dtype == dout.dtype && dinp.dtype == DType::f32,
@@ -102,8 +107,8 @@ void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, 
 }
 
 void rmsnorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
-                              const Tensor& rstd, const Tensor& res_in, const Tensor& branch,
-                              const Tensor& w) {
+                              const Tensor& rstd, const ConstTensor& res_in,
+                              const ConstTensor& branch, const ConstTensor& w) {
   const int64_t N = res_out.rows(), C = res_out.cols();  // checked once for both backends
   TRAINER_ASSERT(res_out.contiguous() && res_in.contiguous() && branch.contiguous() &&
                      out.contiguous() && res_out.dtype == DType::f32 &&
@@ -119,7 +124,8 @@ size_t rmsnorm_backward_workspace(const Context& ctx, int64_t C) {
 }
 
 namespace {
-void check_rope(const Tensor& x, const Tensor& positions, int head_size, int rotary_dims) {
+void check_rope(const ConstTensor& x, const ConstTensor& positions, int head_size,
+                int rotary_dims) {
   TRAINER_ASSERT(rotary_dims > 0 && rotary_dims % 2 == 0 && rotary_dims <= 1024 &&
                      rotary_dims <= head_size && x.cols() % head_size == 0 &&
                      positions.numel() == x.rows() && positions.dtype == DType::i32,
@@ -127,19 +133,19 @@ void check_rope(const Tensor& x, const Tensor& positions, int head_size, int rot
 }
 }  // namespace
 
-void rope_forward(const Context& ctx, const Tensor& x, const Tensor& positions, int head_size,
+void rope_forward(const Context& ctx, const Tensor& x, const ConstTensor& positions, int head_size,
                   int rotary_dims, float theta) {
   check_rope(x, positions, head_size, rotary_dims);
   TRAINER_OP(rope_forward, "rope", ctx, x, positions, head_size, rotary_dims, theta);
 }
 
-void rope_backward(const Context& ctx, const Tensor& dx, const Tensor& positions, int head_size,
-                   int rotary_dims, float theta) {
+void rope_backward(const Context& ctx, const Tensor& dx, const ConstTensor& positions,
+                   int head_size, int rotary_dims, float theta) {
   check_rope(dx, positions, head_size, rotary_dims);
   TRAINER_OP(rope_backward, "rope", ctx, dx, positions, head_size, rotary_dims, theta);
 }
 
-void swiglu_forward(const Context& ctx, const Tensor& out, const Tensor& gate_up) {
+void swiglu_forward(const Context& ctx, const Tensor& out, const ConstTensor& gate_up) {
   const int64_t N = gate_up.rows(), F = gate_up.cols() / 2;
   TRAINER_ASSERT(out.contiguous() && gate_up.contiguous() && gate_up.cols() == 2 * F &&
                      out.numel() == N * F && out.dtype == gate_up.dtype,
@@ -147,8 +153,8 @@ void swiglu_forward(const Context& ctx, const Tensor& out, const Tensor& gate_up
   TRAINER_OP(swiglu_forward, "activations", ctx, out, gate_up);
 }
 
-void swiglu_backward(const Context& ctx, const Tensor& dgate_up, const Tensor& dout,
-                     const Tensor& gate_up) {
+void swiglu_backward(const Context& ctx, const Tensor& dgate_up, const ConstTensor& dout,
+                     const ConstTensor& gate_up) {
   const int64_t N = gate_up.rows(), F = gate_up.cols() / 2;
   TRAINER_ASSERT(dgate_up.contiguous() && dout.contiguous() && gate_up.contiguous() &&
                      dgate_up.numel() == N * 2 * F && dout.numel() == N * F &&
@@ -157,7 +163,7 @@ void swiglu_backward(const Context& ctx, const Tensor& dgate_up, const Tensor& d
   TRAINER_OP(swiglu_backward, "activations", ctx, dgate_up, dout, gate_up);
 }
 
-void linear_bias_grad(const Context& ctx, const Tensor& dbias, const Tensor& dout) {
+void linear_bias_grad(const Context& ctx, const Tensor& dbias, const ConstTensor& dout) {
   TRAINER_ASSERT(dout.contiguous() && dbias.numel() == dout.cols(), "linear_backward bias");
   TRAINER_OP(linear_bias_grad, "gemm", ctx, dbias, dout);
 }
@@ -170,8 +176,9 @@ namespace {
 // What every backend's attention takes (attention.h): q (B,Tq,C) in H heads, k and v
 // (B,Tk,Ckv) in key/value heads dividing H, out (B,Tq,C) and lse (B,H,Tq), one dtype; the mask's
 // segments (B,T) and lengths (B) int32 when given.
-void check_attention(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                     const Tensor& v, const AttentionMask& mask, int n_head) {
+void check_attention(const ConstTensor& out, const ConstTensor& lse, const ConstTensor& q,
+                     const ConstTensor& k, const ConstTensor& v, const AttentionMask& mask,
+                     int n_head) {
   const int64_t B = q.dim(0), Tq = q.dim(1), C = q.dim(2), hs = n_head > 0 ? C / n_head : 0,
                 Hkv = hs > 0 ? k.dim(2) / hs : 0;
   TRAINER_ASSERT(q.ndim == 3 && k.ndim == 3 && v.ndim == 3 && hs > 0 && hs * n_head == C &&
@@ -189,9 +196,9 @@ void check_attention(const Tensor& out, const Tensor& lse, const Tensor& q, cons
 }
 }  // namespace
 
-void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& q,
-                       const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head,
-                       int q_pos) {
+void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
+                       const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
+                       const AttentionMask& mask, int n_head, int q_pos) {
   check_attention(out, lse, q, k, v, mask, n_head);
   TRAINER_ASSERT(q_pos == 0 || (mask.segments.empty() && mask.lengths.empty()),
                  "a decoding attention (q_pos {}) with a mask", q_pos);
@@ -199,8 +206,9 @@ void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
 }
 
 void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                        const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& q,
-                        const Tensor& k, const Tensor& v, const AttentionMask& mask, int n_head) {
+                        const ConstTensor& dout, const ConstTensor& out, const ConstTensor& lse,
+                        const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
+                        const AttentionMask& mask, int n_head) {
   check_attention(out, lse, q, k, v, mask, n_head);
   TRAINER_ASSERT(k.dim(1) == q.dim(1) && dout.contiguous() && dout.numel() == out.numel() &&
                      dout.dtype == q.dtype && dq.dtype == q.dtype && dk.dtype == q.dtype &&
@@ -215,21 +223,23 @@ size_t attention_workspace(const Context& ctx, int64_t rows, int n_head, int64_t
   TRAINER_DISPATCH(attention_workspace, ctx, rows, n_head, Tq, Tk, head_size, act, backward);
 }
 
-void gelu_forward(const Context& ctx, const Tensor& out, const Tensor& inp) {
+void gelu_forward(const Context& ctx, const Tensor& out, const ConstTensor& inp) {
   TRAINER_ASSERT(
       out.contiguous() && inp.contiguous() && out.numel() == inp.numel() && out.dtype == inp.dtype,
       "gelu_forward shapes");
   TRAINER_OP(gelu_forward, "activations", ctx, out, inp);
 }
 
-void gelu_backward(const Context& ctx, const Tensor& dinp, const Tensor& dout, const Tensor& inp) {
+void gelu_backward(const Context& ctx, const Tensor& dinp, const ConstTensor& dout,
+                   const ConstTensor& inp) {
   TRAINER_ASSERT(dinp.numel() == inp.numel() && dout.numel() == inp.numel() &&
                      dinp.dtype == inp.dtype && dout.dtype == inp.dtype,
                  "gelu_backward shapes");
   TRAINER_OP(gelu_backward, "activations", ctx, dinp, dout, inp);
 }
 
-void residual_forward(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b) {
+void residual_forward(const Context& ctx, const Tensor& out, const ConstTensor& a,
+                      const ConstTensor& b) {
   TRAINER_ASSERT(out.contiguous() && a.contiguous() && b.contiguous() && out.numel() == a.numel() &&
                      b.numel() == a.numel() && out.dtype == DType::f32 && a.dtype == DType::f32,
                  "residual_forward shapes");
@@ -237,7 +247,7 @@ void residual_forward(const Context& ctx, const Tensor& out, const Tensor& a, co
 }
 
 void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Tensor& stats,
-                           const Tensor& logits, const Tensor& targets) {
+                           const ConstTensor& logits, const ConstTensor& targets) {
   const int64_t N = logits.rows();
   TRAINER_ASSERT(logits.contiguous() && targets.numel() == N && targets.dtype == DType::i32 &&
                      stats.numel() >= 2 * N && stats.dtype == DType::f32 && loss_sum.numel() == 1 &&
@@ -246,8 +256,9 @@ void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Ten
   TRAINER_OP(cross_entropy_forward, "loss", ctx, loss_sum, stats, logits, targets);
 }
 
-void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const Tensor& logits,
-                            const Tensor& stats, const Tensor& targets, const Tensor& scale) {
+void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const ConstTensor& logits,
+                            const ConstTensor& stats, const ConstTensor& targets,
+                            const ConstTensor& scale) {
   const int64_t N = logits.rows(), V = logits.cols();
   TRAINER_ASSERT(dlogits.contiguous() && dlogits.numel() == N * V &&
                      dlogits.dtype == logits.dtype && targets.numel() == N &&
@@ -262,14 +273,14 @@ size_t cross_entropy_workspace(const Context& ctx, int64_t N) {
   TRAINER_DISPATCH(cross_entropy_workspace, ctx, N);
 }
 
-void cast(const Context& ctx, const Tensor& dst, const Tensor& src) {
+void cast(const Context& ctx, const Tensor& dst, const ConstTensor& src) {
   TRAINER_ASSERT(dst.rows() == src.rows() && dst.cols() == src.cols(),
                  "cast of ({}, {}) to ({}, {})", src.rows(), src.cols(), dst.rows(), dst.cols());
   TRAINER_OP(cast, "cast", ctx, dst, src);
 }
 
-void adamw_update(const Context& ctx, const Tensor& params, const Tensor& grads, const Tensor& m,
-                  const Tensor& v, const Tensor& working, const AdamWHyper& h) {
+void adamw_update(const Context& ctx, const Tensor& params, const ConstTensor& grads,
+                  const Tensor& m, const Tensor& v, const Tensor& working, const AdamWHyper& h) {
   const int64_t n = params.numel();
   TRAINER_ASSERT(grads.numel() == n && m.numel() == n && v.numel() == n &&
                      (working.empty() || working.numel() == n),
@@ -277,7 +288,7 @@ void adamw_update(const Context& ctx, const Tensor& params, const Tensor& grads,
   TRAINER_OP(adamw_update, "optimizer", ctx, params, grads, m, v, working, h);
 }
 
-void sum_squares(const Context& ctx, const Tensor& out, const Tensor& x) {
+void sum_squares(const Context& ctx, const Tensor& out, const ConstTensor& x) {
   TRAINER_ASSERT(out.numel() == 1 && out.dtype == DType::f64 && x.contiguous(),
                  "sum_squares shapes");
   TRAINER_OP(sum_squares, "optimizer", ctx, out, x);

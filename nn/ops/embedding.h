@@ -12,13 +12,15 @@ namespace trainer::nn {
 
 // out(N,C) fp32 = wte[tokens] + wpe[positions]; tokens, positions (N) int32; wte (V,C) and wpe
 // (P,C) in fp32 or bf16. wpe may be empty (no learned positions).
-void embedding_forward(const Context& ctx, const Tensor& out, const Tensor& tokens,
-                       const Tensor& positions, const Tensor& wte, const Tensor& wpe);
+void embedding_forward(const Context& ctx, const Tensor& out, const ConstTensor& tokens,
+                       const ConstTensor& positions, const ConstTensor& wte,
+                       const ConstTensor& wpe);
 
 // dwte[tokens] += dout; dwpe[positions] += dout. dout (N,C) fp32; dwte, dwpe in the gradient
 // dtype (dwpe may be empty). Deterministic: rows are summed in order.
 void embedding_backward(const Context& ctx, const Tensor& dwte, const Tensor& dwpe,
-                        const Tensor& dout, const Tensor& tokens, const Tensor& positions);
+                        const ConstTensor& dout, const ConstTensor& tokens,
+                        const ConstTensor& positions);
 
 // Scratch embedding_backward takes for N tokens of C channels.
 size_t embedding_backward_workspace(const Context& ctx, int64_t N, int64_t C);

@@ -57,8 +57,9 @@ void accumulate_rows(G* table, const float* dout, const int32_t* ids, int64_t N,
 
 }  // namespace
 
-void embedding_forward(const Context& ctx, const Tensor& out, const Tensor& tokens,
-                       const Tensor& positions, const Tensor& wte, const Tensor& wpe) {
+void embedding_forward(const Context& ctx, const Tensor& out, const ConstTensor& tokens,
+                       const ConstTensor& positions, const ConstTensor& wte,
+                       const ConstTensor& wpe) {
   const int64_t N = out.rows(), C = out.cols();
   with_float(wte.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -68,7 +69,8 @@ void embedding_forward(const Context& ctx, const Tensor& out, const Tensor& toke
 }
 
 void embedding_backward(const Context& ctx, const Tensor& dwte, const Tensor& dwpe,
-                        const Tensor& dout, const Tensor& tokens, const Tensor& positions) {
+                        const ConstTensor& dout, const ConstTensor& tokens,
+                        const ConstTensor& positions) {
   const int64_t N = dout.rows(), C = dout.cols();
   Workspace::Scope scratch(ctx.workspace);
   int64_t* order = scratch.take<int64_t>(N);

@@ -87,8 +87,9 @@ void add_rows(const Context& ctx, G* table, int64_t rows, const int32_t* index, 
 
 }  // namespace
 
-void embedding_forward(const Context& ctx, const Tensor& out, const Tensor& tokens,
-                       const Tensor& positions, const Tensor& wte, const Tensor& wpe) {
+void embedding_forward(const Context& ctx, const Tensor& out, const ConstTensor& tokens,
+                       const ConstTensor& positions, const ConstTensor& wte,
+                       const ConstTensor& wpe) {
   const int64_t N = tokens.numel(), C = out.cols();
   with_float(wte.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -100,7 +101,8 @@ void embedding_forward(const Context& ctx, const Tensor& out, const Tensor& toke
 }
 
 void embedding_backward(const Context& ctx, const Tensor& dwte, const Tensor& dwpe,
-                        const Tensor& dout, const Tensor& tokens, const Tensor& positions) {
+                        const ConstTensor& dout, const ConstTensor& tokens,
+                        const ConstTensor& positions) {
   const int64_t N = tokens.numel(), C = dout.cols();
   with_float(dwte.dtype, [&](auto tag) {
     using G = decltype(tag);

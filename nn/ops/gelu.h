@@ -7,8 +7,9 @@
 
 namespace trainer::nn {
 
-void gelu_forward(const Context& ctx, const Tensor& out, const Tensor& inp);
+void gelu_forward(const Context& ctx, const Tensor& out, const ConstTensor& inp);
 // dinp = dout * gelu'(inp) (overwritten; dinp may be dout, in place).
-void gelu_backward(const Context& ctx, const Tensor& dinp, const Tensor& dout, const Tensor& inp);
+void gelu_backward(const Context& ctx, const Tensor& dinp, const ConstTensor& dout,
+                   const ConstTensor& inp);
 
 }  // namespace trainer::nn

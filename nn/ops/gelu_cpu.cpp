@@ -39,14 +39,15 @@ void backward(T* dinp, const T* dout, const T* inp, int64_t n) {
 
 }  // namespace
 
-void gelu_forward(const Context& ctx, const Tensor& out, const Tensor& inp) {
+void gelu_forward(const Context& ctx, const Tensor& out, const ConstTensor& inp) {
   with_float(inp.dtype, [&](auto tag) {
     using T = decltype(tag);
     forward(out.as<T>(), inp.as<T>(), inp.numel());
   });
 }
 
-void gelu_backward(const Context& ctx, const Tensor& dinp, const Tensor& dout, const Tensor& inp) {
+void gelu_backward(const Context& ctx, const Tensor& dinp, const ConstTensor& dout,
+                   const ConstTensor& inp) {
   with_float(inp.dtype, [&](auto tag) {
     using T = decltype(tag);
     backward(dinp.as<T>(), dout.as<T>(), inp.as<T>(), inp.numel());

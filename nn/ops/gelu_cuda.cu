@@ -31,7 +31,7 @@ __global__ void gelu_backward_kernel(T* dinp, const T* dout, const T* inp, int64
 
 }  // namespace
 
-void gelu_forward(const Context& ctx, const Tensor& out, const Tensor& inp) {
+void gelu_forward(const Context& ctx, const Tensor& out, const ConstTensor& inp) {
   const int64_t n = inp.numel();
   with_float(inp.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -41,7 +41,8 @@ void gelu_forward(const Context& ctx, const Tensor& out, const Tensor& inp) {
   check_launch("gelu_forward");
 }
 
-void gelu_backward(const Context& ctx, const Tensor& dinp, const Tensor& dout, const Tensor& inp) {
+void gelu_backward(const Context& ctx, const Tensor& dinp, const ConstTensor& dout,
+                   const ConstTensor& inp) {
   const int64_t n = inp.numel();
   with_float(inp.dtype, [&](auto tag) {
     using T = decltype(tag);

@@ -13,15 +13,15 @@
 
 namespace trainer::nn {
 
-void linear_forward(const Context& ctx, const Tensor& out, const Tensor& inp, const Tensor& w,
-                    const Tensor& bias, WeightLayout layout) {
+void linear_forward(const Context& ctx, const Tensor& out, const ConstTensor& inp,
+                    const ConstTensor& w, const ConstTensor& bias, WeightLayout layout) {
   PROFILE_SCOPE("linear_forward", "gemm");
   matmul(ctx, out, inp, false, w, layout == WeightLayout::out_in, 1.0f, 0.0f,
          bias.empty() ? nullptr : &bias);
 }
 
 void linear_gelu_forward(const Context& ctx, const Tensor& out, const Tensor& pre,
-                         const Tensor& inp, const Tensor& w, const Tensor& bias,
+                         const ConstTensor& inp, const ConstTensor& w, const ConstTensor& bias,
                          WeightLayout layout) {
   {
     PROFILE_SCOPE("linear_gelu_forward", "gemm");
@@ -37,8 +37,8 @@ namespace {
 // device has a bias-gradient epilogue the sums come with the product, into scratch (the epilogue
 // overwrites), and are added as the column sums of that one row. The epilogue writes its sums in
 // dw's dtype: fp32 gradients only, so that bf16 ones still round once per micro-batch.
-void weight_grads(const Context& ctx, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
-                  const Tensor& inp, bool in_out) {
+void weight_grads(const Context& ctx, const Tensor& dw, const Tensor& dbias,
+                  const ConstTensor& dout, const ConstTensor& inp, bool in_out) {
   if (!in_out) {
     matmul(ctx, dw, dout, true, inp, false, 1.0f, 1.0f);
     if (!dbias.empty()) linear_bias_grad(ctx, dbias, dout);
@@ -60,7 +60,8 @@ void weight_grads(const Context& ctx, const Tensor& dw, const Tensor& dbias, con
 }  // namespace
 
 void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dbias,
-                     const Tensor& dout, const Tensor& inp, const Tensor& w, WeightLayout layout) {
+                     const ConstTensor& dout, const ConstTensor& inp, const ConstTensor& w,
+                     WeightLayout layout) {
   PROFILE_SCOPE("linear_backward", "gemm");
   const bool in_out = layout == WeightLayout::in_out;
   if (!dinp.empty()) matmul(ctx, dinp, dout, false, w, in_out);
@@ -68,8 +69,8 @@ void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, c
 }
 
 void gelu_linear_backward(const Context& ctx, const Tensor& dpre, const Tensor& dw,
-                          const Tensor& dbias, const Tensor& dout, const Tensor& inp,
-                          const Tensor& w, const Tensor& pre, WeightLayout layout) {
+                          const Tensor& dbias, const ConstTensor& dout, const ConstTensor& inp,
+                          const ConstTensor& w, const ConstTensor& pre, WeightLayout layout) {
   PROFILE_SCOPE("gelu_linear_backward", "gemm");
   const bool in_out = layout == WeightLayout::in_out;
   if (!matmul_dgelu(ctx, dpre, dout, false, w, in_out, pre)) {

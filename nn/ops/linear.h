@@ -16,20 +16,21 @@ enum class WeightLayout : uint8_t { in_out, out_in };
 
 // out(N,O) = inp(N,I) @ w + bias(O), w being (I,O), or (O,I) used transposed; bias may be
 // empty.
-void linear_forward(const Context& ctx, const Tensor& out, const Tensor& inp, const Tensor& w,
-                    const Tensor& bias, WeightLayout layout = WeightLayout::in_out);
+void linear_forward(const Context& ctx, const Tensor& out, const ConstTensor& inp,
+                    const ConstTensor& w, const ConstTensor& bias,
+                    WeightLayout layout = WeightLayout::in_out);
 
 // pre(N,O) = inp @ w + bias and out(N,O) = gelu(pre): the MLP's first layer and its GELU,
 // fused into the product's epilogue on CUDA (cuBLASLt's GELU_AUX_BIAS, which writes both), a
 // product then gelu_forward elsewhere (or where cuBLASLt has no such algorithm).
 void linear_gelu_forward(const Context& ctx, const Tensor& out, const Tensor& pre,
-                         const Tensor& inp, const Tensor& w, const Tensor& bias,
+                         const ConstTensor& inp, const ConstTensor& w, const ConstTensor& bias,
                          WeightLayout layout = WeightLayout::in_out);
 
 // dinp(N,I) = dout @ w^T (overwritten; skipped when dinp is empty); dw += inp^T @ dout (in
 // w's layout); dbias(O) += the column sums of dout (skipped when empty; deterministic).
 void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dbias,
-                     const Tensor& dout, const Tensor& inp, const Tensor& w,
+                     const ConstTensor& dout, const ConstTensor& inp, const ConstTensor& w,
                      WeightLayout layout = WeightLayout::in_out);
 
 // linear_backward of a layer whose input was gelu(pre) (the MLP's second layer), GELU's backward
@@ -38,8 +39,8 @@ void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, c
 // DGELU); elsewhere (or where cuBLASLt has no such algorithm) the product goes to dpre and
 // gelu_backward follows in place.
 void gelu_linear_backward(const Context& ctx, const Tensor& dpre, const Tensor& dw,
-                          const Tensor& dbias, const Tensor& dout, const Tensor& inp,
-                          const Tensor& w, const Tensor& pre,
+                          const Tensor& dbias, const ConstTensor& dout, const ConstTensor& inp,
+                          const ConstTensor& w, const ConstTensor& pre,
                           WeightLayout layout = WeightLayout::in_out);
 
 // Scratch linear_forward and linear_backward take for these sizes and dtypes.
@@ -49,7 +50,7 @@ size_t linear_workspace(const Context& ctx, int64_t N, int64_t I, int64_t O, DTy
 // only the bias gradient, dbias(O) += the column sums of dout(N,O), in row order, where the
 // product's epilogue does not compute it (cuBLASLt's BGRADA, with the weight gradient's
 // product).
-void linear_bias_grad(const Context& ctx, const Tensor& dbias, const Tensor& dout);
+void linear_bias_grad(const Context& ctx, const Tensor& dbias, const ConstTensor& dout);
 size_t linear_bias_grad_workspace(const Context& ctx, int64_t O);
 
 }  // namespace trainer::nn

@@ -28,7 +28,7 @@ void add_column_sums(G* out, const T* x, int64_t N, int64_t O, float* acc) {
 
 }  // namespace
 
-void linear_bias_grad(const Context& ctx, const Tensor& dbias, const Tensor& dout) {
+void linear_bias_grad(const Context& ctx, const Tensor& dbias, const ConstTensor& dout) {
   Workspace::Scope scratch(ctx.workspace);
   float* acc = scratch.take<float>(dout.cols());
   with_floats(dout.dtype, dbias.dtype, [&](auto ttag, auto gtag) {

@@ -19,7 +19,7 @@ struct BiasGradTerm {
 
 }  // namespace
 
-void linear_bias_grad(const Context& ctx, const Tensor& dbias, const Tensor& dout) {
+void linear_bias_grad(const Context& ctx, const Tensor& dbias, const ConstTensor& dout) {
   with_floats(dout.dtype, dbias.dtype, [&](auto ttag, auto gtag) {
     using T = decltype(ttag);
     using G = decltype(gtag);

@@ -9,6 +9,7 @@
 
 namespace trainer::nn {
 
-void residual_forward(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b);
+void residual_forward(const Context& ctx, const Tensor& out, const ConstTensor& a,
+                      const ConstTensor& b);
 
 }  // namespace trainer::nn

@@ -6,7 +6,8 @@
 
 namespace trainer::nn::cpu {
 
-void residual_forward(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b) {
+void residual_forward(const Context& ctx, const Tensor& out, const ConstTensor& a,
+                      const ConstTensor& b) {
   float* o = out.as<float>();
   const float* x = a.as<float>();
   const int64_t n = a.numel();

@@ -14,7 +14,8 @@ __global__ void residual_kernel(float* out, const float* a, const T* b, int64_t 
 
 }  // namespace
 
-void residual_forward(const Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b) {
+void residual_forward(const Context& ctx, const Tensor& out, const ConstTensor& a,
+                      const ConstTensor& b) {
   const int64_t n = a.numel();
   with_float(b.dtype, [&](auto tag) {
     using T = decltype(tag);

@@ -13,15 +13,16 @@ namespace {
 
 constexpr float kRmsNormEps = 1e-5f;
 
-// With `branch` (R its dtype), inp[n] = res_in[n] + branch[n] is written first (the fused
-// residual add), then normalised.
+// With `branch` (R its dtype), the rows normalised are res_out's, res_out[n] = res_in[n] +
+// branch[n] written first (the fused residual add); `inp` is res_out then.
 template <typename T, typename R = float>
-void forward_rows(T* out, float* rstd, float* inp, const T* w, int64_t N, int64_t C,
-                  const float* res_in = nullptr, const R* branch = nullptr) {
+void forward_rows(T* out, float* rstd, const float* inp, const T* w, int64_t N, int64_t C,
+                  float* res_out = nullptr, const float* res_in = nullptr,
+                  const R* branch = nullptr) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
-    float* x = inp + n * C;
-    if (branch) residual_add(x, res_in + n * C, branch + n * C, C);
+    if (branch) residual_add(res_out + n * C, res_in + n * C, branch + n * C, C);
+    const float* x = inp + n * C;
     float ss = 0;
 #pragma omp simd reduction(+ : ss)
     for (int64_t c = 0; c < C; ++c) ss += x[c] * x[c];
@@ -70,8 +71,8 @@ void backward_rows(float* dinp, G* dw, const T* dout, const float* inp, const T*
 
 }  // namespace
 
-void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, const Tensor& inp,
-                     const Tensor& w) {
+void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd,
+                     const ConstTensor& inp, const ConstTensor& w) {
   const int64_t N = inp.rows(), C = inp.cols();
   with_float(out.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -80,19 +81,20 @@ void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, 
 }
 
 void rmsnorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
-                              const Tensor& rstd, const Tensor& res_in, const Tensor& branch,
-                              const Tensor& w) {
+                              const Tensor& rstd, const ConstTensor& res_in,
+                              const ConstTensor& branch, const ConstTensor& w) {
   const int64_t N = res_out.rows(), C = res_out.cols();
   with_floats(out.dtype, branch.dtype, [&](auto ttag, auto rtag) {
     using T = decltype(ttag);
     using R = decltype(rtag);
     forward_rows(out.as<T>(), rstd.as<float>(), res_out.as<float>(), w.as<T>(), N, C,
-                 res_in.as<float>(), branch.as<R>());
+                 res_out.as<float>(), res_in.as<float>(), branch.as<R>());
   });
 }
 
-void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dout,
-                      const Tensor& inp, const Tensor& w, const Tensor& rstd) {
+void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw,
+                      const ConstTensor& dout, const ConstTensor& inp, const ConstTensor& w,
+                      const ConstTensor& rstd) {
   const int64_t N = inp.rows(), C = inp.cols();
   const int threads = op_threads(ctx);
   Workspace::Scope scratch(ctx.workspace);

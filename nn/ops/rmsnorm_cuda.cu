@@ -11,17 +11,20 @@ namespace {
 constexpr float kRmsNormEps = 1e-5f;
 constexpr int kRowsPerBlock = 4;
 
-// With `branch` (R its dtype), inp[n] = res_in[n] + branch[n] is written first (the fused
-// residual add), each lane its own columns, then normalised.
+// With `branch` (R its dtype), the rows normalised are res_out's, res_out[n] = res_in[n] +
+// branch[n] written first (the fused residual add, each lane its own columns); `inp` is
+// res_out then.
 template <typename T, typename R = float>
-__global__ void forward_kernel(T* out, float* rstd, float* inp, const T* w, int64_t N, int64_t C,
-                               const float* res_in = nullptr, const R* branch = nullptr) {
+__global__ void forward_kernel(T* out, float* rstd, const float* inp, const T* w, int64_t N,
+                               int64_t C, float* res_out = nullptr, const float* res_in = nullptr,
+                               const R* branch = nullptr) {
   const int64_t n = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (n >= N) return;
   const int lane = threadIdx.x;
-  float* x = inp + n * C;
   if (branch)
-    for (int64_t c = lane; c < C; c += 32) x[c] = res_in[n * C + c] + ld(branch[n * C + c]);
+    for (int64_t c = lane; c < C; c += 32)
+      res_out[n * C + c] = res_in[n * C + c] + ld(branch[n * C + c]);
+  const float* x = inp + n * C;
   float ss = 0;
   for (int64_t c = lane; c < C; c += 32) ss += x[c] * x[c];
   const float r = rsqrtf(warp_sum(ss) / float(C) + kRmsNormEps);
@@ -58,8 +61,8 @@ struct WeightGradTerm {
 
 }  // namespace
 
-void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, const Tensor& inp,
-                     const Tensor& w) {
+void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd,
+                     const ConstTensor& inp, const ConstTensor& w) {
   const int64_t N = inp.rows(), C = inp.cols();
   const dim3 block(32, kRowsPerBlock);
   with_float(out.dtype, [&](auto tag) {
@@ -71,22 +74,23 @@ void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd, 
 }
 
 void rmsnorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
-                              const Tensor& rstd, const Tensor& res_in, const Tensor& branch,
-                              const Tensor& w) {
+                              const Tensor& rstd, const ConstTensor& res_in,
+                              const ConstTensor& branch, const ConstTensor& w) {
   const int64_t N = res_out.rows(), C = res_out.cols();
   const dim3 block(32, kRowsPerBlock);
   with_floats(out.dtype, branch.dtype, [&](auto ttag, auto rtag) {
     using T = decltype(ttag);
     using R = decltype(rtag);
     forward_kernel<<<blocks_for(N, kRowsPerBlock), block, 0, stream_of(ctx)>>>(
-        ptr<T>(out), ptr<float>(rstd), ptr<float>(res_out), ptr<T>(w), N, C, ptr<float>(res_in),
-        ptr<R>(branch));
+        ptr<T>(out), ptr<float>(rstd), ptr<float>(res_out), ptr<T>(w), N, C, ptr<float>(res_out),
+        ptr<float>(res_in), ptr<R>(branch));
   });
   check_launch("rmsnorm_residual_forward");
 }
 
-void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dout,
-                      const Tensor& inp, const Tensor& w, const Tensor& rstd) {
+void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw,
+                      const ConstTensor& dout, const ConstTensor& inp, const ConstTensor& w,
+                      const ConstTensor& rstd) {
   const int64_t N = inp.rows(), C = inp.cols();
   const dim3 block(32, kRowsPerBlock);
   with_floats(dout.dtype, dw.dtype, [&](auto ttag, auto gtag) {

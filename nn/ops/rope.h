@@ -13,11 +13,11 @@ namespace trainer::nn {
 
 // x(N, H*hs) (fp32 or bf16, strided rows allowed) rotated in place by positions(N) (int32);
 // rotary_dims (rd) is even, 2 <= rd <= hs, rd <= 1024.
-void rope_forward(const Context& ctx, const Tensor& x, const Tensor& positions, int head_size,
+void rope_forward(const Context& ctx, const Tensor& x, const ConstTensor& positions, int head_size,
                   int rotary_dims, float theta);
 // dx(N, H*hs) in place: the gradient at the rotation's output becomes the gradient at its
 // input (the inverse rotation).
-void rope_backward(const Context& ctx, const Tensor& dx, const Tensor& positions, int head_size,
-                   int rotary_dims, float theta);
+void rope_backward(const Context& ctx, const Tensor& dx, const ConstTensor& positions,
+                   int head_size, int rotary_dims, float theta);
 
 }  // namespace trainer::nn

@@ -38,7 +38,7 @@ void rotate(T* x, int64_t ld, const int32_t* pos, int64_t N, int64_t H, int64_t 
   }
 }
 
-void run(const Tensor& x, const Tensor& positions, int head_size, int rotary_dims, float theta,
+void run(const Tensor& x, const ConstTensor& positions, int head_size, int rotary_dims, float theta,
          float sign) {
   const int64_t N = x.rows(), width = x.cols();
   with_float(x.dtype, [&](auto tag) {
@@ -50,12 +50,12 @@ void run(const Tensor& x, const Tensor& positions, int head_size, int rotary_dim
 
 }  // namespace
 
-void rope_forward(const Context&, const Tensor& x, const Tensor& positions, int head_size,
+void rope_forward(const Context&, const Tensor& x, const ConstTensor& positions, int head_size,
                   int rotary_dims, float theta) {
   run(x, positions, head_size, rotary_dims, theta, 1.0f);
 }
 
-void rope_backward(const Context&, const Tensor& dx, const Tensor& positions, int head_size,
+void rope_backward(const Context&, const Tensor& dx, const ConstTensor& positions, int head_size,
                    int rotary_dims, float theta) {
   run(dx, positions, head_size, rotary_dims, theta, -1.0f);
 }

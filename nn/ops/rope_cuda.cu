@@ -28,7 +28,7 @@ __global__ void rope_kernel(T* x, int64_t ldx, const int32_t* pos, int64_t N, in
 
 }  // namespace
 
-static void rotate(const Context& ctx, const Tensor& x, const Tensor& positions, int head_size,
+static void rotate(const Context& ctx, const Tensor& x, const ConstTensor& positions, int head_size,
                    int rotary_dims, float theta, float sign) {
   const int64_t N = x.rows(), width = x.cols();
   const int64_t H = width / head_size, pairs = N * H * (rotary_dims / 2);
@@ -40,13 +40,13 @@ static void rotate(const Context& ctx, const Tensor& x, const Tensor& positions,
   check_launch("rope");
 }
 
-void rope_forward(const Context& ctx, const Tensor& x, const Tensor& positions, int head_size,
+void rope_forward(const Context& ctx, const Tensor& x, const ConstTensor& positions, int head_size,
                   int rotary_dims, float theta) {
   rotate(ctx, x, positions, head_size, rotary_dims, theta, 1.0f);
 }
 
-void rope_backward(const Context& ctx, const Tensor& dx, const Tensor& positions, int head_size,
-                   int rotary_dims, float theta) {
+void rope_backward(const Context& ctx, const Tensor& dx, const ConstTensor& positions,
+                   int head_size, int rotary_dims, float theta) {
   rotate(ctx, dx, positions, head_size, rotary_dims, theta, -1.0f);
 }
 

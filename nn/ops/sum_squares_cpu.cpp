@@ -3,7 +3,7 @@
 
 namespace trainer::nn::cpu {
 
-void sum_squares(const Context& ctx, const Tensor& out, const Tensor& x) {
+void sum_squares(const Context& ctx, const Tensor& out, const ConstTensor& x) {
   // Fixed chunks summed in order: the same bits whatever the thread count or schedule.
   constexpr int64_t kChunks = 256;
   const int64_t n = x.numel();

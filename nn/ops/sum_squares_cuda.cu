@@ -36,7 +36,7 @@ __global__ void total_kernel(double* out, const double* partial) {
 
 }  // namespace
 
-void sum_squares(const Context& ctx, const Tensor& out, const Tensor& x) {
+void sum_squares(const Context& ctx, const Tensor& out, const ConstTensor& x) {
   Workspace::Scope scratch(ctx.workspace);
   double* partial = scratch.take<double>(kChunks);
   with_float(x.dtype, [&](auto tag) {

@@ -9,9 +9,9 @@
 namespace trainer::nn {
 
 // out(N,F) = silu(gate_up[:, :F]) * gate_up[:, F:].
-void swiglu_forward(const Context& ctx, const Tensor& out, const Tensor& gate_up);
+void swiglu_forward(const Context& ctx, const Tensor& out, const ConstTensor& gate_up);
 // dgate_up(N,2F) (overwritten) from dout(N,F).
-void swiglu_backward(const Context& ctx, const Tensor& dgate_up, const Tensor& dout,
-                     const Tensor& gate_up);
+void swiglu_backward(const Context& ctx, const Tensor& dgate_up, const ConstTensor& dout,
+                     const ConstTensor& gate_up);
 
 }  // namespace trainer::nn

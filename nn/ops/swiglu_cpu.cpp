@@ -47,7 +47,7 @@ void backward(T* dgu, const T* dout, const T* gu, int64_t N, int64_t F) {
 
 }  // namespace
 
-void swiglu_forward(const Context&, const Tensor& out, const Tensor& gate_up) {
+void swiglu_forward(const Context&, const Tensor& out, const ConstTensor& gate_up) {
   const int64_t N = gate_up.rows(), F = gate_up.cols() / 2;
   with_float(out.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -55,8 +55,8 @@ void swiglu_forward(const Context&, const Tensor& out, const Tensor& gate_up) {
   });
 }
 
-void swiglu_backward(const Context&, const Tensor& dgate_up, const Tensor& dout,
-                     const Tensor& gate_up) {
+void swiglu_backward(const Context&, const Tensor& dgate_up, const ConstTensor& dout,
+                     const ConstTensor& gate_up) {
   const int64_t N = gate_up.rows(), F = gate_up.cols() / 2;
   with_float(dout.dtype, [&](auto tag) {
     using T = decltype(tag);

@@ -28,7 +28,7 @@ __global__ void swiglu_backward_kernel(T* dgu, const T* dout, const T* gu, int64
 
 }  // namespace
 
-void swiglu_forward(const Context& ctx, const Tensor& out, const Tensor& gate_up) {
+void swiglu_forward(const Context& ctx, const Tensor& out, const ConstTensor& gate_up) {
   const int64_t N = gate_up.rows(), F = gate_up.cols() / 2;
   with_float(out.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -38,8 +38,8 @@ void swiglu_forward(const Context& ctx, const Tensor& out, const Tensor& gate_up
   check_launch("swiglu_forward");
 }
 
-void swiglu_backward(const Context& ctx, const Tensor& dgate_up, const Tensor& dout,
-                     const Tensor& gate_up) {
+void swiglu_backward(const Context& ctx, const Tensor& dgate_up, const ConstTensor& dout,
+                     const ConstTensor& gate_up) {
   const int64_t N = gate_up.rows(), F = gate_up.cols() / 2;
   with_float(dout.dtype, [&](auto tag) {
     using T = decltype(tag);

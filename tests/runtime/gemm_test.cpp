@@ -95,7 +95,7 @@ TEST_P(Matmul, MatchesReferenceInEveryDtypeAndOrientation) {
             Tensor Ct =
                 make_tensor(c == DType::f32 ? (void*)got32.data() : (void*)got16.data(), c, {M, N});
             Ct.row_stride = ld;
-            const Tensor bias_t = testing::view(bias, {N});
+            const ConstTensor bias_t = testing::view(bias, {N});
             matmul(env.ctx, Ct, At, ta, Bt, tb, alpha, beta, variant ? &bias_t : nullptr);
             double err = 0, scale = 0;
             for (int i = 0; i < M; ++i)

@@ -1,6 +1,6 @@
-// The MPI communicator: one communication thread owns every MPI call after MPI_Init, runs the
-// queued collectives in order as non-blocking MPI_I* operations and polls them against a
-// deadline. See Note [Timeouts and missing ranks].
+// The MPI communicator: the engine's thread (dist/comm_engine.h) owns every MPI call after
+// MPI_Init and runs the queued collectives in order as non-blocking MPI_I* operations, polled
+// against a deadline. See Note [Timeouts and missing ranks].
 #include <mpi.h>
 
 #include <algorithm>
@@ -16,9 +16,9 @@
 
 #include <fmt/ranges.h>
 
+#include "dist/comm_engine.h"
 #include "dist/communicator.h"
 #include "dist/fixed_tree.h"
-#include "dist/work_state.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 
@@ -97,9 +97,10 @@ struct Op {
   DType type = DType::u8;
   ReduceOrder order = ReduceOrder::any;
   int root = 0;
-  int64_t seq = 0;
   double timeout_s = 0;  // the deadline, from the operation's start
-  std::shared_ptr<WorkState> state;
+  // Set by the engine as it runs the operation (Note [Communication engine]).
+  int64_t seq = 0;
+  std::string name;  // for messages: "all_reduce #12 (4096 x fp32)"
 };
 
 // Note [Aborting]
@@ -116,11 +117,6 @@ void abort_at_exit() {
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, g_abort_code.load());
 }
-
-// Thrown inside the communication thread when an operation fails.
-struct OpFailed {
-  std::string message;
-};
 
 // Note [Ranks that never join]
 // MPI_Init returns only once every rank of the job has started and called it, and it has no
@@ -197,17 +193,13 @@ class MpiCommunicator final : public Communicator {
     arrive_recv_.assign(size_t(size_), MPI_REQUEST_NULL);
     for (int p : arrival_sources()) post_arrival_recv(p);
     std::atexit(abort_at_exit);
-    thread_ = std::thread([this] { loop(); });
+    engine_ = std::make_unique<CommEngine>(size_);
   }
 
   ~MpiCommunicator() override {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
-    if (broken_ || std::uncaught_exceptions() > 0) {
+    engine_->stop();
+    shutdown_requests();
+    if (engine_->broken() || std::uncaught_exceptions() > 0) {
       // See Note [Aborting]: main prints its one error line first, then exit aborts the job.
       g_abort_at_exit = true;
       return;
@@ -242,10 +234,7 @@ class MpiCommunicator final : public Communicator {
     return enqueue(Kind::barrier, nullptr, nullptr, 0, DType::u8, ReduceOrder::any, 0, timeout_s);
   }
 
-  CommStats stats() const override {
-    std::lock_guard lock(stats_mu_);
-    return stats_;
-  }
+  CommStats stats() const override { return engine_->stats(); }
 
  private:
   void check_order(ReduceOrder order, int64_t count) const {
@@ -266,15 +255,15 @@ class MpiCommunicator final : public Communicator {
     op.count = count;
     op.type = type;
     op.root = root;
-    op.state = std::make_shared<WorkState>();
-    Work work(op.state);
-    {
-      std::lock_guard lock(mu_);
-      op.seq = next_seq_++;
-      queue_.push_back(std::move(op));
-    }
-    cv_.notify_one();
-    return work;
+    return engine_->submit({kind_name(kind),
+                            buffer_bytes(op),
+                            detail(op),
+                            {},
+                            [this, op](const std::string& name, int64_t seq) mutable {
+                              op.name = name;
+                              op.seq = seq;
+                              return run(op);
+                            }});
   }
 
   std::vector<int> arrival_targets() const {
@@ -332,12 +321,12 @@ class MpiCommunicator final : public Communicator {
     sends_.push_back(std::move(s));
   }
 
-  std::string describe(const Op& op) const {
-    if (op.kind == Kind::barrier) return fmt::format("barrier #{}", op.seq);
+  // What messages say of the operation after its kind and number.
+  static std::string detail(const Op& op) {
+    if (op.kind == Kind::barrier) return {};
     if (op.kind == Kind::broadcast)
-      return fmt::format("broadcast #{} ({} bytes from rank {})", op.seq, op.count, op.root);
-    return fmt::format("{} #{} ({} x {})", kind_name(op.kind), op.seq, op.count,
-                       dtype_name(op.type));
+      return fmt::format(" ({} bytes from rank {})", op.count, op.root);
+    return fmt::format(" ({} x {})", op.count, dtype_name(op.type));
   }
 
   // Tests `req` until it completes or the operation's deadline passes.
@@ -347,8 +336,8 @@ class MpiCommunicator final : public Communicator {
       int flag = 0;
       int rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS)
-        throw OpFailed{
-            fmt::format("{} failed on rank {}: {}", describe(op), rank_, mpi_error_string(rc))};
+        throw CommFailure{
+            fmt::format("{} failed on rank {}: {}", op.name, rank_, mpi_error_string(rc))};
       if (flag) return;
       if ((i & 15) == 0) poll_arrivals();
       if (Clock::now() > deadline) {
@@ -363,8 +352,8 @@ class MpiCommunicator final : public Communicator {
                        ? std::string("rank 0 knows which ranks did not arrive")
                        : std::string("every rank arrived; one may have died or stalled during "
                                      "the operation"));
-        throw OpFailed{fmt::format("{} timed out after {:.1f} s on rank {}: {}", describe(op),
-                                   op.timeout_s, rank_, who)};
+        throw CommFailure{fmt::format("{} timed out after {:.1f} s on rank {}: {}", op.name,
+                                      op.timeout_s, rank_, who)};
       }
       // Note [Polling]: spin briefly (small collectives finish within microseconds), then sleep
       // in short naps so the communication thread does not steal a core from compute while
@@ -376,15 +365,24 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  void run(const Op& op) {
+  // Runs the operation; returns the seconds it took.
+  double run(const Op& op) {
     const auto start = Clock::now();
     announce(op.seq);
+    if (op.order == ReduceOrder::fixed_tree)
+      run_fixed_tree(op, start);
+    else
+      run_native(op, start);
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  }
+
+  // The operation as MPI's own collective.
+  void run_native(const Op& op, Clock::time_point start) {
     MPI_Request req = MPI_REQUEST_NULL;
     const MPI_Datatype type = mpi_type(op.type);
     const MPI_Op sum = op.type == DType::bf16 ? bf16_sum_op_ : MPI_SUM;
     const size_t esize = dtype_size(op.type);
     auto check = [&](int rc) { started(op, rc); };
-    if (op.order == ReduceOrder::fixed_tree) return run_fixed_tree(op, start);
     switch (op.kind) {
       case Kind::all_reduce:
         for (int64_t off = 0; off < op.count; off += kMaxChunk) {
@@ -477,42 +475,8 @@ class MpiCommunicator final : public Communicator {
 
   void started(const Op& op, int rc) const {
     if (rc != MPI_SUCCESS)
-      throw OpFailed{fmt::format("{} failed to start on rank {}: {}", describe(op), rank_,
-                                 mpi_error_string(rc))};
-  }
-
-  void loop() {
-    for (;;) {
-      Op op;
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) break;  // stop_ and nothing left
-        op = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      if (broken_) {
-        op.state->complete(0, fmt::format("{} not run: the communicator failed earlier: {}",
-                                          describe(op), broken_message_));
-        continue;
-      }
-      const auto start = Clock::now();
-      try {
-        run(op);
-        const double busy = std::chrono::duration<double>(Clock::now() - start).count();
-        {
-          std::lock_guard lock(stats_mu_);
-          stats_.add(kind_name(op.kind), buffer_bytes(op), size_, busy);
-        }
-        op.state->complete(busy);
-      } catch (const OpFailed& f) {
-        broken_message_ = f.message;
-        broken_ = true;
-        log::error("{}", f.message);
-        op.state->complete(0, f.message);
-      }
-    }
-    shutdown_requests();
+      throw CommFailure{
+          fmt::format("{} failed to start on rank {}: {}", op.name, rank_, mpi_error_string(rc))};
   }
 
   // Cancels the arrival receives and lets pending notices drain before MPI_Finalize.
@@ -542,17 +506,8 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
   MPI_Comm comm_ = MPI_COMM_NULL, arrive_comm_ = MPI_COMM_NULL;
   MPI_Op bf16_sum_op_ = MPI_OP_NULL;
-  std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Op> queue_;
-  int64_t next_seq_ = 0;
-  bool stop_ = false;
-  std::atomic<bool> broken_{false};
-  std::string broken_message_;
-  mutable std::mutex stats_mu_;
-  CommStats stats_;
-  // Owned by the communication thread.
+  std::unique_ptr<CommEngine> engine_;  // runs the operations; made once MPI is set up
+  // Owned by the engine's thread.
   std::vector<int64_t> arrived_, arrive_buf_;
   std::vector<MPI_Request> arrive_recv_;
   std::deque<std::unique_ptr<PendingSend>> sends_;

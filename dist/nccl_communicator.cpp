@@ -1,17 +1,17 @@
 // The NCCL communicator for GPU buffers: collectives are enqueued on one dedicated CUDA stream
-// in issue order; a watcher thread completes each Work when its end event fires, and fails it
-// (and aborts the NCCL communicator) when it does not fire within timeout_s. Host buffers (the
+// in issue order; the engine's thread (dist/comm_engine.h) completes each Work when its end
+// event fires, and fails it (and aborts the NCCL communicator) when it does not fire within
+// timeout_s. Host buffers (the
 // small count and hash vectors) go through the bootstrap communicator instead. Built only
 // when CUDA and NCCL are found (TRAINER_DIST_NCCL).
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <chrono>
-#include <deque>
 #include <thread>
 
+#include "dist/comm_engine.h"
 #include "dist/communicator.h"
-#include "dist/work_state.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 
@@ -72,17 +72,12 @@ class NcclCommunicator final : public Communicator {
     CUDA_CALL(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CALL(cudaMalloc(&barrier_buf_, sizeof(float)));
     CUDA_CALL(cudaEventCreateWithFlags(&issued_, cudaEventDisableTiming));
-    watcher_ = std::thread([this] { watch(); });
+    engine_ = std::make_unique<CommEngine>(bootstrap_.size(), [this] { cudaSetDevice(device_); });
   }
 
   ~NcclCommunicator() override {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    if (watcher_.joinable()) watcher_.join();
-    if (broken_) {
+    engine_->stop();
+    if (engine_->broken()) {
       if (!comm_aborted_) ncclCommAbort(comm_);
     } else {
       cudaStreamSynchronize(stream_);
@@ -134,108 +129,71 @@ class NcclCommunicator final : public Communicator {
       NCCL_CALL(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, comm_, stream_));
     });
   }
-  CommStats stats() const override {
-    std::lock_guard lock(mu_);
-    return stats_;
-  }
+  CommStats stats() const override { return engine_->stats(); }
 
  private:
-  struct Pending {
-    std::string name;
-    const char* kind = "";
-    double bytes = 0;
-    cudaEvent_t start = nullptr, end = nullptr;
-    Clock::time_point enqueued;
-    std::shared_ptr<WorkState> state;
-  };
-
+  // Queues `enqueue_op` on the communicator's stream, after what the model's stream holds so
+  // far (a gradient bucket), between two events; the engine's thread waits for the second.
   template <typename Fn>
   Work launch(const char* kind, double bytes, Fn&& enqueue_op) {
-    auto state = std::make_shared<WorkState>();
-    Pending p;
-    {
-      std::lock_guard lock(mu_);
-      p.name = fmt::format("{} #{} (NCCL)", kind, next_seq_++);
-      if (broken_) {
-        state->complete(0, fmt::format("{} not run: the communicator failed earlier: {}", p.name,
-                                       broken_message_));
-        return Work(state);
-      }
-    }
-    CUDA_CALL(cudaEventCreate(&p.start));
-    CUDA_CALL(cudaEventCreate(&p.end));
-    // The collective reads what the model's stream has queued so far (a gradient bucket).
-    CUDA_CALL(cudaEventRecord(issued_, static_cast<cudaStream_t>(options_.cuda_stream)));
-    CUDA_CALL(cudaStreamWaitEvent(stream_, issued_, 0));
-    CUDA_CALL(cudaEventRecord(p.start, stream_));
-    enqueue_op();
-    CUDA_CALL(cudaEventRecord(p.end, stream_));
-    p.enqueued = Clock::now();
-    p.kind = kind;
-    p.bytes = bytes;
-    p.state = state;
-    {
-      std::lock_guard lock(mu_);
-      pending_.push_back(std::move(p));
-    }
-    cv_.notify_one();
-    return Work(state);
+    auto events = std::make_shared<std::pair<cudaEvent_t, cudaEvent_t>>();
+    auto issue = [this, events, &enqueue_op] {
+      CUDA_CALL(cudaEventCreate(&events->first));
+      CUDA_CALL(cudaEventCreate(&events->second));
+      CUDA_CALL(cudaEventRecord(issued_, static_cast<cudaStream_t>(options_.cuda_stream)));
+      CUDA_CALL(cudaStreamWaitEvent(stream_, issued_, 0));
+      CUDA_CALL(cudaEventRecord(events->first, stream_));
+      enqueue_op();
+      CUDA_CALL(cudaEventRecord(events->second, stream_));
+    };
+    const auto issued_at = std::make_shared<Clock::time_point>();
+    return engine_->submit({kind, bytes, " (NCCL)",
+                            [issue, issued_at] {
+                              issue();
+                              *issued_at = Clock::now();
+                            },
+                            [this, events, issued_at](const std::string& name, int64_t) {
+                              return wait(name, events->first, events->second, *issued_at);
+                            }});
   }
 
-  // Completes pending operations in order; fails one that outlives its deadline.
-  void watch() {
-    cudaSetDevice(device_);
+  // Waits for the collective between `start` and `end` until timeout_s after it was issued;
+  // returns its seconds on the stream. On a failure or timeout the NCCL communicator is
+  // aborted (which unblocks the stream) and CommFailure thrown.
+  double wait(const std::string& name, cudaEvent_t start, cudaEvent_t end,
+              Clock::time_point issued_at) {
+    const auto deadline = issued_at + std::chrono::duration<double>(options_.timeout_s);
+    std::string error;
     for (;;) {
-      Pending p;
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
-        if (pending_.empty()) return;
-        p = std::move(pending_.front());
-        pending_.pop_front();
+      const cudaError_t q = cudaEventQuery(end);
+      if (q == cudaSuccess) break;
+      ncclResult_t async_error = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async_error);
+      if (q != cudaErrorNotReady || (async_error != ncclSuccess && async_error != ncclInProgress)) {
+        error = fmt::format(
+            "{} failed on rank {}: {}", name, rank(),
+            q != cudaErrorNotReady ? cudaGetErrorString(q) : ncclGetErrorString(async_error));
+        break;
       }
-      const auto deadline = p.enqueued + std::chrono::duration<double>(options_.timeout_s);
-      std::string error;
-      for (;;) {
-        const cudaError_t q = cudaEventQuery(p.end);
-        if (q == cudaSuccess) break;
-        ncclResult_t async_error = ncclSuccess;
-        ncclCommGetAsyncError(comm_, &async_error);
-        if (q != cudaErrorNotReady ||
-            (async_error != ncclSuccess && async_error != ncclInProgress)) {
-          error = fmt::format(
-              "{} failed on rank {}: {}", p.name, rank(),
-              q != cudaErrorNotReady ? cudaGetErrorString(q) : ncclGetErrorString(async_error));
-          break;
-        }
-        if (Clock::now() > deadline) {
-          error = fmt::format(
-              "{} timed out after {:.1f} s on rank {}: some rank did not arrive (NCCL cannot "
-              "say which)",
-              p.name, options_.timeout_s, rank());
-          break;
-        }
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (Clock::now() > deadline) {
+        error = fmt::format(
+            "{} timed out after {:.1f} s on rank {}: some rank did not arrive (NCCL cannot say "
+            "which)",
+            name, options_.timeout_s, rank());
+        break;
       }
-      float ms = 0;
-      if (error.empty()) cudaEventElapsedTime(&ms, p.start, p.end);
-      cudaEventDestroy(p.start);
-      cudaEventDestroy(p.end);
-      if (!error.empty()) {
-        {
-          std::lock_guard lock(mu_);
-          broken_ = true;
-          broken_message_ = error;
-        }
-        log::error("{}", error);
-        ncclCommAbort(comm_);  // unblocks the stream; the destructor must not touch comm_ again
-        comm_aborted_ = true;
-      } else {
-        std::lock_guard lock(mu_);
-        stats_.add(p.kind, p.bytes, size(), ms / 1e3);
-      }
-      p.state->complete(ms / 1e3, error);
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
+    float ms = 0;
+    if (error.empty()) cudaEventElapsedTime(&ms, start, end);
+    cudaEventDestroy(start);
+    cudaEventDestroy(end);
+    if (!error.empty()) {
+      ncclCommAbort(comm_);  // unblocks the stream; the destructor must not touch comm_ again
+      comm_aborted_ = true;
+      throw CommFailure{error};
+    }
+    return ms / 1e3;
   }
 
   Communicator& bootstrap_;
@@ -245,14 +203,8 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream_ = nullptr;
   void* barrier_buf_ = nullptr;
   cudaEvent_t issued_ = nullptr;  // recorded on the model's stream as each collective is issued
-  std::thread watcher_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Pending> pending_;
-  int64_t next_seq_ = 0;
-  bool stop_ = false, broken_ = false, comm_aborted_ = false;
-  std::string broken_message_;
-  CommStats stats_;
+  bool comm_aborted_ = false;     // set by the engine's thread, read once it has stopped
+  std::unique_ptr<CommEngine> engine_;  // made last: its thread waits on the members above
 };
 
 }  // namespace

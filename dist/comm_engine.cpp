@@ -1,0 +1,98 @@
+#include "dist/comm_engine.h"
+
+#include <fmt/format.h>
+
+#include "runtime/log.h"
+
+namespace trainer::dist {
+
+CommEngine::CommEngine(int world, std::function<void()> thread_start) : world_(world) {
+  thread_ = std::thread([this, start = std::move(thread_start)] {
+    if (start) start();
+    loop();
+  });
+}
+
+CommEngine::~CommEngine() {
+  stop();
+}
+
+void CommEngine::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Work CommEngine::submit(CommJob job) {
+  auto state = std::make_shared<WorkState>();
+  {
+    std::lock_guard lock(mu_);
+    const int64_t seq = next_seq_++;
+    std::string name = fmt::format("{} #{}{}", job.kind, seq, job.detail);
+    if (broken_) {
+      state->complete(
+          0, fmt::format("{} not run: the communicator failed earlier: {}", name, broken_message_));
+      return Work(state);
+    }
+    if (job.issue) {
+      job.issue();
+      job.issue = nullptr;  // it may refer to the caller's frame
+    }
+    queue_.push_back({std::move(job), std::move(name), seq, state});
+  }
+  cv_.notify_one();
+  return Work(state);
+}
+
+bool CommEngine::broken() const {
+  std::lock_guard lock(mu_);
+  return broken_;
+}
+
+CommStats CommEngine::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+void CommEngine::loop() {
+  for (;;) {
+    Queued q;
+    bool failed_earlier = false;
+    std::string earlier;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopped, and nothing left
+      q = std::move(queue_.front());
+      queue_.pop_front();
+      failed_earlier = broken_;
+      earlier = broken_message_;
+    }
+    if (failed_earlier) {
+      q.state->complete(
+          0, fmt::format("{} not run: the communicator failed earlier: {}", q.name, earlier));
+      continue;
+    }
+    try {
+      const double busy = q.job.run(q.name, q.seq);
+      {
+        std::lock_guard lock(mu_);
+        stats_.add(q.job.kind, q.job.bytes, world_, busy);
+      }
+      q.state->complete(busy);
+    } catch (const CommFailure& f) {
+      {
+        std::lock_guard lock(mu_);
+        broken_ = true;
+        broken_message_ = f.message;
+      }
+      log::error("{}", f.message);
+      q.state->complete(0, f.message);
+    }
+  }
+}
+
+}  // namespace trainer::dist

@@ -1,0 +1,84 @@
+// What every asynchronous communicator shares (Note [Communication engine]): the queue of
+// operations in issue order, the thread that runs them, their Work handles, the statistics,
+// and what a failure does to the operations after it. A communicator (MPI, NCCL) supplies only
+// how one operation runs.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "dist/communicator.h"
+#include "dist/work_state.h"
+
+namespace trainer::dist {
+
+// Thrown by a CommJob's `run` when its operation failed or timed out; `message` is the line
+// every waiter gets.
+struct CommFailure {
+  std::string message;
+};
+
+// One collective as the engine sees it.
+struct CommJob {
+  const char* kind = "";  // all_reduce, reduce_scatter, all_gather, broadcast or barrier
+  double bytes = 0;       // its buffer's bytes, as CommStats::add counts them
+  std::string detail;     // what follows "<kind> #<seq>" in messages: " (4096 x fp32)"
+  // On the caller's thread, in issue order, unless the engine has failed: queues the work
+  // where the communicator runs it on a device stream (NCCL). May be empty.
+  std::function<void()> issue;
+  // On the engine's thread: runs the operation, or waits for the issued one, and returns the
+  // seconds it was busy; throws CommFailure. `name` is "<kind> #<seq><detail>".
+  std::function<double(const std::string& name, int64_t seq)> run;
+};
+
+// Note [Communication engine]
+// Operations complete in the order they were issued, each numbered from 0 (the number every
+// rank gives the same collective, which the MPI communicator's arrival notices carry). The
+// first failure breaks the engine: it is logged once, its waiters get its message, and every
+// later operation completes at once with "not run: the communicator failed earlier" instead of
+// running (its peers may be dead, and a collective with them would only wait out its timeout).
+class CommEngine {
+ public:
+  // `world`: the ranks, for the statistics. `thread_start` runs first on the engine's thread
+  // (NCCL binds its device there).
+  explicit CommEngine(int world, std::function<void()> thread_start = {});
+  // Runs what is queued, then stops the thread (stop()).
+  ~CommEngine();
+  CommEngine(const CommEngine&) = delete;
+  CommEngine& operator=(const CommEngine&) = delete;
+
+  Work submit(CommJob job);
+  // Runs what is queued, then joins the thread; nothing may be submitted after.
+  void stop();
+  // Whether an operation has failed.
+  bool broken() const;
+  CommStats stats() const;
+
+ private:
+  struct Queued {
+    CommJob job;
+    std::string name;
+    int64_t seq = 0;
+    std::shared_ptr<WorkState> state;
+  };
+  void loop();
+
+  const int world_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Queued> queue_;
+  int64_t next_seq_ = 0;
+  bool stop_ = false;
+  bool broken_ = false;
+  std::string broken_message_;
+  CommStats stats_;
+  std::thread thread_;  // last: started once the members above exist
+};
+
+}  // namespace trainer::dist

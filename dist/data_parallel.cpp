@@ -122,7 +122,7 @@ class Replicated final : public DataParallel {
 
 std::unique_ptr<DataParallel> make_data_parallel(Communicator& comm, nn::Model& model,
                                                  const ParallelConfig& config) {
-  if (config.stage == ShardingStage::none) return std::make_unique<Replicated>(comm, model, config);
+  if (!stage_record(config.stage).sharded) return std::make_unique<Replicated>(comm, model, config);
   return make_sharded(comm, model, config);
 }
 
@@ -166,14 +166,14 @@ void empty_pass(nn::Model& model, DataParallel& dp, bool backward) {
 
 StateBytes planned_state_bytes(const nn::ParamLayout& layout, const ParallelConfig& config,
                                int world, DType compute, DType grad) {
-  if (config.stage != ShardingStage::none)
+  if (stage_record(config.stage).sharded)
     return planned_sharded_bytes(layout, config, world, compute, grad);
   return replicated_bytes(layout.total(), compute, grad);
 }
 
 StateBytes state_bytes_for(int64_t params, const ParallelConfig& config, int world, DType compute,
                            DType grad) {
-  if (config.stage != ShardingStage::none)
+  if (stage_record(config.stage).sharded)
     return sharded_bytes_for(params, config, world, compute, grad);
   return replicated_bytes(params, compute, grad);
 }

@@ -28,6 +28,32 @@ inline constexpr EnumNames<ShardingStage, 4> kShardingStageNames{
       {ShardingStage::gradients, "gradients"},
       {ShardingStage::full, "full"}}}};
 
+// What a stage splits over the ranks (Note [Sharding stages]): the data-parallel layer reads
+// this record, never the stage's name, so a new stage is an enum value, its name above and its
+// record here.
+struct StageRecord {
+  bool sharded = false;          // masters and AdamW moments sliced (every stage but none)
+  bool grads_by_unit = false;    // each unit's gradient reduce-scattered from a scratch slot as
+                                 // its backward ends (gradients, full); else from a whole-model
+                                 // gradient buffer, once per step (optimizer)
+  bool weights_by_unit = false;  // each unit's weights gathered as the model reads it (full);
+                                 // else every unit at once after each step
+};
+
+constexpr StageRecord stage_record(ShardingStage stage) {
+  switch (stage) {
+    case ShardingStage::none:
+      return {};
+    case ShardingStage::optimizer:
+      return {.sharded = true};
+    case ShardingStage::gradients:
+      return {.sharded = true, .grads_by_unit = true};
+    case ShardingStage::full:
+      return {.sharded = true, .grads_by_unit = true, .weights_by_unit = true};
+  }
+  return {};
+}
+
 // Parses a name of kShardingStageNames; throws a UsageError naming the value.
 inline ShardingStage parse_sharding_stage(const std::string& name) {
   return kShardingStageNames.parse(name);

@@ -83,16 +83,17 @@ ShardSizes sizes_of(const ShardGeometry& g) {
 }
 
 ShardBuffers plan_buffers(const ShardSizes& z, const ParallelConfig& c, DType grad) {
+  const StageRecord stage = stage_record(c.stage);
   ShardBuffers b;
   b.world = z.world;
   b.masters = z.local;
-  if (c.stage == ShardingStage::full && c.reshard_after_forward) {
+  if (stage.weights_by_unit && c.reshard_after_forward) {
     b.embedding_weights = z.embedding;
     b.weight_slot = z.largest_other;
   } else {
     b.full_weights = z.padded;
   }
-  if (c.stage == ShardingStage::optimizer) {
+  if (!stage.grads_by_unit) {
     b.full_grads = z.padded;
     b.received = grad == DType::f32 && !c.deterministic ? 0 : z.local;
   } else {
@@ -130,10 +131,8 @@ class Sharded final : public DataParallel, public nn::UnitStore {
   void masters_changed() override;
   void begin_step(int64_t backward_passes) override;
   void begin_micro_batch() override;
-  bool collective_forward() const override { return config_.stage == ShardingStage::full; }
-  bool collective_backward() const override {
-    return config_.stage != ShardingStage::optimizer || tree_ != nullptr;
-  }
+  bool collective_forward() const override { return stage_.weights_by_unit; }
+  bool collective_backward() const override { return stage_.grads_by_unit || tree_ != nullptr; }
   void finish() override;
   Tensor grads() override { return grad_shard_.view(DType::f32, geo_.local_size()); }
   bool grads_sharded() const override { return true; }
@@ -184,6 +183,7 @@ class Sharded final : public DataParallel, public nn::UnitStore {
   Communicator& comm_;
   nn::Model& model_;
   ParallelConfig config_;
+  StageRecord stage_;
   ShardGeometry geo_;
   DType compute_, grad_;
   ShardBuffers plan_;
@@ -219,6 +219,7 @@ Sharded::Sharded(Communicator& comm, nn::Model& model, const ParallelConfig& con
     : comm_(comm),
       model_(model),
       config_(config),
+      stage_(stage_record(config.stage)),
       geo_(model.layout(), comm.size(), comm.rank()),
       compute_(model.compute_dtype()),
       grad_(model.grad_dtype()),
@@ -307,7 +308,7 @@ void Sharded::forget_weights() {
   embedding_weights_.unit = -1;
   for (Slot& s : weight_slots_) s.unit = -1;
   last_other_ = previous_ = -1;
-  if (config_.stage == ShardingStage::full) return;
+  if (stage_.weights_by_unit) return;
   const Tensor full = full_weights_.view(compute_, plan_.full_weights);
   for (size_t u = 0; u < geo_.units().size(); ++u) {
     unit_gather_[u] = gather(int(u), full.flat(unit(int(u)).padded, padded(int(u))));
@@ -325,7 +326,7 @@ void Sharded::begin_step(int64_t backward_passes) {
   reduced_units_ = 0;
   passes_ = backward_passes;
   micro_ = -1;
-  if (plan_.full_grads) fill_zero(model_.context(), full_grads_.view(grad_, plan_.full_grads));
+  if (!stage_.grads_by_unit) fill_zero(model_.context(), full_grads_.view(grad_, plan_.full_grads));
   fill_zero(model_.context(), grads());
 }
 
@@ -334,7 +335,7 @@ void Sharded::begin_micro_batch() {
   last_ = micro_ + 1 == passes_;
   // optimizer, deterministic: the last pass's reduce-scatters read the full gradient, which
   // this pass starts again from zero.
-  if (tree_ && plan_.full_grads && micro_ > 0) {
+  if (tree_ && !stage_.grads_by_unit && micro_ > 0) {
     complete_reductions();
     fill_zero(model_.context(), full_grads_.view(grad_, plan_.full_grads));
   }
@@ -402,7 +403,8 @@ Tensor Sharded::weights(int u, nn::ParamUse use) {
 
 Tensor Sharded::grads(int u) {
   const int64_t size = unit(u).size();
-  if (plan_.full_grads) return full_grads_.view(grad_, plan_.full_grads).flat(unit(u).padded, size);
+  if (!stage_.grads_by_unit)
+    return full_grads_.view(grad_, plan_.full_grads).flat(unit(u).padded, size);
   if (u == final_unit()) complete_reductions();                        // a backward starts
   if (Slot* open = open_grad_slot(u)) return open->all.flat(0, size);  // the embedding, again
   Slot* slot = &embedding_grad_;
@@ -438,7 +440,7 @@ void Sharded::reduce(int u, const Tensor& padded_grads, const Tensor& received) 
 
 void Sharded::grads_ready(int u) {
   const auto& x = unit(u);
-  if (plan_.full_grads) {  // optimizer: once per step (or per pass), into the shard or beside it
+  if (!stage_.grads_by_unit) {  // once per step (or per pass), into the shard or beside it
     if (!last_ && !tree_) return;
     const Tensor to = plan_.received ? received_.view(grad_, plan_.received).flat(x.local, x.shard)
                                      : grads().flat(x.local, x.shard);
@@ -461,7 +463,7 @@ void Sharded::complete(Reduction& r) {
     tree_->add(r.micro, r.received, unit(r.unit).local);
   else if (tree_)
     tree_->finish(r.micro, r.received, mine, unit(r.unit).local);
-  else if (!plan_.full_grads)
+  else if (stage_.grads_by_unit)
     nn::residual_forward(model_.context(), mine, mine, r.received);
   else if (plan_.received)
     nn::cast(model_.context(), mine, r.received);
@@ -474,7 +476,7 @@ void Sharded::complete_reductions() {
 }
 
 void Sharded::finish() {
-  if (plan_.full_grads && reduced_units_ == 0)  // no synchronised backward ran here (Join)
+  if (!stage_.grads_by_unit && reduced_units_ == 0)  // no synchronised backward here (Join)
     for (int u = final_unit(); u >= 0; --u) {
       last_ = true;
       grads_ready(u);

@@ -1,0 +1,116 @@
+// The communication engine (Note [Communication engine]) without a network: jobs whose `run`
+// records what happened, to check the order, the numbering, the statistics, and what a
+// failure does to the operations after it.
+#include "dist/comm_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/error.h"
+
+namespace trainer::dist {
+namespace {
+
+struct Log {
+  std::mutex mu;
+  std::vector<std::string> ran;  // "<name>@<seq>" in the order the engine ran them
+  std::vector<std::thread::id> threads;
+};
+
+CommJob recording(Log& log, const char* kind, double bytes, bool fail = false) {
+  CommJob job;
+  job.kind = kind;
+  job.bytes = bytes;
+  job.detail = " (test)";
+  job.run = [&log, fail](const std::string& name, int64_t seq) -> double {
+    {
+      std::lock_guard lock(log.mu);
+      log.ran.push_back(name + "@" + std::to_string(seq));
+      log.threads.push_back(std::this_thread::get_id());
+    }
+    if (fail) throw CommFailure{name + " failed on purpose"};
+    return 0.5;
+  };
+  return job;
+}
+
+TEST(CommEngine, RunsOperationsInIssueOrderOnOneThreadAndCountsThem) {
+  Log log;
+  std::vector<Work> works;
+  {
+    CommEngine engine(4);
+    for (int i = 0; i < 50; ++i)
+      works.push_back(engine.submit(recording(log, i % 2 ? "all_gather" : "all_reduce", 100)));
+    for (Work& w : works) w.wait();
+    const CommStats s = engine.stats();
+    EXPECT_DOUBLE_EQ(s.busy_s, 50 * 0.5);
+    EXPECT_DOUBLE_EQ(s.bytes, 50 * 100.0);
+    EXPECT_FALSE(engine.broken());
+  }
+  ASSERT_EQ(log.ran.size(), 50u);
+  for (int i = 0; i < 50; ++i) {
+    const std::string kind = i % 2 ? "all_gather" : "all_reduce";
+    EXPECT_EQ(log.ran[size_t(i)], kind + " #" + std::to_string(i) + " (test)@" + std::to_string(i));
+    EXPECT_EQ(log.threads[size_t(i)], log.threads[0]);
+  }
+  EXPECT_NE(log.threads[0], std::this_thread::get_id());
+  EXPECT_DOUBLE_EQ(works[7].busy_seconds(), 0.5);
+}
+
+TEST(CommEngine, AFailureFailsItsWaitersAndEveryLaterOperationWithoutRunningIt) {
+  Log log;
+  CommEngine engine(2);
+  std::atomic<int> issued{0};
+  Work ok = engine.submit(recording(log, "all_reduce", 8));
+  Work bad = engine.submit(recording(log, "barrier", 0, /*fail=*/true));
+  ok.wait();
+  EXPECT_THROW(bad.wait(), Error);
+  EXPECT_TRUE(engine.broken());
+  CommJob later = recording(log, "broadcast", 8);
+  later.issue = [&] { ++issued; };  // never queued on a device after a failure
+  Work after = engine.submit(std::move(later));
+  try {
+    after.wait();
+    ADD_FAILURE() << "an operation after a failure completed";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("broadcast #2 (test) not run: the communicator failed earlier: "
+                        "barrier #1 (test) failed on purpose"),
+              std::string::npos)
+        << what;
+  }
+  EXPECT_EQ(issued.load(), 0);
+  std::lock_guard lock(log.mu);
+  EXPECT_EQ(log.ran, (std::vector<std::string>{"all_reduce #0 (test)@0", "barrier #1 (test)@1"}));
+}
+
+TEST(CommEngine, StopRunsWhatIsQueuedAndIssueRunsOnTheCallersThreadInOrder) {
+  Log log;
+  std::vector<int> issue_order;
+  std::vector<std::thread::id> issue_threads;
+  std::vector<Work> works;
+  {
+    CommEngine engine(2);
+    for (int i = 0; i < 10; ++i) {
+      CommJob job = recording(log, "reduce_scatter", 4);
+      job.issue = [&, i] {
+        issue_order.push_back(i);
+        issue_threads.push_back(std::this_thread::get_id());
+      };
+      works.push_back(engine.submit(std::move(job)));
+    }
+    engine.stop();
+    EXPECT_EQ(log.ran.size(), 10u);
+  }
+  for (Work& w : works) EXPECT_NO_THROW(w.wait());
+  EXPECT_EQ(issue_order, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  for (const std::thread::id& t : issue_threads) EXPECT_EQ(t, std::this_thread::get_id());
+}
+
+}  // namespace
+}  // namespace trainer::dist

@@ -11,7 +11,7 @@
 #include "nn/adamw.h"
 #include "nn/transformer.h"
 #include "runtime/buffer.h"
-#include "runtime/cuda_stream.h"
+#include "runtime/cuda/stream.h"
 #include "runtime/device.h"
 #include "runtime/fallback.h"
 #include "runtime/gemm.h"

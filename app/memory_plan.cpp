@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "runtime/cuda_memory.h"
+#include "runtime/cuda/memory.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 

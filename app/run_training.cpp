@@ -12,7 +12,7 @@
 #include "dist/communicator.h"
 #include "dist/launch.h"
 #include "nn/transformer.h"
-#include "runtime/cuda_stream.h"
+#include "runtime/cuda/stream.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/gemm.h"

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "dist/work_state.h"
-#include "runtime/cuda_memory.h"
+#include "runtime/cuda/memory.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 

@@ -23,7 +23,7 @@
 #include <map>
 #include <memory>
 
-#include "runtime/cuda_stream.h"
+#include "runtime/cuda/stream.h"
 
 namespace trainer::nn {
 

@@ -16,7 +16,7 @@
 #include "nn/model_config.h"
 #include "nn/step_graphs.h"
 #include "runtime/buffer.h"
-#include "runtime/cuda_stream.h"
+#include "runtime/cuda/stream.h"
 #include "runtime/workspace.h"
 
 namespace trainer::nn {

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "runtime/cuda_memory.h"
+#include "runtime/cuda/memory.h"
 #include "runtime/error.h"
 
 namespace trainer {

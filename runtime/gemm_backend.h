@@ -18,7 +18,7 @@ struct GemmKernels {
   decltype(&matmul_workspace_bytes) workspace_bytes;
 };
 
-extern const GemmKernels kCpuGemm;          // gemm_cpu.cpp: oneDNN
-extern const GemmKernels* const kCudaGemm;  // gemm_cuda.cu: cuBLASLt; null without CUDA
+extern const GemmKernels kCpuGemm;          // cpu/gemm.cpp: oneDNN
+extern const GemmKernels* const kCudaGemm;  // cuda/gemm.cu: cuBLASLt; null without CUDA
 
 }  // namespace trainer

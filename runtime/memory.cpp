@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "runtime/cuda_memory.h"
+#include "runtime/cuda/memory.h"
 #include "runtime/error.h"
 
 namespace trainer {

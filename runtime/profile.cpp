@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <map>
 
-#include "runtime/cuda_memory.h"
+#include "runtime/cuda/memory.h"
 #include "runtime/error.h"
 
 namespace trainer::profile {

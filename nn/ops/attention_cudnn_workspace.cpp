@@ -12,7 +12,7 @@
 //     192 MiB at the 124M shape, B=8, T=1024), planned up to kCudnnDeterministicCap; anything
 //     else gets kCudnnEngineAllowance.
 // At run time a plan is chosen among cuDNN's engine configurations that fit the planned engine
-// workspace (runtime/cudnn_graph.h); a shape none fits runs the own kernel, counted as a
+// workspace (runtime/cuda/cudnn_graph.h); a shape none fits runs the own kernel, counted as a
 // fallback (runtime/fallback.h). A packed batch's graph has a bucket of runs for a batch, so
 // its deterministic dP needs bucket / rows times the plan: packed batches of many documents
 // fit only the non-deterministic backward (train.attention_backward: fast).

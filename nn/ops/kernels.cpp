@@ -5,8 +5,8 @@
 
 namespace trainer::nn {
 
-extern const Kernels kCpuKernels;          // kernels_cpu.cpp
-extern const Kernels* const kCudaKernels;  // kernels_cuda.cpp, or null (kernels_cuda_absent.cpp)
+extern const Kernels kCpuKernels;          // cpu/kernels.cpp
+extern const Kernels* const kCudaKernels;  // cuda/kernels.cpp, or null (cuda/absent.cpp)
 
 const Kernels* backend_kernels(Device device) {
   switch (device) {

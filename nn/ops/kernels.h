@@ -1,6 +1,6 @@
 // One table of kernels per backend. The ops (nn/ops/<op>.h) are contracts; each backend has a
 // kernel for every op, with the op's own signature, and one table that names them
-// (kernels_<backend>.cpp). The ops reach a backend only through its table (dispatch.cpp); a
+// (<backend>/kernels.cpp). The ops reach a backend only through its table (dispatch.cpp); a
 // backend this build lacks has no table. A new op is its contract, a line in TRAINER_OPS, a
 // kernel per backend and its tests; a new backend is its kernels, its table and a Device.
 #pragma once

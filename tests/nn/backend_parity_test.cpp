@@ -35,7 +35,7 @@
 #include "nn/ops/swiglu.h"
 #include "nn/transformer.h"
 #include "runtime/buffer.h"
-#include "runtime/cuda_stream.h"
+#include "runtime/cuda/stream.h"
 #include "runtime/fallback.h"
 #include "runtime/memory.h"
 #include "runtime/workspace.h"

@@ -16,7 +16,7 @@
 #include "nn/ops/rmsnorm.h"
 #include "nn/ops/rope.h"
 #include "nn/ops/swiglu.h"
-#include "nn/ops/vec_math.h"
+#include "nn/ops/cpu/vec_math.h"
 
 namespace trainer::nn {
 

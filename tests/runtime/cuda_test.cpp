@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "runtime/buffer.h"
-#include "runtime/cuda_memory.h"
+#include "runtime/cuda/memory.h"
 #include "runtime/device.h"
 
 namespace trainer {

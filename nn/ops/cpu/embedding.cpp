@@ -1,0 +1,90 @@
+#include <omp.h>
+
+#include <algorithm>
+
+#include "nn/ops/cpu/dtype.h"
+#include "nn/ops/kernels.h"
+#include "runtime/workspace.h"
+
+namespace trainer::nn::cpu {
+
+namespace {
+
+template <typename T>
+void forward_rows(float* out, const int32_t* tokens, const int32_t* positions, const T* wte,
+                  const T* wpe, int64_t N, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* e = wte + int64_t(tokens[n]) * C;
+    float* o = out + n * C;
+    if (wpe) {
+      const T* p = wpe + int64_t(positions[n]) * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) o[c] = load(e[c]) + load(p[c]);
+    } else {
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) o[c] = load(e[c]);
+    }
+  }
+}
+
+// table[ids[n]] += dout[n] for every n. Rows sharing an id are summed in fp32 in row order and
+// added to the table once (one rounding for a bf16 table): the rows are first ordered by
+// (id, n) in `order`. Threads own channel slices, so no two write the same element.
+template <typename G>
+void accumulate_rows(G* table, const float* dout, const int32_t* ids, int64_t N, int64_t C,
+                     int64_t* order, float* acc) {
+  for (int64_t n = 0; n < N; ++n) order[n] = (int64_t(ids[n]) << 32) | n;
+  std::sort(order, order + N);
+#pragma omp parallel
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t c0 = C * t / nt, c1 = C * (t + 1) / nt;
+    for (int64_t i = 0; i < N;) {
+      const int64_t id = order[i] >> 32;
+      for (int64_t c = c0; c < c1; ++c) acc[c] = 0.0f;
+      for (; i < N && (order[i] >> 32) == id; ++i) {
+        const float* d = dout + (order[i] & 0xffffffff) * C;
+#pragma omp simd
+        for (int64_t c = c0; c < c1; ++c) acc[c] += d[c];
+      }
+      G* row = table + id * C;
+#pragma omp simd
+      for (int64_t c = c0; c < c1; ++c) store(row[c], load(row[c]) + acc[c]);
+    }
+  }
+}
+
+}  // namespace
+
+void embedding_forward(const Context& ctx, const Tensor& out, const ConstTensor& tokens,
+                       const ConstTensor& positions, const ConstTensor& wte,
+                       const ConstTensor& wpe) {
+  const int64_t N = out.rows(), C = out.cols();
+  with_float(wte.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    forward_rows(out.as<float>(), tokens.as<int32_t>(), positions.as<int32_t>(), wte.as<T>(),
+                 wpe.empty() ? nullptr : wpe.as<T>(), N, C);
+  });
+}
+
+void embedding_backward(const Context& ctx, const Tensor& dwte, const Tensor& dwpe,
+                        const ConstTensor& dout, const ConstTensor& tokens,
+                        const ConstTensor& positions) {
+  const int64_t N = dout.rows(), C = dout.cols();
+  Workspace::Scope scratch(ctx.workspace);
+  int64_t* order = scratch.take<int64_t>(N);
+  float* acc = scratch.take<float>(C);
+  with_float(dwte.dtype, [&](auto tag) {
+    using G = decltype(tag);
+    accumulate_rows(dwte.as<G>(), dout.as<float>(), tokens.as<int32_t>(), N, C, order, acc);
+    if (!dwpe.empty())
+      accumulate_rows(dwpe.as<G>(), dout.as<float>(), positions.as<int32_t>(), N, C, order, acc);
+  });
+}
+
+size_t embedding_backward_workspace(const Context&, int64_t N, int64_t C) {
+  return Workspace::bytes_for<int64_t>(N) + Workspace::bytes_for<float>(C);
+}
+
+}  // namespace trainer::nn::cpu

@@ -1,0 +1,25 @@
+// Sums the CPU kernels share, so that a fused kernel and the ops it replaces give the same bits.
+#pragma once
+
+#include <cstdint>
+
+#include "nn/ops/cpu/dtype.h"
+
+namespace trainer::nn::cpu {
+
+// out[i] = a[i] + b[i] for i < n, in fp32: the residual add, shared by residual_forward and the
+// norms that fuse it (their sums are then the same bits).
+template <typename B>
+inline void residual_add(float* out, const float* a, const B* b, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + load(b[i]);
+}
+
+// The norms' weight gradients sum their N rows in norm_parts(N) fixed parts (Note
+// [Thread-invariant norm gradients] in cpu/layernorm.cpp).
+constexpr int64_t kNormParts = 64;
+inline int64_t norm_parts(int64_t N) {
+  return N < kNormParts ? (N > 0 ? N : 1) : kNormParts;
+}
+
+}  // namespace trainer::nn::cpu

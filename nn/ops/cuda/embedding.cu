@@ -1,0 +1,121 @@
+// CUDA embedding: a thread per output element forward. Backward sorts the rows by table row
+// (cub's stable radix sort) and gives each run of equal rows one block that adds them in row
+// order: every table row has one writer (deterministic, no atomics), and the work is spread
+// over the distinct ids rather than over the C channels alone.
+#include <cub/device/device_radix_sort.cuh>
+
+#include "nn/ops/cuda/common.cuh"
+#include "nn/ops/kernels.h"
+#include "runtime/workspace.h"
+
+namespace trainer::nn::cuda {
+
+namespace {
+
+template <typename T>
+__global__ void forward_kernel(float* out, const int32_t* tok, const int32_t* pos, const T* wte,
+                               const T* wpe, int64_t N, int64_t C) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= N * C) return;
+  const int64_t n = i / C, c = i % C;
+  float v = ld(wte[int64_t(tok[n]) * C + c]);
+  if (wpe) v += ld(wpe[int64_t(pos[n]) * C + c]);
+  out[i] = v;
+}
+
+__global__ void iota_kernel(int32_t* x, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = int32_t(i);
+}
+
+// Block i looks at position i of the rows sorted by table row; the first position of each run of
+// equal table rows adds the run's rows, in row order, into that table row.
+template <typename G>
+__global__ void run_sums_kernel(G* table, const uint32_t* sorted_index, const int32_t* sorted_row,
+                                const float* dout, int64_t N, int64_t C) {
+  const int64_t i = blockIdx.x;
+  const uint32_t id = sorted_index[i];
+  if (i > 0 && sorted_index[i - 1] == id) return;
+  int64_t end = i + 1;
+  while (end < N && sorted_index[end] == id) ++end;
+  G* dst = table + int64_t(id) * C;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    float acc = ld(dst[c]);
+    for (int64_t j = i; j < end; ++j) acc += dout[int64_t(sorted_row[j]) * C + c];
+    st(dst[c], acc);
+  }
+}
+
+// Bits that hold every index of a table of `rows` rows.
+int index_bits(int64_t rows) {
+  int bits = 1;
+  while (bits < 32 && (int64_t(1) << bits) < rows) ++bits;
+  return bits;
+}
+
+// An upper bound on the scratch cub's radix sort of N pairs takes beyond its input and output:
+// its alternate key and value buffers (8N bytes) and its histograms and look-back tiles (a few
+// words per 256 items): planned without a device, checked against cub's own figure per call.
+size_t cub_sort_bound(int64_t N) {
+  return size_t(16 * N) + (size_t(1) << 20);
+}
+
+// table[index[n]] += dout[n] for every n, each table row's rows in row order.
+template <typename G>
+void add_rows(const Context& ctx, G* table, int64_t rows, const int32_t* index, const float* dout,
+              int64_t N, int64_t C) {
+  Workspace::Scope scratch(ctx.workspace);
+  uint32_t* sorted_index = scratch.take<uint32_t>(N);
+  int32_t* row = scratch.take<int32_t>(N);
+  int32_t* sorted_row = scratch.take<int32_t>(N);
+  const size_t bound = cub_sort_bound(N);
+  void* temp = scratch.take<char>(int64_t(bound));
+  const cudaStream_t stream = stream_of(ctx);
+  iota_kernel<<<blocks_for(N), kThreads, 0, stream>>>(row, N);
+  // Ids were validated non-negative: sorted as unsigned, on the bits a table row needs. cub's
+  // radix sort is stable, so equal ids keep their rows in order.
+  const auto* keys = reinterpret_cast<const uint32_t*>(index);
+  size_t bytes = 0;
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, keys, sorted_index, row, sorted_row, N,
+                                             0, index_bits(rows), stream));
+  TRAINER_ASSERT(bytes <= bound, "cub's radix sort of {} pairs wants {} bytes, {} planned", N,
+                 bytes, bound);
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, bytes, keys, sorted_index, row, sorted_row, N, 0,
+                                             index_bits(rows), stream));
+  run_sums_kernel<<<unsigned(N), 256, 0, stream>>>(table, sorted_index, sorted_row, dout, N, C);
+}
+
+}  // namespace
+
+void embedding_forward(const Context& ctx, const Tensor& out, const ConstTensor& tokens,
+                       const ConstTensor& positions, const ConstTensor& wte,
+                       const ConstTensor& wpe) {
+  const int64_t N = tokens.numel(), C = out.cols();
+  with_float(wte.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    forward_kernel<<<blocks_for(N * C), kThreads, 0, stream_of(ctx)>>>(
+        ptr<float>(out), ptr<int32_t>(tokens), ptr<int32_t>(positions), ptr<T>(wte),
+        wpe.empty() ? nullptr : ptr<T>(wpe), N, C);
+  });
+  check_launch("embedding_forward");
+}
+
+void embedding_backward(const Context& ctx, const Tensor& dwte, const Tensor& dwpe,
+                        const ConstTensor& dout, const ConstTensor& tokens,
+                        const ConstTensor& positions) {
+  const int64_t N = tokens.numel(), C = dout.cols();
+  with_float(dwte.dtype, [&](auto tag) {
+    using G = decltype(tag);
+    add_rows(ctx, ptr<G>(dwte), dwte.rows(), ptr<int32_t>(tokens), ptr<float>(dout), N, C);
+    if (!dwpe.empty())
+      add_rows(ctx, ptr<G>(dwpe), dwpe.rows(), ptr<int32_t>(positions), ptr<float>(dout), N, C);
+  });
+  check_launch("embedding_backward");
+}
+
+size_t embedding_backward_workspace(const Context&, int64_t N, int64_t) {
+  return 3 * Workspace::bytes_for<int32_t>(N) +
+         Workspace::bytes_for<char>(int64_t(cub_sort_bound(N)));
+}
+
+}  // namespace trainer::nn::cuda

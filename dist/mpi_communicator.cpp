@@ -4,11 +4,8 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <climits>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -19,6 +16,7 @@
 #include "dist/comm_engine.h"
 #include "dist/communicator.h"
 #include "dist/fixed_tree.h"
+#include "dist/mpi_process.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 
@@ -64,13 +62,6 @@ extern "C" void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
   add_into(DType::bf16, inout, in, *len);
 }
 
-std::string mpi_error_string(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(code, text, &len);
-  return std::string(text, size_t(len));
-}
-
 enum class Kind { all_reduce, reduce_scatter, all_gather, broadcast, barrier };
 
 const char* kind_name(Kind k) {
@@ -103,78 +94,10 @@ struct Op {
   std::string name;  // for messages: "all_reduce #12 (4096 x fp32)"
 };
 
-// Note [Aborting]
-// A rank that saw a collective fail (or is unwinding from any error) must not call
-// MPI_Finalize, which waits for peers that may be dead or stuck. Its communicator's destructor
-// instead marks the job for abort, and an exit handler calls MPI_Abort once main has printed
-// its error line, so every rank of the job ends non-zero instead of waiting out its timeout.
-std::atomic<bool> g_abort_at_exit{false};
-std::atomic<int> g_abort_code{1};
-
-void abort_at_exit() {
-  if (!g_abort_at_exit) return;
-  std::fflush(stdout);
-  std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, g_abort_code.load());
-}
-
-// Note [Ranks that never join]
-// MPI_Init returns only once every rank of the job has started and called it, and it has no
-// deadline of its own: a rank that never starts (a node that failed to launch it, a process
-// stuck before main) would leave the others waiting for ever. A watchdog ends the process with
-// one line if MPI_Init has not returned within dist.timeout_s.
-class JoinWatchdog {
- public:
-  JoinWatchdog(const LaunchInfo& launch, double timeout_s) {
-    thread_ = std::thread([this, launch, timeout_s] {
-      std::unique_lock lock(mu_);
-      if (cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return done_; }))
-        return;
-      std::fprintf(stderr,
-                   "[rank %d] error: MPI_Init has waited %.1f s (dist.timeout_s) for the other "
-                   "%d rank(s) of the job: at least one never started or never reached it; check "
-                   "the launcher's output for every rank and node\n",
-                   launch.rank, timeout_s, launch.world_size - 1);
-      std::fflush(stderr);
-      std::_Exit(1);
-    });
-  }
-  ~JoinWatchdog() {
-    {
-      std::lock_guard lock(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  JoinWatchdog(const JoinWatchdog&) = delete;
-  JoinWatchdog& operator=(const JoinWatchdog&) = delete;
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
-};
-
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(const LaunchInfo& launch, const CommOptions& options) : options_(options) {
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    CHECK(!initialized, "MPI is already initialised: create one MPI communicator per process");
-    int provided = 0;
-    int rc = 0;
-    {
-      const JoinWatchdog watchdog(launch, options.timeout_s);
-      rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
-    }
-    CHECK(rc == MPI_SUCCESS, "MPI_Init_thread failed: {}", mpi_error_string(rc));
-    CHECK(provided >= MPI_THREAD_SERIALIZED,
-          "MPI provides thread level {} but the communication thread needs "
-          "MPI_THREAD_SERIALIZED",
-          provided);
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    mpi_init(launch, options.timeout_s);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     if (rank_ != launch.rank || size_ != launch.world_size) {
@@ -192,7 +115,6 @@ class MpiCommunicator final : public Communicator {
     arrive_buf_.assign(size_t(size_), -1);
     arrive_recv_.assign(size_t(size_), MPI_REQUEST_NULL);
     for (int p : arrival_sources()) post_arrival_recv(p);
-    std::atexit(abort_at_exit);
     engine_ = std::make_unique<CommEngine>(size_);
   }
 
@@ -200,8 +122,7 @@ class MpiCommunicator final : public Communicator {
     engine_->stop();
     shutdown_requests();
     if (engine_->broken() || std::uncaught_exceptions() > 0) {
-      // See Note [Aborting]: main prints its one error line first, then exit aborts the job.
-      g_abort_at_exit = true;
+      abort_job_at_exit();  // main prints its one error line first (Note [Aborting])
       return;
     }
     MPI_Op_free(&bf16_sum_op_);
@@ -515,10 +436,6 @@ class MpiCommunicator final : public Communicator {
 };
 
 }  // namespace
-
-void set_abort_exit_code(int code) {
-  g_abort_code = code;
-}
 
 std::unique_ptr<Communicator> make_mpi_communicator(const LaunchInfo& launch,
                                                     const CommOptions& options) {

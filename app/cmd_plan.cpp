@@ -79,14 +79,12 @@ void print_stages(const RunConfig& rc, const nn::ParamLayout& layout, int world)
       const nn::Transformer::Memory m = nn::Transformer::planned_memory(rc.model, e);
       rest[k] = m.activations + m.workspace + m.inputs;
     }
-    for (dist::ShardingStage stage : {dist::ShardingStage::none, dist::ShardingStage::optimizer,
-                                      dist::ShardingStage::gradients, dist::ShardingStage::full}) {
+    for (const auto& [stage, name] : dist::kShardingStageNames.entries) {
       dist::ParallelConfig pc;
       pc.stage = stage;
       pc.reshard_after_forward = rc.reshard_after_forward;
       const dist::StateBytes st = dist::planned_state_bytes(layout, pc, world, e.compute, e.grad);
-      std::printf("  %-10s %-9s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f /%8.1f %10.1f /%9.1f\n",
-                  dist::sharding_stage_name(stage),
+      std::printf("  %-10s %-9s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f /%8.1f %10.1f /%9.1f\n", name,
                   compute == DType::f32 ? "fp32" : (e.grad == DType::bf16 ? "bf16" : "bf16/g32"),
                   st.masters / kMiB, st.working / kMiB, st.grads / kMiB, st.optimizer / kMiB,
                   st.buffers / kMiB, rest[0] / kMiB, rest[1] / kMiB,

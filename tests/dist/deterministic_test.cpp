@@ -214,14 +214,12 @@ TEST(Deterministic, EveryStageTrainsToTheBitsOfOneProcess) {
   std::unique_ptr<Communicator> single = make_single_process_communicator();
   for (const std::string& arch : nn::architecture_names()) {
     const std::vector<float> ref = train_deterministic(*single, ShardingStage::none, arch, 8);
-    for (ShardingStage s : {ShardingStage::none, ShardingStage::optimizer, ShardingStage::gradients,
-                            ShardingStage::full}) {
+    for (const auto& [s, name] : kShardingStageNames.entries) {
       const std::vector<float> got = train_deterministic(c, s, arch, 8);
       ASSERT_EQ(got.size(), ref.size());
       int64_t differ = 0;
       for (size_t k = 0; k < got.size(); ++k) differ += std::memcmp(&got[k], &ref[k], 4) != 0;
-      EXPECT_EQ(differ, 0) << sharding_stage_name(s) << " " << arch << " on " << c.size()
-                           << " ranks";
+      EXPECT_EQ(differ, 0) << name << " " << arch << " on " << c.size() << " ranks";
     }
   }
 }

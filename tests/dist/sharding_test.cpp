@@ -125,8 +125,14 @@ double max_diff_to(DataParallel& dp, const nn::Model& model, const std::vector<f
   return scale > 0 ? diff / scale : diff;
 }
 
-const ShardingStage kSharded[] = {ShardingStage::optimizer, ShardingStage::gradients,
-                                  ShardingStage::full};
+// Every sharded stage of the stage table: a new stage is tested here by being listed there.
+std::vector<ShardingStage> sharded_stages() {
+  std::vector<ShardingStage> out;
+  for (const auto& [stage, name] : kShardingStageNames.entries)
+    if (stage_record(stage).sharded) out.push_back(stage);
+  return out;
+}
+const std::vector<ShardingStage> kSharded = sharded_stages();
 
 std::vector<float> ddp_params(const MicroSchedule& micro, int steps, nn::Recompute r, DType compute,
                               const std::string& arch = "gpt2") {

@@ -1,9 +1,7 @@
 #include "runtime/memory.h"
 
-#include <cstring>
-
-#include "runtime/cuda/memory.h"
 #include "runtime/error.h"
+#include "runtime/memory_backend.h"
 
 namespace trainer {
 
@@ -12,14 +10,10 @@ void copy(const Context& ctx, const Tensor& dst, const ConstTensor& src) {
                  src.numel(), dtype_name(src.dtype), dst.numel(), dtype_name(dst.dtype));
   const size_t bytes = size_t(src.bytes());
   if (bytes == 0 || dst.data == src.data) return;
-  if (dst.device == Device::cpu && src.device == Device::cpu) {
-    std::memmove(dst.data, src.data, bytes);
-  } else if (dst.device == Device::cpu) {  // a read-back: the host uses it next
-    cuda_copy_async(dst.data, src.data, bytes, ctx.stream);
-    cuda_synchronize(ctx.stream);
-  } else {  // ordered with ctx's kernels
-    cuda_copy_async(dst.data, src.data, bytes, ctx.stream);
-  }
+  // The device side's table (the host's for a host copy), ordered with ctx's kernels.
+  const MemoryKernels& m = memory_kernels(dst.device != Device::cpu ? dst.device : src.device);
+  m.copy_async(dst.data, src.data, bytes, ctx.stream);
+  if (dst.device == Device::cpu) m.synchronize(ctx.stream);  // a read-back: the host uses it next
 }
 
 std::vector<float> read_as_f32(const Context& ctx, const ConstTensor& t) {
@@ -38,18 +32,19 @@ std::vector<float> read_as_f32(const Context& ctx, const ConstTensor& t) {
 void fill_zero(const Context& ctx, const Tensor& t) {
   const size_t bytes = size_t(t.bytes());
   if (bytes == 0) return;
-  switch (t.device) {
-    case Device::cpu:
-      std::memset(t.data, 0, bytes);
-      break;
-    case Device::cuda:
-      cuda_memset_zero_async(t.data, bytes, ctx.stream);
-      break;
-  }
+  memory_kernels(t.device).zero_async(t.data, bytes, ctx.stream);
+}
+
+const MemoryKernels& memory_kernels(Device device) {
+  const MemoryKernels* m = device == Device::cpu ? &kCpuMemory : kCudaMemory;
+  if (!m)
+    THROW_ERROR("this trainer was built without the {} backend (it has no memory)",
+                device_name(device));
+  return *m;
 }
 
 void synchronize(const Context& ctx) {
-  if (ctx.device == Device::cuda) cuda_synchronize(ctx.stream);
+  memory_kernels(ctx.device).synchronize(ctx.stream);
 }
 
 }  // namespace trainer

@@ -3,6 +3,7 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/gemm_backend.h"
+#include "runtime/memory_backend.h"
 
 namespace trainer {
 
@@ -13,23 +14,13 @@ int cuda_device_count() {
   return 0;
 }
 
-void* cuda_malloc_zeroed(size_t) {
-  THROW_ERROR("this trainer was built without the CUDA backend");
-}
-void cuda_free(void*) noexcept {}
 size_t cuda_free_memory() {
-  THROW_ERROR("this trainer was built without the CUDA backend");
-}
-void cuda_memset_zero(void*, size_t) {
   THROW_ERROR("this trainer was built without the CUDA backend");
 }
 void cuda_copy(void*, const void*, size_t) {
   THROW_ERROR("this trainer was built without the CUDA backend");
 }
 void cuda_copy_async(void*, const void*, size_t, void*) {
-  THROW_ERROR("this trainer was built without the CUDA backend");
-}
-void cuda_memset_zero_async(void*, size_t, void*) {
   THROW_ERROR("this trainer was built without the CUDA backend");
 }
 void cuda_synchronize(void*) {
@@ -73,6 +64,7 @@ void cuda_graph_launch(void*, void*) {
   THROW_ERROR("this trainer was built without the CUDA backend");
 }
 void cuda_graph_destroy(void*) noexcept {}
-extern const GemmKernels* const kCudaGemm = nullptr;  // no CUDA products
+extern const GemmKernels* const kCudaGemm = nullptr;      // no CUDA products
+extern const MemoryKernels* const kCudaMemory = nullptr;  // no CUDA memory
 
 }  // namespace trainer

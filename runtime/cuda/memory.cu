@@ -2,6 +2,7 @@
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/memory.h"
 #include "runtime/device.h"
+#include "runtime/memory_backend.h"
 
 namespace trainer {
 
@@ -156,5 +157,10 @@ void cuda_graph_launch(void* exec, void* stream) {
 void cuda_graph_destroy(void* exec) noexcept {
   if (exec) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec));
 }
+
+// The CUDA backend's memory table (runtime/memory_backend.h).
+const MemoryKernels kCudaMemoryTable{cuda_malloc_zeroed,     cuda_free,       cuda_memset_zero,
+                                     cuda_memset_zero_async, cuda_copy_async, cuda_synchronize};
+const MemoryKernels* const kCudaMemory = &kCudaMemoryTable;
 
 }  // namespace trainer

@@ -1,4 +1,6 @@
-// Where memory lives and kernels run. Dispatch is one explicit switch on this enum.
+// Where memory lives and kernels run. Each value has its backend's tables: kernels
+// (nn/ops/kernels.h), matrix products (runtime/gemm_backend.h) and memory
+// (runtime/memory_backend.h).
 #pragma once
 
 #include <cstdint>

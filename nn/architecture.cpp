@@ -7,9 +7,9 @@
 
 namespace trainer::nn {
 
-extern const Architecture kGpt2;   // gpt2.cpp
-extern const Architecture kLlama;  // llama.cpp
-extern const Architecture kNeox;   // neox.cpp
+extern const Architecture kGpt2;   // architectures/gpt2.cpp
+extern const Architecture kLlama;  // architectures/llama.cpp
+extern const Architecture kNeox;   // architectures/neox.cpp
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {&kGpt2, &kLlama, &kNeox};

@@ -1,5 +1,5 @@
-// What every architecture's block functions share: the bf16 copy of the residual gradient the
-// branches read.
+// What every architecture's block functions share: the packed q/k/v views, attention with the
+// KV cache and its backward, and the bf16 copy of the residual gradient the branches read.
 #include "nn/block.h"
 
 #include "nn/ops/attention.h"

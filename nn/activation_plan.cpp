@@ -31,7 +31,7 @@ int64_t aligned(int64_t bytes) {
 
 ActivationPlan::ActivationPlan(const ModelConfig& m, const ExecConfig& e) {
   const ArchSpec spec = arch_spec(m);
-  const int64_t N = int64_t(e.max_rows) * e.max_seq_len, C = m.n_embd, V = m.vocab_size;
+  const int64_t N = int64_t(e.max_rows) * e.max_seq_len, C = m.n_embd, V = m.local_vocab();
   capacity_ = N;
   int64_t next = 0;
   auto take = [&](int64_t& cursor, int64_t per_token, DType t) {
@@ -58,6 +58,7 @@ ActivationPlan::ActivationPlan(const ModelConfig& m, const ExecConfig& e) {
   lnf_mean = take(next, 1, DType::f32);
   lnf_rstd = take(next, 1, DType::f32);
   ce_stats = take(next, 2, DType::f32);
+  if (m.tensor.degree > 1) ce_parts = take(next, 2 * m.tensor.degree, DType::f32);
   if (e.training) {
     d_res = take(next, C, DType::f32);
     d_ln = take(next, C, e.compute);

@@ -43,6 +43,7 @@ class ActivationPlan {
 
   ActSlot lnf, lnf_mean, lnf_rstd;  // final norm (N,C) (N) (N)
   ActSlot ce_stats;                 // (N,2) fp32: per-row max and log-sum-exp offset
+  ActSlot ce_parts;                 // (R,N,2) fp32: each vocabulary slice's (R ranks > 1 only)
   ActSlot d_res;                    // (N,C) fp32: gradient of the residual stream
   ActSlot d_ln;                     // (N,C): gradient at a norm's output
   ActSlot logits;                   // (N,V), shared in time with the scratch below

@@ -46,6 +46,21 @@ enum class Role : uint8_t {
 // projections into the residual stream.
 enum class Init : uint8_t { zeros, ones, normal, normal_residual };
 
+// Note [Tensor-parallel splits]
+// How tensor parallelism (Megatron-LM's layout) cuts a parameter over the ranks of a group:
+// along dimension `dim`, seen as `groups` equal blocks that are each cut into `degree` pieces,
+// rank r taking piece r of every block (the fused q/k/v rows are three blocks, so each rank
+// takes its own heads' queries, keys and values). A column-parallel product (q/k/v, the MLP's
+// first) is cut along its outputs, a row-parallel one (the attention output projection, the
+// MLP's second) along its inputs, so the pair needs one sum over the group in forward and one
+// in backward; the token embedding and the head are cut along the vocabulary. dim -1: every
+// rank holds the whole parameter (norms, the row-parallel products' biases, positions).
+struct Split {
+  int8_t dim = -1;
+  int8_t groups = 1;
+};
+inline constexpr Split kReplicated{}, kRows{0, 1}, kCols{1, 1};
+
 struct ParamSpec {
   std::string name;  // Hugging Face name; a block's get the prefix "<block_prefix><l>."
   Role role;
@@ -56,11 +71,18 @@ struct ParamSpec {
   // (b, a, rest) there. GPT-NeoX keeps q, k, v by head: {3, H} turns [q; k; v] into
   // [q0 k0 v0; q1 k1 v1; ...]. {0, 0}: the same order.
   std::array<int64_t, 2> hf_rows{0, 0};
+  Split split{};                      // under tensor parallelism (Note [Tensor-parallel splits])
+  std::vector<int64_t> full_shape{};  // the whole tensor's shape (set by slice_spec)
 };
+
+// How a block product is cut under tensor parallelism: not at all, along its outputs (column
+// parallel) or along its inputs (row parallel).
+enum class Parallel : uint8_t { none, column, row };
 
 // One matrix product of a block, as (inputs, outputs) per token.
 struct Matmul {
   int64_t in, out;
+  Parallel parallel = Parallel::none;
 };
 
 // What a block activation is.
@@ -97,6 +119,7 @@ struct ActSpec {
   int64_t per_token;  // elements per token
   bool fp32;          // fp32 whatever the precision (statistics, the residual stream)
   ActKind kind;
+  bool split = false;  // per head or per hidden unit: 1/degree of it under tensor parallelism
 };
 
 enum class NormKind : uint8_t { layernorm, rmsnorm };
@@ -110,7 +133,13 @@ struct ArchSpec {
   float init_std = 0.02f;
 };
 
-// The specification of `model`'s architecture at its shape (its record's spec).
+// The specification of `model`'s architecture at its shape (its record's spec), cut to the slice
+// model.tensor names (slice_spec) under tensor parallelism.
 ArchSpec arch_spec(const ModelConfig& model);
+
+// `spec` (whole shapes) cut for `degree` ranks: each split parameter's shape along its dim, each
+// split activation and each parallel product divided by degree (full_shape keeps the whole).
+// Throws a UsageError naming the parameter and the fix when a dimension does not divide.
+ArchSpec slice_spec(ArchSpec spec, int degree);
 
 }  // namespace trainer::nn

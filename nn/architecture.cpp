@@ -34,7 +34,36 @@ const Architecture& ModelConfig::architecture() const {
 }
 
 ArchSpec arch_spec(const ModelConfig& model) {
-  return model.architecture().spec(model);
+  return slice_spec(model.architecture().spec(model), model.tensor.degree);
+}
+
+namespace {
+
+void slice_params(std::vector<ParamSpec>& params, int degree) {
+  for (ParamSpec& p : params) {
+    p.full_shape = p.shape;
+    if (p.split.dim < 0) continue;
+    int64_t& d = p.shape[size_t(p.split.dim)];
+    const int64_t pieces = int64_t(p.split.groups) * degree;
+    USAGE_CHECK(d % pieces == 0,
+                "dist.tensor_parallel = {} does not divide {}: its {} {} are cut into {} pieces "
+                "(choose a degree, or a model.n_embd or model.ffn_hidden, that divides them)",
+                degree, p.name, d, p.split.dim == 0 ? "rows" : "columns", pieces);
+    d /= degree;
+  }
+}
+
+}  // namespace
+
+ArchSpec slice_spec(ArchSpec spec, int degree) {
+  for (auto* unit : {&spec.embedding, &spec.block, &spec.final}) slice_params(*unit, degree);
+  for (ActSpec& a : spec.block_acts)
+    if (a.split) a.per_token /= degree;  // heads and hidden units: the parameters' checks hold
+  for (Matmul& m : spec.block_matmuls) {
+    if (m.parallel == Parallel::column) m.out /= degree;
+    if (m.parallel == Parallel::row) m.in /= degree;
+  }
+  return spec;
 }
 
 }  // namespace trainer::nn

@@ -8,7 +8,8 @@
 namespace trainer::nn {
 
 std::array<Tensor, 3> block_access::qkv_parts(const BlockTensors& t, const Tensor& packed) {
-  const int64_t C = t.model->n_embd, Ckv = t.model->kv_channels();
+  const int64_t C = int64_t(t.model->local_heads()) * t.model->head_size(),
+                Ckv = int64_t(t.model->local_kv_heads()) * t.model->head_size();
   const Tensor rows = packed.reshape({t.B, t.T, C + 2 * Ckv});
   return {rows.col_range(0, C), rows.col_range(C, Ckv), rows.col_range(C + Ckv, Ckv)};
 }
@@ -33,6 +34,18 @@ void block_access::attend_backward(const Context& ctx, const BlockTensors& t,
   attention_backward(ctx, d[0], d[1], d[2], A(t, Act::d_atty).reshape({t.B, t.T, C}),
                      A(t, Act::atty).reshape({t.B, t.T, C}), A(t, Act::att_lse), qkv[0], qkv[1],
                      qkv[2], t.mask, t.n_head);
+}
+
+void block_access::sum_partial_outputs(const BlockTensors& t, const Tensor& x) {
+  if (t.group) t.group->all_reduce(x);
+}
+
+void block_access::sum_partial_input_grads(const BlockTensors& t, const Tensor& dx) {
+  if (t.group) t.group->all_reduce(dx);
+}
+
+Tensor block_access::row_parallel_bias(const BlockTensors& t, Role bias) {
+  return !t.group || t.group->rank() == 0 ? W(t, bias) : Tensor{};
 }
 
 const Tensor& block_access::branch_grad(const Context& ctx, const BlockTensors& t) {

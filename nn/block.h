@@ -8,6 +8,7 @@
 
 #include "nn/arch.h"
 #include "nn/ops/attention.h"
+#include "nn/tensor_group.h"
 #include "runtime/context.h"
 #include "runtime/tensor.h"
 
@@ -15,7 +16,8 @@ namespace trainer::nn {
 
 struct BlockTensors {
   const ModelConfig* model = nullptr;  // the keys the block reads (heads, rotary embeddings)
-  int B = 0, T = 0, n_head = 0;
+  int B = 0, T = 0, n_head = 0;        // n_head: the heads of this slice
+  TensorGroup* group = nullptr;        // the other slices' ranks (tensor parallelism), or null
   std::array<Tensor, size_t(Role::kCount)> w;  // working weights (compute dtype), by role
   std::array<Tensor, size_t(Role::kCount)> g;  // gradients, by role
   std::array<Tensor, size_t(Act::kCount)> a;   // activations (N, per_token), by Act
@@ -51,6 +53,16 @@ inline const Tensor& G(const BlockTensors& t, Role r) {
 // The gradient the branches receive: d_res itself, or its bf16 copy in a bf16 model (made
 // here, once per branch).
 const Tensor& branch_grad(const Context& ctx, const BlockTensors& t);
+// Tensor parallelism (Note [Tensor-parallel splits]); nothing without it. A row-parallel
+// product's output x (the attention projection's, the MLP's second): each rank's is a partial
+// sum, summed over the group here.
+void sum_partial_outputs(const BlockTensors& t, const Tensor& x);
+// The input gradient dx of a column-parallel product (q/k/v, the MLP's first): each rank's is
+// its heads' or hidden units' part, summed over the group here before the norm's backward.
+void sum_partial_input_grads(const BlockTensors& t, const Tensor& dx);
+// A row-parallel product's bias: added on the group's rank 0 only (the sum would add every
+// rank's); its gradient is every rank's alike.
+Tensor row_parallel_bias(const BlockTensors& t, Role bias);
 // The queries (B,T,C), keys and values (B,T,Ckv) of a packed (N, C + 2 Ckv) tensor (the qkv
 // product, or its gradient): strided views, in that order.
 std::array<Tensor, 3> qkv_parts(const BlockTensors& t, const Tensor& packed);

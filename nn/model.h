@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "nn/param_layout.h"
+#include "nn/tensor_group.h"
 #include "runtime/context.h"
 #include "runtime/error.h"
 #include "runtime/tensor.h"
@@ -124,11 +125,18 @@ class Model {
     TRAINER_ASSERT(!store || !store_, "a second unit store on one model");
     store_ = store;
   }
+  // The group holding the model's other slices, which a model cut for tensor parallelism needs
+  // before its first forward (of the slice's degree). One at a time; nullptr detaches.
+  void attach_tensor_group(TensorGroup* group) {
+    TRAINER_ASSERT(!group || !group_, "a second tensor-parallel group on one model");
+    group_ = group;
+  }
 
  protected:
   GradsReadyHook grads_ready_;
   ParamsNeededHook params_needed_;
   UnitStore* store_ = nullptr;
+  TensorGroup* group_ = nullptr;
 };
 
 }  // namespace trainer::nn

@@ -18,11 +18,28 @@ void ModelConfig::validate() const {
   USAGE_CHECK(rotary_pct > 0 && rotary_pct <= 1, "model.rotary_pct must be in (0, 1], got {}",
               rotary_pct);
   architecture().validate(*this);
+  const int n = tensor.degree;
+  USAGE_CHECK(n >= 1 && tensor.rank >= 0 && tensor.rank < n, "tensor-parallel rank {} of {}",
+              tensor.rank, n);
+  if (n == 1) return;
+  USAGE_CHECK(n_head % n == 0,
+              "dist.tensor_parallel = {} does not divide model.n_head = {} (each rank takes whole "
+              "heads: choose a degree that divides the heads)",
+              n, n_head);
+  USAGE_CHECK(kv_heads() % n == 0,
+              "dist.tensor_parallel = {} does not divide model.n_kv_head = {} (each rank takes "
+              "whole key/value heads; replicating them over the ranks is not implemented: choose "
+              "a degree that divides n_kv_head)",
+              n, kv_heads());
+  USAGE_CHECK(vocab_size % n == 0,
+              "dist.tensor_parallel = {} does not divide model.vocab_size = {} (the embedding and "
+              "the head are cut by vocabulary rows: pad the vocabulary to a multiple of {})",
+              n, vocab_size, n);
 }
 
 int64_t ModelConfig::matmul_params() const {
   int64_t block = 0;
-  for (const Matmul& m : architecture().spec(*this).block_matmuls) block += m.in * m.out;
+  for (const Matmul& m : architecture().spec(whole()).block_matmuls) block += m.in * m.out;
   return int64_t(vocab_size) * n_embd + int64_t(n_layer) * block;
 }
 

@@ -25,6 +25,13 @@ struct TokenFlops {
   double at(int seq_len) const { return fixed + per_position * double(seq_len); }
 };
 
+// The slice of a model one process holds under tensor parallelism: its rank in a group of
+// `degree` (Note [Tensor-parallel splits]).
+struct TensorSlice {
+  int degree = 1;
+  int rank = 0;
+};
+
 struct ModelConfig {
   std::string arch = "gpt2";  // an architecture's name (nn/architecture.h lists them)
   int vocab_size = 8192;      // V: embedding rows (pad to a multiple of 64 for speed)
@@ -39,21 +46,39 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
   double rotary_pct = 1.0;     // the fraction of each head the rotary embeddings turn
   bool tie_embeddings = true;  // the head reads the token embedding
+  // Not a key of model.*: the slice this process holds (dist.tensor_parallel and the rank's
+  // place in the grid set it); the parameters and activations are the slice's.
+  TensorSlice tensor;
 
   // The record of `arch`; throws UsageError naming the architectures when there is none.
   const Architecture& architecture() const;
   int head_size() const { return n_embd / n_head; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  // What this slice holds: its heads, key/value heads, and vocabulary rows [vocab_begin(),
+  // vocab_begin() + local_vocab()).
+  int local_heads() const { return n_head / tensor.degree; }
+  int local_kv_heads() const { return kv_heads() / tensor.degree; }
+  int64_t local_vocab() const { return vocab_size / tensor.degree; }
+  int64_t vocab_begin() const { return local_vocab() * tensor.rank; }
+  // The whole model (tensor = {1, 0}).
+  ModelConfig whole() const {
+    ModelConfig m = *this;
+    m.tensor = {};
+    return m;
+  }
   // Key (and value) channels: kv_heads() * head_size().
   int64_t kv_channels() const { return int64_t(kv_heads()) * head_size(); }
   // The channels of each head the rotary embeddings turn: head_size() * rotary_pct, rounded
   // down as Hugging Face's GPT-NeoX does.
   int rotary_dims() const { return int(head_size() * rotary_pct); }
   // Throws UsageError naming the field when the shape is inconsistent: the keys every
-  // architecture shares here, then the architecture's own checks.
+  // architecture shares here, then the architecture's own checks, then whether the slice cuts
+  // evenly (heads, key/value heads, vocabulary; the parameters' other dimensions in
+  // slice_spec).
   void validate() const;
   // Parameters taking part in a matmul (every block product's matrix, the head once whether
-  // tied or not; not biases, norms or positions): N in the 6N FLOPs-per-token rule.
+  // tied or not; not biases, norms or positions) of the whole model: N in the 6N
+  // FLOPs-per-token rule.
   int64_t matmul_params() const;
   // Model FLOPs per token for training (PaLM appendix B), computed once per model.
   TokenFlops token_flops() const;

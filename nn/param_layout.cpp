@@ -11,15 +11,16 @@ namespace trainer::nn {
 ParamLayout::ParamLayout(const ModelConfig& cfg) {
   cfg.validate();
   const ArchSpec spec = arch_spec(cfg);
-  add_unit(UnitKind::embedding, spec.embedding, "", spec, cfg.n_layer);
+  add_unit(UnitKind::embedding, spec.embedding, "", spec, cfg);
   for (int l = 0; l < cfg.n_layer; ++l)
-    add_unit(UnitKind::block, spec.block, spec.block_prefix + std::to_string(l) + ".", spec,
-             cfg.n_layer);
-  add_unit(UnitKind::final, spec.final, "", spec, cfg.n_layer);
+    add_unit(UnitKind::block, spec.block, spec.block_prefix + std::to_string(l) + ".", spec, cfg);
+  add_unit(UnitKind::final, spec.final, "", spec, cfg);
 }
 
 void ParamLayout::add_unit(UnitKind kind, const std::vector<ParamSpec>& specs,
-                           const std::string& prefix, const ArchSpec& spec, int n_layer) {
+                           const std::string& prefix, const ArchSpec& spec,
+                           const ModelConfig& cfg) {
+  const int n_layer = cfg.n_layer;
   // GPT-2's rule: a projection onto the residual stream starts 1/sqrt(2L) smaller.
   const float residual_std = spec.init_std / std::sqrt(2.0f * float(n_layer));
   Unit u{kind, total_, total_, {}};
@@ -36,6 +37,9 @@ void ParamLayout::add_unit(UnitKind kind, const std::vector<ParamSpec>& specs,
     p.init_std = s.init == Init::normal_residual ? residual_std : spec.init_std;
     p.role = s.role;
     p.hf_rows = s.hf_rows;
+    p.split = s.split;
+    p.full_shape = s.full_shape;
+    p.tensor = cfg.tensor;
     p.unit = int(units_.size());
     TRAINER_ASSERT(u.param[size_t(s.role)] < 0, "role {} twice in a unit", int(s.role));
     u.param[size_t(s.role)] = int(params_.size());
@@ -68,6 +72,35 @@ uint64_t ParamLayout::digest() const {
   return hash64(s);
 }
 
+int64_t ParamInfo::full_numel() const {
+  int64_t n = 1;
+  for (int64_t d : full_shape) n *= d;
+  return n;
+}
+
+void for_each_whole_run(
+    const ParamInfo& p, int64_t begin, int64_t end,
+    const std::function<void(int64_t local, int64_t whole, int64_t count)>& fn) {
+  if (p.split.dim < 0 || p.tensor.degree == 1) {
+    if (begin < end) fn(begin, begin, end - begin);
+    return;
+  }
+  // The slice as (outer, D / degree, inner) around the cut dimension; along it, `chunk` rows of
+  // each of the `groups` blocks, this rank's piece of each.
+  const size_t dim = size_t(p.split.dim);
+  int64_t inner = 1;
+  for (size_t i = dim + 1; i < p.shape.size(); ++i) inner *= p.shape[i];
+  const int64_t D = p.full_shape[dim], Dl = p.shape[dim], chunk = Dl / p.split.groups;
+  for (int64_t i = begin; i < end;) {
+    const int64_t outer = i / (Dl * inner), j = i % (Dl * inner) / inner, c = i % inner;
+    const int64_t group = j / chunk;
+    const int64_t run_end = std::min(end, (outer * Dl + (group + 1) * chunk) * inner);
+    const int64_t whole_j = group * (D / p.split.groups) + p.tensor.rank * chunk + j % chunk;
+    fn(i, (outer * D + whole_j) * inner + c, run_end - i);
+    i = run_end;
+  }
+}
+
 void init_param(const ParamInfo& p, uint64_t seed, float* out) {
   init_param(p, seed, 0, p.numel, out);
 }
@@ -82,7 +115,10 @@ void init_param(const ParamInfo& p, uint64_t seed, int64_t begin, int64_t end, f
       break;
     case Init::normal:
     case Init::normal_residual:
-      fill_normal(out, begin, end, seed ^ hash64(p.name), 0.0f, p.init_std);
+      for_each_whole_run(p, begin, end, [&](int64_t local, int64_t whole, int64_t count) {
+        fill_normal(out + (local - begin), whole, whole + count, seed ^ hash64(p.name), 0.0f,
+                    p.init_std);
+      });
       break;
   }
 }

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,12 @@ struct ParamInfo {
   Role role = Role::kCount;
   int unit = 0;
   std::array<int64_t, 2> hf_rows{0, 0};  // ParamSpec::hf_rows
+  // Under tensor parallelism (Note [Tensor-parallel splits]): how the parameter is cut, the
+  // whole tensor's shape, and the slice held here. `shape` and `numel` are the slice's.
+  Split split;
+  std::vector<int64_t> full_shape;
+  TensorSlice tensor;
+  int64_t full_numel() const;
 };
 
 struct Unit {
@@ -57,14 +64,21 @@ class ParamLayout {
 
  private:
   void add_unit(UnitKind kind, const std::vector<ParamSpec>& specs, const std::string& prefix,
-                const ArchSpec& spec, int n_layer);
+                const ArchSpec& spec, const ModelConfig& cfg);
   std::vector<ParamInfo> params_;
   std::vector<Unit> units_;
   int64_t total_ = 0;
 };
 
+// Calls fn(local, whole, count) for the runs of p's elements [begin, end) (indices into the
+// slice held here) that are consecutive in the whole tensor too, with the index `whole` of the
+// run's first element there, in order; one run for a parameter that is not cut.
+void for_each_whole_run(const ParamInfo& p, int64_t begin, int64_t end,
+                        const std::function<void(int64_t local, int64_t whole, int64_t count)>& fn);
+
 // The initial values of parameter `p` (p.numel floats into `out`) by its specification's rule;
-// they depend only on (seed, p.name), so any shard of the model can be initialised alone.
+// they depend only on (seed, p.name) and each element's place in the whole tensor, so any shard
+// or tensor-parallel slice of the model can be initialised alone and agrees with the whole.
 void init_param(const ParamInfo& p, uint64_t seed, float* out);
 // Its elements [begin, end) into out[0..end-begin).
 void init_param(const ParamInfo& p, uint64_t seed, int64_t begin, int64_t end, float* out);

@@ -189,7 +189,8 @@ BlockTensors Transformer::block_tensors(int l, ParamUse use) {
   t.B = B_;
   t.T = T_;
   t.model = &config_;
-  t.n_head = config_.n_head;
+  t.n_head = config_.local_heads();
+  t.group = group();
   t.positions = positions_.view(DType::i32, int64_t(B_) * T_);
   const int u = layout_.block_unit(l);
   const Tensor w = unit_weights(u, use);
@@ -287,7 +288,8 @@ int64_t Transformer::forward(const BatchView& batch) {
 
 bool Transformer::graphs_allowed() const {
   if (!exec_.cuda_graphs || has_segments_ || profile::g_enabled) return false;
-  TRAINER_ASSERT(!store_ && exec_.device == Device::cuda, "CUDA graphs of a sharded or CPU model");
+  TRAINER_ASSERT(!store_ && !group_ && exec_.device == Device::cuda,
+                 "CUDA graphs of a sharded, tensor-parallel or CPU model");
   return true;
 }
 
@@ -306,6 +308,7 @@ void Transformer::forward_cached(const int32_t* tokens, int count, KvCache& cach
   TRAINER_ASSERT(cache.layers_ == config_.n_layer && cache.P_ == config_.max_seq_len &&
                      cache.C_ == config_.kv_channels() && cache.dtype_ == exec_.compute,
                  "a KV cache of another model");
+  TRAINER_ASSERT(config_.tensor.degree == 1, "decoding with a tensor-parallel slice");
   CHECK(count > 0 && cache.length() + count <= config_.max_seq_len,
         "the sequence is full ({} positions, model.max_seq_len)", config_.max_seq_len);
   stage_batch({1, count, tokens, nullptr, nullptr, nullptr}, cache.length());
@@ -314,15 +317,28 @@ void Transformer::forward_cached(const int32_t* tokens, int count, KvCache& cach
   cache.length_ += count;
 }
 
+TensorGroup* Transformer::group() const {
+  if (config_.tensor.degree == 1) return nullptr;
+  TRAINER_ASSERT(
+      group_ && group_->size() == config_.tensor.degree && group_->rank() == config_.tensor.rank,
+      "a model slice {} of {} without its tensor-parallel group", config_.tensor.rank,
+      config_.tensor.degree);
+  return group_;
+}
+
 void Transformer::forward_blocks_and_head(KvCache* cache) {
   const int E = layout_.embedding_unit(), F = layout_.final_unit(), L = config_.n_layer;
   const int64_t N = int64_t(B_) * T_;
   const Tensor we = unit_weights(E, ParamUse::forward);
+  TensorGroup* const g = group();
   segment(false, E, [&] {
-    embedding_forward(
-        ctx_, act(plan_.residual(0)), tokens_.view(DType::i32, N), positions_.view(DType::i32, N),
-        param(we, E, Role::tok_embedding),
-        layout_.has(E, Role::pos_embedding) ? param(we, E, Role::pos_embedding) : Tensor{});
+    // Vocabulary-parallel: each rank adds the rows of its slice (and rank 0 the positions).
+    const bool positions = layout_.has(E, Role::pos_embedding) && (!g || g->rank() == 0);
+    embedding_forward(ctx_, act(plan_.residual(0)), tokens_.view(DType::i32, N),
+                      positions_.view(DType::i32, N), param(we, E, Role::tok_embedding),
+                      positions ? param(we, E, Role::pos_embedding) : Tensor{},
+                      config_.vocab_begin());
+    if (g) g->all_reduce(act(plan_.residual(0)));
   });
   for (int l = 0; l < L; ++l) {
     BlockTensors t = block_tensors(l, ParamUse::forward);
@@ -347,10 +363,23 @@ void Transformer::forward_blocks_and_head(KvCache* cache) {
       PROFILE_SCOPE("lm_head_forward", "gemm");
       matmul(ctx_, logits(), act(plan_.lnf), false, head, true);
     }
-    if (has_targets_)
-      cross_entropy_forward(ctx_, scalars_.view(DType::f64, 1), act(plan_.ce_stats), logits(),
-                            targets_.view(DType::i32, N));
+    if (has_targets_) loss_forward();
   });
+}
+
+// Note [Vocabulary-parallel loss] (nn/ops/cross_entropy.h): a rank's loss is that of the targets
+// in its slice, so the group's losses add up to the batch's.
+void Transformer::loss_forward() {
+  const int64_t N = int64_t(B_) * T_;
+  const Tensor targets = targets_.view(DType::i32, N), stats = act(plan_.ce_stats);
+  cross_entropy_stats(ctx_, stats, logits(), targets);
+  if (TensorGroup* g = group()) {
+    const Tensor parts = act(plan_.ce_parts);
+    g->all_gather(parts, stats.reshape({2 * N}));
+    cross_entropy_merge_stats(ctx_, stats, parts, targets);
+  }
+  cross_entropy_loss(ctx_, scalars_.view(DType::f64, 1), logits(), stats, targets,
+                     config_.vocab_begin());
 }
 
 void Transformer::backward(float loss_scale) {
@@ -369,13 +398,15 @@ void Transformer::backward(float loss_scale) {
   segment(true, F, [&] {
     const Tensor dlogits = logits();  // overwrites the logits in place
     cross_entropy_backward(ctx_, dlogits, logits(), act(plan_.ce_stats),
-                           targets_.view(DType::i32, N), loss_scale_.view(DType::f32, 1));
+                           targets_.view(DType::i32, N), loss_scale_.view(DType::f32, 1),
+                           config_.vocab_begin());
     {
       // Through the head (V, C): d lnf = dlogits @ head; d head += dlogits^T @ lnf.
       PROFILE_SCOPE("lm_head_backward", "gemm");
       matmul(ctx_, act(plan_.d_ln), dlogits, false, head, false);
       matmul(ctx_, dhead, dlogits, true, act(plan_.lnf), false, 1.0f, 1.0f);
     }
+    if (TensorGroup* g = group()) g->all_reduce(act(plan_.d_ln));  // each slice's part
     fill_zero(ctx_, act(plan_.d_res));
     if (spec_.norm == NormKind::rmsnorm)
       rmsnorm_backward(ctx_, act(plan_.d_res), param(gf, F, Role::final_norm_w), act(plan_.d_ln),
@@ -396,7 +427,8 @@ void Transformer::backward(float loss_scale) {
     embedding_backward(
         ctx_, param(ge, E, Role::tok_embedding),
         layout_.has(E, Role::pos_embedding) ? param(ge, E, Role::pos_embedding) : Tensor{},
-        act(plan_.d_res), tokens_.view(DType::i32, N), positions_.view(DType::i32, N));
+        act(plan_.d_res), tokens_.view(DType::i32, N), positions_.view(DType::i32, N),
+        config_.vocab_begin());
   });
   unit_ready(E);
 }

@@ -101,6 +101,10 @@ class Transformer final : public Model {
   // on CUDA (upload_ or scale_upload_), between its begin() and end() (Note [Batch upload]).
   void put(PinnedUpload* up, Buffer& dst, const void* src, DType dtype, int64_t count);
   void forward_blocks_and_head(KvCache* cache);
+  // The loss of the last forward's targets, added to the loss accumulator.
+  void loss_forward();
+  // The group of the model's other slices (tensor parallelism), or null for a whole model.
+  TensorGroup* group() const;
   void backward_block(int layer);
   // Whether this batch's training passes may run as CUDA graphs (Note [CUDA graphs]).
   bool graphs_allowed() const;

@@ -18,7 +18,7 @@ namespace trainer::nn {
 
 int64_t Transformer::workspace_bytes(const ModelConfig& m, const ExecConfig& e,
                                      const Context& ctx) {
-  const int64_t N = int64_t(e.max_rows) * e.max_seq_len, C = m.n_embd, V = m.vocab_size;
+  const int64_t N = int64_t(e.max_rows) * e.max_seq_len, C = m.n_embd, V = m.local_vocab();
   const DType act = e.compute;
   size_t most = 0;
   for (const Matmul& mm : arch_spec(m).block_matmuls)
@@ -26,10 +26,10 @@ int64_t Transformer::workspace_bytes(const ModelConfig& m, const ExecConfig& e,
   for (size_t b :
        {embedding_backward_workspace(ctx, N, C), layernorm_backward_workspace(ctx, C),
         rmsnorm_backward_workspace(ctx, C),
-        attention_workspace(ctx, e.max_rows, m.n_head, e.max_seq_len, m.max_seq_len, m.head_size(),
-                            act, false),
-        attention_workspace(ctx, e.max_rows, m.n_head, e.max_seq_len, e.max_seq_len, m.head_size(),
-                            act, true),
+        attention_workspace(ctx, e.max_rows, m.local_heads(), e.max_seq_len, m.max_seq_len,
+                            m.head_size(), act, false),
+        attention_workspace(ctx, e.max_rows, m.local_heads(), e.max_seq_len, e.max_seq_len,
+                            m.head_size(), act, true),
         cross_entropy_workspace(ctx, N), sum_squares_workspace(ctx),
         matmul_workspace_bytes(ctx, N, V, C, act), matmul_workspace_bytes(ctx, N, C, V, act),
         matmul_workspace_bytes(ctx, V, C, N, act)})

@@ -33,32 +33,43 @@ ArchSpec gpt2_spec(const ModelConfig& m) {
   const int64_t C = m.n_embd, V = m.vocab_size, P = m.max_seq_len, H = m.n_head;
   ArchSpec s;
   s.block_prefix = "h.";
-  s.embedding = {{"wte.weight", Role::tok_embedding, {V, C}, false, Init::normal},
+  s.embedding = {{"wte.weight", Role::tok_embedding, {V, C}, false, Init::normal, {}, kRows},
                  {"wpe.weight", Role::pos_embedding, {P, C}, false, Init::normal}};
-  s.block = {{"ln_1.weight", Role::norm1_w, {C}, false, Init::ones},
-             {"ln_1.bias", Role::norm1_b, {C}, false, Init::zeros},
-             {"attn.c_attn.weight", Role::qkv_w, {C, 3 * C}, true, Init::normal},
-             {"attn.c_attn.bias", Role::qkv_b, {3 * C}, false, Init::zeros},
-             {"attn.c_proj.weight", Role::attn_proj_w, {C, C}, true, Init::normal_residual},
-             {"attn.c_proj.bias", Role::attn_proj_b, {C}, false, Init::zeros},
-             {"ln_2.weight", Role::norm2_w, {C}, false, Init::ones},
-             {"ln_2.bias", Role::norm2_b, {C}, false, Init::zeros},
-             {"mlp.c_fc.weight", Role::fc_w, {C, 4 * C}, true, Init::normal},
-             {"mlp.c_fc.bias", Role::fc_b, {4 * C}, false, Init::zeros},
-             {"mlp.c_proj.weight", Role::fc_proj_w, {4 * C, C}, true, Init::normal_residual},
-             {"mlp.c_proj.bias", Role::fc_proj_b, {C}, false, Init::zeros}};
+  s.block = {
+      {"ln_1.weight", Role::norm1_w, {C}, false, Init::ones},
+      {"ln_1.bias", Role::norm1_b, {C}, false, Init::zeros},
+      {"attn.c_attn.weight", Role::qkv_w, {C, 3 * C}, true, Init::normal, {}, {1, 3}},
+      {"attn.c_attn.bias", Role::qkv_b, {3 * C}, false, Init::zeros, {}, {0, 3}},
+      {"attn.c_proj.weight", Role::attn_proj_w, {C, C}, true, Init::normal_residual, {}, kRows},
+      {"attn.c_proj.bias", Role::attn_proj_b, {C}, false, Init::zeros},
+      {"ln_2.weight", Role::norm2_w, {C}, false, Init::ones},
+      {"ln_2.bias", Role::norm2_b, {C}, false, Init::zeros},
+      {"mlp.c_fc.weight", Role::fc_w, {C, 4 * C}, true, Init::normal, {}, kCols},
+      {"mlp.c_fc.bias", Role::fc_b, {4 * C}, false, Init::zeros, {}, kRows},
+      {"mlp.c_proj.weight", Role::fc_proj_w, {4 * C, C}, true, Init::normal_residual, {}, kRows},
+      {"mlp.c_proj.bias", Role::fc_proj_b, {C}, false, Init::zeros}};
   s.final = {{"ln_f.weight", Role::final_norm_w, {C}, false, Init::ones},
              {"ln_f.bias", Role::final_norm_b, {C}, false, Init::zeros}};
   using K = ActKind;
-  s.block_acts = {{Act::ln1, C, false, K::cheap},         {Act::ln1_mean, 1, true, K::stat},
-                  {Act::ln1_rstd, 1, true, K::stat},      {Act::qkv, 3 * C, false, K::expensive},
-                  {Act::atty, C, false, K::expensive},    {Act::att_lse, H, true, K::stat},
-                  {Act::res_mid, C, true, K::expensive},  {Act::ln2, C, false, K::cheap},
-                  {Act::ln2_mean, 1, true, K::stat},      {Act::ln2_rstd, 1, true, K::stat},
-                  {Act::fch, 4 * C, false, K::expensive}, {Act::fch_gelu, 4 * C, false, K::cheap},
-                  {Act::d_qkv, 3 * C, false, K::scratch}, {Act::d_atty, C, false, K::scratch},
-                  {Act::d_fch, 4 * C, false, K::scratch}};
-  s.block_matmuls = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+  s.block_acts = {{Act::ln1, C, false, K::cheap},
+                  {Act::ln1_mean, 1, true, K::stat},
+                  {Act::ln1_rstd, 1, true, K::stat},
+                  {Act::qkv, 3 * C, false, K::expensive, true},
+                  {Act::atty, C, false, K::expensive, true},
+                  {Act::att_lse, H, true, K::stat, true},
+                  {Act::res_mid, C, true, K::expensive},
+                  {Act::ln2, C, false, K::cheap},
+                  {Act::ln2_mean, 1, true, K::stat},
+                  {Act::ln2_rstd, 1, true, K::stat},
+                  {Act::fch, 4 * C, false, K::expensive, true},
+                  {Act::fch_gelu, 4 * C, false, K::cheap, true},
+                  {Act::d_qkv, 3 * C, false, K::scratch, true},
+                  {Act::d_atty, C, false, K::scratch, true},
+                  {Act::d_fch, 4 * C, false, K::scratch, true}};
+  s.block_matmuls = {{C, 3 * C, Parallel::column},
+                     {C, C, Parallel::row},
+                     {C, 4 * C, Parallel::column},
+                     {4 * C, C, Parallel::row}};
   return s;
 }
 
@@ -78,11 +89,15 @@ void gpt2_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
   linear_forward(ctx, A(t, qkv), A(t, ln1), W(t, R::qkv_w), W(t, R::qkv_b));
   const auto [q, k, v] = qkv_parts(t, A(t, qkv));
   attend(ctx, t, q, k, v);
-  linear_forward(ctx, t.tmp, A(t, atty), W(t, R::attn_proj_w), W(t, R::attn_proj_b));
+  linear_forward(ctx, t.tmp, A(t, atty), W(t, R::attn_proj_w),
+                 row_parallel_bias(t, R::attn_proj_b));
+  sum_partial_outputs(t, t.tmp);
   layernorm_residual_forward(ctx, A(t, res_mid), A(t, ln2), A(t, ln2_mean), A(t, ln2_rstd), t.x,
                              t.tmp, W(t, R::norm2_w), W(t, R::norm2_b));
   linear_gelu_forward(ctx, A(t, fch_gelu), A(t, fch), A(t, ln2), W(t, R::fc_w), W(t, R::fc_b));
-  linear_forward(ctx, t.tmp, A(t, fch_gelu), W(t, R::fc_proj_w), W(t, R::fc_proj_b));
+  linear_forward(ctx, t.tmp, A(t, fch_gelu), W(t, R::fc_proj_w),
+                 row_parallel_bias(t, R::fc_proj_b));
+  sum_partial_outputs(t, t.tmp);
   if (pass == BlockPass::train) residual_forward(ctx, t.out, A(t, res_mid), t.tmp);
 }
 
@@ -93,6 +108,7 @@ void gpt2_block_backward(const Context& ctx, const BlockTensors& t) {
   gelu_linear_backward(ctx, A(t, d_fch), G(t, R::fc_proj_w), G(t, R::fc_proj_b),
                        branch_grad(ctx, t), A(t, fch_gelu), W(t, R::fc_proj_w), A(t, fch));
   linear_backward(ctx, t.d_ln, G(t, R::fc_w), G(t, R::fc_b), A(t, d_fch), A(t, ln2), W(t, R::fc_w));
+  sum_partial_input_grads(t, t.d_ln);
   layernorm_backward(ctx, t.d_res, G(t, R::norm2_w), G(t, R::norm2_b), t.d_ln, A(t, res_mid),
                      W(t, R::norm2_w), A(t, ln2_mean), A(t, ln2_rstd));
   // Attention branch.
@@ -101,6 +117,7 @@ void gpt2_block_backward(const Context& ctx, const BlockTensors& t) {
   attend_backward(ctx, t, qkv_parts(t, A(t, d_qkv)), qkv_parts(t, A(t, qkv)));
   linear_backward(ctx, t.d_ln, G(t, R::qkv_w), G(t, R::qkv_b), A(t, d_qkv), A(t, ln1),
                   W(t, R::qkv_w));
+  sum_partial_input_grads(t, t.d_ln);
   layernorm_backward(ctx, t.d_res, G(t, R::norm1_w), G(t, R::norm1_b), t.d_ln, t.x,
                      W(t, R::norm1_w), A(t, ln1_mean), A(t, ln1_rstd));
 }

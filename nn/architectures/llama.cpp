@@ -50,36 +50,47 @@ ArchSpec llama_spec(const ModelConfig& m) {
   ArchSpec s;
   s.norm = NormKind::rmsnorm;
   s.block_prefix = "model.layers.";
-  s.embedding = {{"model.embed_tokens.weight", Role::tok_embedding, {V, C}, false, Init::normal}};
-  s.block = {{"input_layernorm.weight", Role::norm1_w, {C}, false, Init::ones},
-             {"self_attn.q_proj.weight", Role::q_w, {C, C}, true, Init::normal},
-             {"self_attn.k_proj.weight", Role::k_w, {Ckv, C}, true, Init::normal},
-             {"self_attn.v_proj.weight", Role::v_w, {Ckv, C}, true, Init::normal},
-             {"self_attn.o_proj.weight", Role::attn_proj_w, {C, C}, true, Init::normal_residual},
-             {"post_attention_layernorm.weight", Role::norm2_w, {C}, false, Init::ones},
-             {"mlp.gate_proj.weight", Role::gate_w, {F, C}, true, Init::normal},
-             {"mlp.up_proj.weight", Role::up_w, {F, C}, true, Init::normal},
-             {"mlp.down_proj.weight", Role::down_w, {C, F}, true, Init::normal_residual}};
+  s.embedding = {
+      {"model.embed_tokens.weight", Role::tok_embedding, {V, C}, false, Init::normal, {}, kRows}};
+  s.block = {
+      {"input_layernorm.weight", Role::norm1_w, {C}, false, Init::ones},
+      {"self_attn.q_proj.weight", Role::q_w, {C, C}, true, Init::normal, {}, kRows},
+      {"self_attn.k_proj.weight", Role::k_w, {Ckv, C}, true, Init::normal, {}, kRows},
+      {"self_attn.v_proj.weight", Role::v_w, {Ckv, C}, true, Init::normal, {}, kRows},
+      {"self_attn.o_proj.weight",
+       Role::attn_proj_w,
+       {C, C},
+       true,
+       Init::normal_residual,
+       {},
+       kCols},
+      {"post_attention_layernorm.weight", Role::norm2_w, {C}, false, Init::ones},
+      {"mlp.gate_proj.weight", Role::gate_w, {F, C}, true, Init::normal, {}, kRows},
+      {"mlp.up_proj.weight", Role::up_w, {F, C}, true, Init::normal, {}, kRows},
+      {"mlp.down_proj.weight", Role::down_w, {C, F}, true, Init::normal_residual, {}, kCols}};
   s.final = {{"model.norm.weight", Role::final_norm_w, {C}, false, Init::ones}};
   if (!m.tie_embeddings)
-    s.final.push_back({"lm_head.weight", Role::lm_head, {V, C}, true, Init::normal});
+    s.final.push_back({"lm_head.weight", Role::lm_head, {V, C}, true, Init::normal, {}, kRows});
   using K = ActKind;
   const int64_t qkv = C + 2 * Ckv;
   s.block_acts = {{Act::ln1, C, false, K::cheap},
                   {Act::ln1_rstd, 1, true, K::stat},
-                  {Act::qkv, qkv, false, K::expensive},
-                  {Act::atty, C, false, K::expensive},
-                  {Act::att_lse, H, true, K::stat},
+                  {Act::qkv, qkv, false, K::expensive, true},
+                  {Act::atty, C, false, K::expensive, true},
+                  {Act::att_lse, H, true, K::stat, true},
                   {Act::res_mid, C, true, K::expensive},
                   {Act::ln2, C, false, K::cheap},
                   {Act::ln2_rstd, 1, true, K::stat},
-                  {Act::gate_up, 2 * F, false, K::expensive},
-                  {Act::swiglu, F, false, K::cheap},
-                  {Act::d_qkv, qkv, false, K::scratch},
-                  {Act::d_atty, C, false, K::scratch},
-                  {Act::d_gate_up, 2 * F, false, K::scratch},
-                  {Act::d_swiglu, F, false, K::scratch}};
-  s.block_matmuls = {{C, qkv}, {C, C}, {C, 2 * F}, {F, C}};
+                  {Act::gate_up, 2 * F, false, K::expensive, true},
+                  {Act::swiglu, F, false, K::cheap, true},
+                  {Act::d_qkv, qkv, false, K::scratch, true},
+                  {Act::d_atty, C, false, K::scratch, true},
+                  {Act::d_gate_up, 2 * F, false, K::scratch, true},
+                  {Act::d_swiglu, F, false, K::scratch, true}};
+  s.block_matmuls = {{C, qkv, Parallel::column},
+                     {C, C, Parallel::row},
+                     {C, 2 * F, Parallel::column},
+                     {F, C, Parallel::row}};
   return s;
 }
 
@@ -124,11 +135,13 @@ void llama_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pa
   rope_forward(ctx, k, t.positions, hs, hs, t.model->rope_theta);
   attend(ctx, t, q, k, v);
   linear_forward(ctx, t.tmp, A(t, atty), W(t, R::attn_proj_w), {}, kOutIn);
+  sum_partial_outputs(t, t.tmp);
   rmsnorm_residual_forward(ctx, A(t, res_mid), A(t, ln2), A(t, ln2_rstd), t.x, t.tmp,
                            W(t, R::norm2_w));
   linear_forward(ctx, A(t, gate_up), A(t, ln2), gate_up_weight(t.w), {}, kOutIn);
   swiglu_forward(ctx, A(t, swiglu), A(t, gate_up));
   linear_forward(ctx, t.tmp, A(t, swiglu), W(t, R::down_w), {}, kOutIn);
+  sum_partial_outputs(t, t.tmp);
   if (pass == BlockPass::train) residual_forward(ctx, t.out, A(t, res_mid), t.tmp);
 }
 
@@ -142,6 +155,7 @@ void llama_block_backward(const Context& ctx, const BlockTensors& t) {
   swiglu_backward(ctx, A(t, d_gate_up), A(t, d_swiglu), A(t, gate_up));
   linear_backward(ctx, t.d_ln, gate_up_weight(t.g), {}, A(t, d_gate_up), A(t, ln2),
                   gate_up_weight(t.w), kOutIn);
+  sum_partial_input_grads(t, t.d_ln);
   rmsnorm_backward(ctx, t.d_res, G(t, R::norm2_w), t.d_ln, A(t, res_mid), W(t, R::norm2_w),
                    A(t, ln2_rstd));
   // Attention branch.
@@ -154,6 +168,7 @@ void llama_block_backward(const Context& ctx, const BlockTensors& t) {
   rope_backward(ctx, dk, t.positions, hs, hs, t.model->rope_theta);
   linear_backward(ctx, t.d_ln, qkv_weight(t, t.g), {}, A(t, d_qkv), A(t, ln1), qkv_weight(t, t.w),
                   kOutIn);
+  sum_partial_input_grads(t, t.d_ln);
   rmsnorm_backward(ctx, t.d_res, G(t, R::norm1_w), t.d_ln, t.x, W(t, R::norm1_w), A(t, ln1_rstd));
 }
 

@@ -44,34 +44,57 @@ ArchSpec neox_spec(const ModelConfig& m) {
   const int64_t C = m.n_embd, V = m.vocab_size, H = m.n_head;
   ArchSpec s;
   s.block_prefix = "gpt_neox.layers.";
-  s.embedding = {{"gpt_neox.embed_in.weight", Role::tok_embedding, {V, C}, false, Init::normal}};
+  s.embedding = {
+      {"gpt_neox.embed_in.weight", Role::tok_embedding, {V, C}, false, Init::normal, {}, kRows}};
   const std::array<int64_t, 2> by_head{3, H};
   s.block = {
       {"input_layernorm.weight", Role::norm1_w, {C}, false, Init::ones},
       {"input_layernorm.bias", Role::norm1_b, {C}, false, Init::zeros},
-      {"attention.query_key_value.weight", Role::qkv_w, {3 * C, C}, true, Init::normal, by_head},
-      {"attention.query_key_value.bias", Role::qkv_b, {3 * C}, false, Init::zeros, by_head},
-      {"attention.dense.weight", Role::attn_proj_w, {C, C}, true, Init::normal_residual},
+      {"attention.query_key_value.weight",
+       Role::qkv_w,
+       {3 * C, C},
+       true,
+       Init::normal,
+       by_head,
+       {0, 3}},
+      {"attention.query_key_value.bias", Role::qkv_b, {3 * C}, false, Init::zeros, by_head, {0, 3}},
+      {"attention.dense.weight", Role::attn_proj_w, {C, C}, true, Init::normal_residual, {}, kCols},
       {"attention.dense.bias", Role::attn_proj_b, {C}, false, Init::zeros},
       {"post_attention_layernorm.weight", Role::norm2_w, {C}, false, Init::ones},
       {"post_attention_layernorm.bias", Role::norm2_b, {C}, false, Init::zeros},
-      {"mlp.dense_h_to_4h.weight", Role::fc_w, {4 * C, C}, true, Init::normal},
-      {"mlp.dense_h_to_4h.bias", Role::fc_b, {4 * C}, false, Init::zeros},
-      {"mlp.dense_4h_to_h.weight", Role::fc_proj_w, {C, 4 * C}, true, Init::normal_residual},
+      {"mlp.dense_h_to_4h.weight", Role::fc_w, {4 * C, C}, true, Init::normal, {}, kRows},
+      {"mlp.dense_h_to_4h.bias", Role::fc_b, {4 * C}, false, Init::zeros, {}, kRows},
+      {"mlp.dense_4h_to_h.weight",
+       Role::fc_proj_w,
+       {C, 4 * C},
+       true,
+       Init::normal_residual,
+       {},
+       kCols},
       {"mlp.dense_4h_to_h.bias", Role::fc_proj_b, {C}, false, Init::zeros}};
   s.final = {{"gpt_neox.final_layer_norm.weight", Role::final_norm_w, {C}, false, Init::ones},
              {"gpt_neox.final_layer_norm.bias", Role::final_norm_b, {C}, false, Init::zeros}};
   if (!m.tie_embeddings)
-    s.final.push_back({"embed_out.weight", Role::lm_head, {V, C}, true, Init::normal});
+    s.final.push_back({"embed_out.weight", Role::lm_head, {V, C}, true, Init::normal, {}, kRows});
   using K = ActKind;
-  s.block_acts = {{Act::ln1, C, false, K::cheap},          {Act::ln1_mean, 1, true, K::stat},
-                  {Act::ln1_rstd, 1, true, K::stat},       {Act::qkv, 3 * C, false, K::expensive},
-                  {Act::atty, C, false, K::expensive},     {Act::att_lse, H, true, K::stat},
-                  {Act::ln2, C, false, K::cheap},          {Act::ln2_mean, 1, true, K::stat},
-                  {Act::ln2_rstd, 1, true, K::stat},       {Act::fch, 4 * C, false, K::expensive},
-                  {Act::fch_gelu, 4 * C, false, K::cheap}, {Act::d_qkv, 3 * C, false, K::scratch},
-                  {Act::d_atty, C, false, K::scratch},     {Act::d_fch, 4 * C, false, K::scratch}};
-  s.block_matmuls = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+  s.block_acts = {{Act::ln1, C, false, K::cheap},
+                  {Act::ln1_mean, 1, true, K::stat},
+                  {Act::ln1_rstd, 1, true, K::stat},
+                  {Act::qkv, 3 * C, false, K::expensive, true},
+                  {Act::atty, C, false, K::expensive, true},
+                  {Act::att_lse, H, true, K::stat, true},
+                  {Act::ln2, C, false, K::cheap},
+                  {Act::ln2_mean, 1, true, K::stat},
+                  {Act::ln2_rstd, 1, true, K::stat},
+                  {Act::fch, 4 * C, false, K::expensive, true},
+                  {Act::fch_gelu, 4 * C, false, K::cheap, true},
+                  {Act::d_qkv, 3 * C, false, K::scratch, true},
+                  {Act::d_atty, C, false, K::scratch, true},
+                  {Act::d_fch, 4 * C, false, K::scratch, true}};
+  s.block_matmuls = {{C, 3 * C, Parallel::column},
+                     {C, C, Parallel::row},
+                     {C, 4 * C, Parallel::column},
+                     {4 * C, C, Parallel::row}};
   return s;
 }
 
@@ -98,12 +121,16 @@ void neox_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
   rope_forward(ctx, q, t.positions, hs, rd, theta);
   rope_forward(ctx, k, t.positions, hs, rd, theta);
   attend(ctx, t, q, k, v);
-  linear_forward(ctx, t.tmp, A(t, atty), W(t, R::attn_proj_w), W(t, R::attn_proj_b), kOutIn);
+  linear_forward(ctx, t.tmp, A(t, atty), W(t, R::attn_proj_w), row_parallel_bias(t, R::attn_proj_b),
+                 kOutIn);
+  sum_partial_outputs(t, t.tmp);
   if (pass == BlockPass::train) residual_forward(ctx, t.out, t.x, t.tmp);
   // MLP branch, beside it.
   linear_gelu_forward(ctx, A(t, fch_gelu), A(t, fch), A(t, ln2), W(t, R::fc_w), W(t, R::fc_b),
                       kOutIn);
-  linear_forward(ctx, t.tmp, A(t, fch_gelu), W(t, R::fc_proj_w), W(t, R::fc_proj_b), kOutIn);
+  linear_forward(ctx, t.tmp, A(t, fch_gelu), W(t, R::fc_proj_w), row_parallel_bias(t, R::fc_proj_b),
+                 kOutIn);
+  sum_partial_outputs(t, t.tmp);
   if (pass == BlockPass::train) residual_forward(ctx, t.out, t.out, t.tmp);
 }
 
@@ -122,6 +149,7 @@ void neox_block_backward(const Context& ctx, const BlockTensors& t) {
   // MLP branch.
   linear_backward(ctx, t.d_ln, G(t, R::fc_w), G(t, R::fc_b), A(t, d_fch), A(t, ln2), W(t, R::fc_w),
                   kOutIn);
+  sum_partial_input_grads(t, t.d_ln);
   layernorm_backward(ctx, t.d_res, G(t, R::norm2_w), G(t, R::norm2_b), t.d_ln, t.x,
                      W(t, R::norm2_w), A(t, ln2_mean), A(t, ln2_rstd));
   // Attention branch.
@@ -132,6 +160,7 @@ void neox_block_backward(const Context& ctx, const BlockTensors& t) {
   rope_backward(ctx, dk, t.positions, hs, rd, theta);
   linear_backward(ctx, t.d_ln, G(t, R::qkv_w), G(t, R::qkv_b), A(t, d_qkv), A(t, ln1),
                   W(t, R::qkv_w), kOutIn);
+  sum_partial_input_grads(t, t.d_ln);
   layernorm_backward(ctx, t.d_res, G(t, R::norm1_w), G(t, R::norm1_b), t.d_ln, t.x,
                      W(t, R::norm1_w), A(t, ln1_mean), A(t, ln1_rstd));
 }

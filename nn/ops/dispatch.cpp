@@ -19,26 +19,27 @@ namespace trainer::nn {
   TRAINER_DISPATCH(op, __VA_ARGS__)
 
 void embedding_forward(const Context& ctx, const Tensor& out, const ConstTensor& tokens,
-                       const ConstTensor& positions, const ConstTensor& wte,
-                       const ConstTensor& wpe) {
+                       const ConstTensor& positions, const ConstTensor& wte, const ConstTensor& wpe,
+                       int64_t vocab_begin) {
   const int64_t N = tokens.numel(), C = out.cols();
   TRAINER_ASSERT(out.contiguous() && out.numel() == N * C && out.dtype == DType::f32 &&
                      positions.numel() == N && tokens.dtype == DType::i32 &&
-                     positions.dtype == DType::i32 && wte.cols() == C &&
+                     positions.dtype == DType::i32 && wte.cols() == C && vocab_begin >= 0 &&
                      (wpe.empty() || (wpe.cols() == C && wpe.dtype == wte.dtype)),
                  "embedding_forward shapes");
-  TRAINER_OP(embedding_forward, "embedding", ctx, out, tokens, positions, wte, wpe);
+  TRAINER_OP(embedding_forward, "embedding", ctx, out, tokens, positions, wte, wpe, vocab_begin);
 }
 
 void embedding_backward(const Context& ctx, const Tensor& dwte, const Tensor& dwpe,
                         const ConstTensor& dout, const ConstTensor& tokens,
-                        const ConstTensor& positions) {
+                        const ConstTensor& positions, int64_t vocab_begin) {
   const int64_t N = tokens.numel(), C = dout.cols();
   TRAINER_ASSERT(dout.contiguous() && dout.numel() == N * C && dout.dtype == DType::f32 &&
-                     positions.numel() == N && dwte.cols() == C &&
+                     positions.numel() == N && dwte.cols() == C && vocab_begin >= 0 &&
                      (dwpe.empty() || (dwpe.cols() == C && dwpe.dtype == dwte.dtype)),
                  "embedding_backward shapes");
-  TRAINER_OP(embedding_backward, "embedding", ctx, dwte, dwpe, dout, tokens, positions);
+  TRAINER_OP(embedding_backward, "embedding", ctx, dwte, dwpe, dout, tokens, positions,
+             vocab_begin);
 }
 
 size_t embedding_backward_workspace(const Context& ctx, int64_t N, int64_t C) {
@@ -246,27 +247,47 @@ void residual_forward(const Context& ctx, const Tensor& out, const ConstTensor& 
   TRAINER_OP(residual_forward, "residual", ctx, out, a, b);
 }
 
-void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Tensor& stats,
-                           const ConstTensor& logits, const ConstTensor& targets) {
+void cross_entropy_stats(const Context& ctx, const Tensor& stats, const ConstTensor& logits,
+                         const ConstTensor& targets) {
+  const int64_t N = logits.rows();
+  TRAINER_ASSERT(logits.contiguous() && targets.numel() == N && targets.dtype == DType::i32 &&
+                     stats.numel() >= 2 * N && stats.dtype == DType::f32,
+                 "cross_entropy_stats shapes");
+  TRAINER_OP(cross_entropy_stats, "loss", ctx, stats, logits, targets);
+}
+
+void cross_entropy_merge_stats(const Context& ctx, const Tensor& stats, const ConstTensor& parts,
+                               const ConstTensor& targets) {
+  const int64_t N = targets.numel();
+  TRAINER_ASSERT(targets.dtype == DType::i32 && stats.numel() >= 2 * N &&
+                     stats.dtype == DType::f32 && parts.dtype == DType::f32 && parts.contiguous() &&
+                     N > 0 && parts.numel() % (2 * N) == 0,
+                 "cross_entropy_merge_stats shapes");
+  TRAINER_OP(cross_entropy_merge_stats, "loss", ctx, stats, parts, targets);
+}
+
+void cross_entropy_loss(const Context& ctx, const Tensor& loss_sum, const ConstTensor& logits,
+                        const ConstTensor& stats, const ConstTensor& targets, int64_t vocab_begin) {
   const int64_t N = logits.rows();
   TRAINER_ASSERT(logits.contiguous() && targets.numel() == N && targets.dtype == DType::i32 &&
                      stats.numel() >= 2 * N && stats.dtype == DType::f32 && loss_sum.numel() == 1 &&
-                     loss_sum.dtype == DType::f64,
-                 "cross_entropy_forward shapes");
-  TRAINER_OP(cross_entropy_forward, "loss", ctx, loss_sum, stats, logits, targets);
+                     loss_sum.dtype == DType::f64 && vocab_begin >= 0,
+                 "cross_entropy_loss shapes");
+  TRAINER_OP(cross_entropy_loss, "loss", ctx, loss_sum, logits, stats, targets, vocab_begin);
 }
 
 void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const ConstTensor& logits,
                             const ConstTensor& stats, const ConstTensor& targets,
-                            const ConstTensor& scale) {
+                            const ConstTensor& scale, int64_t vocab_begin) {
   const int64_t N = logits.rows(), V = logits.cols();
   TRAINER_ASSERT(dlogits.contiguous() && dlogits.numel() == N * V &&
                      dlogits.dtype == logits.dtype && targets.numel() == N &&
-                     stats.numel() >= 2 * N,
+                     stats.numel() >= 2 * N && vocab_begin >= 0,
                  "cross_entropy_backward shapes");
   TRAINER_ASSERT(scale.numel() == 1 && scale.dtype == DType::f32 && scale.device == ctx.device,
                  "cross_entropy_backward scale");
-  TRAINER_OP(cross_entropy_backward, "loss", ctx, dlogits, logits, stats, targets, scale);
+  TRAINER_OP(cross_entropy_backward, "loss", ctx, dlogits, logits, stats, targets, scale,
+             vocab_begin);
 }
 
 size_t cross_entropy_workspace(const Context& ctx, int64_t N) {

@@ -49,7 +49,9 @@ namespace trainer::nn {
   X(gelu_forward)                  \
   X(gelu_backward)                 \
   X(residual_forward)              \
-  X(cross_entropy_forward)         \
+  X(cross_entropy_stats)           \
+  X(cross_entropy_merge_stats)     \
+  X(cross_entropy_loss)            \
   X(cross_entropy_backward)        \
   X(cross_entropy_workspace)       \
   X(cast)                          \

@@ -161,11 +161,19 @@ Outputs embedding_case(Arena& a, DType act, DType grad) {
   const Tensor t = a.ints(tok, {N}), p = a.ints(pos, {N});
   const Tensor wte = a.random(1, act, {V, C}), wpe = a.random(2, act, {P, C});
   const Tensor out = a.poisoned(DType::f32, {N, C});
-  embedding_forward(a.ctx, out, t, p, wte, wpe);
+  embedding_forward(a.ctx, out, t, p, wte, wpe, 0);
   const Tensor dout = a.random(3, DType::f32, {N, C});
   const Tensor dwte = a.random(4, grad, {V, C}), dwpe = a.random(5, grad, {P, C});
-  embedding_backward(a.ctx, dwte, dwpe, dout, t, p);
-  return {{"out", a.read(out)}, {"dwte", a.read(dwte)}, {"dwpe", a.read(dwpe)}};
+  embedding_backward(a.ctx, dwte, dwpe, dout, t, p, 0);
+  // A vocabulary slice (tensor parallelism): rows [11, 11 + 9) of the vocabulary.
+  const Tensor slice_out = a.poisoned(DType::f32, {N, C}), dslice = a.random(6, grad, {9, C});
+  embedding_forward(a.ctx, slice_out, t, p, wte.row_range(0, 9), {}, 11);
+  embedding_backward(a.ctx, dslice, {}, dout, t, p, 11);
+  return {{"out", a.read(out)},
+          {"dwte", a.read(dwte)},
+          {"dwpe", a.read(dwpe)},
+          {"slice out", a.read(slice_out)},
+          {"dslice", a.read(dslice)}};
 }
 
 Outputs layernorm_case(Arena& a, DType act, DType grad) {
@@ -346,10 +354,24 @@ Outputs cross_entropy_case(Arena& a, DType act, DType) {
   for (int n = 0; n < N; ++n) tgt.push_back(n % 4 == 1 ? -1 : (n * 13 + 2) % V);
   const Tensor logits = a.random(1, act, {N, V}, 3.0f), t = a.ints(tgt, {N});
   const Tensor sum = a.zeros(DType::f64, {1}), stats = a.poisoned(DType::f32, {N, 2});
-  cross_entropy_forward(a.ctx, sum, stats, logits, t);
+  cross_entropy_stats(a.ctx, stats, logits, t);
+  cross_entropy_loss(a.ctx, sum, logits, stats, t, 0);
   const Tensor dlogits = a.poisoned(act, {N, V});
-  cross_entropy_backward(a.ctx, dlogits, logits, stats, t, a.input({0.25f}, DType::f32, {1}));
-  return {{"loss", a.read_f64(sum)}, {"dlogits", a.read(dlogits)}};
+  cross_entropy_backward(a.ctx, dlogits, logits, stats, t, a.input({0.25f}, DType::f32, {1}), 0);
+  // Note [Vocabulary-parallel loss]: two slices' statistics merged, and the second slice's
+  // loss and gradient (its targets are those in [30, 53)).
+  const Tensor parts = a.poisoned(DType::f32, {2, N, 2}), merged = a.poisoned(DType::f32, {N, 2});
+  const Tensor lo = a.random(1, act, {N, 30}, 3.0f), hi = a.random(2, act, {N, V - 30}, 3.0f);
+  cross_entropy_stats(a.ctx, parts.flat(0, 2 * N).reshape({N, 2}), lo, t);
+  cross_entropy_stats(a.ctx, parts.flat(2 * N, 2 * N).reshape({N, 2}), hi, t);
+  cross_entropy_merge_stats(a.ctx, merged, parts, t);
+  const Tensor slice_sum = a.zeros(DType::f64, {1}), dhi = a.poisoned(act, {N, V - 30});
+  cross_entropy_loss(a.ctx, slice_sum, hi, merged, t, 30);
+  cross_entropy_backward(a.ctx, dhi, hi, merged, t, a.input({0.25f}, DType::f32, {1}), 30);
+  return {{"loss", a.read_f64(sum)},
+          {"dlogits", a.read(dlogits)},
+          {"slice loss", a.read_f64(slice_sum)},
+          {"dslice", a.read(dhi)}};
 }
 
 Outputs cast_case(Arena& a, DType act, DType) {

@@ -1,8 +1,8 @@
 #include <cmath>
 
 #include "nn/ops/cpu/dtype.h"
-#include "nn/ops/kernels.h"
 #include "nn/ops/cpu/vec_math.h"
+#include "nn/ops/kernels.h"
 #include "runtime/workspace.h"
 
 namespace trainer::nn::cpu {
@@ -10,11 +10,9 @@ namespace trainer::nn::cpu {
 namespace {
 
 template <typename T>
-void forward_rows(double* row_loss, float* stats, const T* logits, const int32_t* targets,
-                  int64_t N, int64_t V) {
+void stats_rows(float* stats, const T* logits, const int32_t* targets, int64_t N, int64_t V) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
-    row_loss[n] = 0.0;
     if (targets[n] < 0) continue;
     const T* row = logits + n * V;
     float mx = -__builtin_inff();
@@ -23,17 +21,14 @@ void forward_rows(double* row_loss, float* stats, const T* logits, const int32_t
     float sum = 0;
 #pragma omp simd reduction(+ : sum)
     for (int64_t i = 0; i < V; ++i) sum += vec_exp(load(row[i]) - mx);
-    const float log_sum = __builtin_logf(sum);
     stats[2 * n] = mx;
-    stats[2 * n + 1] = log_sum;
-    // -log p = (max - logit) + log(sum exp(x - max)): exact in double for any finite logits.
-    row_loss[n] = (double(mx) - double(load(row[targets[n]]))) + double(log_sum);
+    stats[2 * n + 1] = __builtin_logf(sum);
   }
 }
 
 template <typename T>
 void backward_rows(T* dlogits, const T* logits, const float* stats, const int32_t* targets,
-                   int64_t N, int64_t V, float scale) {
+                   int64_t N, int64_t V, float scale, int64_t vocab_begin) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     T* d = dlogits + n * V;
@@ -44,42 +39,76 @@ void backward_rows(T* dlogits, const T* logits, const float* stats, const int32_
     }
     const T* row = logits + n * V;
     const float mx = stats[2 * n], log_sum = stats[2 * n + 1];
-    const float target_p = vec_exp((load(row[targets[n]]) - mx) - log_sum);
+    const int64_t t = targets[n] - vocab_begin;
+    const bool here = t >= 0 && t < V;
+    const float target_p = here ? vec_exp((load(row[t]) - mx) - log_sum) : 0.0f;
 #pragma omp simd
     for (int64_t i = 0; i < V; ++i) store(d[i], scale * vec_exp((load(row[i]) - mx) - log_sum));
-    store(d[targets[n]], scale * (target_p - 1.0f));
+    if (here) store(d[t], scale * (target_p - 1.0f));
   }
 }
 
 }  // namespace
 
-void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Tensor& stats,
-                           const ConstTensor& logits, const ConstTensor& targets) {
-  const int64_t N = logits.rows(), V = logits.cols();
-  Workspace::Scope scratch(ctx.workspace);
-  double* row_loss = scratch.take<double>(N);
+void cross_entropy_stats(const Context&, const Tensor& stats, const ConstTensor& logits,
+                         const ConstTensor& targets) {
   with_float(logits.dtype, [&](auto tag) {
     using T = decltype(tag);
-    forward_rows(row_loss, stats.as<float>(), logits.as<T>(), targets.as<int32_t>(), N, V);
+    stats_rows(stats.as<float>(), logits.as<T>(), targets.as<int32_t>(), logits.rows(),
+               logits.cols());
   });
+}
+
+void cross_entropy_merge_stats(const Context&, const Tensor& stats, const ConstTensor& parts,
+                               const ConstTensor& targets) {
+  const int64_t N = targets.numel(), R = parts.numel() / (2 * N);
+  const float* p = parts.as<float>();
+  const int32_t* tg = targets.as<int32_t>();
+  float* out = stats.as<float>();
+  for (int64_t n = 0; n < N; ++n) {
+    if (tg[n] < 0) continue;
+    float mx = -__builtin_inff();
+    for (int64_t r = 0; r < R; ++r) mx = std::max(mx, p[(r * N + n) * 2]);
+    float sum = 0;  // each slice's sum of exp(x - its max), rescaled to the common max
+    for (int64_t r = 0; r < R; ++r)
+      sum += std::exp(p[(r * N + n) * 2 + 1] + (p[(r * N + n) * 2] - mx));
+    out[2 * n] = mx;
+    out[2 * n + 1] = std::log(sum);
+  }
+}
+
+void cross_entropy_loss(const Context&, const Tensor& loss_sum, const ConstTensor& logits,
+                        const ConstTensor& stats, const ConstTensor& targets, int64_t vocab_begin) {
+  const int64_t N = logits.rows(), V = logits.cols();
+  const int32_t* tg = targets.as<int32_t>();
+  const float* st = stats.as<float>();
   double sum = 0;  // in row order: deterministic
-  for (int64_t n = 0; n < N; ++n) sum += row_loss[n];
+  with_float(logits.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = logits.as<T>();
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t t = tg[n] - vocab_begin;
+      if (tg[n] < 0 || t < 0 || t >= V) continue;
+      // -log p = (max - logit) + log(sum exp(x - max)): exact in double for any finite logits.
+      sum += (double(st[2 * n]) - double(load(x[n * V + t]))) + double(st[2 * n + 1]);
+    }
+  });
   loss_sum.as<double>()[0] += sum;
 }
 
-void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const ConstTensor& logits,
+void cross_entropy_backward(const Context&, const Tensor& dlogits, const ConstTensor& logits,
                             const ConstTensor& stats, const ConstTensor& targets,
-                            const ConstTensor& scale) {
+                            const ConstTensor& scale, int64_t vocab_begin) {
   const int64_t N = logits.rows(), V = logits.cols();
   with_float(logits.dtype, [&](auto tag) {
     using T = decltype(tag);
     backward_rows(dlogits.as<T>(), logits.as<T>(), stats.as<float>(), targets.as<int32_t>(), N, V,
-                  scale.as<float>()[0]);
+                  scale.as<float>()[0], vocab_begin);
   });
 }
 
-size_t cross_entropy_workspace(const Context&, int64_t N) {
-  return Workspace::bytes_for<double>(N);
+size_t cross_entropy_workspace(const Context&, int64_t) {
+  return 0;
 }
 
 }  // namespace trainer::nn::cpu

@@ -12,12 +12,17 @@ namespace {
 
 template <typename T>
 void forward_rows(float* out, const int32_t* tokens, const int32_t* positions, const T* wte,
-                  const T* wpe, int64_t N, int64_t C) {
+                  const T* wpe, int64_t N, int64_t C, int64_t begin, int64_t rows) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
-    const T* e = wte + int64_t(tokens[n]) * C;
+    const int64_t id = tokens[n] - begin;
+    const T* e = wte + id * C;
     float* o = out + n * C;
-    if (wpe) {
+    if (id < 0 || id >= rows) {  // another rank's slice of the vocabulary
+      const T* p = wpe ? wpe + int64_t(positions[n]) * C : nullptr;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) o[c] = p ? load(p[c]) : 0.0f;
+    } else if (wpe) {
       const T* p = wpe + int64_t(positions[n]) * C;
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) o[c] = load(e[c]) + load(p[c]);
@@ -28,13 +33,18 @@ void forward_rows(float* out, const int32_t* tokens, const int32_t* positions, c
   }
 }
 
-// table[ids[n]] += dout[n] for every n. Rows sharing an id are summed in fp32 in row order and
-// added to the table once (one rounding for a bf16 table): the rows are first ordered by
-// (id, n) in `order`. Threads own channel slices, so no two write the same element.
+// table[ids[n] - begin] += dout[n] for every n whose id is one of the table's `rows`. Rows
+// sharing an id are summed in fp32 in row order and added to the table once (one rounding for a
+// bf16 table): the rows are first ordered by (id, n) in `order`. Threads own channel slices, so
+// no two write the same element.
 template <typename G>
 void accumulate_rows(G* table, const float* dout, const int32_t* ids, int64_t N, int64_t C,
-                     int64_t* order, float* acc) {
-  for (int64_t n = 0; n < N; ++n) order[n] = (int64_t(ids[n]) << 32) | n;
+                     int64_t begin, int64_t rows, int64_t* order, float* acc) {
+  int64_t count = 0;
+  for (int64_t n = 0; n < N; ++n)
+    if (ids[n] - begin >= 0 && ids[n] - begin < rows)
+      order[count++] = (int64_t(ids[n] - begin) << 32) | n;
+  N = count;
   std::sort(order, order + N);
 #pragma omp parallel
   {
@@ -58,28 +68,30 @@ void accumulate_rows(G* table, const float* dout, const int32_t* ids, int64_t N,
 }  // namespace
 
 void embedding_forward(const Context& ctx, const Tensor& out, const ConstTensor& tokens,
-                       const ConstTensor& positions, const ConstTensor& wte,
-                       const ConstTensor& wpe) {
+                       const ConstTensor& positions, const ConstTensor& wte, const ConstTensor& wpe,
+                       int64_t vocab_begin) {
   const int64_t N = out.rows(), C = out.cols();
   with_float(wte.dtype, [&](auto tag) {
     using T = decltype(tag);
     forward_rows(out.as<float>(), tokens.as<int32_t>(), positions.as<int32_t>(), wte.as<T>(),
-                 wpe.empty() ? nullptr : wpe.as<T>(), N, C);
+                 wpe.empty() ? nullptr : wpe.as<T>(), N, C, vocab_begin, wte.rows());
   });
 }
 
 void embedding_backward(const Context& ctx, const Tensor& dwte, const Tensor& dwpe,
                         const ConstTensor& dout, const ConstTensor& tokens,
-                        const ConstTensor& positions) {
+                        const ConstTensor& positions, int64_t vocab_begin) {
   const int64_t N = dout.rows(), C = dout.cols();
   Workspace::Scope scratch(ctx.workspace);
   int64_t* order = scratch.take<int64_t>(N);
   float* acc = scratch.take<float>(C);
   with_float(dwte.dtype, [&](auto tag) {
     using G = decltype(tag);
-    accumulate_rows(dwte.as<G>(), dout.as<float>(), tokens.as<int32_t>(), N, C, order, acc);
+    accumulate_rows(dwte.as<G>(), dout.as<float>(), tokens.as<int32_t>(), N, C, vocab_begin,
+                    dwte.rows(), order, acc);
     if (!dwpe.empty())
-      accumulate_rows(dwpe.as<G>(), dout.as<float>(), positions.as<int32_t>(), N, C, order, acc);
+      accumulate_rows(dwpe.as<G>(), dout.as<float>(), positions.as<int32_t>(), N, C, 0, dwpe.rows(),
+                      order, acc);
   });
 }
 

@@ -1,7 +1,8 @@
-// CUDA cross-entropy over the vocabulary: a block per row finds the max and the log-sum-exp
-// offset (kept for backward) in one pass and the row's loss in double; one block then adds the
-// rows' losses in a fixed order (deterministic). Backward recomputes the probabilities from the
-// statistics and writes the gradient in place of the logits.
+// CUDA cross-entropy over the vocabulary (or a slice of it: Note [Vocabulary-parallel loss]): a
+// block per row finds the max and the log-sum-exp offset (kept for backward) in one pass; a
+// thread per row merges slices' statistics or takes its target's loss in double; one block then
+// adds the rows' losses in a fixed order (deterministic). Backward recomputes the probabilities
+// from the statistics and writes the gradient in place of the logits.
 #include "nn/ops/cuda/common.cuh"
 #include "nn/ops/kernels.h"
 #include "runtime/workspace.h"
@@ -41,15 +42,10 @@ __device__ void block_combine(float& m, float& s, float2* shared) {
 // One pass over the row (an online softmax: the running max rescales the running sum), so the
 // logits are read once here and once in backward, as a fused classifier reads them.
 template <typename T>
-__global__ void forward_kernel(double* row_loss, float* stats, const T* logits,
-                               const int32_t* targets, int64_t V) {
+__global__ void stats_kernel(float* stats, const T* logits, const int32_t* targets, int64_t V) {
   __shared__ float2 shared[32];
   const int64_t n = blockIdx.x;
-  const int32_t t = targets[n];
-  if (t < 0) {  // not counted: no statistics needed
-    if (threadIdx.x == 0) row_loss[n] = 0.0;
-    return;
-  }
+  if (targets[n] < 0) return;  // not counted: no statistics needed
   const T* x = logits + n * V;
   float m = -INFINITY, s = 0;
   for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
@@ -63,11 +59,34 @@ __global__ void forward_kernel(double* row_loss, float* stats, const T* logits,
   }
   block_combine(m, s, shared);
   if (threadIdx.x == 0) {
-    const float offset = logf(s);
     stats[2 * n] = m;
-    stats[2 * n + 1] = offset;
-    row_loss[n] = (double(m) - double(ld(x[t]))) + double(offset);
+    stats[2 * n + 1] = logf(s);
   }
+}
+
+// A thread per row: the slices' (max, offset) pairs folded in slice order.
+__global__ void merge_kernel(float* stats, const float* parts, const int32_t* targets, int64_t N,
+                             int64_t R) {
+  const int64_t n = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n >= N || targets[n] < 0) return;
+  float m = -INFINITY, s = 0;
+  for (int64_t r = 0; r < R; ++r)
+    combine(m, s, parts[(r * N + n) * 2], expf(parts[(r * N + n) * 2 + 1]));
+  stats[2 * n] = m;
+  stats[2 * n + 1] = logf(s);
+}
+
+// A thread per row: the loss of a target in this slice, else 0.
+template <typename T>
+__global__ void row_loss_kernel(double* row_loss, const T* logits, const float* stats,
+                                const int32_t* targets, int64_t N, int64_t V, int64_t vocab_begin) {
+  const int64_t n = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  const int64_t t = int64_t(targets[n]) - vocab_begin;
+  row_loss[n] =
+      targets[n] < 0 || t < 0 || t >= V
+          ? 0.0
+          : (double(stats[2 * n]) - double(ld(logits[n * V + t]))) + double(stats[2 * n + 1]);
 }
 
 // loss_sum += the rows' losses: each thread sums rows i, i + kBlock, ... in order, then a fixed
@@ -87,13 +106,14 @@ __global__ void sum_rows_kernel(double* loss_sum, const double* row_loss, int64_
 
 template <typename T>
 __global__ void backward_kernel(T* dlogits, const T* logits, const float* stats,
-                                const int32_t* targets, const float* scale_ptr, int64_t V) {
+                                const int32_t* targets, const float* scale_ptr, int64_t V,
+                                int64_t vocab_begin) {
   const int64_t n = blockIdx.x;
-  const int32_t t = targets[n];
+  const int64_t t = targets[n] < 0 ? -1 : int64_t(targets[n]) - vocab_begin;
   const float scale = *scale_ptr;
   T* d = dlogits + n * V;
   const T* x = logits + n * V;
-  if (t < 0) {
+  if (targets[n] < 0) {
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x) st(d[v], 0.0f);
     return;
   }
@@ -106,29 +126,48 @@ __global__ void backward_kernel(T* dlogits, const T* logits, const float* stats,
 
 }  // namespace
 
-void cross_entropy_forward(const Context& ctx, const Tensor& loss_sum, const Tensor& stats,
-                           const ConstTensor& logits, const ConstTensor& targets) {
+void cross_entropy_stats(const Context& ctx, const Tensor& stats, const ConstTensor& logits,
+                         const ConstTensor& targets) {
+  const int64_t N = logits.rows(), V = logits.cols();
+  with_float(logits.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    stats_kernel<<<unsigned(N), kBlock, 0, stream_of(ctx)>>>(ptr<float>(stats), ptr<T>(logits),
+                                                             ptr<int32_t>(targets), V);
+  });
+  check_launch("cross_entropy_stats");
+}
+
+void cross_entropy_merge_stats(const Context& ctx, const Tensor& stats, const ConstTensor& parts,
+                               const ConstTensor& targets) {
+  const int64_t N = targets.numel();
+  merge_kernel<<<blocks_for(N), kThreads, 0, stream_of(ctx)>>>(
+      ptr<float>(stats), ptr<float>(parts), ptr<int32_t>(targets), N, parts.numel() / (2 * N));
+  check_launch("cross_entropy_merge_stats");
+}
+
+void cross_entropy_loss(const Context& ctx, const Tensor& loss_sum, const ConstTensor& logits,
+                        const ConstTensor& stats, const ConstTensor& targets, int64_t vocab_begin) {
   const int64_t N = logits.rows(), V = logits.cols();
   Workspace::Scope scratch(ctx.workspace);
   double* row_loss = scratch.take<double>(N);
   with_float(logits.dtype, [&](auto tag) {
     using T = decltype(tag);
-    forward_kernel<<<unsigned(N), kBlock, 0, stream_of(ctx)>>>(
-        row_loss, ptr<float>(stats), ptr<T>(logits), ptr<int32_t>(targets), V);
+    row_loss_kernel<<<blocks_for(N), kThreads, 0, stream_of(ctx)>>>(
+        row_loss, ptr<T>(logits), ptr<float>(stats), ptr<int32_t>(targets), N, V, vocab_begin);
   });
   sum_rows_kernel<<<1, kBlock, 0, stream_of(ctx)>>>(ptr<double>(loss_sum), row_loss, N);
-  check_launch("cross_entropy_forward");
+  check_launch("cross_entropy_loss");
 }
 
 void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const ConstTensor& logits,
                             const ConstTensor& stats, const ConstTensor& targets,
-                            const ConstTensor& scale) {
+                            const ConstTensor& scale, int64_t vocab_begin) {
   const int64_t N = logits.rows(), V = logits.cols();
   with_float(logits.dtype, [&](auto tag) {
     using T = decltype(tag);
     backward_kernel<<<unsigned(N), kBlock, 0, stream_of(ctx)>>>(
         ptr<T>(dlogits), ptr<T>(logits), ptr<float>(stats), ptr<int32_t>(targets),
-        ptr<float>(scale), V);
+        ptr<float>(scale), V, vocab_begin);
   });
   check_launch("cross_entropy_backward");
 }

@@ -1,0 +1,24 @@
+// The ranks that hold slices of one model under tensor parallelism, as the model's forward and
+// backward see them (Note [Tensor-parallel splits] in nn/arch.h): the sums and gathers its cut
+// products and its vocabulary-parallel loss need. dist/ implements it over a communicator; the
+// model attaches one (Model::attach_tensor_group) and never sees which.
+#pragma once
+
+#include "runtime/tensor.h"
+
+namespace trainer::nn {
+
+class TensorGroup {
+ public:
+  virtual ~TensorGroup() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // x = the sum of every rank's x, in place (contiguous, on the model's device). Every rank
+  // gets the same bits.
+  virtual void all_reduce(const Tensor& x) = 0;
+  // out = every rank's x one after another, in rank order (x contiguous; out size() x.numel()
+  // elements of x's dtype).
+  virtual void all_gather(const Tensor& out, const ConstTensor& x) = 0;
+};
+
+}  // namespace trainer::nn

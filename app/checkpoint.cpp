@@ -1,4 +1,5 @@
 #include "app/checkpoint.h"
+#include "app/checkpoint_files.h"
 
 #include <algorithm>
 #include <charconv>
@@ -34,8 +35,6 @@ namespace {
 // under; version 1 checkpoints still load, without those cross-checks.
 constexpr int kFormatVersion = 2;
 constexpr int kOldestReadable = 1;
-constexpr const char* kModelFile = "model.safetensors";
-constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kConfigFile = "config.yaml";
 constexpr const char* kManifestFile = kCheckpointManifest;
@@ -45,6 +44,7 @@ json state_to_json(const TrainerState& s) {
   return {{"step", s.step},
           {"tokens_seen", s.tokens_seen},
           {"world_size", s.world_size},
+          {"tensor_parallel", s.tensor_parallel},
           {"tokenizer_hash", fmt::format("{:016x}", s.tokenizer_hash)},
           {"data_hash", fmt::format("{:016x}", s.data_hash)},
           {"loader", s.loader},
@@ -121,13 +121,25 @@ SafetensorsWriter::Fill moments_fill(dist::DataParallel& dp, bool second) {
   };
 }
 
-// The global flat ranges rank `rank` of `world` holds in a sharded checkpoint, as
-// [begin, end, offset in the shard's tensors].
-json shard_ranges(const nn::ParamLayout& layout, int world, int rank) {
-  const dist::ShardGeometry geo(layout, world, rank);
+// Who writes what (Note [Sharded checkpoints]): in a sharded or tensor-parallel run, each rank
+// holding a part no other rank holds writes a shard (every rank of a sharding stage; the first
+// data replica's ranks under tensor parallelism without sharding); otherwise rank 0 writes the
+// whole state.
+struct Writers {
+  int tensor = 1, data = 1;  // the grid's group sizes (Note [Parallel grid])
+  bool sharded = false;      // a sharding stage over the data group
+  bool shards() const { return sharded || tensor > 1; }
+  bool writes(int rank) const { return sharded || rank < tensor; }
+};
+
+// The flat ranges (of the slice's layout) world rank `rank` holds in a sharded checkpoint, as
+// [begin, end, offset in the shard's tensors]: its data-parallel shard, or everything.
+json shard_ranges(const nn::ParamLayout& layout, const Writers& w, int rank) {
+  if (!w.sharded) return json::array({json::array({0, layout.total(), 0})});
+  const dist::ShardGeometry geo(layout, w.data, rank / w.tensor);
   json ranges = json::array();
   for (size_t u = 0; u < geo.units().size(); ++u)
-    if (const nn::FlatSlice sl = geo.slice(int(u), rank); sl.size() > 0)
+    if (const nn::FlatSlice sl = geo.slice(int(u), rank / w.tensor); sl.size() > 0)
       ranges.push_back({sl.begin, sl.end, sl.local});
   return ranges;
 }
@@ -135,9 +147,13 @@ json shard_ranges(const nn::ParamLayout& layout, int world, int rank) {
 // Note [Sharded checkpoints]
 // A sharded run's rank r writes shard-r-of-N.safetensors: its local masters ("params") and
 // moments ("adamw.m", "adamw.v"), padding included, as held in memory; the manifest lists
-// each shard's global flat ranges [begin, end) and where each starts in the file's tensors.
-// Reading takes any global range from whichever files hold it, so a checkpoint loads at
-// any world size and stage, and into a whole model for eval and export, one slice at a time.
+// each shard's flat ranges [begin, end) and where each starts in the file's tensors. Under
+// tensor parallelism (Note [Parallel grid]) the ranges are of the writer's slice of the model
+// (its "tensor_rank" of the manifest's "tensor_parallel"), and without a sharding stage only
+// the first data replica's ranks write. Reading (checkpoint_tensors.cpp) takes any range of
+// any layout, whole or a slice at any degree, from whichever files hold its elements, so a
+// checkpoint loads at any world size, tensor-parallel degree and stage, and into a whole model
+// for eval and export, one piece at a time.
 //
 // Note [Self-describing files]
 // Each tensor file also says what it is in its own header: the training step, and a shard its
@@ -146,7 +162,7 @@ json shard_ranges(const nn::ParamLayout& layout, int world, int rank) {
 // shard names swapped in the manifest, are refused by name instead of loading other or
 // permuted weights (the CRC-32s cannot tell: they describe whatever files are there).
 uint32_t write_shard(const fs::path& path, dist::DataParallel& dp, const nn::Model& model,
-                     const TrainerState& state, int rank, int world) {
+                     const TrainerState& state, const Writers& writers, int rank, int world) {
   const Tensor masters = dp.masters();
   const int64_t n = masters.numel();
   SafetensorsWriter w;
@@ -158,7 +174,8 @@ uint32_t write_shard(const fs::path& path, dist::DataParallel& dp, const nn::Mod
   w.set_metadata("rank", std::to_string(rank));
   w.set_metadata("world", std::to_string(world));
   w.set_metadata("stage", dist::sharding_stage_name(dp.stage()));
-  w.set_metadata("ranges", shard_ranges(model.layout(), world, rank).dump());
+  w.set_metadata("ranges", shard_ranges(model.layout(), writers, rank).dump());
+  if (writers.tensor > 1) w.set_metadata("tensor_rank", std::to_string(rank % writers.tensor));
   return w.write(path);
 }
 
@@ -196,7 +213,10 @@ fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::
   const fs::path root = run_dir / "checkpoints";
   const std::string name = fmt::format("step-{}", state.step);
   const fs::path tmp = root / (name + ".tmp"), final_dir = root / name;
-  const bool leader = comm.rank() == 0, sharded = dp.stage() != dist::ShardingStage::none;
+  const bool leader = comm.rank() == 0;
+  const Writers writers{state.tensor_parallel, comm.size() / state.tensor_parallel,
+                        dp.stage() != dist::ShardingStage::none};
+  const bool sharded = writers.shards();
   std::string error;
   auto attempt = [&](auto&& fn) {
     try {
@@ -220,11 +240,11 @@ fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::
   test_save_delay(comm.rank());
   json files = json::object();
   attempt([&] {
-    if (sharded) {
+    if (sharded && writers.writes(comm.rank())) {
       const fs::path path = tmp / shard_file(comm.rank(), comm.size());
-      shard_info = {int64_t(write_shard(path, dp, model, state, comm.rank(), comm.size())),
+      shard_info = {int64_t(write_shard(path, dp, model, state, writers, comm.rank(), comm.size())),
                     int64_t(fs::file_size(path))};
-    } else if (leader) {
+    } else if (!sharded && leader) {
       write_whole(tmp, model, dp, state, files);
     }
   });
@@ -237,11 +257,14 @@ fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::
       json shards = json::array();
       if (sharded)
         for (int r = 0; r < comm.size(); ++r) {
+          if (!writers.writes(r)) continue;
           const std::string file = shard_file(r, comm.size());
           files[file] = {{"bytes", all_info[size_t(2 * r + 1)]},
                          {"crc32", all_info[size_t(2 * r)]}};
-          shards.push_back(
-              {{"file", file}, {"ranges", shard_ranges(model.layout(), comm.size(), r)}});
+          json shard = {
+              {"file", file}, {"rank", r}, {"ranges", shard_ranges(model.layout(), writers, r)}};
+          if (writers.tensor > 1) shard["tensor_rank"] = r % writers.tensor;
+          shards.push_back(shard);
         }
       const std::string state_text = state_to_json(state).dump(2) + "\n";
       for (auto [file, text] : {std::pair{kStateFile, std::string_view(state_text)},
@@ -263,6 +286,7 @@ fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::
         manifest["stage"] = dist::sharding_stage_name(dp.stage());
         manifest["shards"] = shards;
       }
+      if (writers.tensor > 1) manifest["tensor_parallel"] = writers.tensor;
       write_file_atomic(tmp / kManifestFile, manifest.dump(2) + "\n");
       fsync_path(tmp);
 
@@ -304,10 +328,16 @@ json parse_checkpoint_manifest(const std::string& text, const std::string& where
     if (version >= 2)
       CHECK(m.contains("stage") && m.at("stage").is_string(),
             "a sharded checkpoint names no stage");
+    const int tensor =
+        m.contains("tensor_parallel") ? json_integer_at<int>(m, "tensor_parallel") : 1;
+    CHECK(tensor >= 1, "tensor_parallel = {} is not a degree", tensor);
     for (const json& shard : m.at("shards")) {
       CHECK(shard.is_object() && shard.contains("file") && shard.at("file").is_string() &&
                 files.contains(shard.at("file").get<std::string>()),
             "a shard names no file the manifest lists");
+      if (shard.contains("rank")) CHECK(json_integer_at<int>(shard, "rank") >= 0, "negative rank");
+      const int tr = shard.contains("tensor_rank") ? json_integer_at<int>(shard, "tensor_rank") : 0;
+      CHECK(0 <= tr && tr < tensor, "tensor_rank {} of {}", tr, tensor);
       CHECK(shard.contains("ranges") && shard.at("ranges").is_array(), "a shard has no ranges");
       for (const json& r : shard.at("ranges")) {
         CHECK(r.is_array() && r.size() == 3, "a shard range is not [begin, end, offset]");
@@ -340,11 +370,14 @@ TrainerState parse_trainer_state(const std::string& text, const std::string& whe
     s.tokenizer_hash = hex("tokenizer_hash");
     s.data_hash = j.contains("data_hash") ? hex("data_hash") : 0;
     s.threads = j.contains("threads") ? json_integer_at<int>(j, "threads") : 0;
+    s.tensor_parallel =
+        j.contains("tensor_parallel") ? json_integer_at<int>(j, "tensor_parallel") : 1;
     s.loader = j.at("loader");
     s.loader.get<data::LoaderState>();  // must be one
-    CHECK(s.step >= 0 && s.tokens_seen >= 0 && s.world_size >= 1,
-          "step {}, tokens_seen {}, world_size {} are not possible", s.step, s.tokens_seen,
-          s.world_size);
+    CHECK(s.step >= 0 && s.tokens_seen >= 0 && s.world_size >= 1 && s.tensor_parallel >= 1 &&
+              s.world_size % s.tensor_parallel == 0,
+          "step {}, tokens_seen {}, world_size {}, tensor_parallel {} are not possible", s.step,
+          s.tokens_seen, s.world_size, s.tensor_parallel);
     return s;
   } catch (const std::exception& e) {  // json errors, stoull, our own checks
     THROW_ERROR("{}: malformed trainer state: {}", where, e.what());
@@ -408,183 +441,6 @@ Checkpoint open_checkpoint_of(const fs::path& dir) {
       if (attempt == 10 || latest_checkpoint(dir) == latest) throw;
     }
   }
-}
-
-struct CheckpointTensors::Source {
-  std::shared_ptr<SafetensorsFile> file;
-  int64_t begin, end;  // a global flat range
-  const float* data;   // its element `begin`
-};
-
-namespace {
-
-int64_t metadata_int(const SafetensorsFile& f, const char* key) {
-  auto it = f.metadata().find(key);
-  int64_t v = 0;
-  bool ok = it != f.metadata().end();
-  if (ok) {
-    const std::string& text = it->second;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    ok = ec == std::errc() && end == text.data() + text.size();
-  }
-  CHECK(ok, "{}: missing or malformed metadata '{}'", f.path().string(), key);
-  return v;
-}
-
-// An fp32 vector tensor of at least `need` elements.
-const float* vector_of(const SafetensorsFile& f, const char* name, int64_t need) {
-  const TensorEntry& t = f.get(name);
-  CHECK(t.dtype == DType::f32 && t.shape.size() == 1 && t.shape[0] >= need,
-        "{}: tensor '{}' is not an F32 vector of at least {} elements", f.path().string(), name,
-        need);
-  return static_cast<const float*>(t.data);
-}
-
-}  // namespace
-
-namespace {
-
-// A tensor file of `ckpt`, parsed from the bytes open_checkpoint mapped.
-std::shared_ptr<SafetensorsFile> tensor_file(const Checkpoint& ckpt, const std::string& file) {
-  const std::string_view b = ckpt.bytes(file);
-  return std::make_shared<SafetensorsFile>(reinterpret_cast<const uint8_t*>(b.data()), b.size(),
-                                           (ckpt.dir / file).string());
-}
-
-// Note [Self-describing files]: what the file's own header says against what the manifest and
-// the trainer state say (version 2 on).
-void check_header(const Checkpoint& ckpt, const SafetensorsFile& f, const char* key,
-                  const std::string& expected) {
-  if (json_integer_at<int>(ckpt.manifest, "version") < 2) return;
-  auto it = f.metadata().find(key);
-  CHECK(it != f.metadata().end() && it->second == expected,
-        "{}: its header says {} {} but the checkpoint expects {} (a file of another checkpoint, "
-        "or names swapped in the manifest)",
-        f.path().string(), key, it == f.metadata().end() ? "nothing" : it->second, expected);
-}
-
-}  // namespace
-
-CheckpointTensors::CheckpointTensors(const Checkpoint& ckpt, const nn::ParamLayout& layout)
-    : mapped_(ckpt.files) {
-  const int64_t total = layout.total();
-  const std::string step = std::to_string(ckpt.state.step);
-  if (!ckpt.manifest.contains("shards")) {
-    auto model = tensor_file(ckpt, kModelFile);
-    check_header(ckpt, *model, "step", step);
-    for (const nn::ParamInfo& p : layout.params()) {
-      CHECK(model->contains(p.name), "{}: no tensor '{}' (a checkpoint of another model?)",
-            model->path().string(), p.name);
-      const TensorEntry& t = model->get(p.name);
-      CHECK(t.dtype == DType::f32 && t.shape == p.shape,
-            "{}: tensor '{}' is {} [{}] but the model expects F32 [{}]", model->path().string(),
-            p.name, dtype_name(t.dtype), fmt::join(t.shape, ", "), fmt::join(p.shape, ", "));
-      params_.push_back({model, p.offset, p.offset + p.numel, static_cast<const float*>(t.data)});
-    }
-    auto opt = tensor_file(ckpt, kOptimizerFile);
-    check_header(ckpt, *opt, "step", step);
-    const int64_t b = metadata_int(*opt, "begin"), e = metadata_int(*opt, "end");
-    CHECK(b == 0 && e == total, "{}: optimizer state covers [{}, {}), not the model's [0, {})",
-          opt->path().string(), b, e, total);
-    steps_ = metadata_int(*opt, "steps");
-    m_.push_back({opt, 0, total, vector_of(*opt, "adamw.m", total)});
-    v_.push_back({opt, 0, total, vector_of(*opt, "adamw.v", total)});
-  } else {
-    std::vector<std::pair<int64_t, int64_t>> all;
-    const json& shards = ckpt.manifest.at("shards");
-    for (size_t rank = 0; rank < shards.size(); ++rank) {
-      const json& shard = shards[rank];
-      auto f = tensor_file(ckpt, shard.at("file").get<std::string>());
-      check_header(ckpt, *f, "step", step);
-      check_header(ckpt, *f, "rank", std::to_string(rank));
-      check_header(ckpt, *f, "world", std::to_string(shards.size()));
-      if (ckpt.manifest.contains("stage"))
-        check_header(ckpt, *f, "stage", ckpt.manifest.at("stage").get<std::string>());
-      check_header(ckpt, *f, "ranges", shard.at("ranges").dump());
-      const int64_t steps = metadata_int(*f, "steps");
-      CHECK(rank == 0 || steps == steps_, "{}: {} optimizer steps, another shard says {}",
-            f->path().string(), steps, steps_);
-      steps_ = steps;
-      for (const json& r : shard.at("ranges")) {
-        const int64_t b = r[0].get<int64_t>(), e = r[1].get<int64_t>(), at = r[2].get<int64_t>();
-        const float* p = vector_of(*f, "params", at + (e - b));
-        params_.push_back({f, b, e, p + at});
-        m_.push_back({f, b, e, vector_of(*f, "adamw.m", at + (e - b)) + at});
-        v_.push_back({f, b, e, vector_of(*f, "adamw.v", at + (e - b)) + at});
-        all.push_back({b, e});
-      }
-    }
-    std::sort(all.begin(), all.end());
-    int64_t next = 0;
-    for (const auto& [b, e] : all) {
-      CHECK(b == next,
-            "{}: the shards do not tile the model's flat buffer (a gap or an overlap "
-            "at element {})",
-            ckpt.dir.string(), next);
-      next = e;
-    }
-    CHECK(next == total,
-          "{}: the shards hold {} elements but the model has {} (a checkpoint of "
-          "another model?)",
-          ckpt.dir.string(), next, total);
-  }
-  CHECK(0 <= steps_ && steps_ <= ckpt.state.step,
-        "{}: {} optimizer steps recorded at training step {}", ckpt.dir.string(), steps_,
-        ckpt.state.step);
-}
-
-CheckpointTensors::~CheckpointTensors() = default;
-
-void CheckpointTensors::read(const std::vector<Source>& from, int64_t begin, int64_t end,
-                             float* out, bool gaps_allowed) const {
-  std::fill(out, out + (end - begin), 0.0f);
-  int64_t covered = 0;
-  for (const Source& s : from) {
-    const int64_t b = std::max(begin, s.begin), e = std::min(end, s.end);
-    if (b >= e) continue;
-    std::memcpy(out + (b - begin), s.data + (b - s.begin), size_t(e - b) * sizeof(float));
-    covered += e - b;
-  }
-  TRAINER_ASSERT(gaps_allowed || covered == end - begin, "checkpoint range [{}, {}) not covered",
-                 begin, end);
-}
-
-void CheckpointTensors::read_params(int64_t begin, int64_t end, float* out) const {
-  read(params_, begin, end, out, true);  // alignment gaps between tensors read as zero
-}
-
-void CheckpointTensors::read_moments(int64_t begin, int64_t end, float* m, float* v) const {
-  read(m_, begin, end, m, false);
-  read(v_, begin, end, v, false);
-}
-
-void load_training_state(const Checkpoint& ckpt, nn::Model& model, dist::DataParallel& dp) {
-  const CheckpointTensors src(ckpt, model.layout());
-  const Tensor masters = dp.masters();
-  std::vector<float> p, m, v;
-  for (const nn::FlatSlice& sl : dp.slices())
-    for_each_piece(sl.size(), [&](int64_t pb, int64_t pe) {
-      const int64_t b = sl.begin + pb, e = sl.begin + pe, n = e - b;
-      p.resize(size_t(n)), m.resize(size_t(n)), v.resize(size_t(n));
-      src.read_params(b, e, p.data());
-      copy(model.context(), masters.flat(sl.local + pb, n), make_tensor(p.data(), DType::f32, {n}));
-      src.read_moments(b, e, m.data(), v.data());
-      dp.optimizer().import_moments(b, e, m.data(), v.data());
-    });
-  dp.optimizer().set_steps(src.optimizer_steps());
-  dp.masters_changed();
-}
-
-void load_weights(const Checkpoint& ckpt, nn::Model& model) {
-  const CheckpointTensors src(ckpt, model.layout());
-  const Tensor params = model.params();
-  std::vector<float> p;
-  for_each_piece(model.layout().total(), [&](int64_t b, int64_t e) {
-    p.resize(size_t(e - b));
-    src.read_params(b, e, p.data());  // alignment gaps read as zero
-    copy(model.context(), params.flat(b, e - b), make_tensor(p.data(), DType::f32, {e - b}));
-  });
-  model.sync_working_params();
 }
 
 }  // namespace trainer::app

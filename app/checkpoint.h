@@ -32,6 +32,7 @@ struct TrainerState {
   int64_t step = 0;         // optimizer steps completed
   int64_t tokens_seen = 0;  // loss tokens over all ranks
   int world_size = 1;
+  int tensor_parallel = 1;  // of world_size (Note [Parallel grid]); data-parallel: the quotient
   uint64_t tokenizer_hash = 0;
   uint64_t data_hash = 0;  // of the corpus's manifest.json (0: not recorded)
   nlohmann::json loader;   // data::LoaderState
@@ -85,14 +86,17 @@ Checkpoint open_checkpoint_of(const std::filesystem::path& dir);
 nlohmann::json parse_checkpoint_manifest(const std::string& text, const std::string& where);
 TrainerState parse_trainer_state(const std::string& text, const std::string& where);
 
-// The flat state a checkpoint holds, read by global range whichever way it was written.
+// The state a checkpoint holds, read by flat range of `layout` (the whole model, or a slice of
+// it at any tensor-parallel degree) whichever way and at whichever degree it was written
+// (checkpoint_tensors.cpp).
 class CheckpointTensors {
  public:
   // Throws naming the file when a tensor is missing or does not fit `layout` (a checkpoint
   // of another model).
   CheckpointTensors(const Checkpoint& ckpt, const nn::ParamLayout& layout);
   ~CheckpointTensors();
-  // fp32 masters of flat elements [begin, end) into out (alignment gaps read as zero).
+  // fp32 masters of flat elements [begin, end) of `layout` into out (alignment gaps read as
+  // zero).
   void read_params(int64_t begin, int64_t end, float* out) const;
   // AdamW moments of [begin, end).
   void read_moments(int64_t begin, int64_t end, float* m, float* v) const;
@@ -100,10 +104,18 @@ class CheckpointTensors {
 
  private:
   struct Source;
-  void read(const std::vector<Source>& from, int64_t begin, int64_t end, float* out,
-            bool gaps_allowed) const;
+  using Sources = std::vector<std::vector<Source>>;  // by the writer's tensor rank
+  void map_layouts(const Checkpoint& ckpt);
+  void add_whole_files(const Checkpoint& ckpt);
+  void add_shards(const Checkpoint& ckpt);
+  static int64_t copy_from(const std::vector<Source>& from, int64_t at, int64_t n, float* out);
+  void read(const Sources& from, int64_t begin, int64_t end, float* out) const;
   std::map<std::string, std::shared_ptr<const MappedFile>> mapped_;  // what Sources point into
-  std::vector<Source> params_, m_, v_;
+  nn::ParamLayout target_;                   // a copy: names, shapes and offsets
+  int degree_ = 1;                           // the writers' tensor-parallel degree
+  std::unique_ptr<nn::ParamLayout> source_;  // their slices' layout (the whole model at 1)
+  std::vector<int> source_of_;               // target_'s parameter i is source_'s source_of_[i]
+  Sources params_, m_, v_;
   int64_t steps_ = 0;
 };
 

@@ -200,6 +200,12 @@ const std::vector<KeySpec>& schema() {
        -1e300, 1e300, L{"auto", "nccl"}},
       {"dist.timeout_s", Kind::real, 300.0,
        "A collective waiting longer than this fails every rank", 0.1, 1e6},
+      {"dist.tensor_parallel", Kind::integer, int64_t(1),
+       "Tensor-parallel degree: groups of this many consecutive ranks (one node's GPUs) each hold "
+       "one model cut Megatron-style (heads, MLP hidden units, vocabulary); the data-parallel "
+       "layer and dist.sharding run across the groups. Divides the ranks, the heads, the "
+       "key/value heads, the vocabulary and the MLP width",
+       1, 4096},
       {"dist.sharding", Kind::text, std::string("none"),
        "What each rank holds: none (everything, DDP), optimizer (1/N of the fp32 masters and "
        "AdamW moments: ZeRO-1), gradients (also 1/N of the gradients: ZeRO-2), full (also the "

@@ -217,6 +217,12 @@ RunConfig resolve_run(const Config& c) {
   r.tokenizer = c.text("data.tokenizer");
   r.exec = exec_config(c, model_rows(r.train_data), r.train_data.seq_len);
   r.sharding = dist::parse_sharding_stage(c.text("dist.sharding"));
+  r.tensor_parallel = int(c.integer("dist.tensor_parallel"));
+  // Whether the model cuts evenly (rank 0's slice: every rank's cuts alike), before anything
+  // runs; run_training sets the rank's own slice.
+  r.model.tensor = {r.tensor_parallel, 0};
+  r.model.validate();
+  (void)nn::arch_spec(r.model);  // each parameter's cut (slice_spec)
   r.reshard_after_forward = c.boolean("dist.reshard_after_forward");
   r.exec.own_params = r.sharding == dist::ShardingStage::none;  // else the shards hold them
   r.exec.deterministic = c.text("train.attention_backward") == "deterministic";
@@ -227,6 +233,9 @@ RunConfig resolve_run(const Config& c) {
   // A sharded unit's gathered weights change buffers from step to step (Note [CUDA graphs]).
   if (r.exec.cuda_graphs && !r.exec.own_params)
     throw UsageError("train.cuda_graphs runs with dist.sharding = none only, for now");
+  // A tensor group's collectives run inside forward and backward, outside any graph.
+  if (r.exec.cuda_graphs && r.tensor_parallel > 1)
+    throw UsageError("train.cuda_graphs runs with dist.tensor_parallel = 1 only, for now");
   r.adamw = adamw_config(c);
   r.schedule = lr_schedule(c);
   r.grad_clip = float(c.real("optimizer.grad_clip"));
@@ -271,6 +280,10 @@ RunConfig resolve_run(const Config& c) {
   if (c.text("dist.backend") == "nccl" && r.exec.device != Device::cuda)
     throw UsageError("dist.backend = nccl needs run.device = cuda (NCCL connects GPUs)");
   r.deterministic = c.boolean("dist.deterministic");
+  if (r.deterministic && r.tensor_parallel > 1)
+    throw UsageError(
+        "dist.deterministic is not implemented with dist.tensor_parallel > 1 yet (its exact norm "
+        "and reduction trees span the data-parallel ranks only)");
   if (r.deterministic && r.exec.device != Device::cpu)
     throw UsageError(
         "dist.deterministic is implemented for CPU runs (MPI), not yet for run.device = cuda");

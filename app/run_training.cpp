@@ -10,6 +10,7 @@
 #include "app/stop_signals.h"
 #include "app/train_loop.h"
 #include "dist/communicator.h"
+#include "dist/grid.h"
 #include "dist/launch.h"
 #include "nn/transformer.h"
 #include "runtime/cuda/stream.h"
@@ -99,12 +100,14 @@ int run_training(const Config& config, const TrainOptions& options) {
   }
   const Config absolute = with_absolute_paths(config);
   RunConfig rc = resolve_on_device(absolute, gpu);
+  dist::Grid grid(nccl ? *nccl : *comm, rc.tensor_parallel, launch);
+  rc.model.tensor = {grid.tensor_size(), grid.tensor_rank()};
   // GPUs are one per rank; CPU ranks on a node share its memory.
-  check_memory(*comm, plan_memory(rc, comm->size()), rc.exec.device,
+  check_memory(*comm, plan_memory(rc, grid.data().size()), rc.exec.device,
                rc.exec.device == Device::cuda ? 1 : launch.local_size,
                config.text("train.memory_check") == "warn");
   const PeakReference peak = peak_reference(rc);
-  TrainLoop loop(absolute, std::move(rc), options, nccl ? *nccl : *comm, peak);
+  TrainLoop loop(absolute, std::move(rc), options, grid, peak);
   return loop.run();
 }
 

@@ -72,16 +72,21 @@ std::vector<dist::Range> frozen_ranges(const nn::ParamLayout& layout,
 }  // namespace
 
 TrainLoop::TrainLoop(const Config& config, RunConfig rc, const TrainOptions& options,
-                     dist::Communicator& comm, const PeakReference& peak)
+                     dist::Grid& grid, const PeakReference& peak)
     : config_(config),
       rc_(std::move(rc)),
       options_(options),
-      comm_(comm),
-      leader_(comm.rank() == 0),
+      grid_(grid),
+      comm_(grid.world()),
+      data_(grid.data()),
+      leader_(comm_.rank() == 0),
       transformer_(rc_.model, rc_.exec),
-      model_(transformer_),
+      tensor_group_(grid.tensor()),
+      model_(
+          (transformer_.attach_tensor_group(rc_.model.tensor.degree > 1 ? &tensor_group_ : nullptr),
+           transformer_)),
       dp_(dist::make_data_parallel(
-          comm, model_,
+          data_, model_,
           {.stage = rc_.sharding,
            .bucket_mb = rc_.bucket_mb,
            .reshard_after_forward = rc_.reshard_after_forward,
@@ -93,7 +98,10 @@ TrainLoop::TrainLoop(const Config& config, RunConfig rc, const TrainOptions& opt
       join_(rc_.join),
       peak_(peak),
       token_flops_(rc_.model.token_flops()),
-      nonfinite_(comm, model_, *dp_, {rc_.on_nonfinite, rc_.max_consecutive_skips, rc_.max_skips}) {
+      nonfinite_(comm_, model_, *dp_,
+                 {rc_.on_nonfinite, rc_.max_consecutive_skips, rc_.max_skips}) {
+  if (grid_.tensor_size() > 1)
+    norm_share_ = std::make_unique<dist::GradNormShare>(model_, *dp_, grid_.tensor_rank());
   check_batch_over_ranks();
   for (const std::string& p : rc_.freeze) {
     bool any = false;
@@ -106,7 +114,7 @@ TrainLoop::TrainLoop(const Config& config, RunConfig rc, const TrainOptions& opt
 // train.global_batch (or its schedule).
 int64_t TrainLoop::micro_batches(int64_t step) const {
   if (rc_.global_batch == 0) return rc_.grad_accum_schedule.at(step, rc_.grad_accum);
-  return rc_.grad_accum_schedule.at(step, rc_.global_batch) / comm_.size();
+  return rc_.grad_accum_schedule.at(step, rc_.global_batch) / data_.size();
 }
 
 // This rank's micro-batches for the step. At the end of the data (data.epochs) a step gets the
@@ -169,16 +177,21 @@ void TrainLoop::finish_gradients(StepStats& s) {
   dp_->finish();
   s.times.comm_wait_s = dp_->last_wait_seconds();
   s.times.comm_busy_s = dp_->last_comm_seconds();
-  const nn::StepScalars local =
-      model_.read_step_scalars(rc_.deterministic ? Tensor{} : dp_->grads());
+  // A tensor group's ranks each hold a share of the loss (its vocabulary slice's targets) and
+  // of the norm (GradNormShare), which the world's sum adds up (once per data replica).
+  nn::StepScalars local =
+      model_.read_step_scalars(rc_.deterministic || norm_share_ ? Tensor{} : dp_->grads());
+  if (norm_share_) local.grad_norm_sq = norm_share_->sum_squares(model_.context(), dp_->grads());
+  const bool summed = dp_->grads_sharded() || norm_share_;
+  const bool counted = dp_->grads_sharded() || data_.rank() == 0;  // one replica's, unsharded
   std::vector<double> agreed = {local.loss_sum, stop_signal_received() ? 1.0 : 0.0,
                                 write_failure().empty() ? 0.0 : 1.0,
-                                dp_->grads_sharded() ? local.grad_norm_sq : 0.0};
+                                summed && counted ? local.grad_norm_sq : 0.0};
   if (comm_.size() > 1) comm_.all_reduce(agreed);
   s.loss = agreed[0] / double(s.tokens);
   s.stop_requested = agreed[1] > 0;
   s.write_failed = agreed[2] > 0;
-  s.grad_norm = std::sqrt(dp_->grads_sharded() ? agreed[3] : local.grad_norm_sq);
+  s.grad_norm = std::sqrt(summed ? agreed[3] : local.grad_norm_sq);
   if (rc_.deterministic)  // Note [Exact sum of squares]
     s.grad_norm = std::sqrt(dist::exact_sum_squares(comm_, dp_->grads(), dp_->grads_sharded()));
 }
@@ -186,13 +199,16 @@ void TrainLoop::finish_gradients(StepStats& s) {
 double TrainLoop::validate() {
   data::LoaderConfig vc = rc_.val_data;
   if (val_verified_) vc.verify = data::Verify::none;
-  data::Loader val(vc, comm_.rank(), comm_.size());
+  data::Loader val(vc, data_.rank(), data_.size());
   model_.reset_loss();
-  std::vector<double> sums = {0, 0};  // loss, tokens: each rank takes its share of the batches
-  for (int64_t i = 0; i < rc_.val_batches; i += comm_.size()) {
+  // Loss, tokens: each data rank takes its share of the batches; a tensor group's ranks each
+  // hold a share of the loss and count the tokens once.
+  std::vector<double> sums = {0, 0};
+  for (int64_t i = 0; i < rc_.val_batches; i += data_.size()) {
     std::optional<data::Batch> b = val.next();
+    const double counted_here = grid_.tensor_rank() == 0 ? 1.0 : 0.0;
     if (b)
-      sums[1] += double(model_.forward(view_of(*b)));
+      sums[1] += counted_here * double(model_.forward(view_of(*b)));
     else if (dp_->collective_forward())
       dist::empty_pass(model_, *dp_,
                        false);  // the others' forwards gather the weights with this rank
@@ -235,7 +251,7 @@ int TrainLoop::run() {
     int64_t my_tokens = 0;
     if (batches)
       for (const data::Batch& b : *batches) my_tokens += b.loss_tokens;
-    const dist::StepCounts counts = dist::exchange_counts(comm_, batches.has_value(), my_tokens,
+    const dist::StepCounts counts = dist::exchange_counts(data_, batches.has_value(), my_tokens,
                                                           batches ? int64_t(batches->size()) : 0);
     if (join_.decide(counts, batches.has_value(), state_.step) == dist::StepAction::stop)
       return stop_early(fmt::format("data.epochs = {} reached", rc_.train_data.max_epochs), 0);

@@ -21,6 +21,7 @@
 #include "data/loader.h"
 #include "dist/communicator.h"
 #include "dist/data_parallel.h"
+#include "dist/grid.h"
 #include "dist/join.h"
 #include "dist/step_stats.h"
 #include "nn/transformer.h"
@@ -51,8 +52,8 @@ struct PeakReference {
 class TrainLoop {
  public:
   // `rc`: `config` resolved for this rank's device.
-  TrainLoop(const Config& config, RunConfig rc, const TrainOptions& options,
-            dist::Communicator& comm, const PeakReference& peak);
+  TrainLoop(const Config& config, RunConfig rc, const TrainOptions& options, dist::Grid& grid,
+            const PeakReference& peak);
   int run();
 
  private:
@@ -84,15 +85,19 @@ class TrainLoop {
   Config config_;  // as given (paths made absolute): saved with the run, compared across ranks
   RunConfig rc_;   // the same, resolved once
   TrainOptions options_;
-  dist::Communicator& comm_;
-  bool leader_;  // rank 0 writes metrics, logs and checkpoints
+  dist::Grid& grid_;          // the world as tensor and data groups (Note [Parallel grid])
+  dist::Communicator& comm_;  // the world: agreement, checkpoints, the step's small all-reduce
+  dist::Communicator& data_;  // the data-parallel group: batches, Join, the gradients' sums
+  bool leader_;               // rank 0 writes metrics, logs and checkpoints
   std::unique_ptr<ExclusiveLock> lock_;
   std::string tokenizer_;  // the tokenizer's bytes, kept in the run and every checkpoint
   uint64_t tokenizer_hash_ = 0;
   std::string data_manifest_;  // the corpus's manifest.json as the run started
   nn::Transformer transformer_;
+  dist::CommTensorGroup tensor_group_;      // the model's other slices (tensor parallelism)
   nn::Model& model_;                        // what the loop uses of it
   std::unique_ptr<dist::DataParallel> dp_;  // how the ranks share its state
+  std::unique_ptr<dist::GradNormShare> norm_share_;  // tensor parallelism: this rank's share
   dist::Join join_;
   std::unique_ptr<data::Loader> loader_;
   TrainerState state_;

@@ -140,10 +140,10 @@ void TrainLoop::log_setup() {
   log::info(
       "memory plan per rank: {:.1f} MiB (sharding {}: fp32 masters {:.1f}, working weights "
       "{:.1f}, gradients {:.1f}, optimizer {:.1f}, buffers {:.1f}; activations {:.1f}, workspace "
-      "{:.1f}); {} rank(s)",
+      "{:.1f}); {}",
       planned_mib(), dist::sharding_stage_name(dp_->stage()), st.masters / kMiB, st.working / kMiB,
       st.grads / kMiB, st.optimizer / kMiB, st.buffers / kMiB, mem.activations / kMiB,
-      mem.workspace / kMiB, comm_.size());
+      mem.workspace / kMiB, grid_.describe());
   log::info("MFU against {}", peak_.source);
 }
 

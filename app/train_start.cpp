@@ -50,7 +50,7 @@ void check_resumable(const Config& now, const Checkpoint& ckpt) {
 // train.global_batch (and its schedule) must share out evenly; dist.deterministic's trees need
 // a power-of-two world.
 void TrainLoop::check_batch_over_ranks() const {
-  const int w = comm_.size();
+  const int w = data_.size();
   if (rc_.deterministic && (w & (w - 1)) != 0)
     throw UsageError(fmt::format(
         "dist.deterministic needs a power-of-two number of ranks (its reduction tree pairs "
@@ -79,12 +79,13 @@ void TrainLoop::warn_of_changes(const Checkpoint& ckpt) const {
         "(OMP_NUM_THREADS={} keeps them)",
         ckpt.state.threads, op_threads(ctx),
         rc_.deterministic ? ", dist.deterministic notwithstanding" : "", ckpt.state.threads);
-  if (rc_.global_batch > 0 || ckpt.state.world_size == comm_.size() || !leader_) return;
+  const int then = ckpt.state.world_size / ckpt.state.tensor_parallel, now = data_.size();
+  if (rc_.global_batch > 0 || then == now || !leader_) return;
   log::warn(
-      "resuming a {}-rank run on {} ranks with train.grad_accum per rank: the global batch "
-      "changes from {} to {} micro-batches per step (set train.global_batch to keep it)",
-      ckpt.state.world_size, comm_.size(), micro_batches(state_.step) * ckpt.state.world_size,
-      micro_batches(state_.step) * comm_.size());
+      "resuming a run of {} data-parallel rank(s) on {} with train.grad_accum per rank: the "
+      "global batch changes from {} to {} micro-batches per step (set train.global_batch to "
+      "keep it)",
+      then, now, micro_batches(state_.step) * then, micro_batches(state_.step) * now);
 }
 
 // Rank 0 chooses the checkpoint to resume from and every rank opens that one, so ranks
@@ -167,7 +168,7 @@ void TrainLoop::check_data() {
   rc_.val_data.tokenizer_hash = m.tokenizer_hash;
   std::optional<data::Batch> first;
   try {
-    data::Loader val(rc_.val_data, comm_.rank(), comm_.size());
+    data::Loader val(rc_.val_data, data_.rank(), data_.size());
     first = val.next();
   } catch (const UsageError&) {
     throw;
@@ -240,11 +241,12 @@ void TrainLoop::start_up() {
   std::optional<data::LoaderState> loader_state;
   if (ckpt) loader_state = ckpt->state.loader.get<data::LoaderState>();
   loader_ =
-      std::make_unique<data::Loader>(rc_.train_data, comm_.rank(), comm_.size(), loader_state);
+      std::make_unique<data::Loader>(rc_.train_data, data_.rank(), data_.size(), loader_state);
   check_data();
   state_.tokenizer_hash = tokenizer_hash_;
   state_.data_hash = hash64(data_manifest_);
   state_.world_size = comm_.size();
+  state_.tensor_parallel = grid_.tensor_size();
   state_.threads = op_threads(model_.context());
   dist::check_consistency(
       comm_, {{"the resolved config",

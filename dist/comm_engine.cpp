@@ -80,7 +80,7 @@ void CommEngine::loop() {
       const double busy = q.job.run(q.name, q.seq);
       {
         std::lock_guard lock(mu_);
-        stats_.add(q.job.kind, q.job.bytes, world_, busy);
+        stats_.add(q.job.kind, q.job.bytes, q.job.world > 0 ? q.job.world : world_, busy);
       }
       q.state->complete(busy);
     } catch (const CommFailure& f) {

@@ -35,6 +35,7 @@ struct CommJob {
   // On the engine's thread: runs the operation, or waits for the issued one, and returns the
   // seconds it was busy; throws CommFailure. `name` is "<kind> #<seq><detail>".
   std::function<double(const std::string& name, int64_t seq)> run;
+  int world = 0;  // the ranks it spans, for the statistics (0: the engine's)
 };
 
 // Note [Communication engine]

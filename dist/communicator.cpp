@@ -82,6 +82,9 @@ class SingleProcessCommunicator final : public Communicator {
   }
   Work barrier_async(double) override { return done_work(); }
   CommStats stats() const override { return {}; }
+  std::unique_ptr<Communicator> split(int, int) override {
+    return std::make_unique<SingleProcessCommunicator>();
+  }
 
  private:
   // Host or device buffers (a sharded model on one GPU gathers from itself).

@@ -112,6 +112,11 @@ class Communicator {
 
   // What the collectives moved and how long they took, since creation (metrics, overlap).
   virtual CommStats stats() const = 0;
+
+  // A collective: a communicator over the ranks that pass the same `color`, numbered by `key`
+  // (MPI_Comm_split's rule). It may share this one's queue (MPI: one thread makes every MPI
+  // call), so every rank issues the two's collectives in one order; destroy it before this one.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 };
 
 // A communicator for one process: reductions are no-ops, gathers are copies.

@@ -111,14 +111,29 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(arrive_comm_, MPI_ERRORS_RETURN);
     MPI_Op_create(&bf16_sum, /*commute=*/1, &bf16_sum_op_);
-    arrived_.assign(size_t(size_), -1);
-    arrive_buf_.assign(size_t(size_), -1);
-    arrive_recv_.assign(size_t(size_), MPI_REQUEST_NULL);
-    for (int p : arrival_sources()) post_arrival_recv(p);
-    engine_ = std::make_unique<CommEngine>(size_);
+    start_arrivals();
+    engine_ = std::make_shared<CommEngine>(size_);
+  }
+
+  // A group of `parent`'s ranks (split()): its own MPI communicators, made on the engine's
+  // thread, and the parent's engine, so that every MPI call stays on that one thread and the
+  // two communicators' operations run in the one order every rank issues them in.
+  MpiCommunicator(const MpiCommunicator& parent, MPI_Comm comm, MPI_Comm arrive_comm)
+      : options_(parent.options_),
+        comm_(comm),
+        arrive_comm_(arrive_comm),
+        bf16_sum_op_(parent.bf16_sum_op_),
+        engine_(parent.engine_),
+        owns_mpi_(false) {
+    MPI_Comm_rank(comm_, &rank_);  // local queries, made before the communicator is used
+    MPI_Comm_size(comm_, &size_);
   }
 
   ~MpiCommunicator() override {
+    if (!owns_mpi_) {
+      close_group();
+      return;
+    }
     engine_->stop();
     shutdown_requests();
     if (engine_->broken() || std::uncaught_exceptions() > 0) {
@@ -127,6 +142,26 @@ class MpiCommunicator final : public Communicator {
     }
     MPI_Op_free(&bf16_sum_op_);
     MPI_Finalize();
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm comm = MPI_COMM_NULL, arrive = MPI_COMM_NULL;
+    CommJob job{
+        "split",
+        0,
+        fmt::format(" (color {}, key {})", color, key),
+        {},
+        [&](const std::string& name, int64_t) {
+          const int rc = MPI_Comm_split(comm_, color, key, &comm);
+          if (rc != MPI_SUCCESS || MPI_Comm_split(arrive_comm_, color, key, &arrive) != MPI_SUCCESS)
+            throw CommFailure{
+                fmt::format("{} failed on rank {}: {}", name, rank_, mpi_error_string(rc))};
+          MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+          MPI_Comm_set_errhandler(arrive, MPI_ERRORS_RETURN);
+          return 0.0;
+        }};
+    engine_->submit(std::move(job)).wait();
+    return std::unique_ptr<Communicator>(new MpiCommunicator(*this, comm, arrive));
   }
 
   int rank() const override { return rank_; }
@@ -155,6 +190,7 @@ class MpiCommunicator final : public Communicator {
     return enqueue(Kind::barrier, nullptr, nullptr, 0, DType::u8, ReduceOrder::any, 0, timeout_s);
   }
 
+  // The engine's: this communicator's and, where it shares the engine (split()), the others'.
   CommStats stats() const override { return engine_->stats(); }
 
  private:
@@ -183,8 +219,10 @@ class MpiCommunicator final : public Communicator {
                             [this, op](const std::string& name, int64_t seq) mutable {
                               op.name = name;
                               op.seq = seq;
+                              start_arrivals();
                               return run(op);
-                            }});
+                            },
+                            size_});
   }
 
   std::vector<int> arrival_targets() const {
@@ -205,6 +243,37 @@ class MpiCommunicator final : public Communicator {
       return s;
     }
     return {};
+  }
+
+  // Posts the arrival receives, once (a group's on the engine's thread, at its first operation).
+  void start_arrivals() {
+    if (!arrive_recv_.empty()) return;
+    arrived_.assign(size_t(size_), -1);
+    arrive_buf_.assign(size_t(size_), -1);
+    arrive_recv_.assign(size_t(size_), MPI_REQUEST_NULL);
+    for (int p : arrival_sources()) post_arrival_recv(p);
+  }
+
+  // A group's end: its requests cancelled and its communicators freed on the engine's thread
+  // (unless the engine failed: then the job is aborted at exit, Note [Aborting]).
+  void close_group() {
+    if (engine_->broken() || std::uncaught_exceptions() > 0) return;
+    try {
+      engine_
+          ->submit({"split",
+                    0,
+                    " (free)",
+                    {},
+                    [this](const std::string&, int64_t) {
+                      shutdown_requests();
+                      MPI_Comm_free(&comm_);
+                      MPI_Comm_free(&arrive_comm_);
+                      return 0.0;
+                    }})
+          .wait();
+    } catch (const std::exception& e) {
+      log::warn("freeing an MPI group: {}", e.what());
+    }
   }
 
   void post_arrival_recv(int peer) {
@@ -427,7 +496,8 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
   MPI_Comm comm_ = MPI_COMM_NULL, arrive_comm_ = MPI_COMM_NULL;
   MPI_Op bf16_sum_op_ = MPI_OP_NULL;
-  std::unique_ptr<CommEngine> engine_;  // runs the operations; made once MPI is set up
+  std::shared_ptr<CommEngine> engine_;  // runs the operations; made once MPI is set up
+  bool owns_mpi_ = true;                // the world's communicator: MPI_Finalize at its end
   // Owned by the engine's thread.
   std::vector<int64_t> arrived_, arrive_buf_;
   std::vector<MPI_Request> arrive_recv_;

@@ -62,6 +62,11 @@ bool on_device(const void* p) {
 
 class NcclCommunicator final : public Communicator {
  public:
+  // Over `owned`'s ranks, which it keeps (a group's communicator, split()).
+  NcclCommunicator(std::unique_ptr<Communicator> owned, int device, const CommOptions& options)
+      : NcclCommunicator(*owned, device, options) {
+    owned_bootstrap_ = std::move(owned);
+  }
   NcclCommunicator(Communicator& bootstrap, int device, const CommOptions& options)
       : bootstrap_(bootstrap), device_(device), options_(options) {
     CUDA_CALL(cudaSetDevice(device_));
@@ -86,6 +91,12 @@ class NcclCommunicator final : public Communicator {
     cudaFree(barrier_buf_);
     cudaEventDestroy(issued_);
     cudaStreamDestroy(stream_);
+  }
+
+  // One NCCL communicator per group, made over the bootstrap's group (which carries the
+  // group's host-buffer collectives too).
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    return std::make_unique<NcclCommunicator>(bootstrap_.split(color, key), device_, options_);
   }
 
   int rank() const override { return bootstrap_.rank(); }
@@ -205,6 +216,8 @@ class NcclCommunicator final : public Communicator {
   cudaEvent_t issued_ = nullptr;  // recorded on the model's stream as each collective is issued
   bool comm_aborted_ = false;     // set by the engine's thread, read once it has stopped
   std::unique_ptr<CommEngine> engine_;  // made last: its thread waits on the members above
+  // A group's bootstrap, destroyed once the destructor has stopped the engine.
+  std::unique_ptr<Communicator> owned_bootstrap_;
 };
 
 }  // namespace

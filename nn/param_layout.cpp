@@ -8,7 +8,7 @@
 
 namespace trainer::nn {
 
-ParamLayout::ParamLayout(const ModelConfig& cfg) {
+ParamLayout::ParamLayout(const ModelConfig& cfg) : config_(cfg) {
   cfg.validate();
   const ArchSpec spec = arch_spec(cfg);
   add_unit(UnitKind::embedding, spec.embedding, "", spec, cfg);
@@ -97,6 +97,30 @@ void for_each_whole_run(
     const int64_t run_end = std::min(end, (outer * Dl + (group + 1) * chunk) * inner);
     const int64_t whole_j = group * (D / p.split.groups) + p.tensor.rank * chunk + j % chunk;
     fn(i, (outer * D + whole_j) * inner + c, run_end - i);
+    i = run_end;
+  }
+}
+
+void for_each_slice_run(
+    const ParamInfo& p, int degree, int64_t begin, int64_t end,
+    const std::function<void(int rank, int64_t local, int64_t whole, int64_t count)>& fn) {
+  if (p.split.dim < 0 || degree == 1) {
+    if (begin < end) fn(0, begin, begin, end - begin);
+    return;
+  }
+  // The whole tensor as (outer, D, inner) around the cut dimension: D is `groups` blocks of
+  // `degree` pieces of `chunk` rows, rank r holding piece r of each block.
+  const size_t dim = size_t(p.split.dim);
+  int64_t inner = 1;
+  for (size_t i = dim + 1; i < p.full_shape.size(); ++i) inner *= p.full_shape[i];
+  const int64_t D = p.full_shape[dim], block = D / p.split.groups, chunk = block / degree;
+  const int64_t Dl = D / degree;
+  for (int64_t i = begin; i < end;) {
+    const int64_t outer = i / (D * inner), J = i % (D * inner) / inner, c = i % inner;
+    const int64_t group = J / block, rank = J % block / chunk, within = J % chunk;
+    const int64_t run_end = std::min(end, (outer * D + group * block + (rank + 1) * chunk) * inner);
+    const int64_t local = (outer * Dl + group * chunk + within) * inner + c;
+    fn(int(rank), local, i, run_end - i);
     i = run_end;
   }
 }

@@ -46,6 +46,9 @@ class ParamLayout {
  public:
   explicit ParamLayout(const ModelConfig& config);
 
+  // The model (and slice) it lays out.
+  const ModelConfig& config() const { return config_; }
+
   const std::vector<ParamInfo>& params() const { return params_; }
   int64_t total() const { return total_; }
   // The parameter called `name`, or nullptr.
@@ -65,6 +68,7 @@ class ParamLayout {
  private:
   void add_unit(UnitKind kind, const std::vector<ParamSpec>& specs, const std::string& prefix,
                 const ArchSpec& spec, const ModelConfig& cfg);
+  ModelConfig config_;
   std::vector<ParamInfo> params_;
   std::vector<Unit> units_;
   int64_t total_ = 0;
@@ -75,6 +79,13 @@ class ParamLayout {
 // run's first element there, in order; one run for a parameter that is not cut.
 void for_each_whole_run(const ParamInfo& p, int64_t begin, int64_t end,
                         const std::function<void(int64_t local, int64_t whole, int64_t count)>& fn);
+
+// The inverse: calls fn(rank, local, whole, count) for the runs of elements [begin, end) of the
+// whole tensor of parameter `p` that one slice of `degree` holds consecutively: the slice's rank
+// and where the run starts in that slice. `p` may be the whole parameter or any slice of it.
+void for_each_slice_run(
+    const ParamInfo& p, int degree, int64_t begin, int64_t end,
+    const std::function<void(int rank, int64_t local, int64_t whole, int64_t count)>& fn);
 
 // The initial values of parameter `p` (p.numel floats into `out`) by its specification's rule;
 // they depend only on (seed, p.name) and each element's place in the whole tensor, so any shard

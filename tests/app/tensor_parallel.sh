@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Tensor parallelism end to end through the binary (Note [Parallel grid], Note [Tensor-parallel
+# splits]): every layout trains the same model on the same global batch as one process does.
+#   - GPT-2 on packed batches: TP=2, TP=4, and TP=2 x DP=2 under every sharding stage (with
+#     full activation checkpointing under one of them); Llama with grouped key/value heads
+#     (n_kv_head = 2 of 4) at TP=2 and TP=2 x DP=2; GPT-2 on padded (bucket) batches at TP=2;
+#     bf16 at TP=2: the losses step for step and the final parameters (read back through
+#     `trainer export`, whole, from the ranks' slices) against one process's;
+#   - a TP=2 x DP=2 checkpoint resumes as TP=1 x DP=1, TP=4 x DP=1 and TP=1 x DP=4 and continues
+#     the same loss curve; eval and inspect read it directly;
+#   - bad layouts are refused at start-up, before anything is written, naming the constraint.
+#   tensor_parallel.sh <trainer> <mpiexec>
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/small_corpus.sh"
+TRAINER=$1
+MPIEXEC=$2
+DIR=$(mktemp -d /tmp/trainer_tensor_parallel.XXXXXX)
+trap 'rm -rf "$DIR"' EXIT
+cd "$DIR"
+small_corpus "$TRAINER"
+common=(--set data.path=corpus --set data.tokenizer=tok.model --set run.dir=runs
+        --set model.vocab_size=320 --set model.n_layer=2 --set model.n_head=4 --set model.n_embd=32
+        --set model.max_seq_len=32 --set data.seq_len=32 --set data.batch_size=2
+        --set data.mode=pack --set train.global_batch=4 --set train.steps=20
+        --set train.val_every=10 --set train.val_batches=4 --set checkpoint.every=10
+        --set log.every=1 --set log.progress=off --set schedule.warmup_steps=2
+        --set optimizer.lr=1e-3 --set log.peak_gflops=100)
+llama=(--set model.arch=llama --set model.n_kv_head=2 --set model.ffn_multiple_of=16
+       --set model.tie_embeddings=false)
+run() {  # run <ranks> <name> [--set ...]
+  local np=$1 name=$2
+  shift 2
+  OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np "$np" \
+    "$TRAINER" train "${common[@]}" --set run.name="$name" "$@" >"$name.log" 2>&1 ||
+    { echo "FAIL: run $name"; tail -5 "$name.log"; exit 1; }
+  "$TRAINER" export "runs/$name" --out "exports/$name" >/dev/null
+}
+
+run 1 gpt2
+run 2 gpt2_tp2 --set dist.tensor_parallel=2
+run 4 gpt2_tp4 --set dist.tensor_parallel=4
+for stage in none optimizer gradients full; do
+  run 4 "gpt2_tp2_dp2_$stage" --set dist.tensor_parallel=2 --set dist.sharding="$stage"
+done
+run 4 gpt2_tp2_dp2_recompute --set dist.tensor_parallel=2 --set dist.sharding=gradients \
+  --set model.activation_checkpointing=full
+run 1 llama "${llama[@]}"
+run 2 llama_tp2 "${llama[@]}" --set dist.tensor_parallel=2
+run 4 llama_tp2_dp2 "${llama[@]}" --set dist.tensor_parallel=2 --set dist.sharding=full
+run 1 bucket --set data.mode=bucket
+run 2 bucket_tp2 --set data.mode=bucket --set dist.tensor_parallel=2
+run 1 bf16 --set model.precision=bf16
+run 2 bf16_tp2 --set model.precision=bf16 --set dist.tensor_parallel=2
+
+# Resume the TP=2 x DP=2 run's step-10 checkpoint in other layouts.
+for layout in "1 1" "4 4" "4 1"; do
+  set -- $layout
+  run "$1" "resume_np$1_tp$2" --set dist.tensor_parallel="$2" \
+    --set train.resume=runs/gpt2_tp2_dp2_full/checkpoints/step-10
+done
+"$TRAINER" eval runs/gpt2_tp2_dp2_full --max-batches 4 > eval_tp.txt
+"$TRAINER" eval runs/gpt2 --max-batches 4 > eval_ref.txt
+"$TRAINER" inspect runs/gpt2_tp2_dp2_full > inspect.txt
+
+/usr/bin/python3 - <<'PY'
+import json, struct, sys
+from array import array
+
+def tensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        body = f.read()
+    return {name: array("f", body[t["data_offsets"][0]:t["data_offsets"][1]])
+            for name, t in header.items() if name != "__metadata__"}
+
+def losses(name):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(f"runs/{name}/metrics.jsonl"))
+            if "loss" in r}
+
+errors = []
+
+STEPS, LR, C = 20, 1e-3, 32
+
+def compare(name, ref, loss_rel, param_rel, noise_abs):
+    got, want = losses(name), losses(ref)
+    for step, l in got.items():
+        if abs(l - want[step]) > loss_rel * abs(want[step]):
+            errors.append(f"{name}: step {step} loss {l!r}, one process {want[step]!r}")
+    a, b = tensors(f"exports/{name}/model.safetensors"), tensors(f"exports/{ref}/model.safetensors")
+    for t in b:
+        scale = max(abs(x) for x in b[t])
+        for i, (x, y) in enumerate(zip(a[t], b[t])):
+            # GPT-2's key bias [C, 2C) of c_attn.bias adds q.b_k to every score of a query, which
+            # the softmax ignores: its exact gradient is zero, so both runs move it by rounding
+            # noise that AdamW normalises into steps of up to lr: at most 2 x steps x lr apart.
+            noise = t.endswith("attn.c_attn.bias") and C <= i < 2 * C
+            bound = 2 * STEPS * LR if noise else max(param_rel * scale, noise_abs)
+            if abs(x - y) > bound:
+                errors.append(f"{name}: {t}[{i}] is {x!r}, one process {y!r} (bound {bound:.3g})")
+                break
+
+# fp32: each step's gradients differ from one process's by reassociation alone (the group's
+# partial sums, the vocabulary slices' merged statistics): relative errors near 1e-7 of the
+# terms. AdamW divides each update by the gradient's own running magnitude, so a relative
+# change of a gradient moves its update by at most as much, and 20 updates of lr = 1e-3 move
+# parameters by about 1e-9 relative to their largest; the losses follow. 1e-5 relative is over
+# 100x that; a wrong cut is off by percents from the first step.
+for name in ["gpt2_tp2", "gpt2_tp4", "gpt2_tp2_dp2_none", "gpt2_tp2_dp2_optimizer",
+             "gpt2_tp2_dp2_gradients", "gpt2_tp2_dp2_full", "gpt2_tp2_dp2_recompute"]:
+    compare(name, "gpt2", 1e-5, 1e-5, 0)
+for name in ["llama_tp2", "llama_tp2_dp2"]:
+    compare(name, "llama", 1e-5, 1e-5, 0)
+compare("bucket_tp2", "bucket", 1e-5, 1e-5, 0)
+# bf16: the products' outputs and the partial sums the group adds are rounded to bf16 (2^-9
+# relative) where one process rounds each product once, so the gradients differ by a few bf16
+# roundings and the losses by about 1e-3 relative after 20 steps (1e-2 is the bound). A
+# parameter whose gradient is small against that noise moves by AdamW-normalised steps of up
+# to lr in either run: 2 x steps x lr apart at most, however small the parameter.
+compare("bf16_tp2", "bf16", 1e-2, 0, 2 * STEPS * LR)
+
+# Resumed in another layout: the same curve from step 11 on (fp32 reassociation as above).
+ref = losses("gpt2")
+for name in ["resume_np1_tp1", "resume_np4_tp4", "resume_np4_tp1"]:
+    got = losses(name)
+    if sorted(got) != list(range(11, 21)):
+        errors.append(f"{name}: steps {sorted(got)}, expected 11..20")
+    for step, l in got.items():
+        if abs(l - ref[step]) > 1e-5 * ref[step]:
+            errors.append(f"{name}: step {step} loss {l!r}, uninterrupted {ref[step]!r}")
+tp, one = json.loads(open("eval_tp.txt").read().splitlines()[-1]), \
+    json.loads(open("eval_ref.txt").read().splitlines()[-1])
+if abs(tp["loss"] - one["loss"]) > 1e-5 * one["loss"]:
+    errors.append(f"eval of the TP=2 x DP=2 checkpoint: {tp['loss']}, one process {one['loss']}")
+manifest = json.load(open("runs/gpt2_tp2_dp2_full/checkpoints/step-20/manifest.json"))
+if manifest.get("tensor_parallel") != 2 or len(manifest["shards"]) != 4:
+    errors.append(f"TP=2 x DP=2 manifest: {manifest.get('tensor_parallel')}, "
+                  f"{len(manifest['shards'])} shards")
+for e in errors[:20]:
+    print("FAIL:", e)
+sys.exit(1 if errors else 0)
+PY
+grep -q "h.0.attn.c_attn.weight" inspect.txt || { echo "FAIL: inspect lists no tensors"; exit 1; }
+
+# Bad layouts: refused before anything is written, each naming the constraint.
+refused() {  # refused <ranks> <expected text> [--set ...]
+  local np=$1 want=$2 out
+  shift 2
+  if out=$(OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np "$np" \
+    "$TRAINER" train "${common[@]}" --set run.name=bad "$@" 2>&1); then
+    echo "FAIL: accepted $*"
+    exit 1
+  fi
+  grep -q -- "$want" <<<"$out" || { echo "FAIL: '$want' not in: $out"; exit 1; }
+  [ ! -e runs/bad ] || { echo "FAIL: $* wrote runs/bad"; exit 1; }
+}
+refused 3 "does not divide the 3 ranks" --set dist.tensor_parallel=2
+refused 3 "does not divide model.n_head = 4" --set dist.tensor_parallel=3
+refused 4 "does not divide model.n_kv_head = 2" "${llama[@]}" --set dist.tensor_parallel=4
+refused 2 "does not divide model.vocab_size = 321" --set model.vocab_size=321 \
+  --set dist.tensor_parallel=2
+refused 4 "mlp.gate_proj.weight" "${llama[@]}" --set model.ffn_hidden=42 \
+  --set model.ffn_multiple_of=2 --set dist.tensor_parallel=4 --set model.n_kv_head=4
+echo "tensor parallelism: all layouts agree"

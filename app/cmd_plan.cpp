@@ -1,6 +1,8 @@
 // `trainer plan`: the bytes per rank a config needs, from the same plans the trainer allocates
 // by (model state under the sharding stage, activations under the checkpointing policy, op
-// workspace), without allocating them; and the same for every stage and precision.
+// workspace, each of the rank's tensor-parallel slice), without allocating them; and the same
+// for every stage and precision, and for every tensor-parallel degree.
+#include <algorithm>
 #include <cstdio>
 
 #include "app/memory_plan.h"
@@ -20,16 +22,17 @@ namespace {
 // The configured run in detail: what each rank allocates, by purpose.
 void print_configured(const RunConfig& rc, int world) {
   const nn::ExecConfig& e = rc.exec;
-  const MemoryPlan plan = plan_memory(rc, world);
+  const int data = world / rc.tensor_parallel;
+  const MemoryPlan plan = plan_memory(rc, data);
   const nn::Transformer::Memory& m = plan.model;
   const dist::StateBytes& st = plan.state;
   const nn::ActivationPlan acts(rc.model, e);
   std::printf(
       "precision %s, gradients %s, activation checkpointing %s; micro-batch %d x %d tokens; "
-      "world size %d, sharding %s\n",
+      "world size %d = %d tensor x %d data, sharding %s\n",
       std::string(float_dtype_name(e.compute)).c_str(),
       std::string(float_dtype_name(e.grad)).c_str(), nn::recompute_name(e.recompute), e.max_rows,
-      e.max_seq_len, world, dist::sharding_stage_name(rc.sharding));
+      e.max_seq_len, world, rc.tensor_parallel, data, dist::sharding_stage_name(rc.sharding));
   auto row = [&](const char* what, double bytes) {
     std::printf("  %-34s %10.1f MiB\n", what, bytes / kMiB);
   };
@@ -46,8 +49,9 @@ void print_configured(const RunConfig& rc, int world) {
   row("op workspace", double(m.workspace));
   if (e.device == Device::cuda && e.compute == DType::bf16 && e.training) {
     // The largest share, cuDNN attention's backward (Note [cuDNN attention workspace]).
-    const nn::CudnnAttentionWorkspace w = nn::cudnn_attention_workspace_plan(
-        e.max_rows, rc.model.n_head, e.max_seq_len, rc.model.head_size(), true, e.deterministic);
+    const nn::CudnnAttentionWorkspace w =
+        nn::cudnn_attention_workspace_plan(e.max_rows, rc.model.local_heads(), e.max_seq_len,
+                                           rc.model.head_size(), true, e.deterministic);
     row("  of which cuDNN attention", double(w.total()));
   }
   row("batch inputs", double(m.inputs));
@@ -64,7 +68,8 @@ void print_configured(const RunConfig& rc, int world) {
 // Every sharding stage in fp32 and bf16, with and without activation checkpointing.
 void print_stages(const RunConfig& rc, const nn::ParamLayout& layout, int world) {
   std::printf(
-      "\nevery stage on %d rank(s), MiB per rank (activations and totals: checkpointing none / "
+      "\nevery stage on %d data-parallel rank(s), MiB per rank (activations and totals: "
+      "checkpointing none / "
       "full):\n  %-10s %-9s %9s %9s %9s %9s %9s %19s %21s\n",
       world, "sharding", "precision", "masters", "weights", "gradients", "optimizer", "buffers",
       "activations*", "total");
@@ -96,27 +101,71 @@ void print_stages(const RunConfig& rc, const nn::ParamLayout& layout, int world)
       "sharded stages' gradients include the fp32 shard they sum into)\n");
 }
 
+// The configured stage and precision at every tensor-parallel degree that divides the world and
+// cuts the model evenly.
+void print_tensor_degrees(RunConfig rc, int world) {
+  std::printf(
+      "\nevery tensor-parallel degree on %d rank(s), sharding %s, MiB per rank:\n  %-7s %-6s "
+      "%14s %9s %9s %9s %9s %11s %9s\n",
+      world, dist::sharding_stage_name(rc.sharding), "tensor", "data", "parameters", "masters",
+      "gradients", "optimizer", "buffers", "activations", "total");
+  for (int t = 1; t <= std::min(world, 4096); ++t) {  // dist.tensor_parallel's range
+    if (world % t != 0) continue;
+    rc.tensor_parallel = t;
+    rc.model.tensor = {t, 0};
+    try {
+      const nn::ParamLayout layout(rc.model);  // throws where the model does not cut by t
+      const MemoryPlan p = plan_memory(rc, world / t);
+      const dist::StateBytes& st = p.state;
+      std::printf("  %-7d %-6d %14lld %9.1f %9.1f %9.1f %9.1f %11.1f %9.1f\n", t, world / t,
+                  (long long)layout.total(), st.masters / kMiB, st.grads / kMiB,
+                  st.optimizer / kMiB, (st.buffers + st.working) / kMiB, p.model.activations / kMiB,
+                  double(p.total()) / kMiB);
+    } catch (const UsageError&) {
+      continue;  // the model does not cut into t slices
+    }
+  }
+  std::printf(
+      "  (parameters: each rank's slice with its alignment; buffers: with the working weights)\n");
+}
+
 }  // namespace
 
 int cmd_plan(const Args& args) {
   po::options_description desc("plan options");
   po::positional_options_description pos;
   add_config_options(desc, pos);
-  desc.add_options()("world-size", po::value<int>()->default_value(1), "ranks");
+  desc.add_options()("world-size", po::value<int>()->default_value(1), "ranks")(
+      "tensor-parallel", po::value<int>(),
+      "tensor-parallel degree (default: the config's dist.tensor_parallel)");
   po::variables_map vm;
   if (!parse_options("plan", args, desc, vm, &pos)) return 0;
   const Config c = config_from(vm);
   require_range("plan", vm, "world-size", 1, 1 << 20);
   const int world = vm["world-size"].as<int>();
-  const RunConfig rc = resolve_run(c);
-  const nn::ParamLayout layout(rc.model);
-  int64_t count = 0;
-  for (const nn::ParamInfo& p : layout.params()) count += p.numel;
-  std::printf("plan for %s: %d layers, C=%d, V=%d, %ld parameters\n",
+  RunConfig rc = resolve_run(c);
+  if (vm.count("tensor-parallel")) {
+    require_range("plan", vm, "tensor-parallel", 1, 4096);
+    rc.tensor_parallel = vm["tensor-parallel"].as<int>();
+    rc.model.tensor = {rc.tensor_parallel, 0};
+  }
+  if (world % rc.tensor_parallel != 0)
+    throw UsageError(fmt::format(
+        "--world-size {} is not a multiple of the tensor-parallel degree {} (the ranks form "
+        "tensor groups of that size)",
+        world, rc.tensor_parallel));
+  const nn::ParamLayout layout(rc.model);  // the slice's; checks the cuts
+  int64_t count = 0, mine = 0;
+  for (const nn::ParamInfo& p : layout.params()) {
+    count += p.full_numel();
+    mine += p.numel;
+  }
+  std::printf("plan for %s: %d layers, C=%d, V=%d, %ld parameters (%ld in each rank's slice)\n",
               vm["config"].as<std::string>().c_str(), rc.model.n_layer, rc.model.n_embd,
-              rc.model.vocab_size, long(count));
+              rc.model.vocab_size, long(count), long(mine));
   print_configured(rc, world);
-  print_stages(rc, layout, world);
+  print_stages(rc, layout, world / rc.tensor_parallel);
+  print_tensor_degrees(rc, world);
   return 0;
 }
 

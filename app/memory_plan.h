@@ -22,8 +22,9 @@ struct MemoryPlan {
   }
 };
 
-// The plan of one rank of `world` for the resolved run `rc`.
-MemoryPlan plan_memory(const RunConfig& rc, int world);
+// The plan of one rank for the resolved run `rc` (its model the rank's slice under tensor
+// parallelism: rc.model.tensor) in a data-parallel group of `data_ranks`.
+MemoryPlan plan_memory(const RunConfig& rc, int data_ranks);
 
 // Memory this process may still use, in bytes, and where the figure comes from: the device's
 // free memory for Device::cuda; else MemAvailable, or the cgroup's limit less its usage when

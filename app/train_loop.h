@@ -110,9 +110,10 @@ class TrainLoop {
   bool metrics_failed_ = false, write_failure_reported_ = false;
   Timer run_timer_;
   int64_t first_step_ = 0;
-  dist::CommStats comm_logged_;      // the communicator's totals at the last metrics line
-  dist::StragglerWatch stragglers_;  // rank 0: the current streak of one lagging rank
-  NonFiniteGuard nonfinite_;         // what a step or a save does with NaN and Inf
+  dist::CommStats comm_logged_;  // the communicator's totals at the last metrics line
+  dist::CommStats tensor_logged_, data_logged_;  // the groups' likewise
+  dist::StragglerWatch stragglers_;              // rank 0: the current streak of one lagging rank
+  NonFiniteGuard nonfinite_;                     // what a step or a save does with NaN and Inf
 };
 
 }  // namespace trainer::app

@@ -93,6 +93,16 @@ void TrainLoop::log_step(const StepStats& s, double step_s) {
     j["comm_busbw_gbps"] = now.bus_gbps_since(comm_logged_);
     comm_logged_ = now;
   }
+  // What this rank's links carried for each group since the last line (docs/dist.md,
+  // "Communication per step", gives the closed form).
+  auto carried = [&](const char* key, dist::Communicator& group, dist::CommStats& logged) {
+    if (group.size() == 1) return;
+    const dist::CommStats now = group.stats();
+    j[key] = now.bus_bytes - logged.bus_bytes;
+    logged = now;
+  };
+  carried("tensor_bus_bytes", grid_.tensor(), tensor_logged_);
+  carried("data_bus_bytes", data_, data_logged_);
   write_metrics(j);
 }
 

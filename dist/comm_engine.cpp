@@ -52,9 +52,15 @@ bool CommEngine::broken() const {
   return broken_;
 }
 
-CommStats CommEngine::stats() const {
+int CommEngine::add_account() {
   std::lock_guard lock(mu_);
-  return stats_;
+  accounts_.emplace_back();
+  return int(accounts_.size()) - 1;
+}
+
+CommStats CommEngine::stats(int account) const {
+  std::lock_guard lock(mu_);
+  return accounts_.at(size_t(account));
 }
 
 void CommEngine::loop() {
@@ -80,7 +86,8 @@ void CommEngine::loop() {
       const double busy = q.job.run(q.name, q.seq);
       {
         std::lock_guard lock(mu_);
-        stats_.add(q.job.kind, q.job.bytes, q.job.world > 0 ? q.job.world : world_, busy);
+        accounts_.at(size_t(q.job.account))
+            .add(q.job.kind, q.job.bytes, q.job.world > 0 ? q.job.world : world_, busy);
       }
       q.state->complete(busy);
     } catch (const CommFailure& f) {

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "dist/communicator.h"
 #include "dist/work_state.h"
@@ -35,7 +36,8 @@ struct CommJob {
   // On the engine's thread: runs the operation, or waits for the issued one, and returns the
   // seconds it was busy; throws CommFailure. `name` is "<kind> #<seq><detail>".
   std::function<double(const std::string& name, int64_t seq)> run;
-  int world = 0;  // the ranks it spans, for the statistics (0: the engine's)
+  int world = 0;    // the ranks it spans, for the statistics (0: the engine's)
+  int account = 0;  // whose statistics it adds to (add_account; 0: the engine's creator's)
 };
 
 // Note [Communication engine]
@@ -59,7 +61,10 @@ class CommEngine {
   void stop();
   // Whether an operation has failed.
   bool broken() const;
-  CommStats stats() const;
+  // A new account for a communicator sharing this engine, so that each keeps its own totals.
+  int add_account();
+  // The totals of the operations charged to `account`.
+  CommStats stats(int account = 0) const;
 
  private:
   struct Queued {
@@ -78,7 +83,7 @@ class CommEngine {
   bool stop_ = false;
   bool broken_ = false;
   std::string broken_message_;
-  CommStats stats_;
+  std::vector<CommStats> accounts_{1};
   std::thread thread_;  // last: started once the members above exist
 };
 

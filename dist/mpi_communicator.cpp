@@ -124,6 +124,7 @@ class MpiCommunicator final : public Communicator {
         arrive_comm_(arrive_comm),
         bf16_sum_op_(parent.bf16_sum_op_),
         engine_(parent.engine_),
+        account_(engine_->add_account()),
         owns_mpi_(false) {
     MPI_Comm_rank(comm_, &rank_);  // local queries, made before the communicator is used
     MPI_Comm_size(comm_, &size_);
@@ -159,7 +160,9 @@ class MpiCommunicator final : public Communicator {
           MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
           MPI_Comm_set_errhandler(arrive, MPI_ERRORS_RETURN);
           return 0.0;
-        }};
+        },
+        size_,
+        account_};
     engine_->submit(std::move(job)).wait();
     return std::unique_ptr<Communicator>(new MpiCommunicator(*this, comm, arrive));
   }
@@ -190,8 +193,8 @@ class MpiCommunicator final : public Communicator {
     return enqueue(Kind::barrier, nullptr, nullptr, 0, DType::u8, ReduceOrder::any, 0, timeout_s);
   }
 
-  // The engine's: this communicator's and, where it shares the engine (split()), the others'.
-  CommStats stats() const override { return engine_->stats(); }
+  // This communicator's own, though it may share the engine (split()).
+  CommStats stats() const override { return engine_->stats(account_); }
 
  private:
   void check_order(ReduceOrder order, int64_t count) const {
@@ -222,7 +225,8 @@ class MpiCommunicator final : public Communicator {
                               start_arrivals();
                               return run(op);
                             },
-                            size_});
+                            size_,
+                            account_});
   }
 
   std::vector<int> arrival_targets() const {
@@ -269,7 +273,9 @@ class MpiCommunicator final : public Communicator {
                       MPI_Comm_free(&comm_);
                       MPI_Comm_free(&arrive_comm_);
                       return 0.0;
-                    }})
+                    },
+                    size_,
+                    account_})
           .wait();
     } catch (const std::exception& e) {
       log::warn("freeing an MPI group: {}", e.what());
@@ -497,6 +503,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_ = MPI_COMM_NULL, arrive_comm_ = MPI_COMM_NULL;
   MPI_Op bf16_sum_op_ = MPI_OP_NULL;
   std::shared_ptr<CommEngine> engine_;  // runs the operations; made once MPI is set up
+  int account_ = 0;                     // the engine's statistics this communicator adds to
   bool owns_mpi_ = true;                // the world's communicator: MPI_Finalize at its end
   // Owned by the engine's thread.
   std::vector<int64_t> arrived_, arrive_buf_;

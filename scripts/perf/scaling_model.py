@@ -2,7 +2,8 @@
 """Multi-GPU scaling on paper: predicted step time and scaling efficiency (a single GPU's step
 time, with the same tokens per GPU, over this one's) of data-parallel
 training (DDP and each sharding stage) for four model shapes, on one node of 8 H200 over
-NVLink and on 2-16 such nodes over 400 Gb/s InfiniBand.
+NVLink and on 2-16 such nodes over 400 Gb/s InfiniBand; then the 3D layouts of a 70B Llama on
+256 GPUs (tensor parallel inside a node, pipeline across nodes, data parallel over the rest).
 
 usage: /usr/bin/python3 scripts/perf/scaling_model.py [--mfu 0.45] [--markdown]
 
@@ -27,6 +28,23 @@ The model, per step of one GPU (docs/performance.md, "Scaling model"):
   overlap slows by --contention (assumed 10%) of the communication's time.
   optimizer step = AdamW over this GPU's parameters (all of them under DDP, 1/n sharded),
               memory-bound: 30 bytes per parameter at 80% of 4.8 TB/s.
+The 3D layouts (layout_step; docs/performance.md, "The 70B layout"), per GPU and step of a
+global batch of G tokens, T-way tensor, P-way pipeline and D-way data parallel:
+  compute   = 6 N' (G / D) / (T P) / (peak x mfu): the tensor group splits every product and
+              attention by heads, the pipeline splits the layers.
+  tensor    = per micro-batch of b tokens and per layer of the stage, forward and backward,
+              four all-reduces (or, with sequence parallelism, four reduce-scatter and
+              all-gather pairs: the same bytes) of b x C bf16 values inside the node; on the
+              critical path (not overlapped: Megatron-LM's default).
+  pipeline  = 1F1B's bubble, (P - 1) / m of the compute and tensor time for m micro-batches
+              per data replica; the activations sent between stages (b x C bf16 per
+              micro-batch, forward and backward) overlap the next micro-batch's work.
+  data      = each GPU's 1/(T P) of the gradients and weights over D ranks, one per node, so
+              every byte crosses InfiniBand: `optimizer` (ZeRO-1) a reduce-scatter of fp32
+              gradients and an all-gather of bf16 weights per step, overlapped with the last
+              micro-batch's backward and the first's forward; `full` (ZeRO-3) gathers the weights
+              twice and reduce-scatters the gradients at every micro-batch, as dist.sharding=full
+              does today, overlapped with that micro-batch's compute.
 Bandwidths are public figures, not measured here (no GPU was lent): nccl-tests all-reduce bus
 bandwidth on 8 H100/H200 SXM with NVSwitch is commonly reported at 450-480 GB/s (450 used);
 NDR InfiniBand is 400 Gb/s = 50 GB/s per NIC (45 GB/s used: 90% efficiency). The compute side
@@ -58,13 +76,17 @@ class Shape:
     gated: bool         # SwiGLU (three MLP matrices) instead of GELU (two)
     seq: int
     rows: int           # rows per GPU per step
+    kv: int = 0         # key/value channels (grouped-query attention; 0: as many as C)
+    untied: bool = False  # a head of its own besides the token embedding
 
     def block_params(self):
         C = self.channels
-        return 4 * C * C + (3 if self.gated else 2) * C * self.ffn
+        kv = self.kv or C
+        return 2 * C * C + 2 * C * kv + (3 if self.gated else 2) * C * self.ffn
 
     def params(self):
-        return self.layers * self.block_params() + self.vocab * self.channels
+        heads = 2 if self.untied else 1
+        return self.layers * self.block_params() + heads * self.vocab * self.channels
 
     def flops_per_token(self):
         return 6 * self.params() + 12 * self.layers * self.channels * self.seq
@@ -133,6 +155,71 @@ def step(shape, stage, ranks, mfu, contention):
     return total, compute, exposed
 
 
+@dataclass
+class Layout:
+    tensor: int
+    pipe: int
+    data: int
+    stage: str          # "optimizer" or "full" over the data group
+    micro_tokens: int   # tokens per micro-batch (b)
+    global_tokens: int  # tokens per step (G)
+
+    def gpus(self):
+        return self.tensor * self.pipe * self.data
+
+
+LLAMA_70B = Shape("Llama 70B", 80, 8192, 128256, 28672, True, 4096, 1, kv=1024, untied=True)
+LAYOUTS_70B = [Layout(8, 4, 8, "optimizer", 4096, 4 * 2**20),
+               Layout(8, 4, 8, "full", 4096, 4 * 2**20),
+               Layout(8, 1, 32, "optimizer", 4096, 4 * 2**20),
+               Layout(4, 8, 8, "optimizer", 4096, 4 * 2**20)]
+
+
+def layout_step(shape, lay, mfu, contention):
+    """(step seconds, efficiency against compute alone, parts) of one GPU in a 3D layout."""
+    replica_tokens = lay.global_tokens / lay.data
+    micro = replica_tokens / lay.micro_tokens  # micro-batches per data replica
+    compute = shape.flops_per_token() * replica_tokens / (lay.tensor * lay.pipe) / (PEAK * mfu)
+    layers = shape.layers / lay.pipe
+    act = 2.0 * lay.micro_tokens * shape.channels  # bytes of one bf16 activation
+    tensor = micro * layers * 4 * collective("all_reduce", act, lay.tensor)
+    bubble = (lay.pipe - 1) / micro * (compute + tensor)
+    held = shape.params() / (lay.tensor * lay.pipe)  # this GPU's slice, before data sharding
+
+    def across_nodes(kind, nbytes):  # one GPU per node in the data group: all of it on IB
+        n = lay.data
+        factor = 2.0 if kind == "all_reduce" else 1.0
+        return 0.0 if n == 1 else factor * ((n - 1) / n * nbytes / IB_BUSBW + (n - 1) * IB_LAT)
+
+    if lay.stage == "optimizer":
+        rs, ag = across_nodes("reduce_scatter", 4.0 * held), across_nodes("all_gather", 2.0 * held)
+        per_micro = compute / micro
+        data = rs + ag
+        exposed = max(rs - 2 / 3 * per_micro, 0.0) + max(ag - 1 / 3 * per_micro, 0.0)
+    else:  # full: two gathers and a reduce-scatter of the slice at every micro-batch
+        per = 2 * across_nodes("all_gather", 2.0 * held) + across_nodes("reduce_scatter", 4.0 * held)
+        data = micro * per
+        exposed = micro * max(per - compute / micro, 0.0)
+    optimizer = ADAMW_BYTES * held / lay.data / HBM
+    hidden = data - min(exposed, data)
+    total = compute + tensor + bubble + exposed + optimizer + contention * hidden
+    return total, compute / total, {"compute": compute, "tensor": tensor, "bubble": bubble,
+                                    "data exposed": exposed, "optimizer": optimizer}
+
+
+def layout_table(mfu, contention):
+    out = [f"{LLAMA_70B.name} ({LLAMA_70B.params() / 1e9:.1f}B), global batch "
+           f"{LAYOUTS_70B[0].global_tokens / 2**20:.0f}M tokens of {LLAMA_70B.seq}, micro-batches "
+           f"of {LAYOUTS_70B[0].micro_tokens} tokens:"]
+    for lay in LAYOUTS_70B:
+        t, eff, parts = layout_step(LLAMA_70B, lay, mfu, contention)
+        detail = ", ".join(f"{k} {v:.2f} s" for k, v in parts.items())
+        out.append(f"  TP={lay.tensor} PP={lay.pipe} DP={lay.data} ({lay.gpus()} GPUs, "
+                   f"data-parallel {lay.stage}): step {t:.2f} s, {100 * eff:.0f}% of it compute "
+                   f"(MFU {100 * mfu * eff:.0f}%); {detail}")
+    return "\n".join(out)
+
+
 def table(mfu, contention, markdown):
     topologies = [(8, "1 node, NVLink")] + [(8 * n, f"{n} nodes, IB") for n in (2, 4, 8, 16)]
     stages = ["none", "optimizer", "gradients", "full"]
@@ -170,6 +257,8 @@ def main():
           f"MFU {a.mfu:.2f} of {PEAK / 1e12:.0f} TFLOP/s, fp32 gradients, bf16 weights, "
           f"contention {a.contention:.2f}")
     print(table(a.mfu, a.contention, a.markdown))
+    print()
+    print(layout_table(a.mfu, a.contention))
 
 
 if __name__ == "__main__":

@@ -115,7 +115,8 @@ inline Config tiny_config(const fs::path& data_dir, const fs::path& runs_dir,
   return c;
 }
 
-// metrics.jsonl without the timing fields, which legitimately differ between runs.
+// metrics.jsonl without the timing fields, which legitimately differ between runs (and the
+// bytes the groups carried, which differ between layouts).
 inline std::vector<nlohmann::json> metrics_without_timings(const fs::path& run,
                                                            int64_t after_step) {
   std::vector<nlohmann::json> out;
@@ -125,7 +126,8 @@ inline std::vector<nlohmann::json> metrics_without_timings(const fs::path& run,
     auto j = nlohmann::json::parse(line);
     if (j["step"].get<int64_t>() <= after_step) continue;
     for (const char* k : {"tokens_per_s", "mfu", "step_ms", "data_ms", "forward_ms", "backward_ms",
-                          "optimizer_ms", "comm_wait_ms", "comm_busy_ms", "comm_hidden", "rss_mib"})
+                          "optimizer_ms", "comm_wait_ms", "comm_busy_ms", "comm_hidden", "rss_mib",
+                          "comm_busbw_gbps", "tensor_bus_bytes", "data_bus_bytes"})
       j.erase(k);
     out.push_back(j);
   }

@@ -136,6 +136,32 @@ manifest = json.load(open("runs/gpt2_tp2_dp2_full/checkpoints/step-20/manifest.j
 if manifest.get("tensor_parallel") != 2 or len(manifest["shards"]) != 4:
     errors.append(f"TP=2 x DP=2 manifest: {manifest.get('tensor_parallel')}, "
                   f"{len(manifest['shards'])} shards")
+# Communication per step (docs/dist.md): what rank 0's links carried for each group, byte for
+# byte against the closed form, on steps 2-10 (step 1 also carries the start-up broadcast, step
+# 11 the validation after step 10). N tokens per micro-batch, fp32 (s = 4).
+def metrics(name):
+    return {r["step"]: r for r in map(json.loads, open(f"runs/{name}/metrics.jsonl")) if "loss" in r}
+
+N, L = 2 * 32, 2
+def tensor_bytes(T, micro, full=False):
+    per = 2 * (T - 1) / T * (4 * N * C + (4 * L + 1 + (2 * L if full else 0)) * N * C * 4)
+    return micro * (per + 8 * N * (T - 1))
+
+def slice_total(name):  # the slice's flat buffer, as its shards' ranges give it
+    m = json.load(open(f"runs/{name}/checkpoints/step-20/manifest.json"))
+    return max(r[1] for s in m["shards"] for r in s["ranges"])
+
+expect = {"gpt2_tp2": {"tensor_bus_bytes": tensor_bytes(2, 4)},
+          "gpt2_tp4": {"tensor_bus_bytes": tensor_bytes(4, 4)},
+          "gpt2_tp2_dp2_none": {"tensor_bus_bytes": tensor_bytes(2, 2),
+                                "data_bus_bytes": 4 * slice_total("gpt2_tp2_dp2_none") + 24},
+          "gpt2_tp2_dp2_recompute": {"tensor_bus_bytes": tensor_bytes(2, 2, full=True)}}
+for name, want in expect.items():
+    got = metrics(name)
+    for step in range(2, 11):
+        for key, value in want.items():
+            if abs(got[step].get(key, -1) - value) > 1e-9 * value:
+                errors.append(f"{name} step {step}: {key} {got[step].get(key)}, closed form {value}")
 for e in errors[:20]:
     print("FAIL:", e)
 sys.exit(1 if errors else 0)

@@ -4,7 +4,9 @@
 usage: perf_models_test.py <source dir> <trainer>
   scaling_model.py: no step shorter than its compute and its optimizer update; DDP never gains
   from more nodes; at one GPU every stage is DDP; the model reacts to its assumptions (slower
-  links or more contention never make a step shorter).
+  links or more contention never make a step shorter). Its 3D layouts: one GPU is a plain
+  step; the tensor group's time grows with its degree; the 70B layout's step is its compute
+  split over 256 GPUs plus what is exposed, the bubble shrinking with more micro-batches.
   largest_model.py: more sharding or checkpointing never fits a smaller model.
 """
 import importlib.util
@@ -35,6 +37,28 @@ for shape in m.SHAPES:
         if ddp < prev:
             errors.append(f"{shape.name}: DDP faster on {ranks} GPUs than on fewer")
         prev = ddp
+# The 3D layouts.
+one = m.Layout(1, 1, 1, "optimizer", 4096, 4096)
+t, eff, parts = m.layout_step(m.LLAMA_70B, one, 0.45, 0.1)
+if parts["tensor"] or parts["bubble"] or parts["data exposed"] or abs(eff * t - parts["compute"]) > 1e-9:
+    errors.append(f"one GPU in the 3D model is not a plain step: {parts}")
+prev = 0.0
+for tensor in (1, 2, 4, 8):
+    lay = m.Layout(tensor, 4, 8, "optimizer", 4096, 4 * 2**20)
+    t, eff, parts = m.layout_step(m.LLAMA_70B, lay, 0.45, 0.1)
+    if parts["tensor"] < prev or t < parts["compute"] + parts["tensor"]:
+        errors.append(f"TP={tensor}: tensor time {parts['tensor']} (fewer ranks: {prev}), step {t}")
+    prev = parts["tensor"]
+base = m.Layout(8, 4, 8, "optimizer", 4096, 4 * 2**20)
+more = m.Layout(8, 4, 8, "optimizer", 4096, 8 * 2**20)
+b1, b2 = (m.layout_step(m.LLAMA_70B, x, 0.45, 0.1)[2] for x in (base, more))
+if not b2["bubble"] / b2["compute"] < b1["bubble"] / b1["compute"]:
+    errors.append("twice the micro-batches does not shrink the pipeline bubble's share")
+# 6N + 12 L C T FLOPs per token (N = 70.6B, T = 4096), 4M tokens, over 256 GPUs.
+expected = (6 * m.LLAMA_70B.params() + 12 * 80 * 8192 * 4096) * 2**22 / 256 / (m.PEAK * 0.45)
+# Its matrices, and the 2 L + 1 norm vectors of C, are the published count.
+if m.LLAMA_70B.params() + (2 * 80 + 1) * 8192 != 70553706496 or abs(b1["compute"] - expected) > 1e-9 * expected:
+    errors.append(f"70B layout compute {b1['compute']} s, 6N tokens / GPUs gives {expected} s")
 m.IB_BUSBW /= 4
 if m.step(m.SHAPES[-1], "full", 128, 0.45, 0.1)[0] <= m.step(m.SHAPES[-1], "full", 8, 0.45, 0.1)[0]:
     errors.append("a 4x slower InfiniBand does not slow 16 nodes under full sharding")

@@ -105,22 +105,25 @@ void print_stages(const RunConfig& rc, const nn::ParamLayout& layout, int world)
 // cuts the model evenly.
 void print_tensor_degrees(RunConfig rc, int world) {
   std::printf(
-      "\nevery tensor-parallel degree on %d rank(s), sharding %s, MiB per rank:\n  %-7s %-6s "
-      "%14s %9s %9s %9s %9s %11s %9s\n",
+      "\nevery tensor-parallel degree on %d rank(s), sharding %s, MiB per rank (activations and "
+      "totals: without / with sequence parallelism):\n  %-7s %-6s %14s %9s %9s %9s %9s %21s "
+      "%21s\n",
       world, dist::sharding_stage_name(rc.sharding), "tensor", "data", "parameters", "masters",
       "gradients", "optimizer", "buffers", "activations", "total");
   for (int t = 1; t <= std::min(world, 4096); ++t) {  // dist.tensor_parallel's range
     if (world % t != 0) continue;
     rc.tensor_parallel = t;
-    rc.model.tensor = {t, 0};
+    rc.model.tensor = {t, 0, false};
     try {
       const nn::ParamLayout layout(rc.model);  // throws where the model does not cut by t
       const MemoryPlan p = plan_memory(rc, world / t);
+      rc.model.tensor.sequence = t > 1;
+      const MemoryPlan sp = plan_memory(rc, world / t);
       const dist::StateBytes& st = p.state;
-      std::printf("  %-7d %-6d %14lld %9.1f %9.1f %9.1f %9.1f %11.1f %9.1f\n", t, world / t,
-                  (long long)layout.total(), st.masters / kMiB, st.grads / kMiB,
+      std::printf("  %-7d %-6d %14lld %9.1f %9.1f %9.1f %9.1f %10.1f /%9.1f %10.1f /%9.1f\n", t,
+                  world / t, (long long)layout.total(), st.masters / kMiB, st.grads / kMiB,
                   st.optimizer / kMiB, (st.buffers + st.working) / kMiB, p.model.activations / kMiB,
-                  double(p.total()) / kMiB);
+                  sp.model.activations / kMiB, double(p.total()) / kMiB, double(sp.total()) / kMiB);
     } catch (const UsageError&) {
       continue;  // the model does not cut into t slices
     }
@@ -147,7 +150,7 @@ int cmd_plan(const Args& args) {
   if (vm.count("tensor-parallel")) {
     require_range("plan", vm, "tensor-parallel", 1, 4096);
     rc.tensor_parallel = vm["tensor-parallel"].as<int>();
-    rc.model.tensor = {rc.tensor_parallel, 0};
+    rc.model.tensor = {rc.tensor_parallel, 0, rc.sequence_parallel && rc.tensor_parallel > 1};
   }
   if (world % rc.tensor_parallel != 0)
     throw UsageError(fmt::format(

@@ -206,6 +206,11 @@ const std::vector<KeySpec>& schema() {
        "layer and dist.sharding run across the groups. Divides the ranks, the heads, the "
        "key/value heads, the vocabulary and the MLP width",
        1, 4096},
+      {"dist.sequence_parallel", Kind::boolean, false,
+       "With dist.tensor_parallel > 1: the norms, residual adds and their gradients run on 1/N "
+       "of each micro-batch's tokens, the tensor group's all-reduces become reduce-scatters and "
+       "all-gathers, and those activations take 1/N of the memory (docs/dist.md says when it "
+       "pays)"},
       {"dist.sharding", Kind::text, std::string("none"),
        "What each rank holds: none (everything, DDP), optimizer (1/N of the fp32 masters and "
        "AdamW moments: ZeRO-1), gradients (also 1/N of the gradients: ZeRO-2), full (also the "

@@ -111,6 +111,30 @@ void check_resume_source(const std::string& resume) {
         resume));
 }
 
+// Sequence parallelism cuts each micro-batch's B x T tokens into dist.tensor_parallel equal
+// slices: every batch shape the run will see must cut.
+void check_sequence_parallel(const RunConfig& r) {
+  if (!r.sequence_parallel) return;
+  const int n = r.tensor_parallel;
+  if (n == 1)
+    throw UsageError(
+        "dist.sequence_parallel needs dist.tensor_parallel > 1 (it cuts the tensor group's "
+        "tokens)");
+  if (r.train_data.mode == data::Mode::bucket)
+    throw UsageError(
+        "dist.sequence_parallel cuts every batch's tokens into equal slices, but data.mode = "
+        "bucket makes batches of varying shapes: use stream or pack");
+  std::vector<int64_t> lengths = {r.train_data.seq_len};
+  for (const auto& [step, v] : r.seq_len_schedule.entries) lengths.push_back(v);
+  for (int64_t t : lengths)
+    if (int64_t(r.train_data.batch_size) * t % n != 0)
+      throw UsageError(fmt::format(
+          "dist.sequence_parallel: a batch of {} x {} tokens does not cut into "
+          "dist.tensor_parallel = {} equal slices (make data.batch_size x data.seq_len, and "
+          "every train.seq_len_schedule length, a multiple of {})",
+          r.train_data.batch_size, t, n, n));
+}
+
 }  // namespace
 
 void check_training_paths(const Config& c) {
@@ -218,9 +242,10 @@ RunConfig resolve_run(const Config& c) {
   r.exec = exec_config(c, model_rows(r.train_data), r.train_data.seq_len);
   r.sharding = dist::parse_sharding_stage(c.text("dist.sharding"));
   r.tensor_parallel = int(c.integer("dist.tensor_parallel"));
+  r.sequence_parallel = c.boolean("dist.sequence_parallel");
   // Whether the model cuts evenly (rank 0's slice: every rank's cuts alike), before anything
   // runs; run_training sets the rank's own slice.
-  r.model.tensor = {r.tensor_parallel, 0};
+  r.model.tensor = {r.tensor_parallel, 0, r.sequence_parallel};
   r.model.validate();
   (void)nn::arch_spec(r.model);  // each parameter's cut (slice_spec)
   r.reshard_after_forward = c.boolean("dist.reshard_after_forward");
@@ -248,6 +273,7 @@ RunConfig resolve_run(const Config& c) {
         r.grad_accum, r.global_batch));
   r.grad_accum_schedule = parse_schedule(c, "train.grad_accum_schedule");
   r.seq_len_schedule = parse_schedule(c, "train.seq_len_schedule");
+  check_sequence_parallel(r);
   for (const auto& [step, v] : r.seq_len_schedule.entries)
     if (v > r.train_data.seq_len)
       throw UsageError(fmt::format(

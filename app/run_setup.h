@@ -58,7 +58,8 @@ struct RunConfig {
   std::string progress;
   double peak_gflops = 0;  // the MFU reference; 0 = measured at start-up
   double bucket_mb = 0, timeout_s = 0;
-  int tensor_parallel = 1;  // dist.tensor_parallel (Note [Parallel grid])
+  int tensor_parallel = 1;         // dist.tensor_parallel (Note [Parallel grid])
+  bool sequence_parallel = false;  // dist.sequence_parallel (Note [Sequence parallelism])
   dist::ShardingStage sharding = dist::ShardingStage::none;
   bool reshard_after_forward = true;
   dist::JoinMode join = dist::JoinMode::enabled;

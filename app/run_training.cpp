@@ -101,7 +101,8 @@ int run_training(const Config& config, const TrainOptions& options) {
   const Config absolute = with_absolute_paths(config);
   RunConfig rc = resolve_on_device(absolute, gpu);
   dist::Grid grid(nccl ? *nccl : *comm, rc.tensor_parallel, launch);
-  rc.model.tensor = {grid.tensor_size(), grid.tensor_rank()};
+  rc.model.tensor.degree = grid.tensor_size();
+  rc.model.tensor.rank = grid.tensor_rank();
   // GPUs are one per rank; CPU ranks on a node share its memory.
   check_memory(*comm, plan_memory(rc, grid.data().size()), rc.exec.device,
                rc.exec.device == Device::cuda ? 1 : launch.local_size,

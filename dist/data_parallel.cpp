@@ -158,9 +158,10 @@ double grad_norm(Communicator& comm, DataParallel& dp, nn::Model& model, bool de
 }
 
 void empty_pass(nn::Model& model, DataParallel& dp, bool backward) {
-  const int32_t token = 0, target = -1;
+  const int n = model.tokens_multiple();  // one row of token 0, no target counted
+  const std::vector<int32_t> tokens(size_t(n), 0), targets(size_t(n), -1);
   if (backward) dp.begin_micro_batch();
-  model.forward({1, 1, &token, backward ? &target : nullptr, nullptr, nullptr});
+  model.forward({1, n, tokens.data(), backward ? targets.data() : nullptr, nullptr, nullptr});
   if (backward) model.backward(1.0f);
 }
 

@@ -63,6 +63,13 @@ void CommTensorGroup::all_gather(const Tensor& out, const ConstTensor& x) {
   comm_.all_gather_async(x.data, out.data, x.numel(), x.dtype).wait();
 }
 
+void CommTensorGroup::reduce_scatter(const Tensor& out, const ConstTensor& x) {
+  TRAINER_ASSERT(x.contiguous() && out.contiguous() && x.numel() == out.numel() * size() &&
+                     out.dtype == x.dtype,
+                 "a tensor-parallel reduce-scatter's shapes");
+  comm_.reduce_scatter_async(x.data, out.data, out.numel(), out.dtype, order_).wait();
+}
+
 GradNormShare::GradNormShare(const nn::Model& model, const DataParallel& dp, int tensor_rank) {
   for (const nn::ParamInfo& p : model.layout().params())
     if (p.split.dim >= 0 || tensor_rank == 0)

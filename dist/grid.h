@@ -54,6 +54,7 @@ class CommTensorGroup final : public nn::TensorGroup {
   int size() const override { return comm_.size(); }
   void all_reduce(const Tensor& x) override;
   void all_gather(const Tensor& out, const ConstTensor& x) override;
+  void reduce_scatter(const Tensor& out, const ConstTensor& x) override;
 
  private:
   Communicator& comm_;

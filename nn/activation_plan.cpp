@@ -32,11 +32,16 @@ int64_t aligned(int64_t bytes) {
 ActivationPlan::ActivationPlan(const ModelConfig& m, const ExecConfig& e) {
   const ArchSpec spec = arch_spec(m);
   const int64_t N = int64_t(e.max_rows) * e.max_seq_len, C = m.n_embd, V = m.local_vocab();
+  const int64_t D = m.sequence_slices(), Ns = (N + D - 1) / D;
   capacity_ = N;
   int64_t next = 0;
-  auto take = [&](int64_t& cursor, int64_t per_token, DType t) {
-    ActSlot s{cursor, t, per_token};
-    cursor += aligned(N * per_token * int64_t(dtype_size(t)));
+  // A slot of every token, or (sliced) of 1/D of them: under sequence parallelism everything
+  // but the per-head and per-hidden-unit activations and the loss's (Note [Sequence
+  // parallelism]).
+  auto take = [&](int64_t& cursor, int64_t per_token, DType t, bool sliced = true) {
+    sliced = sliced && D > 1;
+    ActSlot s{cursor, t, per_token, sliced};
+    cursor += aligned((sliced ? Ns : N) * per_token * int64_t(dtype_size(t)));
     return s;
   };
   auto type = [&](bool fp32) { return fp32 ? DType::f32 : e.compute; };
@@ -50,15 +55,19 @@ ActivationPlan::ActivationPlan(const ModelConfig& m, const ExecConfig& e) {
     const int64_t start = next;
     for (const ActSpec& a : spec.block_acts)
       if (keeps(policy_.back(), a.kind))
-        slots[size_t(a.act)] = take(next, a.per_token, type(a.fp32));
+        slots[size_t(a.act)] = take(next, a.per_token, type(a.fp32), !a.split);
     blocks_.push_back(slots);
     kept_bytes_.push_back(next - start);
   }
   lnf = take(next, C, e.compute);
   lnf_mean = take(next, 1, DType::f32);
   lnf_rstd = take(next, 1, DType::f32);
-  ce_stats = take(next, 2, DType::f32);
-  if (m.tensor.degree > 1) ce_parts = take(next, 2 * m.tensor.degree, DType::f32);
+  ce_stats = take(next, 2, DType::f32, false);
+  if (m.tensor.degree > 1) ce_parts = take(next, 2 * m.tensor.degree, DType::f32, false);
+  if (D > 1) {
+    gathered = take(next, C, e.compute, false);
+    partial = take(next, C, DType::f32, false);
+  }
   if (e.training) {
     d_res = take(next, C, DType::f32);
     d_ln = take(next, C, e.compute);
@@ -71,11 +80,11 @@ ActivationPlan::ActivationPlan(const ModelConfig& m, const ExecConfig& e) {
     if (a.kind == ActKind::scratch && !e.training) continue;
     bool dropped = false;
     for (Recompute p : policy_) dropped |= !keeps(p, a.kind);
-    if (dropped) shared_[size_t(a.act)] = take(cursor, a.per_token, type(a.fp32));
+    if (dropped) shared_[size_t(a.act)] = take(cursor, a.per_token, type(a.fp32), !a.split);
   }
   tmp = take(cursor, C, e.compute);
   if (e.compute != DType::f32 && e.training) d_branch = take(cursor, C, e.compute);
-  logits = ActSlot{region, e.compute, V};
+  logits = ActSlot{region, e.compute, V, false};
   shared_bytes_ = std::max(cursor - region, aligned(N * V * int64_t(dtype_size(e.compute))));
   bytes_ = region + shared_bytes_;
 }

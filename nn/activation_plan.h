@@ -27,6 +27,7 @@ struct ActSlot {
   int64_t offset = -1;  // bytes from the buffer's start
   DType dtype = DType::f32;
   int64_t per_token = 0;  // elements per token
+  bool sliced = false;    // 1/degree of the tokens (sequence parallelism), else all of them
 };
 
 class ActivationPlan {
@@ -49,6 +50,9 @@ class ActivationPlan {
   ActSlot logits;                   // (N,V), shared in time with the scratch below
   ActSlot tmp;                      // (N,C): a branch's output before the residual add
   ActSlot d_branch;                 // (N,C): d_res in the compute dtype (bf16 only)
+  // Sequence parallelism only: all N tokens of a sliced tensor, gathered (compute dtype), and
+  // a product's partial sums before they are scattered (N,C in fp32 bytes, viewed in either).
+  ActSlot gathered, partial;
 
   // Bytes kept per block for block l (0 under full) and of the time-shared region.
   int64_t kept_bytes(int layer) const { return kept_bytes_[size_t(layer)]; }

@@ -15,6 +15,11 @@
 namespace trainer::nn {
 
 // What a parameter is to the code that uses it.
+enum class Role : uint8_t;
+// Whether a parameter is a norm's, applied to each token alone (its gradient is a sum over the
+// tokens, partial on each rank under sequence parallelism).
+constexpr bool is_norm(Role r);
+
 enum class Role : uint8_t {
   tok_embedding,
   pos_embedding,
@@ -41,6 +46,11 @@ enum class Role : uint8_t {
   lm_head,  // an untied head
   kCount
 };
+
+constexpr bool is_norm(Role r) {
+  return r == Role::norm1_w || r == Role::norm1_b || r == Role::norm2_w || r == Role::norm2_b ||
+         r == Role::final_norm_w || r == Role::final_norm_b;
+}
 
 // How a parameter starts: zeros, ones, N(0, init_std), or N(0, init_std / sqrt(2L)) for the
 // projections into the residual stream.

@@ -36,22 +36,50 @@ void block_access::attend_backward(const Context& ctx, const BlockTensors& t,
                      qkv[2], t.mask, t.n_head);
 }
 
-void block_access::sum_partial_outputs(const BlockTensors& t, const Tensor& x) {
-  if (t.group) t.group->all_reduce(x);
+namespace {
+
+// `buffer` seen as every token of `like` (N rows of like's columns and dtype).
+Tensor whole(const BlockTensors& t, const Tensor& buffer, const Tensor& like) {
+  const int64_t N = int64_t(t.B) * t.T;
+  return make_tensor(buffer.data, like.dtype, {N, like.cols()}, buffer.device);
 }
 
-void block_access::sum_partial_input_grads(const BlockTensors& t, const Tensor& dx) {
-  if (t.group) t.group->all_reduce(dx);
+}  // namespace
+
+Tensor block_access::gather_tokens(const BlockTensors& t, const Tensor& x) {
+  if (t.gathered.empty()) return x;
+  const Tensor all = whole(t, t.gathered, x);
+  t.group->all_gather(all, x);
+  return all;
+}
+
+Tensor block_access::row_output(const BlockTensors& t) {
+  return t.partial.empty() ? t.tmp : whole(t, t.partial, t.tmp);
+}
+
+void block_access::sum_partial_outputs(const BlockTensors& t) {
+  if (!t.group) return;
+  if (t.partial.empty()) return t.group->all_reduce(t.tmp);
+  t.group->reduce_scatter(t.tmp, whole(t, t.partial, t.tmp));
+}
+
+Tensor block_access::column_input_grad(const BlockTensors& t) {
+  return t.partial.empty() ? t.d_ln : whole(t, t.partial, t.d_ln);
+}
+
+void block_access::sum_partial_input_grads(const BlockTensors& t) {
+  if (!t.group) return;
+  if (t.partial.empty()) return t.group->all_reduce(t.d_ln);
+  t.group->reduce_scatter(t.d_ln, whole(t, t.partial, t.d_ln));
 }
 
 Tensor block_access::row_parallel_bias(const BlockTensors& t, Role bias) {
   return !t.group || t.group->rank() == 0 ? W(t, bias) : Tensor{};
 }
 
-const Tensor& block_access::branch_grad(const Context& ctx, const BlockTensors& t) {
-  if (t.d_branch.empty()) return t.d_res;
-  cast(ctx, t.d_branch, t.d_res);
-  return t.d_branch;
+Tensor block_access::branch_grad(const Context& ctx, const BlockTensors& t) {
+  if (!t.d_branch.empty()) cast(ctx, t.d_branch, t.d_res);
+  return gather_tokens(t, t.d_branch.empty() ? t.d_res : t.d_branch);
 }
 
 }  // namespace trainer::nn

@@ -14,18 +14,37 @@
 
 namespace trainer::nn {
 
+// Note [Sequence parallelism]
+// With tensor parallelism alone every rank of a group holds the whole residual stream and runs
+// the norms and residual adds on all N tokens, the same work on every rank. Under sequence
+// parallelism (Megatron-LM's) those regions hold N/degree consecutive tokens each: the
+// residual stream, the norms' outputs and statistics, the branch outputs and their gradients
+// (`sliced` activation slots). A column-parallel product's input is gathered from the slices
+// first (gather_tokens) and a row-parallel product's partial output is reduce-scattered into
+// them (sum_partial_outputs), so the forward all-reduce becomes an all-gather and a
+// reduce-scatter of the same bytes; backward mirrors it (branch_grad gathers the output
+// gradient, sum_partial_input_grads scatters the input gradient), and a column product's
+// weight gradient gathers its input again rather than keep it whole. The norms' weight
+// gradients are then partial sums over the slices, summed over the group with the unit's
+// backward (Transformer).
 struct BlockTensors {
   const ModelConfig* model = nullptr;  // the keys the block reads (heads, rotary embeddings)
   int B = 0, T = 0, n_head = 0;        // n_head: the heads of this slice
   TensorGroup* group = nullptr;        // the other slices' ranks (tensor parallelism), or null
+  // Sequence parallelism only: every token of a sliced tensor gathered (compute dtype), and a
+  // row-parallel product's partial output or a column-parallel one's input gradient before
+  // it is scattered (fp32 bytes), (N, C) each; empty otherwise.
+  Tensor gathered, partial;
   std::array<Tensor, size_t(Role::kCount)> w;  // working weights (compute dtype), by role
   std::array<Tensor, size_t(Role::kCount)> g;  // gradients, by role
   std::array<Tensor, size_t(Act::kCount)> a;   // activations (N, per_token), by Act
-  Tensor x, out;                               // (N,C) fp32: the residual stream in and out
-  Tensor tmp;                                  // (N,C) a branch's output
-  Tensor d_res;                                // (N,C) fp32: d out on entry, d x on exit
-  Tensor d_ln;                                 // (N,C) gradient at a norm's output
-  Tensor d_branch;                             // (N,C) d_res in bf16 (bf16 models only)
+  // The residual stream and what runs on it: N tokens, or N / degree of them under sequence
+  // parallelism (Note [Sequence parallelism]).
+  Tensor x, out;    // (N,C) fp32: the residual stream in and out
+  Tensor tmp;       // (N,C) a branch's output
+  Tensor d_res;     // (N,C) fp32: d out on entry, d x on exit
+  Tensor d_ln;      // (N,C) gradient at a norm's output
+  Tensor d_branch;  // (N,C) d_res in bf16 (bf16 models only)
   AttentionMask mask;
   // Decoding: keys and values of positions [0, q_pos + T) of one sequence, (P, Ckv) each;
   // this batch's keys and values are written at q_pos. Empty when training.
@@ -50,16 +69,22 @@ inline const Tensor& W(const BlockTensors& t, Role r) {
 inline const Tensor& G(const BlockTensors& t, Role r) {
   return t.g[size_t(r)];
 }
-// The gradient the branches receive: d_res itself, or its bf16 copy in a bf16 model (made
-// here, once per branch).
-const Tensor& branch_grad(const Context& ctx, const BlockTensors& t);
-// Tensor parallelism (Note [Tensor-parallel splits]); nothing without it. A row-parallel
-// product's output x (the attention projection's, the MLP's second): each rank's is a partial
-// sum, summed over the group here.
-void sum_partial_outputs(const BlockTensors& t, const Tensor& x);
-// The input gradient dx of a column-parallel product (q/k/v, the MLP's first): each rank's is
-// its heads' or hidden units' part, summed over the group here before the norm's backward.
-void sum_partial_input_grads(const BlockTensors& t, const Tensor& dx);
+// The gradient the branches' products receive, every token of it: d_res itself, or its bf16
+// copy in a bf16 model (made here, once per branch), gathered under sequence parallelism.
+Tensor branch_grad(const Context& ctx, const BlockTensors& t);
+
+// Tensor parallelism (Note [Tensor-parallel splits], Note [Sequence parallelism]); each is the
+// tensor itself, or nothing, without a group. A column-parallel product's input (q/k/v's, the
+// MLP's first): a norm's output x, every token of it.
+Tensor gather_tokens(const BlockTensors& t, const Tensor& x);
+// Where a row-parallel product (the attention projection, the MLP's second) writes its
+// output, and then sums each rank's partial output over the group into t.tmp.
+Tensor row_output(const BlockTensors& t);
+void sum_partial_outputs(const BlockTensors& t);
+// Where a column-parallel product's backward writes its input gradient (each rank's heads' or
+// hidden units' part), and then sums it over the group into t.d_ln, before the norm's backward.
+Tensor column_input_grad(const BlockTensors& t);
+void sum_partial_input_grads(const BlockTensors& t);
 // A row-parallel product's bias: added on the group's rank 0 only (the sum would add every
 // rank's); its gradient is every rank's alike.
 Tensor row_parallel_bias(const BlockTensors& t, Role bias);

@@ -92,6 +92,9 @@ class Model {
   // trainer::Error on bad input). With targets, adds the batch's summed loss to the loss
   // accumulator, keeps what backward needs and returns the number of counted targets.
   virtual int64_t forward(const BatchView& batch) = 0;
+  // Every batch's token count (B x T) is a multiple of this (sequence parallelism cuts the
+  // tokens into equal slices).
+  virtual int tokens_multiple() const { return 1; }
   // Gradients of loss_scale * (the last forward's summed loss), added to grads().
   virtual void backward(float loss_scale) = 0;
   virtual void zero_grads() = 0;

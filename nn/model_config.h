@@ -30,6 +30,9 @@ struct TokenFlops {
 struct TensorSlice {
   int degree = 1;
   int rank = 0;
+  // Sequence parallelism (Note [Sequence parallelism] in nn/block.h): the residual stream, the
+  // norms and their gradients hold 1/degree of each micro-batch's tokens.
+  bool sequence = false;
 };
 
 struct ModelConfig {
@@ -60,6 +63,8 @@ struct ModelConfig {
   int local_kv_heads() const { return kv_heads() / tensor.degree; }
   int64_t local_vocab() const { return vocab_size / tensor.degree; }
   int64_t vocab_begin() const { return local_vocab() * tensor.rank; }
+  // Into how many slices the residual stream's tokens are cut (1 without sequence parallelism).
+  int sequence_slices() const { return tensor.sequence ? tensor.degree : 1; }
   // The whole model (tensor = {1, 0}).
   ModelConfig whole() const {
     ModelConfig m = *this;

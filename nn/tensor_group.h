@@ -19,6 +19,8 @@ class TensorGroup {
   // out = every rank's x one after another, in rank order (x contiguous; out size() x.numel()
   // elements of x's dtype).
   virtual void all_gather(const Tensor& out, const ConstTensor& x) = 0;
+  // out = the sum over ranks of their x's rank()-th part (x size() x out.numel() elements).
+  virtual void reduce_scatter(const Tensor& out, const ConstTensor& x) = 0;
 };
 
 }  // namespace trainer::nn

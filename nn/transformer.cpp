@@ -124,9 +124,22 @@ void Transformer::sync_working_params() {
 
 Tensor Transformer::act(const ActSlot& slot) const {
   TRAINER_ASSERT(slot.offset >= 0, "an activation without a slot");
-  const int64_t N = int64_t(B_) * T_;
+  const int64_t N = int64_t(B_) * T_ / (slot.sliced ? config_.sequence_slices() : 1);
   return make_tensor(static_cast<char*>(acts_.data()) + slot.offset, slot.dtype,
                      {N, slot.per_token}, exec_.device);
+}
+
+Tensor Transformer::all_tokens(const ActSlot& buffer, DType dtype) const {
+  const Tensor t = act(buffer);
+  return make_tensor(t.data, dtype, {int64_t(B_) * T_, config_.n_embd}, exec_.device);
+}
+
+Tensor Transformer::gathered(const ActSlot& slice) {
+  const Tensor x = act(slice);
+  if (config_.sequence_slices() == 1) return x;
+  const Tensor all = all_tokens(plan_.gathered, x.dtype);
+  group()->all_gather(all, x);
+  return all;
 }
 
 Tensor Transformer::logits() const {
@@ -206,6 +219,10 @@ BlockTensors Transformer::block_tensors(int l, ParamUse use) {
   t.x = act(plan_.residual(l));
   t.out = act(plan_.residual(l + 1));
   t.tmp = act(plan_.tmp);
+  if (config_.sequence_slices() > 1) {
+    t.gathered = act(plan_.gathered);
+    t.partial = act(plan_.partial);
+  }
   if (exec_.training) {
     t.d_res = act(plan_.d_res);
     t.d_ln = act(plan_.d_ln);
@@ -224,6 +241,10 @@ int64_t Transformer::stage_batch(const BatchView& b, int first_position) {
         "batch {} x {} exceeds the {} x {} the model was sized for", b.B, b.T, exec_.max_rows,
         exec_.max_seq_len);
   const int64_t N = int64_t(b.B) * b.T;
+  CHECK(N % config_.sequence_slices() == 0,
+        "a batch of {} x {} tokens does not cut into dist.sequence_parallel's {} equal slices "
+        "(make data.batch_size x the sequence length a multiple of dist.tensor_parallel)",
+        b.B, b.T, config_.sequence_slices());
   const int V = config_.vocab_size;
   for (int64_t n = 0; n < N; ++n)
     CHECK(b.tokens[n] >= 0 && b.tokens[n] < V,
@@ -332,13 +353,19 @@ void Transformer::forward_blocks_and_head(KvCache* cache) {
   const Tensor we = unit_weights(E, ParamUse::forward);
   TensorGroup* const g = group();
   segment(false, E, [&] {
-    // Vocabulary-parallel: each rank adds the rows of its slice (and rank 0 the positions).
+    // Vocabulary-parallel: each rank adds the rows of its slice (and rank 0 the positions),
+    // summed over the group (into each rank's tokens under sequence parallelism).
     const bool positions = layout_.has(E, Role::pos_embedding) && (!g || g->rank() == 0);
-    embedding_forward(ctx_, act(plan_.residual(0)), tokens_.view(DType::i32, N),
-                      positions_.view(DType::i32, N), param(we, E, Role::tok_embedding),
+    const bool sliced = config_.sequence_slices() > 1;
+    const Tensor x = act(plan_.residual(0)), all = sliced ? all_tokens(plan_.partial, x.dtype) : x;
+    embedding_forward(ctx_, all, tokens_.view(DType::i32, N), positions_.view(DType::i32, N),
+                      param(we, E, Role::tok_embedding),
                       positions ? param(we, E, Role::pos_embedding) : Tensor{},
                       config_.vocab_begin());
-    if (g) g->all_reduce(act(plan_.residual(0)));
+    if (sliced)
+      g->reduce_scatter(x, all);
+    else if (g)
+      g->all_reduce(x);
   });
   for (int l = 0; l < L; ++l) {
     BlockTensors t = block_tensors(l, ParamUse::forward);
@@ -361,7 +388,7 @@ void Transformer::forward_blocks_and_head(KvCache* cache) {
                         param(wf, F, Role::final_norm_b));
     {
       PROFILE_SCOPE("lm_head_forward", "gemm");
-      matmul(ctx_, logits(), act(plan_.lnf), false, head, true);
+      matmul(ctx_, logits(), gathered(plan_.lnf), false, head, true);
     }
     if (has_targets_) loss_forward();
   });
@@ -400,23 +427,34 @@ void Transformer::backward(float loss_scale) {
     cross_entropy_backward(ctx_, dlogits, logits(), act(plan_.ce_stats),
                            targets_.view(DType::i32, N), loss_scale_.view(DType::f32, 1),
                            config_.vocab_begin());
+    const bool sliced = config_.sequence_slices() > 1;
+    const Tensor d_ln = act(plan_.d_ln),
+                 d_all = sliced ? all_tokens(plan_.partial, d_ln.dtype) : d_ln;
     {
       // Through the head (V, C): d lnf = dlogits @ head; d head += dlogits^T @ lnf.
       PROFILE_SCOPE("lm_head_backward", "gemm");
-      matmul(ctx_, act(plan_.d_ln), dlogits, false, head, false);
-      matmul(ctx_, dhead, dlogits, true, act(plan_.lnf), false, 1.0f, 1.0f);
+      matmul(ctx_, d_all, dlogits, false, head, false);
+      matmul(ctx_, dhead, dlogits, true, gathered(plan_.lnf), false, 1.0f, 1.0f);
     }
-    if (TensorGroup* g = group()) g->all_reduce(act(plan_.d_ln));  // each slice's part
-    fill_zero(ctx_, act(plan_.d_res));
-    if (spec_.norm == NormKind::rmsnorm)
-      rmsnorm_backward(ctx_, act(plan_.d_res), param(gf, F, Role::final_norm_w), act(plan_.d_ln),
-                       act(plan_.residual(L)), param(wf, F, Role::final_norm_w),
-                       act(plan_.lnf_rstd));
-    else
-      layernorm_backward(ctx_, act(plan_.d_res), param(gf, F, Role::final_norm_w),
-                         param(gf, F, Role::final_norm_b), act(plan_.d_ln), act(plan_.residual(L)),
-                         param(wf, F, Role::final_norm_w), act(plan_.lnf_mean),
+    // Each vocabulary slice's part of d lnf, summed (into each rank's tokens, sliced).
+    if (sliced)
+      group()->reduce_scatter(d_ln, d_all);
+    else if (TensorGroup* g = group())
+      g->all_reduce(d_ln);
+    std::vector<Tensor> norms = {param(gf, F, Role::final_norm_w)};
+    if (layout_.has(F, Role::final_norm_b)) norms.push_back(param(gf, F, Role::final_norm_b));
+    sum_norm_grads(norms, [&] {
+      fill_zero(ctx_, act(plan_.d_res));
+      if (spec_.norm == NormKind::rmsnorm)
+        rmsnorm_backward(ctx_, act(plan_.d_res), param(gf, F, Role::final_norm_w), act(plan_.d_ln),
+                         act(plan_.residual(L)), param(wf, F, Role::final_norm_w),
                          act(plan_.lnf_rstd));
+      else
+        layernorm_backward(ctx_, act(plan_.d_res), param(gf, F, Role::final_norm_w),
+                           param(gf, F, Role::final_norm_b), act(plan_.d_ln),
+                           act(plan_.residual(L)), param(wf, F, Role::final_norm_w),
+                           act(plan_.lnf_mean), act(plan_.lnf_rstd));
+    });
   });
   unit_ready(F);
   for (int l = L - 1; l >= 0; --l) {
@@ -424,11 +462,17 @@ void Transformer::backward(float loss_scale) {
     unit_ready(layout_.block_unit(l));
   }
   segment(true, E, [&] {
+    // Every token's gradient reaches every vocabulary slice (gathered, sliced).
+    const Tensor d_res = act(plan_.d_res);
+    Tensor d_all = d_res;
+    if (config_.sequence_slices() > 1) {
+      d_all = all_tokens(plan_.partial, DType::f32);
+      group()->all_gather(d_all, d_res);
+    }
     embedding_backward(
         ctx_, param(ge, E, Role::tok_embedding),
-        layout_.has(E, Role::pos_embedding) ? param(ge, E, Role::pos_embedding) : Tensor{},
-        act(plan_.d_res), tokens_.view(DType::i32, N), positions_.view(DType::i32, N),
-        config_.vocab_begin());
+        layout_.has(E, Role::pos_embedding) ? param(ge, E, Role::pos_embedding) : Tensor{}, d_all,
+        tokens_.view(DType::i32, N), positions_.view(DType::i32, N), config_.vocab_begin());
   });
   unit_ready(E);
 }
@@ -451,8 +495,21 @@ void Transformer::backward_block(int l) {
         break;
       }
     }
-    arch_.block_backward(ctx_, t);
+    std::vector<Tensor> norms;
+    for (size_t r = 0; r < size_t(Role::kCount); ++r)
+      if (is_norm(Role(r)) && !t.g[r].empty()) norms.push_back(t.g[r]);
+    sum_norm_grads(norms, [&] { arch_.block_backward(ctx_, t); });
   });
+}
+
+void Transformer::sum_norm_grads(const std::vector<Tensor>& norms,
+                                 const std::function<void()>& backward) {
+  TensorGroup* const g = config_.sequence_slices() > 1 ? group() : nullptr;
+  if (g && g->rank() != 0)
+    for (const Tensor& n : norms) fill_zero(ctx_, n);
+  backward();
+  if (g)
+    for (const Tensor& n : norms) g->all_reduce(n);
 }
 
 void Transformer::zero_grads() {

@@ -49,6 +49,7 @@ class Transformer final : public Model {
   void sync_working_params() override;
   std::vector<int> weight_schedule(ParamUse use) const override;
   int64_t forward(const BatchView& batch) override;
+  int tokens_multiple() const override { return config_.sequence_slices(); }
   void backward(float loss_scale) override;
   void zero_grads() override;
   void reset_loss() override;
@@ -105,6 +106,15 @@ class Transformer final : public Model {
   void loss_forward();
   // The group of the model's other slices (tensor parallelism), or null for a whole model.
   TensorGroup* group() const;
+  // Sequence parallelism (Note [Sequence parallelism] in nn/block.h): the (N, C) view of an
+  // all-tokens buffer in `dtype`; a sliced activation with every token gathered (the activation
+  // itself without sequence parallelism); and `backward` run so that the norms' weight
+  // gradients it adds to (`norms`) are the group's sums, not this rank's tokens' part: every
+  // rank but the group's first zeroes them first (the sum so far is alike on every rank), and
+  // the group then sums them.
+  Tensor all_tokens(const ActSlot& buffer, DType dtype) const;
+  Tensor gathered(const ActSlot& slice);
+  void sum_norm_grads(const std::vector<Tensor>& norms, const std::function<void()>& backward);
   void backward_block(int layer);
   // Whether this batch's training passes may run as CUDA graphs (Note [CUDA graphs]).
   bool graphs_allowed() const;

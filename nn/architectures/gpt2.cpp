@@ -86,18 +86,19 @@ void gpt2_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
   }
   layernorm_forward(ctx, A(t, ln1), A(t, ln1_mean), A(t, ln1_rstd), t.x, W(t, R::norm1_w),
                     W(t, R::norm1_b));
-  linear_forward(ctx, A(t, qkv), A(t, ln1), W(t, R::qkv_w), W(t, R::qkv_b));
+  linear_forward(ctx, A(t, qkv), gather_tokens(t, A(t, ln1)), W(t, R::qkv_w), W(t, R::qkv_b));
   const auto [q, k, v] = qkv_parts(t, A(t, qkv));
   attend(ctx, t, q, k, v);
-  linear_forward(ctx, t.tmp, A(t, atty), W(t, R::attn_proj_w),
+  linear_forward(ctx, row_output(t), A(t, atty), W(t, R::attn_proj_w),
                  row_parallel_bias(t, R::attn_proj_b));
-  sum_partial_outputs(t, t.tmp);
+  sum_partial_outputs(t);
   layernorm_residual_forward(ctx, A(t, res_mid), A(t, ln2), A(t, ln2_mean), A(t, ln2_rstd), t.x,
                              t.tmp, W(t, R::norm2_w), W(t, R::norm2_b));
-  linear_gelu_forward(ctx, A(t, fch_gelu), A(t, fch), A(t, ln2), W(t, R::fc_w), W(t, R::fc_b));
-  linear_forward(ctx, t.tmp, A(t, fch_gelu), W(t, R::fc_proj_w),
+  linear_gelu_forward(ctx, A(t, fch_gelu), A(t, fch), gather_tokens(t, A(t, ln2)), W(t, R::fc_w),
+                      W(t, R::fc_b));
+  linear_forward(ctx, row_output(t), A(t, fch_gelu), W(t, R::fc_proj_w),
                  row_parallel_bias(t, R::fc_proj_b));
-  sum_partial_outputs(t, t.tmp);
+  sum_partial_outputs(t);
   if (pass == BlockPass::train) residual_forward(ctx, t.out, A(t, res_mid), t.tmp);
 }
 
@@ -107,17 +108,18 @@ void gpt2_block_backward(const Context& ctx, const BlockTensors& t) {
   // MLP branch (GELU's backward in the second layer's input-gradient product).
   gelu_linear_backward(ctx, A(t, d_fch), G(t, R::fc_proj_w), G(t, R::fc_proj_b),
                        branch_grad(ctx, t), A(t, fch_gelu), W(t, R::fc_proj_w), A(t, fch));
-  linear_backward(ctx, t.d_ln, G(t, R::fc_w), G(t, R::fc_b), A(t, d_fch), A(t, ln2), W(t, R::fc_w));
-  sum_partial_input_grads(t, t.d_ln);
+  linear_backward(ctx, column_input_grad(t), G(t, R::fc_w), G(t, R::fc_b), A(t, d_fch),
+                  gather_tokens(t, A(t, ln2)), W(t, R::fc_w));
+  sum_partial_input_grads(t);
   layernorm_backward(ctx, t.d_res, G(t, R::norm2_w), G(t, R::norm2_b), t.d_ln, A(t, res_mid),
                      W(t, R::norm2_w), A(t, ln2_mean), A(t, ln2_rstd));
   // Attention branch.
   linear_backward(ctx, A(t, d_atty), G(t, R::attn_proj_w), G(t, R::attn_proj_b),
                   branch_grad(ctx, t), A(t, atty), W(t, R::attn_proj_w));
   attend_backward(ctx, t, qkv_parts(t, A(t, d_qkv)), qkv_parts(t, A(t, qkv)));
-  linear_backward(ctx, t.d_ln, G(t, R::qkv_w), G(t, R::qkv_b), A(t, d_qkv), A(t, ln1),
-                  W(t, R::qkv_w));
-  sum_partial_input_grads(t, t.d_ln);
+  linear_backward(ctx, column_input_grad(t), G(t, R::qkv_w), G(t, R::qkv_b), A(t, d_qkv),
+                  gather_tokens(t, A(t, ln1)), W(t, R::qkv_w));
+  sum_partial_input_grads(t);
   layernorm_backward(ctx, t.d_res, G(t, R::norm1_w), G(t, R::norm1_b), t.d_ln, t.x,
                      W(t, R::norm1_w), A(t, ln1_mean), A(t, ln1_rstd));
 }

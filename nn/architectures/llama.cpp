@@ -129,19 +129,19 @@ void llama_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pa
   }
   const int hs = t.model->head_size();
   rmsnorm_forward(ctx, A(t, ln1), A(t, ln1_rstd), t.x, W(t, R::norm1_w));
-  linear_forward(ctx, A(t, qkv), A(t, ln1), qkv_weight(t, t.w), {}, kOutIn);
+  linear_forward(ctx, A(t, qkv), gather_tokens(t, A(t, ln1)), qkv_weight(t, t.w), {}, kOutIn);
   const auto [q, k, v] = qkv_parts(t, A(t, qkv));
   rope_forward(ctx, q, t.positions, hs, hs, t.model->rope_theta);
   rope_forward(ctx, k, t.positions, hs, hs, t.model->rope_theta);
   attend(ctx, t, q, k, v);
-  linear_forward(ctx, t.tmp, A(t, atty), W(t, R::attn_proj_w), {}, kOutIn);
-  sum_partial_outputs(t, t.tmp);
+  linear_forward(ctx, row_output(t), A(t, atty), W(t, R::attn_proj_w), {}, kOutIn);
+  sum_partial_outputs(t);
   rmsnorm_residual_forward(ctx, A(t, res_mid), A(t, ln2), A(t, ln2_rstd), t.x, t.tmp,
                            W(t, R::norm2_w));
-  linear_forward(ctx, A(t, gate_up), A(t, ln2), gate_up_weight(t.w), {}, kOutIn);
+  linear_forward(ctx, A(t, gate_up), gather_tokens(t, A(t, ln2)), gate_up_weight(t.w), {}, kOutIn);
   swiglu_forward(ctx, A(t, swiglu), A(t, gate_up));
-  linear_forward(ctx, t.tmp, A(t, swiglu), W(t, R::down_w), {}, kOutIn);
-  sum_partial_outputs(t, t.tmp);
+  linear_forward(ctx, row_output(t), A(t, swiglu), W(t, R::down_w), {}, kOutIn);
+  sum_partial_outputs(t);
   if (pass == BlockPass::train) residual_forward(ctx, t.out, A(t, res_mid), t.tmp);
 }
 
@@ -153,9 +153,9 @@ void llama_block_backward(const Context& ctx, const BlockTensors& t) {
   linear_backward(ctx, A(t, d_swiglu), G(t, R::down_w), {}, branch_grad(ctx, t), A(t, swiglu),
                   W(t, R::down_w), kOutIn);
   swiglu_backward(ctx, A(t, d_gate_up), A(t, d_swiglu), A(t, gate_up));
-  linear_backward(ctx, t.d_ln, gate_up_weight(t.g), {}, A(t, d_gate_up), A(t, ln2),
-                  gate_up_weight(t.w), kOutIn);
-  sum_partial_input_grads(t, t.d_ln);
+  linear_backward(ctx, column_input_grad(t), gate_up_weight(t.g), {}, A(t, d_gate_up),
+                  gather_tokens(t, A(t, ln2)), gate_up_weight(t.w), kOutIn);
+  sum_partial_input_grads(t);
   rmsnorm_backward(ctx, t.d_res, G(t, R::norm2_w), t.d_ln, A(t, res_mid), W(t, R::norm2_w),
                    A(t, ln2_rstd));
   // Attention branch.
@@ -166,9 +166,9 @@ void llama_block_backward(const Context& ctx, const BlockTensors& t) {
   const Tensor &dq = d[0], &dk = d[1];
   rope_backward(ctx, dq, t.positions, hs, hs, t.model->rope_theta);
   rope_backward(ctx, dk, t.positions, hs, hs, t.model->rope_theta);
-  linear_backward(ctx, t.d_ln, qkv_weight(t, t.g), {}, A(t, d_qkv), A(t, ln1), qkv_weight(t, t.w),
-                  kOutIn);
-  sum_partial_input_grads(t, t.d_ln);
+  linear_backward(ctx, column_input_grad(t), qkv_weight(t, t.g), {}, A(t, d_qkv),
+                  gather_tokens(t, A(t, ln1)), qkv_weight(t, t.w), kOutIn);
+  sum_partial_input_grads(t);
   rmsnorm_backward(ctx, t.d_res, G(t, R::norm1_w), t.d_ln, t.x, W(t, R::norm1_w), A(t, ln1_rstd));
 }
 

@@ -116,21 +116,22 @@ void neox_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
   const float theta = t.model->rope_theta;
   norms();
   // Attention branch.
-  linear_forward(ctx, A(t, qkv), A(t, ln1), W(t, R::qkv_w), W(t, R::qkv_b), kOutIn);
+  linear_forward(ctx, A(t, qkv), gather_tokens(t, A(t, ln1)), W(t, R::qkv_w), W(t, R::qkv_b),
+                 kOutIn);
   const auto [q, k, v] = qkv_parts(t, A(t, qkv));
   rope_forward(ctx, q, t.positions, hs, rd, theta);
   rope_forward(ctx, k, t.positions, hs, rd, theta);
   attend(ctx, t, q, k, v);
-  linear_forward(ctx, t.tmp, A(t, atty), W(t, R::attn_proj_w), row_parallel_bias(t, R::attn_proj_b),
-                 kOutIn);
-  sum_partial_outputs(t, t.tmp);
+  linear_forward(ctx, row_output(t), A(t, atty), W(t, R::attn_proj_w),
+                 row_parallel_bias(t, R::attn_proj_b), kOutIn);
+  sum_partial_outputs(t);
   if (pass == BlockPass::train) residual_forward(ctx, t.out, t.x, t.tmp);
   // MLP branch, beside it.
-  linear_gelu_forward(ctx, A(t, fch_gelu), A(t, fch), A(t, ln2), W(t, R::fc_w), W(t, R::fc_b),
-                      kOutIn);
-  linear_forward(ctx, t.tmp, A(t, fch_gelu), W(t, R::fc_proj_w), row_parallel_bias(t, R::fc_proj_b),
-                 kOutIn);
-  sum_partial_outputs(t, t.tmp);
+  linear_gelu_forward(ctx, A(t, fch_gelu), A(t, fch), gather_tokens(t, A(t, ln2)), W(t, R::fc_w),
+                      W(t, R::fc_b), kOutIn);
+  linear_forward(ctx, row_output(t), A(t, fch_gelu), W(t, R::fc_proj_w),
+                 row_parallel_bias(t, R::fc_proj_b), kOutIn);
+  sum_partial_outputs(t);
   if (pass == BlockPass::train) residual_forward(ctx, t.out, t.out, t.tmp);
 }
 
@@ -147,9 +148,9 @@ void neox_block_backward(const Context& ctx, const BlockTensors& t) {
   linear_backward(ctx, A(t, d_atty), G(t, R::attn_proj_w), G(t, R::attn_proj_b), dy, A(t, atty),
                   W(t, R::attn_proj_w), kOutIn);
   // MLP branch.
-  linear_backward(ctx, t.d_ln, G(t, R::fc_w), G(t, R::fc_b), A(t, d_fch), A(t, ln2), W(t, R::fc_w),
-                  kOutIn);
-  sum_partial_input_grads(t, t.d_ln);
+  linear_backward(ctx, column_input_grad(t), G(t, R::fc_w), G(t, R::fc_b), A(t, d_fch),
+                  gather_tokens(t, A(t, ln2)), W(t, R::fc_w), kOutIn);
+  sum_partial_input_grads(t);
   layernorm_backward(ctx, t.d_res, G(t, R::norm2_w), G(t, R::norm2_b), t.d_ln, t.x,
                      W(t, R::norm2_w), A(t, ln2_mean), A(t, ln2_rstd));
   // Attention branch.
@@ -158,9 +159,9 @@ void neox_block_backward(const Context& ctx, const BlockTensors& t) {
   const Tensor &dq = d[0], &dk = d[1];
   rope_backward(ctx, dq, t.positions, hs, rd, theta);
   rope_backward(ctx, dk, t.positions, hs, rd, theta);
-  linear_backward(ctx, t.d_ln, G(t, R::qkv_w), G(t, R::qkv_b), A(t, d_qkv), A(t, ln1),
-                  W(t, R::qkv_w), kOutIn);
-  sum_partial_input_grads(t, t.d_ln);
+  linear_backward(ctx, column_input_grad(t), G(t, R::qkv_w), G(t, R::qkv_b), A(t, d_qkv),
+                  gather_tokens(t, A(t, ln1)), W(t, R::qkv_w), kOutIn);
+  sum_partial_input_grads(t);
   layernorm_backward(ctx, t.d_res, G(t, R::norm1_w), G(t, R::norm1_b), t.d_ln, t.x,
                      W(t, R::norm1_w), A(t, ln1_mean), A(t, ln1_rstd));
 }

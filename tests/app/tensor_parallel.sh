@@ -4,8 +4,10 @@
 #   - GPT-2 on packed batches: TP=2, TP=4, and TP=2 x DP=2 under every sharding stage (with
 #     full activation checkpointing under one of them); Llama with grouped key/value heads
 #     (n_kv_head = 2 of 4) at TP=2 and TP=2 x DP=2; GPT-2 on padded (bucket) batches at TP=2;
-#     bf16 at TP=2: the losses step for step and the final parameters (read back through
+#     bf16 at TP=2; sequence parallelism (GPT-2 at TP=2 and TP=2 x DP=2 under full sharding,
+#     Llama at TP=2, bf16): the losses step for step and the final parameters (read back through
 #     `trainer export`, whole, from the ranks' slices) against one process's;
+#   - the bytes each group carried per step, against the closed form of docs/dist.md;
 #   - a TP=2 x DP=2 checkpoint resumes as TP=1 x DP=1, TP=4 x DP=1 and TP=1 x DP=4 and continues
 #     the same loss curve; eval and inspect read it directly;
 #   - bad layouts are refused at start-up, before anything is written, naming the constraint.
@@ -51,6 +53,11 @@ run 1 bucket --set data.mode=bucket
 run 2 bucket_tp2 --set data.mode=bucket --set dist.tensor_parallel=2
 run 1 bf16 --set model.precision=bf16
 run 2 bf16_tp2 --set model.precision=bf16 --set dist.tensor_parallel=2
+sp=(--set dist.tensor_parallel=2 --set dist.sequence_parallel=true)
+run 2 gpt2_tp2_sp "${sp[@]}"
+run 4 gpt2_tp2_dp2_sp "${sp[@]}" --set dist.sharding=full --set model.activation_checkpointing=full
+run 2 llama_tp2_sp "${llama[@]}" "${sp[@]}"
+run 2 bf16_tp2_sp --set model.precision=bf16 "${sp[@]}"
 
 # Resume the TP=2 x DP=2 run's step-10 checkpoint in other layouts.
 for layout in "1 1" "4 4" "4 1"; do
@@ -107,9 +114,10 @@ def compare(name, ref, loss_rel, param_rel, noise_abs):
 # parameters by about 1e-9 relative to their largest; the losses follow. 1e-5 relative is over
 # 100x that; a wrong cut is off by percents from the first step.
 for name in ["gpt2_tp2", "gpt2_tp4", "gpt2_tp2_dp2_none", "gpt2_tp2_dp2_optimizer",
-             "gpt2_tp2_dp2_gradients", "gpt2_tp2_dp2_full", "gpt2_tp2_dp2_recompute"]:
+             "gpt2_tp2_dp2_gradients", "gpt2_tp2_dp2_full", "gpt2_tp2_dp2_recompute",
+             "gpt2_tp2_sp", "gpt2_tp2_dp2_sp"]:
     compare(name, "gpt2", 1e-5, 1e-5, 0)
-for name in ["llama_tp2", "llama_tp2_dp2"]:
+for name in ["llama_tp2", "llama_tp2_dp2", "llama_tp2_sp"]:
     compare(name, "llama", 1e-5, 1e-5, 0)
 compare("bucket_tp2", "bucket", 1e-5, 1e-5, 0)
 # bf16: the products' outputs and the partial sums the group adds are rounded to bf16 (2^-9
@@ -118,6 +126,7 @@ compare("bucket_tp2", "bucket", 1e-5, 1e-5, 0)
 # parameter whose gradient is small against that noise moves by AdamW-normalised steps of up
 # to lr in either run: 2 x steps x lr apart at most, however small the parameter.
 compare("bf16_tp2", "bf16", 1e-2, 0, 2 * STEPS * LR)
+compare("bf16_tp2_sp", "bf16", 1e-2, 0, 2 * STEPS * LR)
 
 # Resumed in another layout: the same curve from step 11 on (fp32 reassociation as above).
 ref = losses("gpt2")
@@ -147,6 +156,18 @@ def tensor_bytes(T, micro, full=False):
     per = 2 * (T - 1) / T * (4 * N * C + (4 * L + 1 + (2 * L if full else 0)) * N * C * 4)
     return micro * (per + 8 * N * (T - 1))
 
+# Sequence parallelism: each all-reduce becomes a reduce-scatter and an all-gather of the same
+# bytes; the head gathers the final norm's output in forward and again in backward, each block's
+# backward gathers its output gradient per branch and each column product's input again, the
+# embedding scatters its output and gathers its gradient (fp32), and the norms' weight
+# gradients (4 per GPT-2 block, 2 at the end, C fp32 each) are all-reduced.
+def tensor_bytes_sp(T, micro, full=False):
+    f, s, NC = (T - 1) / T, 4, N * C
+    forward = f * 4 * NC + L * 4 * f * NC * s + f * NC * s + 8 * N * (T - 1)
+    backward = (2 * f * NC * s + 2 * 2 * f * C * 4 + L * (6 * f * NC * s + 4 * 2 * f * C * 4)
+                + f * 4 * NC)
+    return micro * (forward + backward + (L * 4 * f * NC * s if full else 0))
+
 def slice_total(name):  # the slice's flat buffer, as its shards' ranges give it
     m = json.load(open(f"runs/{name}/checkpoints/step-20/manifest.json"))
     return max(r[1] for s in m["shards"] for r in s["ranges"])
@@ -155,7 +176,9 @@ expect = {"gpt2_tp2": {"tensor_bus_bytes": tensor_bytes(2, 4)},
           "gpt2_tp4": {"tensor_bus_bytes": tensor_bytes(4, 4)},
           "gpt2_tp2_dp2_none": {"tensor_bus_bytes": tensor_bytes(2, 2),
                                 "data_bus_bytes": 4 * slice_total("gpt2_tp2_dp2_none") + 24},
-          "gpt2_tp2_dp2_recompute": {"tensor_bus_bytes": tensor_bytes(2, 2, full=True)}}
+          "gpt2_tp2_dp2_recompute": {"tensor_bus_bytes": tensor_bytes(2, 2, full=True)},
+          "gpt2_tp2_sp": {"tensor_bus_bytes": tensor_bytes_sp(2, 4)},
+          "gpt2_tp2_dp2_sp": {"tensor_bus_bytes": tensor_bytes_sp(2, 2, full=True)}}
 for name, want in expect.items():
     got = metrics(name)
     for step in range(2, 11):
@@ -185,6 +208,10 @@ refused 3 "does not divide model.n_head = 4" --set dist.tensor_parallel=3
 refused 4 "does not divide model.n_kv_head = 2" "${llama[@]}" --set dist.tensor_parallel=4
 refused 2 "does not divide model.vocab_size = 321" --set model.vocab_size=321 \
   --set dist.tensor_parallel=2
+refused 2 "needs dist.tensor_parallel > 1" --set dist.sequence_parallel=true
+refused 2 "data.mode = bucket" "${sp[@]}" --set data.mode=bucket
+refused 4 "does not cut into dist.tensor_parallel = 4" --set dist.tensor_parallel=4 \
+  --set dist.sequence_parallel=true --set data.batch_size=1 --set data.seq_len=30
 refused 4 "mlp.gate_proj.weight" "${llama[@]}" --set model.ffn_hidden=42 \
   --set model.ffn_multiple_of=2 --set dist.tensor_parallel=4 --set model.n_kv_head=4
 echo "tensor parallelism: all layouts agree"

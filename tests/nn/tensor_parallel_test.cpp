@@ -45,6 +45,17 @@ class ThreadGroup {
       g_.sync_.arrive_and_wait();
       write_from_f32(x, mine);
     }
+    void reduce_scatter(const Tensor& out, const ConstTensor& x) override {
+      const std::vector<float> in = read_as_f32(ctx(x), x);
+      g_.posted_[size_t(rank_)] = &in;
+      g_.sync_.arrive_and_wait();
+      const size_t n = size_t(out.numel()), at = size_t(rank_) * n;
+      std::vector<float> mine(n);
+      for (int r = 0; r < g_.size_; ++r)
+        for (size_t i = 0; i < n; ++i) mine[i] += (*g_.posted_[size_t(r)])[at + i];
+      g_.sync_.arrive_and_wait();
+      write_from_f32(out, mine);
+    }
     void all_gather(const Tensor& out, const ConstTensor& x) override {
       const std::vector<float> in = read_as_f32(ctx(x), x);
       g_.posted_[size_t(rank_)] = &in;
@@ -124,6 +135,7 @@ struct Case {
   int kv_heads;  // llama only
   int degree;
   Recompute recompute;
+  bool sequence = false;  // sequence parallelism
 };
 
 class TensorParallelModel : public ::testing::TestWithParam<Case> {};
@@ -154,7 +166,7 @@ TEST_P(TensorParallelModel, SlicesAddUpToTheWholeModel) {
   for (int r = 0; r < c.degree; ++r)
     threads.emplace_back([&, r] {
       ModelConfig m = whole;
-      m.tensor = {c.degree, r};
+      m.tensor = {c.degree, r, c.sequence};
       auto& model = slices[size_t(r)];
       model = std::make_unique<Transformer>(m, exec);
       set_distinct_weights(*model);
@@ -185,18 +197,19 @@ TEST_P(TensorParallelModel, SlicesAddUpToTheWholeModel) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, TensorParallelModel,
-                         ::testing::Values(Case{"gpt2", 0, 2, Recompute::none},
-                                           Case{"gpt2", 0, 4, Recompute::full},
-                                           Case{"llama", 4, 2, Recompute::selective},
-                                           Case{"llama", 2, 2, Recompute::none},
-                                           Case{"llama", 4, 4, Recompute::none},
-                                           Case{"neox", 0, 2, Recompute::full}),
-                         [](const auto& info) {
-                           return info.param.arch + "_kv" + std::to_string(info.param.kv_heads) +
-                                  "_tp" + std::to_string(info.param.degree) + "_" +
-                                  recompute_name(info.param.recompute);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Architectures, TensorParallelModel,
+    ::testing::Values(
+        Case{"gpt2", 0, 2, Recompute::none}, Case{"gpt2", 0, 4, Recompute::full},
+        Case{"llama", 4, 2, Recompute::selective}, Case{"llama", 2, 2, Recompute::none},
+        Case{"llama", 4, 4, Recompute::none}, Case{"neox", 0, 2, Recompute::full},
+        Case{"gpt2", 0, 2, Recompute::none, true}, Case{"gpt2", 0, 4, Recompute::selective, true},
+        Case{"llama", 2, 2, Recompute::full, true}, Case{"neox", 0, 4, Recompute::none, true}),
+    [](const auto& info) {
+      return info.param.arch + "_kv" + std::to_string(info.param.kv_heads) + "_tp" +
+             std::to_string(info.param.degree) + "_" + recompute_name(info.param.recompute) +
+             (info.param.sequence ? "_sp" : "");
+    });
 
 // The initial weights of a slice are its part of the whole model's (a tensor's values depend on
 // its name and each element's place in the whole tensor), so runs at any degree start alike.
@@ -218,6 +231,22 @@ TEST(TensorParallelModel, SlicesStartAsTheirPartOfTheWhole) {
         ASSERT_EQ(mine[size_t(p.offset + local + i)], all[size_t(w.offset + at + i)]) << p.name;
     });
   }
+}
+
+// Note [Sequence parallelism]: the residual stream (and the norms, their statistics and the
+// branch outputs) hold 1/degree of the tokens, the per-head activations all of them.
+TEST(TensorParallelModel, SequenceParallelismHoldsASliceOfTheResidualStream) {
+  ModelConfig m = config_for("gpt2");
+  const ExecConfig exec = exec_for(2, 12);
+  m.tensor = {4, 1, false};
+  const ActivationPlan tp(m, exec);
+  m.tensor.sequence = true;
+  const ActivationPlan sp(m, exec);
+  const int64_t N = 2 * 12, C = m.n_embd;
+  EXPECT_EQ(tp.residual(1).offset - tp.residual(0).offset, N * C * 4);
+  EXPECT_EQ(sp.residual(1).offset - sp.residual(0).offset, N / 4 * C * 4);
+  EXPECT_TRUE(sp.block(0, Act::ln1).sliced && !sp.block(0, Act::qkv).sliced);
+  EXPECT_LT(sp.bytes(), tp.bytes());
 }
 
 // A degree that does not divide what it cuts is refused by name, with the fix.

@@ -82,9 +82,7 @@ TrainLoop::TrainLoop(const Config& config, RunConfig rc, const TrainOptions& opt
       leader_(comm_.rank() == 0),
       transformer_(rc_.model, rc_.exec),
       tensor_group_(grid.tensor()),
-      model_(
-          (transformer_.attach_tensor_group(rc_.model.tensor.degree > 1 ? &tensor_group_ : nullptr),
-           transformer_)),
+      model_(transformer_),
       dp_(dist::make_data_parallel(
           data_, model_,
           {.stage = rc_.sharding,
@@ -100,8 +98,10 @@ TrainLoop::TrainLoop(const Config& config, RunConfig rc, const TrainOptions& opt
       token_flops_(rc_.model.token_flops()),
       nonfinite_(comm_, model_, *dp_,
                  {rc_.on_nonfinite, rc_.max_consecutive_skips, rc_.max_skips}) {
-  if (grid_.tensor_size() > 1)
+  if (grid_.tensor_size() > 1) {
+    transformer_.attach_tensor_group(&tensor_group_);
     norm_share_ = std::make_unique<dist::GradNormShare>(model_, *dp_, grid_.tensor_rank());
+  }
   check_batch_over_ranks();
   for (const std::string& p : rc_.freeze) {
     bool any = false;

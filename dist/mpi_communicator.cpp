@@ -118,17 +118,17 @@ class MpiCommunicator final : public Communicator {
   // A group of `parent`'s ranks (split()): its own MPI communicators, made on the engine's
   // thread, and the parent's engine, so that every MPI call stays on that one thread and the
   // two communicators' operations run in the one order every rank issues them in.
-  MpiCommunicator(const MpiCommunicator& parent, MPI_Comm comm, MPI_Comm arrive_comm)
+  MpiCommunicator(const MpiCommunicator& parent, MPI_Comm comm, MPI_Comm arrive_comm, int rank,
+                  int size)
       : options_(parent.options_),
+        rank_(rank),
+        size_(size),
         comm_(comm),
         arrive_comm_(arrive_comm),
         bf16_sum_op_(parent.bf16_sum_op_),
         engine_(parent.engine_),
         account_(engine_->add_account()),
-        owns_mpi_(false) {
-    MPI_Comm_rank(comm_, &rank_);  // local queries, made before the communicator is used
-    MPI_Comm_size(comm_, &size_);
-  }
+        owns_mpi_(false) {}
 
   ~MpiCommunicator() override {
     if (!owns_mpi_) {
@@ -147,6 +147,7 @@ class MpiCommunicator final : public Communicator {
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     MPI_Comm comm = MPI_COMM_NULL, arrive = MPI_COMM_NULL;
+    int rank = 0, size = 1;
     CommJob job{
         "split",
         0,
@@ -159,12 +160,14 @@ class MpiCommunicator final : public Communicator {
                 fmt::format("{} failed on rank {}: {}", name, rank_, mpi_error_string(rc))};
           MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
           MPI_Comm_set_errhandler(arrive, MPI_ERRORS_RETURN);
+          MPI_Comm_rank(comm, &rank);
+          MPI_Comm_size(comm, &size);
           return 0.0;
         },
         size_,
         account_};
     engine_->submit(std::move(job)).wait();
-    return std::unique_ptr<Communicator>(new MpiCommunicator(*this, comm, arrive));
+    return std::unique_ptr<Communicator>(new MpiCommunicator(*this, comm, arrive, rank, size));
   }
 
   int rank() const override { return rank_; }

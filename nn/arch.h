@@ -64,10 +64,15 @@ enum class Init : uint8_t { zeros, ones, normal, normal_residual };
 // first) is cut along its outputs, a row-parallel one (the attention output projection, the
 // MLP's second) along its inputs, so the pair needs one sum over the group in forward and one
 // in backward; the token embedding and the head are cut along the vocabulary. dim -1: every
-// rank holds the whole parameter (norms, the row-parallel products' biases, positions).
+// rank holds the whole parameter (norms, the row-parallel products' biases, positions), and
+// its gradient is every rank's alike, unless `partial_grad`: grouped key/value heads fewer than
+// the ranks are held whole by every rank, each using the head its queries share (Megatron-LM
+// replicates them likewise), so each rank's gradient is its queries' part, summed over the
+// group with the unit's backward.
 struct Split {
   int8_t dim = -1;
   int8_t groups = 1;
+  bool partial_grad = false;
 };
 inline constexpr Split kReplicated{}, kRows{0, 1}, kCols{1, 1};
 
@@ -93,6 +98,7 @@ enum class Parallel : uint8_t { none, column, row };
 struct Matmul {
   int64_t in, out;
   Parallel parallel = Parallel::none;
+  int64_t whole_out = 0;  // of a column-parallel product's outputs, those not cut (replicated)
 };
 
 // What a block activation is.
@@ -130,6 +136,7 @@ struct ActSpec {
   bool fp32;          // fp32 whatever the precision (statistics, the residual stream)
   ActKind kind;
   bool split = false;  // per head or per hidden unit: 1/degree of it under tensor parallelism
+  int64_t whole = 0;   // of per_token, what a split activation keeps whole (replicated heads)
 };
 
 enum class NormKind : uint8_t { layernorm, rmsnorm };

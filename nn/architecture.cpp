@@ -57,10 +57,10 @@ void slice_params(std::vector<ParamSpec>& params, int degree) {
 
 ArchSpec slice_spec(ArchSpec spec, int degree) {
   for (auto* unit : {&spec.embedding, &spec.block, &spec.final}) slice_params(*unit, degree);
-  for (ActSpec& a : spec.block_acts)
-    if (a.split) a.per_token /= degree;  // heads and hidden units: the parameters' checks hold
+  for (ActSpec& a : spec.block_acts)  // heads and hidden units: the parameters' checks hold
+    if (a.split) a.per_token = (a.per_token - a.whole) / degree + a.whole;
   for (Matmul& m : spec.block_matmuls) {
-    if (m.parallel == Parallel::column) m.out /= degree;
+    if (m.parallel == Parallel::column) m.out = (m.out - m.whole_out) / degree + m.whole_out;
     if (m.parallel == Parallel::row) m.in /= degree;
   }
   return spec;

@@ -4,14 +4,20 @@
 
 #include "nn/ops/attention.h"
 #include "nn/ops/cast.h"
+#include "runtime/memory.h"
 
 namespace trainer::nn {
 
 std::array<Tensor, 3> block_access::qkv_parts(const BlockTensors& t, const Tensor& packed) {
-  const int64_t C = int64_t(t.model->local_heads()) * t.model->head_size(),
-                Ckv = int64_t(t.model->local_kv_heads()) * t.model->head_size();
+  const ModelConfig& m = *t.model;
+  const int64_t hs = m.head_size(), C = int64_t(m.local_heads()) * hs,
+                Ckv = int64_t(m.local_kv_heads()) * hs;
   const Tensor rows = packed.reshape({t.B, t.T, C + 2 * Ckv});
-  return {rows.col_range(0, C), rows.col_range(C, Ckv), rows.col_range(C + Ckv, Ckv)};
+  if (!m.kv_heads_whole())
+    return {rows.col_range(0, C), rows.col_range(C, Ckv), rows.col_range(C + Ckv, Ckv)};
+  // Every key/value head is here (more ranks than heads): the one this slice's queries use.
+  const int64_t at = m.used_kv_head() * hs;
+  return {rows.col_range(0, C), rows.col_range(C + at, hs), rows.col_range(C + Ckv + at, hs)};
 }
 
 void block_access::attend(const Context& ctx, const BlockTensors& t, const ConstTensor& q,
@@ -31,6 +37,8 @@ void block_access::attend_backward(const Context& ctx, const BlockTensors& t,
                                    const std::array<Tensor, 3>& d,
                                    const std::array<Tensor, 3>& qkv) {
   const int64_t C = qkv[0].cols();
+  // The key/value heads this slice holds but does not use get no gradient from it.
+  if (t.model->kv_heads_whole()) fill_zero(ctx, A(t, Act::d_qkv));
   attention_backward(ctx, d[0], d[1], d[2], A(t, Act::d_atty).reshape({t.B, t.T, C}),
                      A(t, Act::atty).reshape({t.B, t.T, C}), A(t, Act::att_lse), qkv[0], qkv[1],
                      qkv[2], t.mask, t.n_head);

@@ -26,10 +26,10 @@ void ModelConfig::validate() const {
               "dist.tensor_parallel = {} does not divide model.n_head = {} (each rank takes whole "
               "heads: choose a degree that divides the heads)",
               n, n_head);
-  USAGE_CHECK(kv_heads() % n == 0,
-              "dist.tensor_parallel = {} does not divide model.n_kv_head = {} (each rank takes "
-              "whole key/value heads; replicating them over the ranks is not implemented: choose "
-              "a degree that divides n_kv_head)",
+  USAGE_CHECK(kv_heads() % n == 0 || n % kv_heads() == 0,
+              "dist.tensor_parallel = {} neither divides model.n_kv_head = {} nor is a multiple of "
+              "it (the ranks take whole key/value heads, or share each head: choose a degree that "
+              "divides n_kv_head or that n_kv_head divides)",
               n, kv_heads());
   USAGE_CHECK(vocab_size % n == 0,
               "dist.tensor_parallel = {} does not divide model.vocab_size = {} (the embedding and "

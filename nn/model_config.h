@@ -60,7 +60,11 @@ struct ModelConfig {
   // What this slice holds: its heads, key/value heads, and vocabulary rows [vocab_begin(),
   // vocab_begin() + local_vocab()).
   int local_heads() const { return n_head / tensor.degree; }
-  int local_kv_heads() const { return kv_heads() / tensor.degree; }
+  // Key/value heads are cut when the degree divides them, else every rank holds them all.
+  bool kv_heads_whole() const { return kv_heads() % tensor.degree != 0; }
+  int local_kv_heads() const { return kv_heads_whole() ? kv_heads() : kv_heads() / tensor.degree; }
+  // The key/value head this slice's queries use when every rank holds them all.
+  int used_kv_head() const { return tensor.rank * kv_heads() / tensor.degree; }
   int64_t local_vocab() const { return vocab_size / tensor.degree; }
   int64_t vocab_begin() const { return local_vocab() * tensor.rank; }
   // Into how many slices the residual stream's tokens are cut (1 without sequence parallelism).

@@ -441,9 +441,10 @@ void Transformer::backward(float loss_scale) {
       group()->reduce_scatter(d_ln, d_all);
     else if (TensorGroup* g = group())
       g->all_reduce(d_ln);
-    std::vector<Tensor> norms = {param(gf, F, Role::final_norm_w)};
-    if (layout_.has(F, Role::final_norm_b)) norms.push_back(param(gf, F, Role::final_norm_b));
-    sum_norm_grads(norms, [&] {
+    std::vector<Tensor> partial;
+    for (Role r : {Role::final_norm_w, Role::final_norm_b})
+      if (layout_.has(F, r) && partial_grad(F, r)) partial.push_back(param(gf, F, r));
+    sum_partial_grads(partial, [&] {
       fill_zero(ctx_, act(plan_.d_res));
       if (spec_.norm == NormKind::rmsnorm)
         rmsnorm_backward(ctx_, act(plan_.d_res), param(gf, F, Role::final_norm_w), act(plan_.d_ln),
@@ -495,21 +496,27 @@ void Transformer::backward_block(int l) {
         break;
       }
     }
-    std::vector<Tensor> norms;
+    std::vector<Tensor> partial;
+    const int u = layout_.block_unit(l);
     for (size_t r = 0; r < size_t(Role::kCount); ++r)
-      if (is_norm(Role(r)) && !t.g[r].empty()) norms.push_back(t.g[r]);
-    sum_norm_grads(norms, [&] { arch_.block_backward(ctx_, t); });
+      if (!t.g[r].empty() && partial_grad(u, Role(r))) partial.push_back(t.g[r]);
+    sum_partial_grads(partial, [&] { arch_.block_backward(ctx_, t); });
   });
 }
 
-void Transformer::sum_norm_grads(const std::vector<Tensor>& norms,
-                                 const std::function<void()>& backward) {
-  TensorGroup* const g = config_.sequence_slices() > 1 ? group() : nullptr;
+bool Transformer::partial_grad(int unit, Role role) const {
+  return layout_.get(unit, role).split.partial_grad ||
+         (is_norm(role) && config_.sequence_slices() > 1);
+}
+
+void Transformer::sum_partial_grads(const std::vector<Tensor>& grads,
+                                    const std::function<void()>& backward) {
+  TensorGroup* const g = grads.empty() ? nullptr : group();
   if (g && g->rank() != 0)
-    for (const Tensor& n : norms) fill_zero(ctx_, n);
+    for (const Tensor& x : grads) fill_zero(ctx_, x);
   backward();
   if (g)
-    for (const Tensor& n : norms) g->all_reduce(n);
+    for (const Tensor& x : grads) g->all_reduce(x);
 }
 
 void Transformer::zero_grads() {

@@ -107,14 +107,17 @@ class Transformer final : public Model {
   // The group of the model's other slices (tensor parallelism), or null for a whole model.
   TensorGroup* group() const;
   // Sequence parallelism (Note [Sequence parallelism] in nn/block.h): the (N, C) view of an
-  // all-tokens buffer in `dtype`; a sliced activation with every token gathered (the activation
-  // itself without sequence parallelism); and `backward` run so that the norms' weight
-  // gradients it adds to (`norms`) are the group's sums, not this rank's tokens' part: every
-  // rank but the group's first zeroes them first (the sum so far is alike on every rank), and
-  // the group then sums them.
+  // all-tokens buffer in `dtype`, and a sliced activation with every token gathered (the
+  // activation itself without sequence parallelism).
   Tensor all_tokens(const ActSlot& buffer, DType dtype) const;
   Tensor gathered(const ActSlot& slice);
-  void sum_norm_grads(const std::vector<Tensor>& norms, const std::function<void()>& backward);
+  // Whether each rank's gradient of a replicated parameter is only its part: a norm's under
+  // sequence parallelism (its tokens'), key/value heads held whole (its queries').
+  bool partial_grad(int unit, Role role) const;
+  // Runs `backward` so that the partial gradients it adds to (`grads`) become the group's sums:
+  // every rank but the group's first zeroes them first (the sum so far is alike on every rank),
+  // and the group then sums them.
+  void sum_partial_grads(const std::vector<Tensor>& grads, const std::function<void()>& backward);
   void backward_block(int layer);
   // Whether this batch's training passes may run as CUDA graphs (Note [CUDA graphs]).
   bool graphs_allowed() const;

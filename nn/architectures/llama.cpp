@@ -47,6 +47,11 @@ int64_t ffn_size(const ModelConfig& m) {
 ArchSpec llama_spec(const ModelConfig& m) {
   const int64_t C = m.n_embd, V = m.vocab_size, H = m.n_head, Ckv = m.kv_channels(),
                 F = ffn_size(m);
+  // Under tensor parallelism the key/value heads are cut with the queries' when the degree
+  // divides them, else every rank holds them all (Note [Tensor-parallel splits]).
+  const bool kv_whole = m.kv_heads_whole();
+  const Split kv = kv_whole ? Split{-1, 1, true} : kRows;
+  const int64_t kv_kept = kv_whole ? 2 * Ckv : 0;
   ArchSpec s;
   s.norm = NormKind::rmsnorm;
   s.block_prefix = "model.layers.";
@@ -55,8 +60,8 @@ ArchSpec llama_spec(const ModelConfig& m) {
   s.block = {
       {"input_layernorm.weight", Role::norm1_w, {C}, false, Init::ones},
       {"self_attn.q_proj.weight", Role::q_w, {C, C}, true, Init::normal, {}, kRows},
-      {"self_attn.k_proj.weight", Role::k_w, {Ckv, C}, true, Init::normal, {}, kRows},
-      {"self_attn.v_proj.weight", Role::v_w, {Ckv, C}, true, Init::normal, {}, kRows},
+      {"self_attn.k_proj.weight", Role::k_w, {Ckv, C}, true, Init::normal, {}, kv},
+      {"self_attn.v_proj.weight", Role::v_w, {Ckv, C}, true, Init::normal, {}, kv},
       {"self_attn.o_proj.weight",
        Role::attn_proj_w,
        {C, C},
@@ -75,7 +80,7 @@ ArchSpec llama_spec(const ModelConfig& m) {
   const int64_t qkv = C + 2 * Ckv;
   s.block_acts = {{Act::ln1, C, false, K::cheap},
                   {Act::ln1_rstd, 1, true, K::stat},
-                  {Act::qkv, qkv, false, K::expensive, true},
+                  {Act::qkv, qkv, false, K::expensive, true, kv_kept},
                   {Act::atty, C, false, K::expensive, true},
                   {Act::att_lse, H, true, K::stat, true},
                   {Act::res_mid, C, true, K::expensive},
@@ -83,11 +88,11 @@ ArchSpec llama_spec(const ModelConfig& m) {
                   {Act::ln2_rstd, 1, true, K::stat},
                   {Act::gate_up, 2 * F, false, K::expensive, true},
                   {Act::swiglu, F, false, K::cheap, true},
-                  {Act::d_qkv, qkv, false, K::scratch, true},
+                  {Act::d_qkv, qkv, false, K::scratch, true, kv_kept},
                   {Act::d_atty, C, false, K::scratch, true},
                   {Act::d_gate_up, 2 * F, false, K::scratch, true},
                   {Act::d_swiglu, F, false, K::scratch, true}};
-  s.block_matmuls = {{C, qkv, Parallel::column},
+  s.block_matmuls = {{C, qkv, Parallel::column, kv_kept},
                      {C, C, Parallel::row},
                      {C, 2 * F, Parallel::column},
                      {F, C, Parallel::row}};

@@ -204,7 +204,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"llama", 4, 2, Recompute::selective}, Case{"llama", 2, 2, Recompute::none},
         Case{"llama", 4, 4, Recompute::none}, Case{"neox", 0, 2, Recompute::full},
         Case{"gpt2", 0, 2, Recompute::none, true}, Case{"gpt2", 0, 4, Recompute::selective, true},
-        Case{"llama", 2, 2, Recompute::full, true}, Case{"neox", 0, 4, Recompute::none, true}),
+        Case{"llama", 2, 2, Recompute::full, true}, Case{"neox", 0, 4, Recompute::none, true},
+        Case{"llama", 2, 4, Recompute::none}, Case{"llama", 1, 2, Recompute::full, true}),
     [](const auto& info) {
       return info.param.arch + "_kv" + std::to_string(info.param.kv_heads) + "_tp" +
              std::to_string(info.param.degree) + "_" + recompute_name(info.param.recompute) +
@@ -262,10 +263,13 @@ TEST(TensorParallelModel, RefusesUnevenCuts) {
   ModelConfig m = config_for("gpt2");
   m.tensor = {3, 0};
   EXPECT_NE(message(m).find("does not divide model.n_head = 4"), std::string::npos) << message(m);
-  m = config_for("llama");
-  m.n_kv_head = 2;
-  m.tensor = {4, 0};
-  EXPECT_NE(message(m).find("model.n_kv_head = 2"), std::string::npos) << message(m);
+  m = config_for("llama");  // 2 ranks sharing 3 key/value heads: neither way works
+  m.n_head = 6;
+  m.n_embd = 48;
+  m.n_kv_head = 3;
+  m.tensor = {2, 0};
+  EXPECT_NE(message(m).find("neither divides model.n_kv_head = 3"), std::string::npos)
+      << message(m);
   m = config_for("gpt2");
   m.vocab_size = 30;
   m.tensor = {4, 0};

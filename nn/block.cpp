@@ -61,24 +61,36 @@ Tensor block_access::gather_tokens(const BlockTensors& t, const Tensor& x) {
   return all;
 }
 
+namespace {
+
+// Where each rank's partial sums of `target` are made: target itself, or every token of it.
+Tensor partials_of(const BlockTensors& t, const Tensor& target) {
+  return t.partial.empty() ? target : whole(t, t.partial, target);
+}
+
+// target = the group's sum of partials_of(target): in place, or scattered to each rank's tokens.
+void sum_into(const BlockTensors& t, const Tensor& target) {
+  if (!t.group) return;
+  if (t.partial.empty()) return t.group->all_reduce(target);
+  t.group->reduce_scatter(target, partials_of(t, target));
+}
+
+}  // namespace
+
 Tensor block_access::row_output(const BlockTensors& t) {
-  return t.partial.empty() ? t.tmp : whole(t, t.partial, t.tmp);
+  return partials_of(t, t.tmp);
 }
 
 void block_access::sum_partial_outputs(const BlockTensors& t) {
-  if (!t.group) return;
-  if (t.partial.empty()) return t.group->all_reduce(t.tmp);
-  t.group->reduce_scatter(t.tmp, whole(t, t.partial, t.tmp));
+  sum_into(t, t.tmp);
 }
 
 Tensor block_access::column_input_grad(const BlockTensors& t) {
-  return t.partial.empty() ? t.d_ln : whole(t, t.partial, t.d_ln);
+  return partials_of(t, t.d_ln);
 }
 
 void block_access::sum_partial_input_grads(const BlockTensors& t) {
-  if (!t.group) return;
-  if (t.partial.empty()) return t.group->all_reduce(t.d_ln);
-  t.group->reduce_scatter(t.d_ln, whole(t, t.partial, t.d_ln));
+  sum_into(t, t.d_ln);
 }
 
 Tensor block_access::row_parallel_bias(const BlockTensors& t, Role bias) {

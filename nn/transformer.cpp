@@ -129,19 +129,6 @@ Tensor Transformer::act(const ActSlot& slot) const {
                      {N, slot.per_token}, exec_.device);
 }
 
-Tensor Transformer::all_tokens(const ActSlot& buffer, DType dtype) const {
-  const Tensor t = act(buffer);
-  return make_tensor(t.data, dtype, {int64_t(B_) * T_, config_.n_embd}, exec_.device);
-}
-
-Tensor Transformer::gathered(const ActSlot& slice) {
-  const Tensor x = act(slice);
-  if (config_.sequence_slices() == 1) return x;
-  const Tensor all = all_tokens(plan_.gathered, x.dtype);
-  group()->all_gather(all, x);
-  return all;
-}
-
 Tensor Transformer::logits() const {
   return act(plan_.logits);
 }
@@ -338,15 +325,6 @@ void Transformer::forward_cached(const int32_t* tokens, int count, KvCache& cach
   cache.length_ += count;
 }
 
-TensorGroup* Transformer::group() const {
-  if (config_.tensor.degree == 1) return nullptr;
-  TRAINER_ASSERT(
-      group_ && group_->size() == config_.tensor.degree && group_->rank() == config_.tensor.rank,
-      "a model slice {} of {} without its tensor-parallel group", config_.tensor.rank,
-      config_.tensor.degree);
-  return group_;
-}
-
 void Transformer::forward_blocks_and_head(KvCache* cache) {
   const int E = layout_.embedding_unit(), F = layout_.final_unit(), L = config_.n_layer;
   const int64_t N = int64_t(B_) * T_;
@@ -392,21 +370,6 @@ void Transformer::forward_blocks_and_head(KvCache* cache) {
     }
     if (has_targets_) loss_forward();
   });
-}
-
-// Note [Vocabulary-parallel loss] (nn/ops/cross_entropy.h): a rank's loss is that of the targets
-// in its slice, so the group's losses add up to the batch's.
-void Transformer::loss_forward() {
-  const int64_t N = int64_t(B_) * T_;
-  const Tensor targets = targets_.view(DType::i32, N), stats = act(plan_.ce_stats);
-  cross_entropy_stats(ctx_, stats, logits(), targets);
-  if (TensorGroup* g = group()) {
-    const Tensor parts = act(plan_.ce_parts);
-    g->all_gather(parts, stats.reshape({2 * N}));
-    cross_entropy_merge_stats(ctx_, stats, parts, targets);
-  }
-  cross_entropy_loss(ctx_, scalars_.view(DType::f64, 1), logits(), stats, targets,
-                     config_.vocab_begin());
 }
 
 void Transformer::backward(float loss_scale) {
@@ -502,21 +465,6 @@ void Transformer::backward_block(int l) {
       if (!t.g[r].empty() && partial_grad(u, Role(r))) partial.push_back(t.g[r]);
     sum_partial_grads(partial, [&] { arch_.block_backward(ctx_, t); });
   });
-}
-
-bool Transformer::partial_grad(int unit, Role role) const {
-  return layout_.get(unit, role).split.partial_grad ||
-         (is_norm(role) && config_.sequence_slices() > 1);
-}
-
-void Transformer::sum_partial_grads(const std::vector<Tensor>& grads,
-                                    const std::function<void()>& backward) {
-  TensorGroup* const g = grads.empty() ? nullptr : group();
-  if (g && g->rank() != 0)
-    for (const Tensor& x : grads) fill_zero(ctx_, x);
-  backward();
-  if (g)
-    for (const Tensor& x : grads) g->all_reduce(x);
 }
 
 void Transformer::zero_grads() {

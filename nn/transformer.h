@@ -1,7 +1,8 @@
 // The decoder-only transformer over flat buffers: parameters laid out by the architecture's
 // specification (ParamLayout), activations by the checkpointing policy (ActivationPlan),
-// blocks run by the architecture's block functions. Owns its memory, all planned at
-// construction: fp32 master parameters, their bf16 working copy (bf16 models) and gradients
+// blocks run by the architecture's block functions; or one tensor-parallel slice of it, its
+// collectives over an attached TensorGroup (transformer_parallel.cpp). Owns its memory, all planned
+// at construction: fp32 master parameters, their bf16 working copy (bf16 models) and gradients
 // (unless a UnitStore holds them: Note [Unit storage]), activations, op workspace and the
 // device-side loss and norm scalars.
 #pragma once

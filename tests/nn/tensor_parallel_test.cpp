@@ -36,41 +36,41 @@ class ThreadGroup {
     int rank() const override { return rank_; }
     int size() const override { return g_.size_; }
     void all_reduce(const Tensor& x) override {
-      std::vector<float> mine(size_t(x.numel()));
-      const std::vector<float> in = read_as_f32(ctx(x), x);
-      g_.posted_[size_t(rank_)] = &in;
-      g_.sync_.arrive_and_wait();
-      for (int r = 0; r < g_.size_; ++r)
-        for (size_t i = 0; i < mine.size(); ++i) mine[i] += (*g_.posted_[size_t(r)])[i];
-      g_.sync_.arrive_and_wait();
-      write_from_f32(x, mine);
+      write(x, exchange(x, [&](int, const std::vector<float>& in, std::vector<float>& out) {
+              out.resize(in.size());
+              for (size_t i = 0; i < in.size(); ++i) out[i] += in[i];
+            }));
     }
     void reduce_scatter(const Tensor& out, const ConstTensor& x) override {
-      const std::vector<float> in = read_as_f32(ctx(x), x);
-      g_.posted_[size_t(rank_)] = &in;
-      g_.sync_.arrive_and_wait();
       const size_t n = size_t(out.numel()), at = size_t(rank_) * n;
-      std::vector<float> mine(n);
-      for (int r = 0; r < g_.size_; ++r)
-        for (size_t i = 0; i < n; ++i) mine[i] += (*g_.posted_[size_t(r)])[at + i];
-      g_.sync_.arrive_and_wait();
-      write_from_f32(out, mine);
+      write(out, exchange(x, [&](int, const std::vector<float>& in, std::vector<float>& sum) {
+              sum.resize(n);
+              for (size_t i = 0; i < n; ++i) sum[i] += in[at + i];
+            }));
     }
     void all_gather(const Tensor& out, const ConstTensor& x) override {
-      const std::vector<float> in = read_as_f32(ctx(x), x);
-      g_.posted_[size_t(rank_)] = &in;
-      g_.sync_.arrive_and_wait();
-      std::vector<float> all;
-      for (int r = 0; r < g_.size_; ++r)
-        all.insert(all.end(), g_.posted_[size_t(r)]->begin(), g_.posted_[size_t(r)]->end());
-      g_.sync_.arrive_and_wait();
-      write_from_f32(out, all);
+      write(out, exchange(x, [&](int, const std::vector<float>& in, std::vector<float>& all) {
+              all.insert(all.end(), in.begin(), in.end());
+            }));
     }
 
    private:
-    static Context ctx(const ConstTensor&) { return Context{}; }
-    static void write_from_f32(const Tensor& dst, const std::vector<float>& v) {
-      TRAINER_ASSERT(dst.dtype == DType::f32, "the thread group carries fp32 (the test's models)");
+    // Posts this rank's x, waits for every rank's, folds them in rank order with
+    // add(rank, its values, result), and waits again so that no rank posts anew before all have
+    // read.
+    template <typename Add>
+    std::vector<float> exchange(const ConstTensor& x, Add&& add) {
+      const std::vector<float> in = read_as_f32(Context{}, x);
+      g_.posted_[size_t(rank_)] = &in;
+      g_.sync_.arrive_and_wait();
+      std::vector<float> result;
+      for (int r = 0; r < g_.size_; ++r) add(r, *g_.posted_[size_t(r)], result);
+      g_.sync_.arrive_and_wait();
+      return result;
+    }
+    static void write(const Tensor& dst, const std::vector<float>& v) {
+      TRAINER_ASSERT(dst.dtype == DType::f32 && int64_t(v.size()) == dst.numel(),
+                     "the thread group carries fp32 (the test's models)");
       std::memcpy(dst.data, v.data(), v.size() * sizeof(float));
     }
     ThreadGroup& g_;

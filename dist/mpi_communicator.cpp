@@ -52,6 +52,8 @@ MPI_Datatype mpi_type(DType t) {
       return MPI_INT64_T;
     case DType::u8:
       return MPI_BYTE;
+    case DType::f16:
+      return MPI_UINT16_T;  // moved, never summed (nothing computes in F16)
   }
   return MPI_BYTE;
 }

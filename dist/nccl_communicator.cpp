@@ -47,6 +47,8 @@ ncclDataType_t nccl_type(DType t) {
       return ncclInt64;
     case DType::u8:
       return ncclUint8;
+    case DType::f16:
+      return ncclFloat16;
   }
   return ncclUint8;
 }

@@ -11,6 +11,7 @@
 
 #include "nn/arch.h"
 #include "nn/block.h"
+#include "nn/hf_config.h"
 #include "nn/model_config.h"
 
 namespace trainer::nn {
@@ -25,8 +26,18 @@ struct Architecture {
   void (*validate)(const ModelConfig& model);
   void (*block_forward)(const Context& ctx, const BlockTensors& t, BlockPass pass);
   void (*block_backward)(const Context& ctx, const BlockTensors& t);
+  // Hugging Face's names: the model class and model_type of its config.json.
+  const char* hf_class;
+  const char* hf_model_type;
   // Hugging Face's config.json for `model` (model_type, architectures and the shape keys).
   nlohmann::json (*hf_config)(const ModelConfig& model);
+  // The inverse: the model a config.json describes (the reader refuses what is left unread).
+  ModelConfig (*from_hf)(HfConfigReader& config);
+  // What a Hugging Face weights file may hold beside the parameters' names: a prefix before
+  // every name (the base model's attribute, e.g. "transformer."), and tensors that are not
+  // parameters, by the end of their names (buffers such as a causal mask, a tied head's copy).
+  const char* hf_file_prefix;
+  std::vector<const char*> hf_extra_tensors;
 };
 
 // Every architecture, in the order the schema lists them.

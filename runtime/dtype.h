@@ -12,7 +12,7 @@
 
 namespace trainer {
 
-enum class DType : uint8_t { f32, bf16, f64, i32, i64, u8 };
+enum class DType : uint8_t { f32, bf16, f64, i32, i64, u8, f16 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
@@ -20,6 +20,7 @@ constexpr size_t dtype_size(DType t) {
     case DType::i32:
       return 4;
     case DType::bf16:
+    case DType::f16:
       return 2;
     case DType::f64:
     case DType::i64:
@@ -30,7 +31,7 @@ constexpr size_t dtype_size(DType t) {
   return 0;
 }
 
-// The safetensors spelling of a dtype ("F32", "BF16", "F64", "I32", "I64", "U8").
+// The safetensors spelling of a dtype ("F32", "BF16", "F64", "I32", "I64", "U8", "F16").
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
     case DType::f32:
@@ -45,6 +46,8 @@ constexpr std::string_view dtype_name(DType t) {
       return "I64";
     case DType::u8:
       return "U8";
+    case DType::f16:
+      return "F16";
   }
   return "?";
 }
@@ -79,6 +82,15 @@ inline bf16 to_bf16(float f) {
 inline float to_float(bf16 h) {
   return bits_as<float>(uint32_t(h.bits) << 16);
 }
+
+// IEEE half precision (F16), a storage format of Hugging Face weights only: nothing computes
+// in it. Conversion from fp32 rounds to nearest, ties to even; both directions keep infinities
+// and NaN (runtime/dtype.cpp).
+struct f16 {
+  uint16_t bits;
+};
+f16 to_f16(float f);
+float to_float(f16 h);
 
 // Uniform element access for kernels templated on float or bf16 storage.
 inline float load(float x) {

@@ -17,7 +17,8 @@ using nlohmann::json;
 namespace {
 
 DType parse_dtype(const std::string& s, const std::string& where) {
-  for (DType t : {DType::f32, DType::bf16, DType::f64, DType::i32, DType::i64, DType::u8})
+  for (DType t : {DType::f32, DType::bf16, DType::f64, DType::i32, DType::i64, DType::u8,
+                  DType::f16})
     if (dtype_name(t) == s) return t;
   THROW_ERROR("{}: unsupported safetensors dtype '{}'", where, s);
 }

@@ -138,6 +138,29 @@ nlohmann::json gpt2_hf_config(const ModelConfig& m) {
           {"tie_word_embeddings", true}};
 }
 
+// GPT2Config's fields (its defaults where absent).
+ModelConfig gpt2_from_hf(HfConfigReader& hf) {
+  ModelConfig m;
+  m.vocab_size = int(hf.integer("vocab_size", 50257));
+  m.max_seq_len = int(hf.integer("n_positions", 1024));
+  m.n_embd = int(hf.integer("n_embd", 768));
+  m.n_layer = int(hf.integer("n_layer", 12));
+  m.n_head = int(hf.integer("n_head", 12));
+  hf.expect("n_inner", {4 * int64_t(m.n_embd)}, "an MLP of 4 n_embd");
+  hf.expect("activation_function", {"gelu_new", "gelu_pytorch_tanh"}, "GELU's tanh form");
+  hf.expect("layer_norm_epsilon", {1e-5}, "LayerNorm with epsilon 1e-5");
+  hf.expect("scale_attn_weights", {true}, "attention scaled by 1/sqrt(head size)");
+  hf.expect("scale_attn_by_inverse_layer_idx", {false}, "no per-layer attention scaling");
+  hf.expect("add_cross_attention", {false}, "no cross-attention");
+  hf.expect("tie_word_embeddings", {true}, "a head tied to the token embedding");
+  // How HF upcasts attention in fp16, and the double-heads model's classifier: not the model.
+  hf.ignore({"n_ctx", "reorder_and_upcast_attn", "summary_type", "summary_use_proj",
+             "summary_activation", "summary_proj_to_labels", "summary_first_dropout",
+             "task_specific_params"});
+  hf.dropouts({"attn_pdrop", "embd_pdrop", "resid_pdrop"});
+  return m;
+}
+
 }  // namespace
 
 extern const Architecture kGpt2 = {"gpt2",
@@ -146,6 +169,11 @@ extern const Architecture kGpt2 = {"gpt2",
                                    gpt2_validate,
                                    gpt2_block_forward,
                                    gpt2_block_backward,
-                                   gpt2_hf_config};
+                                   "GPT2LMHeadModel",
+                                   "gpt2",
+                                   gpt2_hf_config,
+                                   gpt2_from_hf,
+                                   "transformer.",
+                                   {".attn.bias", ".attn.masked_bias", "lm_head.weight"}};
 
 }  // namespace trainer::nn

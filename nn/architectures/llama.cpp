@@ -196,6 +196,33 @@ nlohmann::json llama_hf_config(const ModelConfig& m) {
           {"tie_word_embeddings", m.tie_embeddings}};
 }
 
+// LlamaConfig's fields (its defaults where absent; rms_norm_eps's, 1e-6, is refused).
+ModelConfig llama_from_hf(HfConfigReader& hf) {
+  ModelConfig m;
+  m.vocab_size = int(hf.integer("vocab_size", 32000));
+  m.max_seq_len = int(hf.integer("max_position_embeddings", 2048));
+  m.n_embd = int(hf.integer("hidden_size", 4096));
+  m.n_layer = int(hf.integer("num_hidden_layers", 32));
+  m.n_head = int(hf.integer("num_attention_heads", 32));
+  m.n_kv_head = int(hf.integer("num_key_value_heads", m.n_head));
+  m.ffn_hidden = int(hf.integer("intermediate_size", 11008));
+  m.ffn_multiple_of = 1;  // the hidden size as given
+  m.rope_theta = float(hf.real("rope_theta", 10000.0));
+  m.tie_embeddings = hf.boolean("tie_word_embeddings", false);
+  USAGE_CHECK(m.n_head > 0 && m.n_embd % m.n_head == 0,
+              "{}: hidden_size {} is not a multiple of num_attention_heads {}", hf.file().string(),
+              m.n_embd, m.n_head);
+  hf.expect("head_dim", {m.n_embd / m.n_head}, "heads of hidden_size / num_attention_heads");
+  hf.expect("hidden_act", {"silu"}, "SwiGLU (silu)");
+  hf.expect("rms_norm_eps", {1e-5}, "RMSNorm with epsilon 1e-5");
+  hf.expect("rope_scaling", {}, "rotary embeddings without scaling");
+  hf.expect("attention_bias", {false}, "projections without biases");
+  hf.expect("mlp_bias", {false}, "projections without biases");
+  hf.ignore({"pretraining_tp"});  // how Meta's code cut the products: the same sums
+  hf.dropouts({"attention_dropout"});
+  return m;
+}
+
 }  // namespace
 
 extern const Architecture kLlama = {
@@ -205,6 +232,11 @@ extern const Architecture kLlama = {
     llama_validate,
     llama_block_forward,
     llama_block_backward,
-    llama_hf_config};
+    "LlamaForCausalLM",
+    "llama",
+    llama_hf_config,
+    llama_from_hf,
+    "",
+    {".rotary_emb.inv_freq", "lm_head.weight"}};
 
 }  // namespace trainer::nn

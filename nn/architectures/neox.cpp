@@ -188,6 +188,33 @@ nlohmann::json neox_hf_config(const ModelConfig& m) {
           {"tie_word_embeddings", m.tie_embeddings}};
 }
 
+// GPTNeoXConfig's fields (its defaults where absent; its default GELU, the exact one, is
+// refused: the trainer computes the tanh form).
+ModelConfig neox_from_hf(HfConfigReader& hf) {
+  ModelConfig m;
+  m.vocab_size = int(hf.integer("vocab_size", 50432));
+  m.max_seq_len = int(hf.integer("max_position_embeddings", 2048));
+  m.n_embd = int(hf.integer("hidden_size", 6144));
+  m.n_layer = int(hf.integer("num_hidden_layers", 44));
+  m.n_head = int(hf.integer("num_attention_heads", 64));
+  m.rotary_pct = hf.real("partial_rotary_factor", hf.real("rotary_pct", 0.25));
+  m.rope_theta = float(hf.real("rope_theta", hf.real("rotary_emb_base", 10000.0)));
+  m.tie_embeddings = hf.boolean("tie_word_embeddings", false);
+  hf.expect("intermediate_size", {4 * int64_t(m.n_embd)}, "an MLP of 4 hidden_size");
+  hf.expect("hidden_act", {"gelu_new", "gelu_pytorch_tanh"}, "GELU's tanh form");
+  if (!hf.boolean("use_parallel_residual", true))
+    throw UsageError(
+        fmt::format("{}: field \"use_parallel_residual\" = false is not supported: "
+                    "the trainer computes attention and MLP in parallel",
+                    hf.file().string()));
+  hf.expect("layer_norm_eps", {1e-5}, "LayerNorm with epsilon 1e-5");
+  hf.expect("rope_scaling", {}, "rotary embeddings without scaling");
+  hf.expect("attention_bias", {true}, "projections with biases");
+  hf.ignore({"classifier_dropout"});  // the classification model's
+  hf.dropouts({"attention_dropout", "hidden_dropout"});
+  return m;
+}
+
 }  // namespace
 
 extern const Architecture kNeox = {
@@ -198,6 +225,11 @@ extern const Architecture kNeox = {
     neox_validate,
     neox_block_forward,
     neox_block_backward,
-    neox_hf_config};
+    "GPTNeoXForCausalLM",
+    "gpt_neox",
+    neox_hf_config,
+    neox_from_hf,
+    "",
+    {".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq", "embed_out.weight"}};
 
 }  // namespace trainer::nn

@@ -1,0 +1,146 @@
+// Reading config.json field by field; see hf_config.h.
+#include "nn/hf_config.h"
+
+#include <fmt/ranges.h>
+
+#include <cmath>
+
+#include "nn/architecture.h"
+#include "runtime/error.h"
+#include "runtime/file_io.h"
+#include "runtime/log.h"
+
+namespace trainer::nn {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+HfConfigReader::HfConfigReader(json config, fs::path file)
+    : config_(std::move(config)), file_(std::move(file)) {}
+
+void HfConfigReader::refuse(const char* field, const std::string& why) const {
+  throw UsageError(fmt::format("{}: field \"{}\" {}", file_.string(), field, why));
+}
+
+const json* HfConfigReader::take(const char* field) {
+  read_.insert(field);
+  const auto it = config_.find(field);
+  return it == config_.end() || it->is_null() ? nullptr : &*it;
+}
+
+int64_t HfConfigReader::integer(const char* field, std::optional<int64_t> fallback) {
+  const json* v = take(field);
+  if (!v && fallback) return *fallback;
+  if (!v) refuse(field, "is missing");
+  if (!v->is_number_integer()) refuse(field, fmt::format("= {} is not an integer", v->dump()));
+  const int64_t n = v->get<int64_t>();
+  if (n < 0 || n > (int64_t(1) << 30)) refuse(field, fmt::format("= {} is out of range", n));
+  return n;
+}
+
+double HfConfigReader::real(const char* field, std::optional<double> fallback) {
+  const json* v = take(field);
+  if (!v && fallback) return *fallback;
+  if (!v) refuse(field, "is missing");
+  if (!v->is_number()) refuse(field, fmt::format("= {} is not a number", v->dump()));
+  return v->get<double>();
+}
+
+bool HfConfigReader::boolean(const char* field, bool fallback) {
+  const json* v = take(field);
+  if (!v) return fallback;
+  if (!v->is_boolean()) refuse(field, fmt::format("= {} is not true or false", v->dump()));
+  return v->get<bool>();
+}
+
+std::string HfConfigReader::text(const char* field, std::optional<std::string> fallback) {
+  const json* v = take(field);
+  if (!v && fallback) return *fallback;
+  if (!v) refuse(field, "is missing");
+  if (!v->is_string()) refuse(field, fmt::format("= {} is not a string", v->dump()));
+  return v->get<std::string>();
+}
+
+void HfConfigReader::expect(const char* field, std::initializer_list<json> allowed,
+                            const char* what) {
+  const json* v = take(field);
+  if (!v) return;
+  for (const json& a : allowed) {
+    const bool numbers = a.is_number() && v->is_number();
+    if (numbers ? std::abs(a.get<double>() - v->get<double>()) <= 1e-12 * std::abs(a.get<double>())
+                : a == *v)
+      return;
+  }
+  refuse(field, fmt::format("= {} is not supported: the trainer computes {}", v->dump(), what));
+}
+
+void HfConfigReader::ignore(std::initializer_list<const char*> fields) {
+  for (const char* f : fields) read_.insert(f);
+}
+
+void HfConfigReader::dropouts(std::initializer_list<const char*> fields) {
+  for (const char* f : fields)
+    if (const double p = real(f, 0.0); p != 0)
+      log::warn("{}: {} = {} is not applied (the trainer has no dropout)", file_.string(), f, p);
+}
+
+// Note [Unread fields]: a field no record reads could be one that changes what the model
+// computes (a new scaling, a bias, a window), so it is refused rather than passed over; the
+// records list the fields they know to be irrelevant.
+void HfConfigReader::finish() const {
+  for (const auto& [key, value] : config_.items())
+    if (!read_.contains(key))
+      refuse(key.c_str(),
+             fmt::format("= {} is not one the trainer knows for this architecture (it could "
+                         "change the model; remove it if it does not)",
+                         value.dump()));
+}
+
+namespace {
+
+const Architecture& hf_architecture(const json& j, const fs::path& file) {
+  std::vector<std::string> known;
+  for (const Architecture* a : architectures()) known.push_back(a->hf_class);
+  std::string cls, type;
+  if (const auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty())
+    cls = it->front().is_string() ? it->front().get<std::string>() : it->front().dump();
+  if (const auto it = j.find("model_type"); it != j.end() && it->is_string())
+    type = it->get<std::string>();
+  for (const Architecture* a : architectures())
+    if (cls.empty() ? type == a->hf_model_type : cls == a->hf_class) return *a;
+  throw UsageError(
+      fmt::format("{}: {} is not an architecture the trainer has (it has {})", file.string(),
+                  cls.empty() ? fmt::format("model_type \"{}\"", type) : fmt::format("\"{}\"", cls),
+                  fmt::join(known, ", ")));
+}
+
+}  // namespace
+
+ModelConfig hf_model_config(const fs::path& config_json) {
+  USAGE_CHECK(fs::is_regular_file(config_json),
+              "{}: no such file (a Hugging Face model folder "
+              "holds its config.json)",
+              config_json.string());
+  json j;
+  try {
+    j = json::parse(read_file(config_json));
+  } catch (const json::exception& e) {
+    throw UsageError(fmt::format("{}: malformed JSON: {}", config_json.string(), e.what()));
+  }
+  USAGE_CHECK(j.is_object(), "{}: not a JSON object", config_json.string());
+  const Architecture& arch = hf_architecture(j, config_json);
+  HfConfigReader r(j, config_json);
+  r.expect("model_type", {arch.hf_model_type}, arch.hf_model_type);
+  r.expect("architectures", {json::array({arch.hf_class})}, arch.hf_class);
+  // Ids of special tokens, initialisation, caching, the dtype it was saved in, provenance.
+  r.ignore({"bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "use_cache",
+            "torch_dtype", "transformers_version", "_name_or_path", "trainer_step",
+            "tokenizer_class", "return_dict", "output_attentions", "output_hidden_states"});
+  ModelConfig m = arch.from_hf(r);
+  m.arch = arch.name;
+  r.finish();
+  m.validate();  // the shared keys, then the architecture's own (as a config's are checked)
+  return m;
+}
+
+}  // namespace trainer::nn

@@ -1,0 +1,57 @@
+// Hugging Face's config.json as a source of a model's shape. Each architecture's record reads
+// the fields it knows (with Hugging Face's default where one is absent) and checks those that
+// must hold a value the trainer computes; whatever is left unread is refused, so a field that
+// would change the model is never silently ignored (Note [Unread fields]).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <initializer_list>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "nn/model_config.h"
+
+namespace trainer::nn {
+
+// One config.json being read. Every accessor throws a UsageError naming the file and the field
+// when the value has the wrong type or is out of what the trainer supports.
+class HfConfigReader {
+ public:
+  HfConfigReader(nlohmann::json config, std::filesystem::path file);
+
+  // The field's value, or `fallback` when it is absent or null (none: the field is required).
+  int64_t integer(const char* field, std::optional<int64_t> fallback = std::nullopt);
+  double real(const char* field, std::optional<double> fallback = std::nullopt);
+  bool boolean(const char* field, bool fallback);
+  std::string text(const char* field, std::optional<std::string> fallback = std::nullopt);
+  // The field, when present and not null, must equal one of `allowed`; `what` says what the
+  // trainer computes instead (for the message).
+  void expect(const char* field, std::initializer_list<nlohmann::json> allowed, const char* what);
+  // Fields with no bearing on what the trainer computes (ids of special tokens, initialisation,
+  // bookkeeping of other tools).
+  void ignore(std::initializer_list<const char*> fields);
+  // Dropout probabilities: the trainer has no dropout, so a nonzero one is logged as dropped.
+  void dropouts(std::initializer_list<const char*> fields);
+  // Throws naming the first field nothing read.
+  void finish() const;
+
+  const std::filesystem::path& file() const { return file_; }
+
+ private:
+  const nlohmann::json* take(const char* field);
+  [[noreturn]] void refuse(const char* field, const std::string& why) const;
+  nlohmann::json config_;
+  std::filesystem::path file_;
+  std::set<std::string> read_;
+};
+
+// The model a Hugging Face folder's config.json describes (whole: no tensor slice), its
+// architecture found by the record whose class is named in "architectures" (else by
+// "model_type"). Throws a UsageError naming the file and field for a missing or malformed
+// file, an architecture the trainer does not have, or a field it does not support.
+ModelConfig hf_model_config(const std::filesystem::path& config_json);
+
+}  // namespace trainer::nn

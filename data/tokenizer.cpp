@@ -10,6 +10,7 @@
 #include <span>
 #include <thread>
 
+#include "data/bpe_tokenizer.h"
 #include "runtime/error.h"
 #include "runtime/file_io.h"
 #include "runtime/rng.h"
@@ -22,6 +23,9 @@ void SetMinLogLevel(int v);
 namespace trainer::data {
 
 namespace fs = std::filesystem;
+
+constexpr const char* kModelFile = "tokenizer.model";
+constexpr const char* kJsonFile = "tokenizer.json";
 
 std::vector<fs::path> expand_inputs(const std::vector<std::string>& patterns) {
   std::vector<fs::path> files;
@@ -172,6 +176,8 @@ std::optional<std::string> without_fields(std::string_view b, std::span<const ui
 // name, or trained again on another machine with the same result, hashes the same. Bytes that do
 // not parse as a model hash whole.
 uint64_t tokenizer_hash(std::string_view model_bytes) {
+  if (tokenizer_file_name(model_bytes) == std::string_view(kJsonFile))
+    return BpeTokenizer(model_bytes, kJsonFile).hash();
   std::string content;
   WireField f;
   for (size_t at = 0; at < model_bytes.size();) {
@@ -192,19 +198,49 @@ bool tokenizer_is(std::string_view model_bytes, uint64_t recorded) {
   return recorded == tokenizer_hash(model_bytes) || recorded == hash64(model_bytes);
 }
 
-Tokenizer::Tokenizer(const fs::path& model) : Tokenizer(read_file(model), model) {}
+const char* tokenizer_file_name(std::string_view bytes) {
+  const size_t first = bytes.find_first_not_of(" \t\r\n");
+  return first != std::string_view::npos && bytes[first] == '{' ? kJsonFile : kModelFile;
+}
 
-Tokenizer::Tokenizer(std::string_view model_bytes, const fs::path& from)
-    : path_(from),
-      hash_(tokenizer_hash(model_bytes)),
-      sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
-  auto status = sp_->LoadFromSerializedProto(model_bytes);
-  CHECK(status.ok(), "{}: not a SentencePiece model: {}", from.string(), status.ToString());
+Tokenizer::Tokenizer(const fs::path& path) : path_(path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) {
+    CHECK(fs::is_regular_file(path, ec), "tokenizer {}: no such file or folder", path.string());
+    open(read_file(path));
+    return;
+  }
+  if (fs::is_regular_file(path / kModelFile)) {
+    path_ = path / kModelFile;
+    open(read_file(path_));
+    return;
+  }
+  bpe_ = std::make_unique<BpeTokenizer>(path);  // names what the folder lacks
+  open(bpe_->canonical_json());
+}
+
+Tokenizer::Tokenizer(std::string_view bytes, const fs::path& from) : path_(from) {
+  open(bytes);
+}
+
+void Tokenizer::open(std::string_view bytes) {
+  if (tokenizer_file_name(bytes) == std::string_view(kJsonFile)) {
+    if (!bpe_) bpe_ = std::make_unique<BpeTokenizer>(bytes, path_);
+    bytes_ = bpe_->canonical_json();
+    hash_ = bpe_->hash();
+    return;
+  }
+  bytes_ = bytes;
+  hash_ = tokenizer_hash(bytes);
+  sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  auto status = sp_->LoadFromSerializedProto(bytes);
+  CHECK(status.ok(), "{}: not a SentencePiece model: {}", path_.string(), status.ToString());
 }
 
 Tokenizer::~Tokenizer() = default;
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  if (bpe_) return bpe_->encode(text);
   std::vector<int> ids;
   auto status = sp_->Encode(text, &ids);
   CHECK(status.ok(), "{}: encoding failed: {}", path_.string(), status.ToString());
@@ -212,6 +248,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids) const {
+  if (bpe_) return bpe_->decode(ids);
   std::vector<int> v(ids.begin(), ids.end());
   for (int id : v)
     CHECK(id >= 0 && id < vocab_size(), "{}: token id {} out of range for vocab size {}",
@@ -223,13 +260,13 @@ std::string Tokenizer::decode(std::span<const int32_t> ids) const {
 }
 
 int Tokenizer::vocab_size() const {
-  return sp_->GetPieceSize();
+  return bpe_ ? bpe_->vocab_size() : sp_->GetPieceSize();
 }
 int Tokenizer::eos_id() const {
-  return sp_->eos_id();
+  return bpe_ ? bpe_->eos_id() : sp_->eos_id();
 }
 int Tokenizer::bos_id() const {
-  return sp_->bos_id();
+  return bpe_ ? bpe_->bos_id() : sp_->bos_id();
 }
 
 }  // namespace trainer::data

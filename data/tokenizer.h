@@ -1,6 +1,8 @@
-// SentencePiece tokenizers: training through the library's trainer API, encoding and decoding
-// through SentencePieceProcessor. A tokenizer is identified by the hash of its content (Note
-// [Tokenizer identity]), which shards and checkpoints record.
+// Tokenizers: SentencePiece models (trained here through the library's trainer API, or a
+// published model's tokenizer.model) and byte-level BPE (data/bpe_tokenizer.h: GPT-2, Pythia,
+// Llama-3). A tokenizer is identified by the hash of its content (Note [Tokenizer identity]),
+// which shards and checkpoints record, and travels as one file (tokenizer.model or a canonical
+// tokenizer.json).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,8 @@ class SentencePieceProcessor;
 }
 
 namespace trainer::data {
+
+class BpeTokenizer;
 
 // Expands file names and glob patterns (each sorted); throws trainer::Error naming a pattern
 // that matches nothing or a file that cannot be read.
@@ -36,20 +40,27 @@ struct TokenizerTrainOptions {
 // (decode(encode(s)) == s). Throws trainer::Error / UsageError.
 void train_tokenizer(const TokenizerTrainOptions& options);
 
-// The hash that identifies a tokenizer: FNV-1a of its .model bytes without the paths and the
-// thread count SentencePiece stores in them, so a copy, or a retraining that gives the same
-// pieces under another name, hashes the same.
+// The hash that identifies a tokenizer from its one-file bytes: for a SentencePiece model,
+// FNV-1a of its .model bytes without the paths and the thread count SentencePiece stores in
+// them, so a copy, or a retraining that gives the same pieces under another name, hashes the
+// same; for a tokenizer.json, BpeTokenizer::hash.
 uint64_t tokenizer_hash(std::string_view model_bytes);
 // Whether `recorded` identifies these .model bytes: their tokenizer_hash, or the hash of all
 // the bytes, which trainers before the content hash recorded in shards and checkpoints.
 bool tokenizer_is(std::string_view model_bytes, uint64_t recorded);
 
+// The file name of a tokenizer's one-file form: tokenizer.json for JSON bytes, else
+// tokenizer.model.
+const char* tokenizer_file_name(std::string_view bytes);
+
 class Tokenizer {
  public:
-  // Loads a .model file; throws trainer::Error naming it.
-  explicit Tokenizer(const std::filesystem::path& model);
-  // The same from a .model file's bytes, read from `from`.
-  Tokenizer(std::string_view model_bytes, const std::filesystem::path& from);
+  // Opens a SentencePiece .model, a tokenizer.json, or a folder holding a tokenizer.model
+  // (first: Llama-2's folders hold both), a tokenizer.json, vocab.json + merges.txt or GPT-2's
+  // encoder.json + vocab.bpe. Throws trainer::Error naming the file.
+  explicit Tokenizer(const std::filesystem::path& path);
+  // The same from its one-file bytes (bytes()), read from `from`.
+  Tokenizer(std::string_view bytes, const std::filesystem::path& from);
   ~Tokenizer();
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;
@@ -61,11 +72,19 @@ class Tokenizer {
   int bos_id() const;
   uint64_t hash() const { return hash_; }
   const std::filesystem::path& path() const { return path_; }
+  // Its one-file form, which checkpoints and exports carry: tokenizer_file_name(bytes()) and
+  // the bytes (a SentencePiece model's own, or BpeTokenizer::canonical_json).
+  const std::string& bytes() const { return bytes_; }
+  // "sentencepiece" or "bpe".
+  const char* kind() const { return bpe_ ? "bpe" : "sentencepiece"; }
 
  private:
+  void open(std::string_view bytes);
   std::filesystem::path path_;
+  std::string bytes_;
   uint64_t hash_ = 0;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  std::unique_ptr<BpeTokenizer> bpe_;
 };
 
 }  // namespace trainer::data

@@ -38,7 +38,7 @@ constexpr int kOldestReadable = 1;
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kConfigFile = "config.yaml";
 constexpr const char* kManifestFile = kCheckpointManifest;
-constexpr const char* kTokenizerFile = "tokenizer.model";
+constexpr const char* kTokenizerFiles[] = {"tokenizer.model", "tokenizer.json"};
 
 json state_to_json(const TrainerState& s) {
   return {{"step", s.step},
@@ -267,10 +267,11 @@ fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::
           shards.push_back(shard);
         }
       const std::string state_text = state_to_json(state).dump(2) + "\n";
+      const char* tokenizer_file = data::tokenizer_file_name(tokenizer);
       for (auto [file, text] : {std::pair{kStateFile, std::string_view(state_text)},
                                 std::pair{kConfigFile, std::string_view(config_yaml)},
-                                std::pair{kTokenizerFile, tokenizer}}) {
-        if (file == kTokenizerFile && tokenizer.empty()) continue;
+                                std::pair{tokenizer_file, tokenizer}}) {
+        if (file == tokenizer_file && tokenizer.empty()) continue;
         OutputFile out(tmp / file);
         out.write(text.data(), text.size());
         out.commit();
@@ -408,9 +409,10 @@ Checkpoint open_checkpoint(const fs::path& dir) {
   const int64_t manifest_step = json_integer_at<int64_t>(c.manifest, "step");
   CHECK(manifest_step == c.state.step, "{}: the manifest is for step {} but {} says step {}",
         manifest_path, manifest_step, kStateFile, c.state.step);
-  if (c.files.contains(kTokenizerFile)) {
-    c.tokenizer = dir / kTokenizerFile;
-    CHECK(data::tokenizer_is(c.bytes(kTokenizerFile), c.state.tokenizer_hash),
+  for (const char* file : kTokenizerFiles) {
+    if (!c.files.contains(file)) continue;
+    c.tokenizer = dir / file;
+    CHECK(data::tokenizer_is(c.bytes(file), c.state.tokenizer_hash),
           "{}: the tokenizer does not match the trainer state's tokenizer hash {:016x}",
           c.tokenizer.string(), c.state.tokenizer_hash);
   }

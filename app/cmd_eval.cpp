@@ -1,4 +1,5 @@
-// `trainer eval`: loss, perplexity and bits per byte of a checkpoint on held-out shards.
+// `trainer eval`: loss, perplexity and bits per byte of a checkpoint on held-out shards, or its
+// accuracy on downstream task files (app/task_eval.h).
 #include <cmath>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -7,25 +8,110 @@
 #include "app/options.h"
 #include "app/run_setup.h"
 #include "app/saved_model.h"
+#include "app/task_eval.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
+#include "dist/communicator.h"
+#include "dist/launch.h"
 #include "runtime/error.h"
+#include "runtime/file_io.h"
 #include "runtime/timer.h"
 
 namespace trainer::app {
 
+namespace {
+
+constexpr int kTaskRows = 8;  // sequences per forward
+
+// `trainer eval --task`: each file's accuracy (and normalised accuracy), then all together.
+int eval_tasks(const std::string& dir, const std::vector<std::string>& files,
+               const std::string& tokenizer, const std::string& scores_file) {
+  const dist::LaunchInfo launch = dist::discover_launch();
+  USAGE_CHECK(scores_file.empty() || launch.world_size == 1,
+              "eval --scores writes every example's scores from one process: run it without "
+              "mpirun");
+  std::string scores;
+  std::unique_ptr<dist::Communicator> comm;
+  if (launch.world_size > 1) comm = dist::make_communicator(launch, {});
+  SavedModel saved = open_saved_model(dir, kTaskRows, 1 << 30);
+  const TokenizerBytes bytes = tokenizer_of(saved, tokenizer);
+  const data::Tokenizer tok(bytes.bytes, bytes.from);
+  const int max_tokens = saved.model->exec().max_seq_len;
+  const TaskSplit split{launch.rank, launch.world_size, comm.get(), nullptr};
+  TaskScore all;
+  int64_t choice_examples = 0;  // the normalised accuracy's denominator
+  nlohmann::json tasks = nlohmann::json::array();
+  Timer t;
+  for (const std::string& file : files) {
+    const Task task = read_task(file, tok, max_tokens);
+    std::vector<std::vector<double>> lls;
+    const TaskScore s = score_task(*saved.model, task, kTaskRows, split, &lls);
+    for (size_t i = 0; i < lls.size() && !scores_file.empty(); ++i) {
+      nlohmann::json line = {{"task", task.name},
+                             {"example", i},
+                             {"label", task.examples[i].label},
+                             {"log_likelihoods", lls[i]}};
+      for (const TaskSequence& c : task.examples[i].choices) {
+        line["tokens"].push_back(c.tokens);
+        line["scored_from"].push_back(c.scored_from);
+        line["ending_bytes"].push_back(c.ending_bytes);
+      }
+      scores += line.dump() + "\n";
+    }
+    all.examples += s.examples, all.correct += s.correct, all.correct_norm += s.correct_norm;
+    if (task.multiple_choice) choice_examples += s.examples;
+    nlohmann::json j = {{"task", task.name}, {"examples", s.examples}, {"accuracy", s.accuracy()}};
+    if (task.multiple_choice) j["accuracy_norm"] = s.accuracy_norm();
+    if (launch.rank == 0)
+      std::printf("task %s: accuracy %.4f%s | %ld examples\n", task.name.c_str(), s.accuracy(),
+                  task.multiple_choice
+                      ? fmt::format(" | normalised {:.4f}", s.accuracy_norm()).c_str()
+                      : "",
+                  long(s.examples));
+    tasks.push_back(j);
+  }
+  if (!scores_file.empty()) write_file_atomic(scores_file, scores);
+  if (launch.rank != 0) return 0;
+  // Normalised accuracy is the multiple-choice examples' only.
+  const double norm = choice_examples ? double(all.correct_norm) / double(choice_examples) : 0;
+  std::printf("tasks: accuracy %.4f | normalised %.4f | %ld examples in %zu files (%.1f s)\n",
+              all.accuracy(), norm, long(all.examples), files.size(), t.seconds());
+  nlohmann::json j = {{"checkpoint", saved.dir.string()},
+                      {"step", saved.step},
+                      {"tasks", tasks},
+                      {"examples", all.examples},
+                      {"accuracy", all.accuracy()}};
+  if (choice_examples) j["accuracy_norm"] = norm;
+  std::cout << j.dump() << "\n";
+  return 0;
+}
+
+}  // namespace
+
 int cmd_eval(const Args& args) {
   po::options_description desc("eval options");
   desc.add_options()("checkpoint", po::value<std::string>()->required(),
-                     "checkpoint directory, or a run directory (its latest); also positional")(
+                     "checkpoint directory, a run directory (its latest), or a Hugging Face model "
+                     "folder; also positional")(
       "data", po::value<std::string>(), "prepared data directory (default: the run's data.path)")(
       "split", po::value<std::string>()->default_value("val"), "split to evaluate")(
-      "max-batches", po::value<int64_t>()->default_value(0), "stop after n batches (0 = all)");
+      "max-batches", po::value<int64_t>()->default_value(0), "stop after n batches (0 = all)")(
+      "task", po::value<std::vector<std::string>>()->multitoken(),
+      "score downstream task files instead (JSON lines: HellaSwag's multiple choice or "
+      "LAMBADA's last word); under mpirun the examples are split over the ranks")(
+      "tokenizer", po::value<std::string>(),
+      "tokenizer (default: the checkpoint's or folder's own)")(
+      "scores", po::value<std::string>(),
+      "with --task: write each example's tokens and log-likelihoods to this file (JSON lines)");
   po::variables_map vm;
   po::positional_options_description pos;
   pos.add("checkpoint", 1);
   if (!parse_options("eval", args, desc, vm, &pos)) return 0;
   require_range("eval", vm, "max-batches", int64_t(0), int64_t(1) << 40);
+  if (vm.count("task"))
+    return eval_tasks(vm["checkpoint"].as<std::string>(), vm["task"].as<std::vector<std::string>>(),
+                      vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : "",
+                      vm.count("scores") ? vm["scores"].as<std::string>() : "");
   SavedModel saved = open_saved_model(vm["checkpoint"].as<std::string>());
   if (vm.count("data")) saved.config.set("data.path", vm["data"].as<std::string>());
   data::LoaderConfig lc = loader_config(saved.config, vm["split"].as<std::string>());
@@ -34,7 +120,7 @@ int cmd_eval(const Args& args) {
   data::Loader loader(lc, 0, 1);
   CHECK(data::tokenizer_is(tokenizer_of(saved).bytes, loader.corpus().manifest().tokenizer_hash),
         "{} was made with another tokenizer than checkpoint {}", lc.data_dir.string(),
-        saved.checkpoint.dir.string());
+        saved.dir.string());
   const int64_t max_batches = vm["max-batches"].as<int64_t>();
   int64_t tokens = 0, batches = 0;
   Timer t;
@@ -56,16 +142,16 @@ int cmd_eval(const Args& args) {
   // A loss below zero is impossible and a non-finite one meaningless: neither is reported.
   CHECK(std::isfinite(loss) && loss >= 0,
         "checkpoint {} gives a loss of {} on {} (NaN or infinite weights?); no figures reported",
-        saved.checkpoint.dir.string(), loss, lc.data_dir.string());
+        saved.dir.string(), loss, lc.data_dir.string());
   const double bytes_per_token = double(split.utf8_bytes) / double(split.tokens);
   const double bpb = loss / std::numbers::ln2 / bytes_per_token;
   std::printf(
       "eval %s: loss %.4f | perplexity %.2f | bits/byte %.4f | %ld tokens in %ld batches "
       "(%.1f s)\n",
       lc.split.c_str(), loss, std::exp(loss), bpb, long(tokens), long(batches), t.seconds());
-  nlohmann::json j = {{"checkpoint", saved.checkpoint.dir.string()},
+  nlohmann::json j = {{"checkpoint", saved.dir.string()},
                       {"split", lc.split},
-                      {"step", saved.checkpoint.state.step},
+                      {"step", saved.step},
                       {"loss", loss},
                       {"perplexity", std::exp(loss)},
                       {"bits_per_byte", bpb},

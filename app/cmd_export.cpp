@@ -1,39 +1,73 @@
-// `trainer export`: a checkpoint as a standalone folder other tools can load: weights
-// (safetensors, with the architecture's Hugging Face names and row order), its Hugging Face
-// config.json, the tokenizer and the trainer's own config.
-#include <fstream>
+// `trainer export`: a checkpoint (or a Hugging Face folder) as a standalone folder other tools
+// can load, in Hugging Face's layout: the weights (model.safetensors, or shards of at most
+// --max-shard-size with model.safetensors.index.json), config.json, the tokenizer and the
+// trainer's own config. The mirror of reading such a folder: export, import, export again
+// writes the same bytes.
 #include <nlohmann/json.hpp>
 
 #include "app/options.h"
 #include "app/saved_model.h"
+#include "data/tokenizer.h"
 #include "nn/architecture.h"
-#include "nn/model_io.h"
-#include "nn/ops/cast.h"
+#include "nn/hf_weights.h"
 #include "runtime/error.h"
 #include "runtime/file_io.h"
 #include "runtime/log.h"
-#include "runtime/memory.h"
 
 namespace trainer::app {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// "5GB", "500MB", "64KiB" or a number of bytes; Hugging Face's units (GB = 10^9, GiB = 2^30).
+int64_t parse_size(const std::string& text) {
+  size_t used = 0;
+  double n = -1;
+  try {
+    n = std::stod(text, &used);
+  } catch (const std::exception&) {
+  }
+  const std::string unit = text.substr(used);
+  const std::pair<const char*, double> units[] = {
+      {"", 1},     {"B", 1},         {"KB", 1e3},      {"MB", 1e6},
+      {"GB", 1e9}, {"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", double(1 << 30)}};
+  for (const auto& [name, scale] : units)
+    if (unit == name && n > 0 && n * scale >= 1024 && n * scale < 1e18) return int64_t(n * scale);
+  throw UsageError(fmt::format(
+      "export: --max-shard-size '{}' is not a size of at least 1KB (like 5GB or 500MB)", text));
+}
+
+DType export_dtype(const std::string& name) {
+  if (name == "fp32") return DType::f32;
+  if (name == "bf16") return DType::bf16;
+  if (name == "fp16") return DType::f16;
+  throw UsageError(fmt::format("export: --dtype must be fp32, bf16 or fp16, got '{}'", name));
+}
+
+}  // namespace
+
 int cmd_export(const Args& args) {
   po::options_description desc("export options");
   desc.add_options()("checkpoint", po::value<std::string>()->required(),
-                     "checkpoint directory, or a run directory (its latest); also positional")(
-      "out", po::value<std::string>()->required(), "output folder (created; must not exist)")(
-      "tokenizer", po::value<std::string>(), "SentencePiece model (default: the checkpoint's own)")(
+                     "checkpoint directory, a run directory (its latest), or a Hugging Face model "
+                     "folder; also positional")("out", po::value<std::string>()->required(),
+                                                "output folder (created; must not exist)")(
+      "tokenizer", po::value<std::string>(),
+      "tokenizer (default: the checkpoint's or folder's own)")(
       "dtype", po::value<std::string>()->default_value("fp32"),
-      "weights as fp32 (the master weights) or bf16 (rounded to nearest even)");
+      "weights as fp32 (the master weights), bf16 or fp16 (rounded to nearest even)")(
+      "max-shard-size", po::value<std::string>()->default_value("5GB"),
+      "largest weights file; a larger model is cut into shards with an index");
   po::variables_map vm;
   po::positional_options_description pos;
   pos.add("checkpoint", 1);
   if (!parse_options("export", args, desc, vm, &pos)) return 0;
-  const std::string dtype = vm["dtype"].as<std::string>();
-  if (dtype != "fp32" && dtype != "bf16")
-    throw UsageError(fmt::format("export: --dtype must be fp32 or bf16, got '{}'", dtype));
+  const DType dtype = export_dtype(vm["dtype"].as<std::string>());
+  const int64_t max_shard = parse_size(vm["max-shard-size"].as<std::string>());
   SavedModel saved = open_saved_model(vm["checkpoint"].as<std::string>(), 1, 1);
+  const TokenizerBytes tokenizer =
+      tokenizer_of(saved, vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : "");
   fs::path out = fs::path(vm["out"].as<std::string>()).lexically_normal();
   if (out.filename().empty()) out = out.parent_path();  // "exp/" names the folder exp
   CHECK(!fs::exists(out), "{} already exists", out.string());
@@ -41,40 +75,24 @@ int cmd_export(const Args& args) {
   fs::remove_all(tmp);  // litter of an earlier run that was killed
   fs::create_directories(tmp);
   RemoveUnlessKept guard(tmp);
-  {
-    // From the loaded masters: whole or sharded checkpoints alike.
-    nn::Model& model = *saved.model;
-    const Tensor masters = model.params();
-    std::vector<float> host = read_as_f32(model.context(), masters);
-    nn::to_hf_order(model.layout(), host.data());
-    std::vector<bf16> rounded;
-    const void* values = host.data();
-    if (dtype == "bf16") {
-      rounded.resize(host.size());
-      nn::cast(model.context(), make_tensor(rounded.data(), DType::bf16, {masters.numel()}),
-               make_tensor(host.data(), DType::f32, {masters.numel()}));
-      values = rounded.data();
-    }
-    SafetensorsWriter w;
-    nn::add_params(w, model.layout(), values, dtype == "bf16" ? DType::bf16 : DType::f32);
-    w.set_metadata("format", "pt");
-    w.write(tmp / "model.safetensors");
-  }
-  const TokenizerBytes tokenizer =
-      tokenizer_of(saved, vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : "");
-  write_file_atomic(tmp / "tokenizer.model", tokenizer.bytes);
+  nn::Model& model = *saved.model;
+  const std::vector<std::string> weights =  // the masters, on the host (open_saved_model)
+      nn::write_hf_weights(tmp, model.layout(), model.params().as<float>(), dtype, max_shard);
+  write_file_atomic(tmp / data::tokenizer_file_name(tokenizer.bytes), tokenizer.bytes);
   const nn::ModelConfig& config = saved.model->config();
   nlohmann::json hf = config.architecture().hf_config(config);
-  hf["torch_dtype"] = dtype == "bf16" ? "bfloat16" : "float32";
-  hf["trainer_step"] = saved.checkpoint.state.step;
+  hf["torch_dtype"] = dtype == DType::bf16  ? "bfloat16"
+                      : dtype == DType::f16 ? "float16"
+                                            : "float32";
+  hf["trainer_step"] = saved.step;
   write_file_atomic(tmp / "config.json", hf.dump(2) + "\n");
-  write_file_atomic(tmp / "trainer_config.yaml", saved.checkpoint.config_yaml);
+  if (!saved.config_yaml.empty()) write_file_atomic(tmp / "trainer_config.yaml", saved.config_yaml);
   for (const auto& e : fs::directory_iterator(tmp)) fsync_path(e.path());  // the copies too
   fsync_path(tmp);
   fs::rename(tmp, out);
   guard.keep();
-  log::info("exported {} (step {}) to {}", saved.checkpoint.dir.string(),
-            saved.checkpoint.state.step, out.string());
+  log::info("exported {} (step {}) to {} ({} weights file{})", saved.dir.string(), saved.step,
+            out.string(), weights.size(), weights.size() == 1 ? "" : "s");
   return 0;
 }
 

@@ -1,26 +1,69 @@
 // `trainer inspect`: a checkpoint's manifest, trainer state, config and tensor list (with each
-// tensor's flat offset, which sharded checkpoints' ranges refer to).
+// tensor's flat offset, which sharded checkpoints' ranges refer to); or a Hugging Face folder's
+// model, tokenizer and tensors.
 #include <fmt/ranges.h>
 
 #include <cstdio>
 
 #include "app/checkpoint.h"
+#include "app/hf_folder.h"
+#include "app/init_from.h"
 #include "app/options.h"
 #include "app/run_setup.h"
 #include "app/saved_model.h"
+#include "nn/hf_weights.h"
 #include "nn/param_layout.h"
 
 namespace trainer::app {
 
+namespace fs = std::filesystem;
+
+namespace {
+
+// A Hugging Face folder: the model its config.json describes, its tokenizer and its tensors
+// (every one checked against the model before anything is printed).
+int inspect_folder(const fs::path& dir) {
+  const Config config = hf_folder_config(dir);
+  const nn::ModelConfig model = model_config(config);
+  const nn::ParamLayout layout(model);
+  const nn::HfWeights weights(dir, layout);
+  const std::unique_ptr<data::Tokenizer> tok = hf_folder_tokenizer(dir);
+  std::printf("Hugging Face folder %s (config.json, %s weights; all tensors checked)\n\n",
+              dir.c_str(), std::string(dtype_name(weights.dtype())).c_str());
+  std::printf("model:\n");
+  for (const char* key : model_keys())
+    std::printf("  %s: %s\n", key, config.to_yaml_value(key).c_str());
+  if (tok)
+    std::printf("\ntokenizer: %s (%s, %d tokens, hash %016llx, bos %d, eos %d)\n",
+                tok->path().c_str(), tok->kind(), tok->vocab_size(),
+                (unsigned long long)tok->hash(), tok->bos_id(), tok->eos_id());
+  else
+    std::printf("\ntokenizer: none\n");
+  std::printf("\ntensors:\n");
+  int64_t count = 0;
+  for (const nn::ParamInfo& p : layout.params()) {
+    count += p.numel;
+    std::printf("  %-40s [%s]\n", p.name.c_str(),
+                fmt::format("{}", fmt::join(p.shape, ", ")).c_str());
+  }
+  std::printf("  %zu tensors, %ld parameters\n", layout.params().size(), long(count));
+  return 0;
+}
+
+}  // namespace
+
 int cmd_inspect(const Args& args) {
   po::options_description desc("inspect options");
   desc.add_options()("checkpoint", po::value<std::string>()->required(),
-                     "checkpoint directory, or a run directory (its latest); also positional");
+                     "checkpoint directory, a run directory (its latest), or a Hugging Face model "
+                     "folder; also positional");
   po::positional_options_description pos;
   pos.add("checkpoint", 1);
   po::variables_map vm;
   if (!parse_options("inspect", args, desc, vm, &pos)) return 0;
-  Checkpoint c = open_checkpoint_of(vm["checkpoint"].as<std::string>());
+  const fs::path dir = vm["checkpoint"].as<std::string>();
+  if (nn::is_hf_folder(dir)) return inspect_folder(dir);
+  Checkpoint c = open_checkpoint_of(dir);
   std::printf("checkpoint %s (all %zu files verified)\n\nmanifest:\n%s\n\nconfig:\n%s\n",
               c.dir.c_str(), c.manifest.at("files").size(), c.manifest.dump(2).c_str(),
               c.config_yaml.c_str());

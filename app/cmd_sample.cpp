@@ -51,9 +51,11 @@ int32_t draw(const float* logits, int V, const SamplingOptions& o, Rng& rng) {
 int cmd_sample(const Args& args) {
   po::options_description desc("sample options");
   desc.add_options()("checkpoint", po::value<std::string>()->required(),
-                     "checkpoint directory, or a run directory (its latest); also positional")(
+                     "checkpoint directory, a run directory (its latest), or a Hugging Face model "
+                     "folder; also positional")(
       "prompt", po::value<std::string>()->default_value(""), "text to continue")(
-      "tokenizer", po::value<std::string>(), "SentencePiece model (default: the checkpoint's own)")(
+      "tokenizer", po::value<std::string>(),
+      "tokenizer (default: the checkpoint's or folder's own)")(
       "max-new-tokens", po::value<int>()->default_value(100), "tokens to generate")(
       "temperature", po::value<float>()->default_value(0.8f), "0 = greedy")(
       "top-k", po::value<int>()->default_value(0), "keep the k likeliest tokens (0 = all)")(
@@ -89,7 +91,7 @@ int cmd_sample(const Args& args) {
       CHECK(std::isfinite(l[v]),
             "checkpoint {} gives non-finite logits at position {} (NaN or infinite weights?); "
             "refusing to sample",
-            saved.checkpoint.dir.string(), dec.length());
+            saved.dir.string(), dec.length());
     return l;
   };
   const float* logits = nullptr;

@@ -1,8 +1,11 @@
-// `trainer tokenizer`: train a SentencePiece tokenizer, or inspect / use one.
+// `trainer tokenizer`: train a SentencePiece tokenizer, or inspect / use any tokenizer (a
+// SentencePiece .model, a tokenizer.json, or a folder holding a published model's files).
 //   trainer tokenizer train --input <files/globs>... --vocab-size N --model-type bpe|unigram
 //                           --out tok.model
-//   trainer tokenizer info --model tok.model
-//   trainer tokenizer encode --model tok.model [--text "..."]   (else reads stdin)
+//   trainer tokenizer info --tokenizer PATH
+//   trainer tokenizer encode --tokenizer PATH [--input FILE | --text "..."]   (else stdin)
+//   trainer tokenizer decode --tokenizer PATH [--input FILE]                  (else stdin)
+#include <charconv>
 #include <cstdio>
 #include <iostream>
 #include <iterator>
@@ -12,6 +15,7 @@
 #include "app/options.h"
 #include "data/tokenizer.h"
 #include "runtime/error.h"
+#include "runtime/file_io.h"
 #include "runtime/log.h"
 
 namespace trainer::app {
@@ -21,15 +25,77 @@ namespace {
 constexpr const char* kUsage =
     "usage: trainer tokenizer train --input FILES... --vocab-size N [--model-type bpe|unigram]"
     " --out tok.model\n"
-    "       trainer tokenizer info --model tok.model\n"
-    "       trainer tokenizer encode --model tok.model [--text TEXT]\n";
+    "       trainer tokenizer info --tokenizer PATH\n"
+    "       trainer tokenizer encode --tokenizer PATH [--input FILE | --text TEXT]\n"
+    "       trainer tokenizer decode --tokenizer PATH [--input FILE]\n"
+    "PATH: a SentencePiece .model, a tokenizer.json, or a folder holding tokenizer.model,\n"
+    "tokenizer.json, vocab.json + merges.txt or encoder.json + vocab.bpe\n";
+
+// A file's bytes as they are, or stdin's when `path` is empty.
+std::string input_bytes(const std::string& path) {
+  if (!path.empty()) return read_file(path);
+  return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+}
+
+// Token ids written as decimal numbers separated by whitespace; throws naming the bad word.
+std::vector<int32_t> parse_ids(const std::string& text, const std::string& where) {
+  std::vector<int32_t> ids;
+  std::istringstream in(text);
+  for (std::string word; in >> word;) {
+    int64_t v = -1;
+    const auto [end, ec] = std::from_chars(word.data(), word.data() + word.size(), v);
+    CHECK(ec == std::errc() && end == word.data() + word.size() && v >= 0 && v < (1ll << 31),
+          "{}: '{}' is not a token id", where, word);
+    ids.push_back(int32_t(v));
+  }
+  return ids;
+}
+
+// info, encode and decode: the ids print space-separated on one line, no document markers
+// added, so that they compare with another tool's directly.
+int use(const std::string& action, const Args& rest) {
+  std::string path, input, text;
+  po::options_description desc("trainer tokenizer " + action);
+  desc.add_options()("tokenizer", po::value(&path)->required(),
+                     "a SentencePiece .model, a tokenizer.json, or a folder holding one, or "
+                     "vocab.json + merges.txt (or encoder.json + vocab.bpe)");
+  if (action != "info")
+    desc.add_options()("input", po::value(&input), "file to read as it is (default: stdin)");
+  if (action == "encode") desc.add_options()("text", po::value(&text), "text to encode");
+  po::variables_map vm;
+  if (!parse_options("tokenizer " + action, rest, desc, vm)) return 0;
+  const data::Tokenizer tok(path);
+  if (action == "info") {
+    std::printf("tokenizer %s\nkind %s\nvocab_size %d\nhash %016llx\nbos_id %d\neos_id %d\n",
+                tok.path().c_str(), tok.kind(), tok.vocab_size(), (unsigned long long)tok.hash(),
+                tok.bos_id(), tok.eos_id());
+    return 0;
+  }
+  if (action == "encode") {
+    USAGE_CHECK(!(vm.count("text") && vm.count("input")),
+                "tokenizer encode: give --input or "
+                "--text, not both");
+    const std::vector<int32_t> ids = tok.encode(vm.count("text") ? text : input_bytes(input));
+    std::string out;
+    out.reserve(ids.size() * 6);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (i) out += ' ';
+      out += std::to_string(ids[i]);
+    }
+    std::cout << out << "\n";
+    return 0;
+  }
+  const std::vector<int32_t> ids = parse_ids(input_bytes(input), input.empty() ? "stdin" : input);
+  std::cout << tok.decode(ids);
+  return 0;
+}
 
 }  // namespace
 
 int cmd_tokenizer(const Args& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::cout << kUsage;
-    if (args.empty()) throw UsageError("tokenizer: missing action (train, info or encode)");
+    if (args.empty()) throw UsageError("tokenizer: missing action (train, info, encode or decode)");
     return 0;
   }
   const std::string action = args[0];
@@ -62,28 +128,9 @@ int cmd_tokenizer(const Args& args) {
               tok.vocab_size(), tok.hash());
     return 0;
   }
-  if (action == "info" || action == "encode") {
-    std::string model, text;
-    po::options_description desc("trainer tokenizer " + action);
-    desc.add_options()("model", po::value(&model)->required(), "tokenizer .model file")(
-        "text", po::value(&text), "text to encode (default: stdin)");
-    po::variables_map vm;
-    if (!parse_options("tokenizer " + action, rest, desc, vm)) return 0;
-    data::Tokenizer tok(model);
-    if (action == "info") {
-      std::printf("model %s\nvocab_size %d\nhash %016llx\nbos_id %d\neos_id %d\n", model.c_str(),
-                  tok.vocab_size(), (unsigned long long)tok.hash(), tok.bos_id(), tok.eos_id());
-      return 0;
-    }
-    if (!vm.count("text"))
-      text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-    std::vector<int32_t> ids = tok.encode(text);
-    std::ostringstream os;
-    for (size_t i = 0; i < ids.size(); ++i) os << (i ? " " : "") << ids[i];
-    std::cout << os.str() << "\n";
-    return 0;
-  }
-  throw UsageError(fmt::format("tokenizer: unknown action '{}' (train, info or encode)", action));
+  if (action == "info" || action == "encode" || action == "decode") return use(action, rest);
+  throw UsageError(
+      fmt::format("tokenizer: unknown action '{}' (train, info, encode or decode)", action));
 }
 
 }  // namespace trainer::app

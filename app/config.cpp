@@ -167,8 +167,8 @@ std::string section_keys(const std::string& key) {
   return fmt::format("{}", fmt::join(keys, ", "));
 }
 
-void merge_node(std::map<std::string, Value>& values, const YAML::Node& node,
-                const std::string& prefix, const std::string& source) {
+void merge_node(std::map<std::string, Value>& values, std::set<std::string>& stated,
+                const YAML::Node& node, const std::string& prefix, const std::string& source) {
   for (auto it = node.begin(); it != node.end(); ++it) {
     // Copies: the iterator's pair is a proxy, and references into it dangle.
     const YAML::Node name = it->first, child = it->second;
@@ -178,7 +178,7 @@ void merge_node(std::map<std::string, Value>& values, const YAML::Node& node,
       bool is_section = std::any_of(schema().begin(), schema().end(),
                                     [&](const KeySpec& s) { return s.key.starts_with(key + "."); });
       if (is_section) {
-        merge_node(values, child, key + ".", source);
+        merge_node(values, stated, child, key + ".", source);
         continue;
       }
     }
@@ -199,6 +199,7 @@ void merge_node(std::map<std::string, Value>& values, const YAML::Node& node,
           fmt::format("{}: unknown key '{}'{}", where(source, name), key, did_you_mean(key)));
     }
     values[key] = parse_value(*spec, child, where(source, child));
+    stated.insert(key);
   }
 }
 
@@ -239,7 +240,7 @@ void Config::merge_yaml(const std::string& text, const std::string& source) {
                     "4}}'",
                     source));
   try {
-    merge_node(values_, root, "", source);
+    merge_node(values_, stated_, root, "", source);
   } catch (const YAML::Exception& e) {  // a key that is not a scalar, say
     usage_error(fmt::format("{}:{}: malformed config: {}", source, e.mark.line + 1, e.msg));
   }
@@ -263,6 +264,7 @@ void Config::apply_override(const std::string& assignment) {
     usage_error(fmt::format("--set {}: malformed value: {}", key, e.msg));
   }
   values_[key] = parse_value(*spec, node, "--set");
+  stated_.insert(key);
 }
 
 const Value& Config::get(const std::string& key, Kind kind) const {
@@ -292,6 +294,7 @@ void Config::set(const std::string& key, Value v) {
   TRAINER_ASSERT(spec && spec->kind == Kind(v.index()), "config key '{}' set with the wrong type",
                  key);
   values_[key] = std::move(v);
+  stated_.insert(key);
 }
 
 std::string Config::to_yaml_value(const std::string& key) const {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -48,6 +49,10 @@ class Config {
   const std::string& text(const std::string& key) const;
   const std::vector<std::string>& list(const std::string& key) const;
   void set(const std::string& key, Value v);
+  // Whether a YAML, an override or set() gave `key` a value (else it holds its default).
+  bool stated(const std::string& key) const { return stated_.contains(key); }
+  // A key's value, whatever its type.
+  const Value& value(const std::string& key) const { return values_.at(key); }
 
   // One key's value as it appears in the resolved YAML.
   std::string to_yaml_value(const std::string& key) const;
@@ -59,6 +64,7 @@ class Config {
  private:
   const Value& get(const std::string& key, Kind kind) const;
   std::map<std::string, Value> values_;
+  std::set<std::string> stated_;
 };
 
 // The reference of every key as Markdown (docs/config.md is generated from it).

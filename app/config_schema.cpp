@@ -162,6 +162,11 @@ const std::vector<KeySpec>& schema() {
        -1e300, 1e300, L{"refuse", "warn"}},
       {"train.val_every", Kind::integer, int64_t(100), "Validate every N steps (0 = never)", 0},
       {"train.val_batches", Kind::integer, int64_t(20), "Batches per validation", 1},
+      {"train.eval_tasks", Kind::list, L{},
+       "Downstream task files scored while training (JSON lines: HellaSwag's multiple choice "
+       "or LAMBADA's last word; see trainer eval --task), written to the metrics"},
+      {"train.eval_tasks_every", Kind::integer, int64_t(500),
+       "Score train.eval_tasks every N steps and at the end (0 = only at the end)", 0},
 
       {"checkpoint.every", Kind::integer, int64_t(200),
        "Save every N steps (and at the end; 0 = only at the end)", 0},

@@ -1,33 +1,38 @@
 // Fine-tuning (train.init_from): a new run starts from the weights of a saved model (a
-// checkpoint, a run directory's latest checkpoint, or a folder `trainer export` wrote), with a
-// fresh optimizer at step 0, on any data. The source must be the same model and tokenizer.
+// checkpoint, a run directory's latest checkpoint, or a Hugging Face model folder, such as one
+// `trainer export` wrote), with a fresh optimizer at step 0, on any data. The source must be
+// the same model and tokenizer (a folder's model keys are the run's: app/hf_folder.h).
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "app/checkpoint.h"
 #include "app/config.h"
 #include "dist/data_parallel.h"
+#include "nn/hf_weights.h"
 #include "nn/model.h"
 
 namespace trainer::app {
 
 struct InitSource {
   std::filesystem::path dir;
-  std::optional<Checkpoint> checkpoint;  // else an export: model.safetensors in dir
+  std::optional<Checkpoint> checkpoint;         // else a Hugging Face folder:
+  std::shared_ptr<const nn::HfWeights> folder;  // its weights, checked against the model
 };
 
-// Opens `from` and checks it against the run that `run_config` describes: every key that
-// defines the model must match and its tokenizer must hash to `tokenizer_hash`; throws a
-// UsageError naming the first difference. Reads no weights.
+// Opens `from` and checks it against the run that `run_config` describes (its parameters laid
+// out by `layout`): every key that defines the model must match, a folder's tensors must be
+// the model's, and its tokenizer must hash to `tokenizer_hash`; throws a UsageError naming the
+// first difference. Reads no weights.
 InitSource open_init_source(const std::filesystem::path& from, const Config& run_config,
-                            uint64_t tokenizer_hash);
+                            const nn::ParamLayout& layout, uint64_t tokenizer_hash);
 
-// Loads the source's weights into this rank's slices of `dp` (fp32 or bf16 exports alike), a
-// tensor at a time, and makes the model's weights agree.
+// Loads the source's weights into this rank's slices of `dp` (fp32, bf16 or fp16 folders
+// alike), a range at a time, and makes the model's weights agree.
 void load_init_weights(const InitSource& source, const nn::Model& model, dist::DataParallel& dp);
 
 // The keys that define a model's parameters and what they compute.

@@ -31,7 +31,7 @@ const std::map<std::string, Command>& commands() {
       {"train", {cmd_train, "train a model (the default command)"}},
       {"eval", {cmd_eval, "loss, perplexity and bits per byte of a checkpoint on held-out data"}},
       {"sample", {cmd_sample, "generate text from a checkpoint"}},
-      {"tokenizer", {cmd_tokenizer, "train a SentencePiece tokenizer"}},
+      {"tokenizer", {cmd_tokenizer, "train a SentencePiece tokenizer; encode or decode with any"}},
       {"prepare", {cmd_prepare, "tokenize a corpus into shards"}},
       {"config", {cmd_config, "print the resolved config or the config reference"}},
       {"inspect", {cmd_inspect, "print a checkpoint's manifest, config and tensors"}},

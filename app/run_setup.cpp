@@ -37,6 +37,12 @@ DType dtype_choice(const Config& c, const std::string& key) {
 }  // namespace
 
 nn::ModelConfig model_config(const Config& c) {
+  const nn::ModelConfig m = stated_model(c);
+  m.validate();
+  return m;
+}
+
+nn::ModelConfig stated_model(const Config& c) {
   nn::ModelConfig m;
   m.arch = c.text("model.arch");
   m.n_kv_head = int(c.integer("model.n_kv_head"));
@@ -50,8 +56,22 @@ nn::ModelConfig model_config(const Config& c) {
   m.n_layer = int(c.integer("model.n_layer"));
   m.n_head = int(c.integer("model.n_head"));
   m.n_embd = int(c.integer("model.n_embd"));
-  m.validate();
   return m;
+}
+
+void set_model_keys(Config& c, const nn::ModelConfig& m) {
+  c.set("model.arch", m.arch);
+  c.set("model.n_kv_head", int64_t(m.n_kv_head));
+  c.set("model.ffn_hidden", int64_t(m.ffn_hidden));
+  c.set("model.ffn_multiple_of", int64_t(m.ffn_multiple_of));
+  c.set("model.rope_theta", double(m.rope_theta));
+  c.set("model.rotary_pct", m.rotary_pct);
+  c.set("model.tie_embeddings", m.tie_embeddings);
+  c.set("model.vocab_size", int64_t(m.vocab_size));
+  c.set("model.max_seq_len", int64_t(m.max_seq_len));
+  c.set("model.n_layer", int64_t(m.n_layer));
+  c.set("model.n_head", int64_t(m.n_head));
+  c.set("model.n_embd", int64_t(m.n_embd));
 }
 
 nn::ExecConfig exec_config(const Config& c, int max_rows, int max_seq_len) {
@@ -292,6 +312,12 @@ RunConfig resolve_run(const Config& c) {
   r.init_from = c.text("train.init_from");
   r.val_every = c.integer("train.val_every");
   r.val_batches = c.integer("train.val_batches");
+  r.eval_tasks = c.list("train.eval_tasks");
+  r.eval_tasks_every = c.integer("train.eval_tasks_every");
+  if (!r.eval_tasks.empty() && r.tensor_parallel > 1)
+    throw UsageError(
+        "train.eval_tasks runs with dist.tensor_parallel = 1 only, for now (a tensor group's "
+        "logits are cut by vocabulary)");
   r.checkpoint_every = c.integer("checkpoint.every");
   r.keep_last = c.integer("checkpoint.keep_last");
   r.keep_every = c.integer("checkpoint.keep_every");

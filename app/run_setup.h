@@ -51,6 +51,8 @@ struct RunConfig {
   std::string resume;                                // "auto", "none" or a checkpoint directory
   std::filesystem::path init_from;  // fine-tuning's source (empty: initialise by the seed)
   int64_t val_every = 0, val_batches = 0;
+  std::vector<std::string> eval_tasks;  // task files (app/task_eval.h)
+  int64_t eval_tasks_every = 0;
   int64_t checkpoint_every = 0, keep_last = 0, keep_every = 0;
   double checkpoint_timeout_s = 0;
   int64_t log_every = 1;
@@ -75,7 +77,12 @@ std::filesystem::path run_dir_of(const Config& c);
 // reads the configs stored with older runs for eval, sample and export.)
 void check_training_paths(const Config& c);
 
+// The model the config's model.* keys describe, validated (UsageError naming the key).
 nn::ModelConfig model_config(const Config& c);
+// The same unvalidated: what the keys state, for comparing with a model from elsewhere.
+nn::ModelConfig stated_model(const Config& c);
+// Sets every model.* key to describe `m` (the inverse of model_config).
+void set_model_keys(Config& c, const nn::ModelConfig& m);
 // How the model runs (precision, gradient dtype, checkpointing) for batches of up to
 // max_rows x max_seq_len tokens.
 nn::ExecConfig exec_config(const Config& c, int max_rows, int max_seq_len);

@@ -3,8 +3,12 @@
 // memory check, the MFU reference, and the loop.
 #include "app/run_training.h"
 
+#include "app/hf_folder.h"
+#include "nn/hf_weights.h"
+
 #include <memory>
 
+#include "app/hf_folder.h"
 #include "app/memory_plan.h"
 #include "app/run_setup.h"
 #include "app/stop_signals.h"
@@ -12,6 +16,7 @@
 #include "dist/communicator.h"
 #include "dist/grid.h"
 #include "dist/launch.h"
+#include "nn/hf_weights.h"
 #include "nn/transformer.h"
 #include "runtime/cuda/stream.h"
 #include "runtime/device.h"
@@ -66,6 +71,13 @@ Config with_absolute_paths(Config c) {
   return c;
 }
 
+// Fine-tuning a Hugging Face folder: the model keys come from its config.json.
+Config with_init_model(Config c) {
+  const fs::path from = c.text("train.init_from");
+  if (from.empty() || !nn::is_hf_folder(from)) return c;
+  return fit_seq_len(with_hf_model(c, from, fmt::format("train.init_from = {}", from.string())));
+}
+
 }  // namespace
 
 int run_training(const Config& config, const TrainOptions& options) {
@@ -98,7 +110,7 @@ int run_training(const Config& config, const TrainOptions& options) {
     if (comm->size() > 1 || config.text("dist.backend") == "nccl")
       nccl = dist::make_nccl_communicator(*comm, gpu.device, comm_options);
   }
-  const Config absolute = with_absolute_paths(config);
+  const Config absolute = with_init_model(with_absolute_paths(config));
   RunConfig rc = resolve_on_device(absolute, gpu);
   dist::Grid grid(nccl ? *nccl : *comm, rc.tensor_parallel, launch);
   rc.model.tensor.degree = grid.tensor_size();

@@ -1,7 +1,9 @@
 #include "app/saved_model.h"
 
+#include "app/hf_folder.h"
 #include "app/run_setup.h"
 #include "data/tokenizer.h"
+#include "nn/hf_weights.h"
 #include "runtime/error.h"
 #include "runtime/file_io.h"
 
@@ -9,23 +11,70 @@ namespace trainer::app {
 
 namespace fs = std::filesystem;
 
-TokenizerBytes tokenizer_of(const SavedModel& saved, const std::string& requested) {
-  const Checkpoint& c = saved.checkpoint;
+namespace {
+
+// The tokenizer a checkpoint holds or names.
+TokenizerBytes checkpoint_tokenizer(const SavedModel& saved, const std::string& requested) {
+  const Checkpoint& c = *saved.checkpoint;
   if (requested.empty() && !c.tokenizer.empty())  // verified by open_checkpoint
     return {c.tokenizer, std::string(c.bytes(c.tokenizer.filename().string()))};
   const fs::path path =
       !requested.empty() ? fs::path(requested) : fs::path(saved.config.text("data.tokenizer"));
-  CHECK(fs::is_regular_file(path), "tokenizer {} not found (pass --tokenizer)", path.string());
-  TokenizerBytes t{path, read_file(path)};
-  CHECK(data::tokenizer_is(t.bytes, c.state.tokenizer_hash),
+  CHECK(fs::exists(path), "tokenizer {} not found (pass --tokenizer)", path.string());
+  const data::Tokenizer t(path);
+  CHECK(data::tokenizer_is(t.bytes(), c.state.tokenizer_hash),
         "tokenizer {} (hash {:016x}) is not the one checkpoint {} was trained with ({:016x})",
-        path.string(), data::tokenizer_hash(t.bytes), c.dir.string(), c.state.tokenizer_hash);
+        path.string(), t.hash(), c.dir.string(), c.state.tokenizer_hash);
+  return {path, t.bytes()};
+}
+
+// The tokenizer a folder holds, or `requested` (the same one, where it holds one).
+TokenizerBytes folder_tokenizer(const SavedModel& saved, const std::string& requested) {
+  const std::unique_ptr<data::Tokenizer> own = hf_folder_tokenizer(saved.dir);
+  if (requested.empty()) {
+    CHECK(own,
+          "{} holds no tokenizer (tokenizer.model, tokenizer.json or vocab.json + "
+          "merges.txt): pass --tokenizer",
+          saved.dir.string());
+    return {own->path(), own->bytes()};
+  }
+  const data::Tokenizer t(requested);
+  CHECK(!own || own->hash() == t.hash(),
+        "tokenizer {} (hash {:016x}) is not the one {} holds ({:016x})", requested, t.hash(),
+        saved.dir.string(), own->hash());
+  return {requested, t.bytes()};
+}
+
+}  // namespace
+
+TokenizerBytes tokenizer_of(const SavedModel& saved, const std::string& requested) {
+  TokenizerBytes t = saved.checkpoint ? checkpoint_tokenizer(saved, requested)
+                                      : folder_tokenizer(saved, requested);
+  const int vocab = data::Tokenizer(t.bytes, t.from).vocab_size();
+  CHECK(vocab <= saved.model->config().vocab_size,
+        "tokenizer {} has {} tokens but the model in {} has a vocabulary of {}: another "
+        "model's tokenizer?",
+        t.from.string(), vocab, saved.dir.string(), saved.model->config().vocab_size);
   return t;
 }
 
 SavedModel open_saved_model(const fs::path& dir, int rows, int seq_len) {
-  SavedModel s{open_checkpoint_of(dir), Config(), nullptr};
-  s.config.merge_yaml(s.checkpoint.config_yaml, (s.checkpoint.dir / "config.yaml").string());
+  SavedModel s;
+  if (nn::is_hf_folder(dir)) {
+    s.dir = dir;
+    s.config = hf_folder_config(dir);
+    if (fs::is_regular_file(dir / "trainer_config.yaml"))
+      s.config_yaml = read_file(dir / "trainer_config.yaml");
+    const nlohmann::json hf = nlohmann::json::parse(read_file(dir / "config.json"));
+    if (hf.contains("trainer_step") && hf["trainer_step"].is_number_integer())
+      s.step = hf["trainer_step"].get<int64_t>();
+  } else {
+    s.checkpoint = open_checkpoint_of(dir);
+    s.dir = s.checkpoint->dir;
+    s.step = s.checkpoint->state.step;
+    s.config_yaml = s.checkpoint->config_yaml;
+    s.config.merge_yaml(s.config_yaml, (s.dir / "config.yaml").string());
+  }
   const nn::ModelConfig mc = model_config(s.config);
   if (rows <= 0) rows = model_rows(loader_config(s.config, "val"));
   if (seq_len <= 0) seq_len = int(s.config.integer("data.seq_len"));
@@ -35,7 +84,10 @@ SavedModel open_saved_model(const fs::path& dir, int rows, int seq_len) {
   exec.recompute = nn::Recompute::full;  // forward only: keep nothing per block
   exec.recompute_layers.clear();
   s.model = std::make_unique<nn::Transformer>(mc, exec);
-  load_weights(s.checkpoint, *s.model);
+  if (s.checkpoint)
+    load_weights(*s.checkpoint, *s.model);
+  else
+    load_hf_weights(dir, *s.model);
   return s;
 }
 

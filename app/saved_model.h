@@ -1,9 +1,10 @@
-// A trained model opened from a checkpoint directory for eval, sample and export: its config
-// (from the checkpoint itself) and weights, verified by the checkpoint's manifest, in a
-// forward-only model.
+// A trained model opened for eval, sample, inspect and export: from a checkpoint directory
+// (its config and weights, verified by the checkpoint's manifest) or from a Hugging Face model
+// folder (app/hf_folder.h), in a forward-only model on the host.
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "app/checkpoint.h"
 #include "app/config.h"
@@ -12,25 +13,29 @@
 namespace trainer::app {
 
 struct SavedModel {
-  Checkpoint checkpoint;
+  std::filesystem::path dir;             // the checkpoint's step directory, or the folder
+  std::optional<Checkpoint> checkpoint;  // when it is a checkpoint
+  int64_t step = 0;                      // the training step of its weights (0: unknown)
+  std::string config_yaml;               // the run's config as saved with it ("": none)
   Config config;
   std::unique_ptr<nn::Transformer> model;
 };
 
-// Opens `dir` (a step directory, or a run directory whose `latest` is used) with activations
-// for batches of up to rows x seq_len (0 = the config's data.batch_size / data.seq_len), in
-// the run's precision.
+// Opens `dir` (a step directory, a run directory whose `latest` is used, or a Hugging Face
+// folder) with activations for batches of up to rows x seq_len (0 = the config's
+// data.batch_size / data.seq_len), in the run's precision.
 SavedModel open_saved_model(const std::filesystem::path& dir, int rows = 0, int seq_len = 0);
 
-// A tokenizer's .model bytes and the file they were read from.
+// A tokenizer's one-file bytes (data::Tokenizer::bytes) and where they were read.
 struct TokenizerBytes {
   std::filesystem::path from;
   std::string bytes;
 };
 
 // The tokenizer `saved` was trained with: `requested` when given (refused unless it is the
-// checkpoint's), else the copy inside the checkpoint (or, for checkpoints written before
-// they held one, the run's data.tokenizer, checked the same way).
+// one the checkpoint or folder holds), else the one it holds (for checkpoints written before
+// they held one, the run's data.tokenizer, checked the same way). Refused when its vocabulary
+// is larger than the model's.
 TokenizerBytes tokenizer_of(const SavedModel& saved, const std::string& requested = "");
 
 }  // namespace trainer::app

@@ -221,6 +221,25 @@ double TrainLoop::validate() {
   return sums[0] / sums[1];
 }
 
+// A collective over the data group: each rank scores its share of the examples.
+void TrainLoop::score_tasks() {
+  std::function<void()> idle;
+  if (dp_->collective_forward()) idle = [this] { dist::empty_pass(model_, *dp_, false); };
+  const TaskSplit split{data_.rank(), data_.size(), &data_, idle};
+  nlohmann::json record = {{"step", state_.step}};
+  for (const Task& task : tasks_) {
+    const TaskScore s = score_task(transformer_, task, transformer_.exec().max_rows, split);
+    record["task_" + task.name] = s.accuracy();
+    if (task.multiple_choice) record["task_" + task.name + "_norm"] = s.accuracy_norm();
+    if (leader_)
+      log::info("step {}: task {} accuracy {:.4f}{} ({} examples)", state_.step, task.name,
+                s.accuracy(),
+                task.multiple_choice ? fmt::format(", normalised {:.4f}", s.accuracy_norm()) : "",
+                s.examples);
+  }
+  if (leader_) write_metrics(record);
+}
+
 // A collective: every rank writes its part (Note [Sharded checkpoints]).
 void TrainLoop::save() {
   if (state_.step == saved_step_) return;
@@ -286,6 +305,11 @@ int TrainLoop::run() {
         log::info("step {}: val loss {:.4f} (perplexity {:.2f})", state_.step, v, std::exp(v));
         write_metrics({{"step", state_.step}, {"val_loss", v}, {"val_perplexity", std::exp(v)}});
       }
+    }
+    if (!tasks_.empty() && (state_.step == total || (rc_.eval_tasks_every > 0 &&
+                                                     state_.step % rc_.eval_tasks_every == 0))) {
+      if (leader_) progress_->finish();
+      score_tasks();
     }
     if (rc_.checkpoint_every > 0 && state_.step % rc_.checkpoint_every == 0 &&
         state_.step < total) {

@@ -18,6 +18,7 @@
 #include "app/nonfinite.h"
 #include "app/run_setup.h"
 #include "app/run_training.h"
+#include "app/task_eval.h"
 #include "data/loader.h"
 #include "dist/communicator.h"
 #include "dist/data_parallel.h"
@@ -73,6 +74,7 @@ class TrainLoop {
   void finish_gradients(StepStats& s);
   std::string write_failure() const;
   double validate();
+  void score_tasks();
   void save();
   void log_step(const StepStats& s, double step_s);
   void write_metrics(const nlohmann::json& record);
@@ -107,6 +109,7 @@ class TrainLoop {
   nn::TokenFlops token_flops_;  // what a token costs, for MFU
   int64_t saved_step_ = -1;     // the step of the checkpoint written or resumed from last
   bool val_verified_ = false;
+  std::vector<Task> tasks_;  // train.eval_tasks, read and tokenized at the start
   bool metrics_failed_ = false, write_failure_reported_ = false;
   Timer run_timer_;
   int64_t first_step_ = 0;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 
+#include "app/hf_folder.h"
 #include "app/init_from.h"
 #include "data/tokenizer.h"
 #include "dist/consistency.h"
@@ -188,7 +189,10 @@ void TrainLoop::check_data() {
 }
 
 void TrainLoop::start_up() {
+  // A run directory this start creates goes again if a check refuses the start.
+  RemoveUnlessKept created;
   if (leader_) {
+    if (!fs::exists(rc_.run_dir)) created.add(rc_.run_dir);
     fs::create_directories(rc_.run_dir);
     try {
       lock_ = std::make_unique<ExclusiveLock>(rc_.run_dir / ".lock");
@@ -201,15 +205,18 @@ void TrainLoop::start_up() {
   }
   if (leader_) finish_interrupted_saves(rc_.run_dir);  // before `latest` is read
   const fs::path tokenizer_path = rc_.tokenizer;
-  if (!fs::is_regular_file(tokenizer_path))
-    throw UsageError(fmt::format(
-        "data.tokenizer = {} {}", tokenizer_path.string(),
-        fs::is_directory(tokenizer_path)
-            ? "is a directory, not a tokenizer model file (the .model that tokenizer train wrote)"
-        : fs::exists(tokenizer_path) ? "is not a regular file"
-                                     : "does not exist"));
-  tokenizer_ = read_file(tokenizer_path);
-  tokenizer_hash_ = data::tokenizer_hash(tokenizer_);
+  if (!fs::exists(tokenizer_path))
+    throw UsageError(fmt::format("data.tokenizer = {} does not exist", tokenizer_path.string()));
+  if (fs::is_directory(tokenizer_path) && !hf_folder_tokenizer(tokenizer_path))
+    throw UsageError(
+        fmt::format("data.tokenizer = {} is a directory holding no tokenizer (tokenizer.model, "
+                    "tokenizer.json, vocab.json + merges.txt or encoder.json + vocab.bpe)",
+                    tokenizer_path.string()));
+  {
+    const data::Tokenizer tokenizer(tokenizer_path);
+    tokenizer_ = tokenizer.bytes();  // the one-file form the run and its checkpoints keep
+    tokenizer_hash_ = tokenizer.hash();
+  }
   data_manifest_ = read_file(rc_.train_data.data_dir / data::kManifestName);
 
   // Every check first (Note [One run per directory]): nothing in the run directory is written
@@ -235,7 +242,7 @@ void TrainLoop::start_up() {
   // Fine-tuning starts a new run (not a resume) from saved weights; checked now, loaded below.
   std::optional<InitSource> init;
   if (!ckpt && !rc_.init_from.empty())
-    init = open_init_source(init_path(), config_, tokenizer_hash_);
+    init = open_init_source(init_path(), config_, model_.layout(), tokenizer_hash_);
   const std::vector<fs::path> discard =
       leader_ ? check_overwrite(from, state_.step) : std::vector<fs::path>{};
   std::optional<data::LoaderState> loader_state;
@@ -243,6 +250,11 @@ void TrainLoop::start_up() {
   loader_ =
       std::make_unique<data::Loader>(rc_.train_data, data_.rank(), data_.size(), loader_state);
   check_data();
+  {
+    const data::Tokenizer tok(tokenizer_, rc_.tokenizer);
+    for (const std::string& file : rc_.eval_tasks)
+      tasks_.push_back(read_task(file, tok, transformer_.exec().max_seq_len));
+  }
   state_.tokenizer_hash = tokenizer_hash_;
   state_.data_hash = hash64(data_manifest_);
   state_.world_size = comm_.size();
@@ -256,6 +268,7 @@ void TrainLoop::start_up() {
               {"the tokenizer", tokenizer_},
               {"the parameter layout", fmt::format("{:016x}", model_.layout().digest())}});
 
+  created.keep();
   if (leader_) {
     for (const fs::path& p : discard) {
       log::warn("--force: deleting {}", p.string());
@@ -266,7 +279,7 @@ void TrainLoop::start_up() {
     log::set_file((rc_.run_dir / "train.log").string());
     fs::remove(rc_.run_dir / kStoppedMarker);  // an earlier launch's
     write_file_atomic(rc_.run_dir / "config.yaml", config_.to_yaml());
-    write_file_atomic(rc_.run_dir / "tokenizer.model", tokenizer_);
+    write_file_atomic(rc_.run_dir / data::tokenizer_file_name(tokenizer_), tokenizer_);
   }
   if (!leader_) log::set_run_log((rc_.run_dir / "train.log").string());
   if (!leader_ && rc_.log_all_ranks) {

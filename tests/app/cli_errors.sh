@@ -31,7 +31,7 @@ expect() {
 expect 2 "unexpected argument" train two.yaml extra
 expect 2 "unexpected argument" eval runs/x extra
 expect 2 "unexpected argument" prepare stray --tokenizer t --input x --out o
-expect 2 "unexpected argument" tokenizer info stray --model m
+expect 2 "unexpected argument" tokenizer info stray --tokenizer m
 expect 2 "unexpected argument" bench stray
 expect 2 "is a directory" config confdir
 expect 2 "is a directory" train --config confdir
@@ -42,7 +42,7 @@ expect 2 "must be a mapping" train list.yaml
 printf 'model: 5\n' > scalar.yaml
 expect 2 "scalar.yaml:1: 'model' is a section, a mapping of keys \(model\.arch, .*\), not a value" config scalar.yaml
 expect 2 "--set: 'model' is a section; set one of its keys" config --set model=5
-expect 2 "data.tokenizer = .*confdir is a directory, not a tokenizer model file" \
+expect 2 "data.tokenizer = .*confdir is a directory holding no tokenizer" \
   train --set run.dir=runs-tok --set data.tokenizer=confdir
 expect 2 "trainer train my.yaml" my.yaml
 expect 2 "min_lr = 1 exceeds optimizer.lr = 0.1" plan --set optimizer.min_lr=1 --set optimizer.lr=0.1
@@ -54,7 +54,7 @@ expect 2 "--batch must be in" bench -B 0
 expect 2 "--seq must be in" bench -T 100000000
 expect 2 "--vocab-size must be in" tokenizer train --input x --out y --vocab-size 5
 expect 2 "--world-size must be in" plan --world-size 0
-expect 2 "--dtype must be fp32 or bf16" export runs/x --out y --dtype fp16
+expect 2 "--dtype must be fp32, bf16 or fp16" export runs/x --out y --dtype fp8
 expect 2 "model.checkpoint_layers names block 7" plan two.yaml --set model.checkpoint_layers='["7"]'
 expect 2 "dist.grad_dtype = bf16 needs model.precision = bf16" plan --set dist.grad_dtype=bf16
 expect 2 "model.n_kv_head .3. must divide model.n_head .4." plan --set model.arch=llama --set model.n_head=4 --set model.n_embd=64 --set model.n_kv_head=3

@@ -388,7 +388,7 @@ TEST(Checkpoint, ATensorFileFromAnotherStepIsRefused) {
         << e;
     replace_checkpoint_file(ckpt, file, kept);
   }
-  EXPECT_EQ(open_saved_model(ckpt).checkpoint.state.step, 4);
+  EXPECT_EQ(open_saved_model(ckpt).step, 4);
 }
 
 // Note [Live readers]: `latest` never names a temporary, a save killed between renaming its
@@ -457,8 +457,8 @@ TEST(LiveReaders, ReadingARunThatSavesEveryStepNeverFails) {
     }
     try {
       const SavedModel saved = open_saved_model(run);
-      steps_seen += saved.checkpoint.state.step != last;
-      last = saved.checkpoint.state.step;
+      steps_seen += saved.step != last;
+      last = saved.step;
       ++reads;
     } catch (const Error& e) {
       failure = e.what();

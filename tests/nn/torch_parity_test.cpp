@@ -18,6 +18,8 @@
 
 #include "model_test_util.h"
 #include "nn/adamw.h"
+#include "nn/hf_config.h"
+#include "nn/hf_weights.h"
 #include "nn/model_io.h"
 #include "nn/transformer.h"
 #include "runtime/safetensors.h"
@@ -33,6 +35,62 @@ fs::path source_dir() {
 }
 std::string python() {
   return TRAINER_PYTHON;
+}
+
+// Runs tests/nn/torch_reference.py with `args`; EXPECTs success and prints its report.
+void run_reference(const std::string& args) {
+  const std::string cmd = fmt::format(
+      "{} {} {} 2>&1", python(), (source_dir() / "tests/nn/torch_reference.py").string(), args);
+  std::FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string report;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, pipe)) report += buf;
+  int status = pclose(pipe);
+  EXPECT_EQ(status, 0) << report;
+  std::printf("%s", report.c_str());
+}
+
+// Writes the batch, runs `model` on it (logits; loss and gradients; ten AdamW steps with
+// clipping), writes its results to `dir` and has the reference compare them.
+void run_and_compare(Transformer& model, const ModelConfig& cfg, const BatchView& batch,
+                     const fs::path& dir) {
+  const int B = batch.B, T = batch.T;
+  SafetensorsWriter inputs;
+  inputs.add("tokens", DType::i32, {B, T}, batch.tokens);
+  inputs.add("targets", DType::i32, {B, T}, batch.targets);
+  if (batch.segments) inputs.add("segments", DType::i32, {B, T}, batch.segments);
+  if (batch.lengths) inputs.add("lengths", DType::i32, {B}, batch.lengths);
+  inputs.write(dir / "batch.safetensors");
+  // Logits (forward without targets), then loss and gradients.
+  BatchView no_targets = batch;
+  no_targets.targets = nullptr;
+  model.forward(no_targets);
+  std::vector<float> logits = read_as_f32(model.context(), model.logits());
+  const testing::LossSum ls = testing::forward_backward(model, batch);
+  std::vector<float> grads = testing::host_grads(model);
+  to_hf_order(model.layout(), grads.data());
+  std::vector<float> loss = {float(ls.sum / double(ls.count))};
+
+  // Ten AdamW steps with clipping, recording the loss before each.
+  AdamW opt(model.layout(), {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
+            {{0, model.layout().total(), 0}});
+  std::vector<float> step_losses;
+  for (int step = 0; step < 10; ++step) {
+    const testing::LossSum s = testing::forward_backward(model, batch);
+    step_losses.push_back(float(s.sum / double(s.count)));
+    testing::optimizer_step(model, opt, 1e-3f, 1.0f);
+  }
+
+  SafetensorsWriter out;
+  out.add("logits", DType::f32, {B, T, cfg.vocab_size}, logits.data());
+  out.add("loss", DType::f32, {1}, loss.data());
+  out.add("step_losses", DType::f32, {10}, step_losses.data());
+  add_params(out, model.layout(), grads.data(), DType::f32, "grad.");
+  out.write(dir / "trainer.safetensors");
+
+  run_reference(dir.string());
+  fs::remove_all(dir);
 }
 
 }  // namespace
@@ -97,52 +155,7 @@ TEST_P(TorchParity, MatchesPyTorch) {
                                          cfg.kv_heads(), cfg.rope_theta, cfg.rotary_dims()));
     w.write(dir / "weights.safetensors");
   }
-  SafetensorsWriter inputs;
-  inputs.add("tokens", DType::i32, {B, T}, tokens.data());
-  inputs.add("targets", DType::i32, {B, T}, targets.data());
-  if (!segments.empty()) inputs.add("segments", DType::i32, {B, T}, segments.data());
-  if (!lengths.empty()) inputs.add("lengths", DType::i32, {B}, lengths.data());
-  inputs.write(dir / "batch.safetensors");
-
-  // Logits (forward without targets), then loss and gradients.
-  BatchView no_targets = batch;
-  no_targets.targets = nullptr;
-  model.forward(no_targets);
-  std::vector<float> logits = read_as_f32(model.context(), model.logits());
-  const testing::LossSum ls = testing::forward_backward(model, batch);
-  std::vector<float> grads = testing::host_grads(model);
-  to_hf_order(model.layout(), grads.data());
-  std::vector<float> loss = {float(ls.sum / double(ls.count))};
-
-  // Ten AdamW steps with clipping, recording the loss before each.
-  AdamW opt(model.layout(), {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
-            {{0, model.layout().total(), 0}});
-  std::vector<float> step_losses;
-  for (int step = 0; step < 10; ++step) {
-    const testing::LossSum s = testing::forward_backward(model, batch);
-    step_losses.push_back(float(s.sum / double(s.count)));
-    testing::optimizer_step(model, opt, 1e-3f, 1.0f);
-  }
-
-  SafetensorsWriter out;
-  out.add("logits", DType::f32, {B, T, cfg.vocab_size}, logits.data());
-  out.add("loss", DType::f32, {1}, loss.data());
-  out.add("step_losses", DType::f32, {10}, step_losses.data());
-  add_params(out, model.layout(), grads.data(), DType::f32, "grad.");
-  out.write(dir / "trainer.safetensors");
-
-  const std::string cmd =
-      fmt::format("{} {} {} 2>&1", python(),
-                  (source_dir() / "tests/nn/torch_reference.py").string(), dir.string());
-  std::FILE* pipe = popen(cmd.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string report;
-  char buf[512];
-  while (std::fgets(buf, sizeof buf, pipe)) report += buf;
-  int status = pclose(pipe);
-  EXPECT_EQ(status, 0) << report;
-  std::printf("%s", report.c_str());
-  fs::remove_all(dir);
+  run_and_compare(model, cfg, batch, dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Batches, TorchParity,
@@ -151,5 +164,47 @@ INSTANTIATE_TEST_SUITE_P(Batches, TorchParity,
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" + std::get<1>(info.param);
                          });
+
+// A Hugging Face folder written by the reference (random weights as Hugging Face lays them
+// out: GPT-2's Conv1D matrices and prefixed names, Llama's grouped key/value heads, tied or
+// untied heads; one file or shards; F32, BF16 or F16) read by the trainer alone (its
+// config.json and weights), then run and compared as above against the folder's own values.
+class HfFolderParity
+    : public ::testing::TestWithParam<std::tuple<std::string, std::string, int, bool>> {};
+
+TEST_P(HfFolderParity, MatchesPyTorch) {
+  const auto [arch, dtype, shards, tied] = GetParam();
+  const fs::path dir = fs::temp_directory_path() /
+                       fmt::format("trainer_hf_parity_{}_{}_{}_{}", arch, dtype, shards, tied);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  run_reference(
+      fmt::format("make-hf {} {} {} {} {}", dir.string(), arch, dtype, shards, tied ? 1 : 0));
+  const ModelConfig cfg = hf_model_config(dir / "hf/config.json");
+  EXPECT_EQ(cfg.arch, arch);
+  EXPECT_EQ(cfg.tie_embeddings, tied);
+  const int B = 3, T = 20;
+  Transformer model(cfg, testing::exec_for(B, T));
+  const HfWeights weights(dir / "hf", model.layout());
+  EXPECT_EQ(dtype_name(weights.dtype()), dtype);
+  for (const ParamInfo& p : model.layout().params())
+    weights.read(p, 0, p.numel, model.params().as<float>() + p.offset);
+  std::vector<int32_t> tokens(B * T), targets(B * T);
+  for (int i = 0; i < B * T; ++i) {
+    tokens[i] = (i * 13 + 5) % cfg.vocab_size;
+    targets[i] = (i * 29 + 3) % cfg.vocab_size;
+  }
+  run_and_compare(model, cfg, {B, T, tokens.data(), targets.data(), nullptr, nullptr}, dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Folders, HfFolderParity,
+    ::testing::Values(std::tuple{"gpt2", "F32", 1, true}, std::tuple{"gpt2", "F16", 3, true},
+                      std::tuple{"llama", "BF16", 1, false}, std::tuple{"llama", "F32", 4, false},
+                      std::tuple{"llama", "F16", 2, true}),
+    [](const auto& info) {
+      return fmt::format("{}_{}_{}shards_{}", std::get<0>(info.param), std::get<1>(info.param),
+                         std::get<2>(info.param), std::get<3>(info.param) ? "tied" : "untied");
+    });
 
 }  // namespace trainer::nn

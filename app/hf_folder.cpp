@@ -1,0 +1,68 @@
+// Hugging Face folders as model sources; see hf_folder.h.
+#include "app/hf_folder.h"
+
+#include "app/init_from.h"
+#include "app/run_setup.h"
+#include "nn/architecture.h"
+#include "nn/hf_config.h"
+#include "nn/hf_weights.h"
+#include "runtime/error.h"
+#include "runtime/file_io.h"
+
+namespace trainer::app {
+
+namespace fs = std::filesystem;
+
+Config with_hf_model(const Config& config, const fs::path& folder, const std::string& what) {
+  const nn::ModelConfig hf = nn::hf_model_config(folder / "config.json");
+  // What the config states, with config.json's values where it states nothing.
+  Config merged = config;
+  set_model_keys(merged, hf);
+  Config stated = merged;
+  for (const std::string& key : model_keys())
+    if (config.stated(key)) stated.set(key, config.value(key));
+  const nn::ModelConfig mine = stated_model(stated);
+  USAGE_CHECK(mine.arch == hf.arch,
+              "{}: {} describes a {} model but the run's config states model.arch = {}", what,
+              (folder / "config.json").string(), hf.arch, mine.arch);
+  // Compared as Hugging Face would write them: keys that do not change the model (a GPT-2's
+  // model.ffn_hidden, a Llama's hidden size given two ways) agree.
+  const nlohmann::json want = hf.architecture().hf_config(hf),
+                       got = hf.architecture().hf_config(mine);
+  for (const auto& [field, value] : want.items())
+    USAGE_CHECK(got.at(field) == value,
+                "{}: {} has {} = {} but the run's config gives {} (the model keys of a Hugging "
+                "Face model come from its config.json: leave them out, or state its values)",
+                what, (folder / "config.json").string(), field, value.dump(), got.at(field).dump());
+  return merged;
+}
+
+Config hf_folder_config(const fs::path& folder) {
+  Config c;
+  if (fs::is_regular_file(folder / "trainer_config.yaml"))
+    c.merge_yaml(read_file(folder / "trainer_config.yaml"),
+                 (folder / "trainer_config.yaml").string());
+  return fit_seq_len(with_hf_model(c, folder, folder.string()));
+}
+
+Config fit_seq_len(Config c) {
+  if (!c.stated("data.seq_len") && c.integer("data.seq_len") > c.integer("model.max_seq_len"))
+    c.set("data.seq_len", c.integer("model.max_seq_len"));
+  return c;
+}
+
+std::unique_ptr<data::Tokenizer> hf_folder_tokenizer(const fs::path& folder) {
+  for (const char* file : {"tokenizer.model", "tokenizer.json", "vocab.json", "encoder.json"})
+    if (fs::is_regular_file(folder / file)) return std::make_unique<data::Tokenizer>(folder);
+  return nullptr;
+}
+
+void load_hf_weights(const fs::path& folder, nn::Model& model) {
+  const nn::HfWeights weights(folder, model.layout());
+  float* params = model.params().as<float>();
+  for (const nn::ParamInfo& p : model.layout().params())
+    weights.read(p, 0, p.numel, params + p.offset);
+  model.sync_working_params();
+}
+
+}  // namespace trainer::app

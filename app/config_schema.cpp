@@ -56,6 +56,10 @@ const std::vector<KeySpec>& schema() {
        "neox: the fraction of each head the rotary embeddings turn (Pythia: 0.25); the rest "
        "of the head carries no position",
        0, 1, L{}, true},
+      {"model.gelu", Kind::text, std::string("tanh"),
+       "gpt2, neox: the MLP's GELU, GPT-2's tanh approximation or the exact one through erf "
+       "(Pythia's; Hugging Face's \"gelu\")",
+       -1e300, 1e300, L{"tanh", "erf"}},
       {"model.tie_embeddings", Kind::boolean, true,
        "The output head reads the token embedding (false: its own lm_head; llama, neox)"},
       {"model.precision", Kind::text, std::string("fp32"),

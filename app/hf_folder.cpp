@@ -19,7 +19,7 @@ Config with_hf_model(const Config& config, const fs::path& folder, const std::st
   Config merged = config;
   set_model_keys(merged, hf);
   Config stated = merged;
-  for (const std::string& key : model_keys())
+  for (const char* key : model_keys())
     if (config.stated(key)) stated.set(key, config.value(key));
   const nn::ModelConfig mine = stated_model(stated);
   USAGE_CHECK(mine.arch == hf.arch,
@@ -51,10 +51,14 @@ Config fit_seq_len(Config c) {
   return c;
 }
 
-std::unique_ptr<data::Tokenizer> hf_folder_tokenizer(const fs::path& folder) {
+bool hf_folder_has_tokenizer(const fs::path& folder) {
   for (const char* file : {"tokenizer.model", "tokenizer.json", "vocab.json", "encoder.json"})
-    if (fs::is_regular_file(folder / file)) return std::make_unique<data::Tokenizer>(folder);
-  return nullptr;
+    if (fs::is_regular_file(folder / file)) return true;
+  return false;
+}
+
+std::unique_ptr<data::Tokenizer> hf_folder_tokenizer(const fs::path& folder) {
+  return hf_folder_has_tokenizer(folder) ? std::make_unique<data::Tokenizer>(folder) : nullptr;
 }
 
 void load_hf_weights(const fs::path& folder, nn::Model& model) {

@@ -27,8 +27,9 @@ Config hf_folder_config(const std::filesystem::path& folder);
 // longer than some models').
 Config fit_seq_len(Config c);
 
-// The tokenizer a folder holds (tokenizer.model, tokenizer.json, vocab.json + merges.txt or
-// encoder.json + vocab.bpe), or null when it holds none.
+// Whether a folder holds a tokenizer's files (tokenizer.model, tokenizer.json, vocab.json or
+// encoder.json), and the tokenizer they make (null when it holds none).
+bool hf_folder_has_tokenizer(const std::filesystem::path& folder);
 std::unique_ptr<data::Tokenizer> hf_folder_tokenizer(const std::filesystem::path& folder);
 
 // Copies the folder's weights into `model`'s own parameters (a model on the host that owns

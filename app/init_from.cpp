@@ -19,7 +19,8 @@ const std::initializer_list<const char*>& model_keys() {
       "model.arch",       "model.vocab_size", "model.max_seq_len",
       "model.n_layer",    "model.n_head",     "model.n_embd",
       "model.n_kv_head",  "model.ffn_hidden", "model.ffn_multiple_of",
-      "model.rope_theta", "model.rotary_pct", "model.tie_embeddings"};
+      "model.rope_theta", "model.rotary_pct", "model.tie_embeddings",
+      "model.gelu"};
   return keys;
 }
 

@@ -29,13 +29,17 @@ const std::map<std::string, Command>& commands() {
   using namespace trainer::app;
   static const std::map<std::string, Command> table = {
       {"train", {cmd_train, "train a model (the default command)"}},
-      {"eval", {cmd_eval, "loss, perplexity and bits per byte of a checkpoint on held-out data"}},
-      {"sample", {cmd_sample, "generate text from a checkpoint"}},
+      {"eval",
+       {cmd_eval,
+        "loss, perplexity and bits per byte on held-out data, or task accuracy, "
+        "of a checkpoint or Hugging Face folder"}},
+      {"sample", {cmd_sample, "generate text from a checkpoint or Hugging Face folder"}},
       {"tokenizer", {cmd_tokenizer, "train a SentencePiece tokenizer; encode or decode with any"}},
       {"prepare", {cmd_prepare, "tokenize a corpus into shards"}},
       {"config", {cmd_config, "print the resolved config or the config reference"}},
-      {"inspect", {cmd_inspect, "print a checkpoint's manifest, config and tensors"}},
-      {"export", {cmd_export, "export a checkpoint as a standalone model folder"}},
+      {"inspect",
+       {cmd_inspect, "print a checkpoint's (or Hugging Face folder's) model and tensors"}},
+      {"export", {cmd_export, "export a checkpoint as a Hugging Face model folder"}},
       {"plan", {cmd_plan, "print the memory a config needs per rank"}},
       {"bench", {cmd_bench, "measure step time, throughput and MFU"}},
   };

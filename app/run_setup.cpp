@@ -51,6 +51,7 @@ nn::ModelConfig stated_model(const Config& c) {
   m.rope_theta = float(c.real("model.rope_theta"));
   m.rotary_pct = c.real("model.rotary_pct");
   m.tie_embeddings = c.boolean("model.tie_embeddings");
+  m.gelu = c.text("model.gelu") == "erf" ? nn::GeluForm::erf : nn::GeluForm::tanh;
   m.vocab_size = int(c.integer("model.vocab_size"));
   m.max_seq_len = int(c.integer("model.max_seq_len"));
   m.n_layer = int(c.integer("model.n_layer"));
@@ -67,6 +68,7 @@ void set_model_keys(Config& c, const nn::ModelConfig& m) {
   c.set("model.rope_theta", double(m.rope_theta));
   c.set("model.rotary_pct", m.rotary_pct);
   c.set("model.tie_embeddings", m.tie_embeddings);
+  c.set("model.gelu", std::string(m.gelu == nn::GeluForm::erf ? "erf" : "tanh"));
   c.set("model.vocab_size", int64_t(m.vocab_size));
   c.set("model.max_seq_len", int64_t(m.max_seq_len));
   c.set("model.n_layer", int64_t(m.n_layer));

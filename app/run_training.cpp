@@ -3,9 +3,6 @@
 // memory check, the MFU reference, and the loop.
 #include "app/run_training.h"
 
-#include "app/hf_folder.h"
-#include "nn/hf_weights.h"
-
 #include <memory>
 
 #include "app/hf_folder.h"
@@ -64,10 +61,14 @@ RunConfig resolve_on_device(const Config& config, const GpuChoice& gpu) {
 // Relative data paths are made absolute, so that the run's saved config (and eval, sample or
 // export of its checkpoints) works from any working directory.
 Config with_absolute_paths(Config c) {
-  for (const char* key : {"data.path", "data.tokenizer", "train.init_from"}) {
-    const fs::path p = c.text(key);
-    if (!p.empty() && p.is_relative()) c.set(key, fs::absolute(p).lexically_normal().string());
-  }
+  auto absolute = [](const fs::path& p) {
+    return p.empty() || p.is_absolute() ? p.string() : fs::absolute(p).lexically_normal().string();
+  };
+  for (const char* key : {"data.path", "data.tokenizer", "train.init_from"})
+    c.set(key, absolute(c.text(key)));
+  std::vector<std::string> tasks;
+  for (const std::string& t : c.list("train.eval_tasks")) tasks.push_back(absolute(t));
+  c.set("train.eval_tasks", tasks);
   return c;
 }
 

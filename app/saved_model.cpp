@@ -29,33 +29,40 @@ TokenizerBytes checkpoint_tokenizer(const SavedModel& saved, const std::string& 
 }
 
 // The tokenizer a folder holds, or `requested` (the same one, where it holds one).
-TokenizerBytes folder_tokenizer(const SavedModel& saved, const std::string& requested) {
+TokenizerBytes folder_tokenizer_bytes(const SavedModel& saved, const std::string& requested) {
   const std::unique_ptr<data::Tokenizer> own = hf_folder_tokenizer(saved.dir);
   if (requested.empty()) {
-    CHECK(own,
-          "{} holds no tokenizer (tokenizer.model, tokenizer.json or vocab.json + "
-          "merges.txt): pass --tokenizer",
-          saved.dir.string());
+    USAGE_CHECK(own,
+                "{} holds no tokenizer (tokenizer.model, tokenizer.json or vocab.json + "
+                "merges.txt): pass --tokenizer",
+                saved.dir.string());
     return {own->path(), own->bytes()};
   }
   const data::Tokenizer t(requested);
-  CHECK(!own || own->hash() == t.hash(),
-        "tokenizer {} (hash {:016x}) is not the one {} holds ({:016x})", requested, t.hash(),
-        saved.dir.string(), own->hash());
+  USAGE_CHECK(!own || own->hash() == t.hash(),
+              "tokenizer {} (hash {:016x}) is not the one {} holds ({:016x})", requested, t.hash(),
+              saved.dir.string(), own->hash());
   return {requested, t.bytes()};
+}
+
+// The tokenizer a folder holds, or `requested` (the same one, where it holds one); refused
+// when it has more tokens than the model (a published model's vocabulary covers its
+// tokenizer's; a checkpoint's tokenizer is the one it trained with, whatever its size).
+TokenizerBytes folder_tokenizer(const SavedModel& saved, const std::string& requested) {
+  TokenizerBytes t = folder_tokenizer_bytes(saved, requested);
+  const int vocab = data::Tokenizer(t.bytes, t.from).vocab_size();
+  USAGE_CHECK(vocab <= saved.model->config().vocab_size,
+              "tokenizer {} has {} tokens but the model in {} has a vocabulary of {}: another "
+              "model's tokenizer?",
+              t.from.string(), vocab, saved.dir.string(), saved.model->config().vocab_size);
+  return t;
 }
 
 }  // namespace
 
 TokenizerBytes tokenizer_of(const SavedModel& saved, const std::string& requested) {
-  TokenizerBytes t = saved.checkpoint ? checkpoint_tokenizer(saved, requested)
-                                      : folder_tokenizer(saved, requested);
-  const int vocab = data::Tokenizer(t.bytes, t.from).vocab_size();
-  CHECK(vocab <= saved.model->config().vocab_size,
-        "tokenizer {} has {} tokens but the model in {} has a vocabulary of {}: another "
-        "model's tokenizer?",
-        t.from.string(), vocab, saved.dir.string(), saved.model->config().vocab_size);
-  return t;
+  return saved.checkpoint ? checkpoint_tokenizer(saved, requested)
+                          : folder_tokenizer(saved, requested);
 }
 
 SavedModel open_saved_model(const fs::path& dir, int rows, int seq_len) {

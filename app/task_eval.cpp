@@ -15,21 +15,26 @@ using nlohmann::json;
 
 namespace {
 
-// [eos] + context + ending, the context cut from the front to fit `max_tokens`. The ending's
-// tokens are those of the whole text past the context's own (as lm-eval splits them): encoded
-// alone, an ending could take pieces the text never has there (a SentencePiece word start).
+// start + context + ending, the context cut from the front to fit. The ending's tokens are
+// those of the whole text past the context's own (as lm-eval splits them): encoded alone, an
+// ending could take pieces the text never has there (a SentencePiece word start).
 TaskSequence sequence(const data::Tokenizer& tok, const std::string& context,
-                      const std::string& ending, int max_tokens, const std::string& where) {
+                      const std::string& ending, const TaskShape& shape, const std::string& where) {
   const std::vector<int32_t> whole = tok.encode(context + ending), c = tok.encode(context);
   size_t split = 0;
   while (split < c.size() && split < whole.size() && c[split] == whole[split]) ++split;
   const size_t ending_tokens = whole.size() - split;
-  USAGE_CHECK(ending_tokens > 0 && ending_tokens < size_t(max_tokens),
+  USAGE_CHECK(ending_tokens > 0 && ending_tokens < size_t(shape.max_tokens),
               "{}: an ending of {} tokens does not fit sequences of {} tokens", where,
-              ending_tokens, max_tokens);
-  const size_t keep = std::min(split, size_t(max_tokens) - ending_tokens - 1);
+              ending_tokens, shape.max_tokens);
+  for (const int32_t id : whole)
+    USAGE_CHECK(id < shape.vocab_size,
+                "{}: token id {} is beyond the model's vocabulary of {} (another model's "
+                "tokenizer?)",
+                where, id, shape.vocab_size);
+  const size_t keep = std::min(split, size_t(shape.max_tokens) - ending_tokens - 1);
   TaskSequence s;
-  s.tokens.push_back(tok.eos_id() >= 0 ? tok.eos_id() : 0);
+  s.tokens.push_back(shape.start);
   s.tokens.insert(s.tokens.end(), whole.begin() + std::ptrdiff_t(split - keep), whole.end());
   s.scored_from = int(keep) + 1;
   s.ending_bytes = int64_t(ending.size());
@@ -37,11 +42,11 @@ TaskSequence sequence(const data::Tokenizer& tok, const std::string& context,
 }
 
 // A label as HellaSwag's files write it: a number, or a number in a string.
-int label_of(const json& j, const std::string& where) {
-  if (j.is_number_integer()) return j.get<int>();
+int64_t label_of(const json& j, const std::string& where) {
+  if (j.is_number_integer()) return j.get<int64_t>();
   if (j.is_string()) try {
       size_t used = 0;
-      const int v = std::stoi(j.get<std::string>(), &used);
+      const int64_t v = std::stoll(j.get<std::string>(), &used);
       if (used == j.get<std::string>().size()) return v;
     } catch (const std::exception&) {
     }
@@ -49,15 +54,14 @@ int label_of(const json& j, const std::string& where) {
 }
 
 TaskExample example_of(const json& j, bool multiple_choice, const data::Tokenizer& tok,
-                       int max_tokens, const std::string& where) {
+                       const TaskShape& shape, const std::string& where) {
   TaskExample ex;
   if (!multiple_choice) {
     const std::string text = j.at("text").get<std::string>();
     const size_t space = text.find_last_of(' ');
     USAGE_CHECK(space != std::string::npos && space + 1 < text.size(),
                 "{}: \"text\" has no last word after a space", where);
-    ex.choices.push_back(
-        sequence(tok, text.substr(0, space), text.substr(space), max_tokens, where));
+    ex.choices.push_back(sequence(tok, text.substr(0, space), text.substr(space), shape, where));
     return ex;
   }
   const json& endings = j.at("endings");
@@ -65,21 +69,22 @@ TaskExample example_of(const json& j, bool multiple_choice, const data::Tokenize
               "{}: \"endings\" must be a list of at least two strings", where);
   for (const json& e : endings) {
     USAGE_CHECK(e.is_string(), "{}: ending {} is not a string", where, e.dump());
-    ex.choices.push_back(sequence(tok, j.at("ctx").get<std::string>(), " " + e.get<std::string>(),
-                                  max_tokens, where));
+    const std::string ending = fmt::format(" {}", e.get<std::string>());
+    ex.choices.push_back(sequence(tok, j.at("ctx").get<std::string>(), ending, shape, where));
   }
-  ex.label = label_of(j.at("label"), where);
-  USAGE_CHECK(ex.label >= 0 && ex.label < int(endings.size()),
-              "{}: \"label\" {} names no ending (there are {})", where, ex.label, endings.size());
+  const int64_t label = label_of(j.at("label"), where);
+  USAGE_CHECK(label >= 0 && label < int64_t(endings.size()),
+              "{}: \"label\" {} names no ending (there are {})", where, label, endings.size());
+  ex.label = int(label);
   return ex;
 }
 
 }  // namespace
 
-Task read_task(const fs::path& file, const data::Tokenizer& tok, int max_tokens) {
+Task read_task(const fs::path& file, const data::Tokenizer& tok, const TaskShape& shape) {
   std::ifstream in(file, std::ios::binary);
   USAGE_CHECK(in.good(), "task file {}: cannot be read", file.string());
-  Task task{file.stem().string(), true, {}};
+  Task task{file.stem().string(), true, 0, {}};
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -101,13 +106,29 @@ Task read_task(const fs::path& file, const data::Tokenizer& tok, int max_tokens)
     USAGE_CHECK(mc == task.multiple_choice, "{}: a {} example in a file of {} ones", where,
                 mc ? "multiple-choice" : "last-word", mc ? "last-word" : "multiple-choice");
     try {
-      task.examples.push_back(example_of(j, mc, tok, max_tokens, where));
+      task.examples.push_back(example_of(j, mc, tok, shape, where));
     } catch (const json::exception& e) {
       throw UsageError(fmt::format("{}: {}", where, e.what()));
     }
   }
   USAGE_CHECK(!task.examples.empty(), "task file {} holds no example", file.string());
+  for (const TaskExample& ex : task.examples)
+    for (const TaskSequence& s : ex.choices)
+      task.max_tokens = std::max(task.max_tokens, int(s.tokens.size()));
   return task;
+}
+
+std::vector<Task> read_tasks(const std::vector<std::string>& files, const data::Tokenizer& tok,
+                             const TaskShape& shape) {
+  std::vector<Task> tasks;
+  for (const std::string& file : files) {
+    tasks.push_back(read_task(file, tok, shape));
+    for (size_t i = 0; i + 1 < tasks.size(); ++i)
+      USAGE_CHECK(tasks[i].name != tasks.back().name,
+                  "task files {} and {} share the name '{}' their scores are reported under",
+                  files[i], file, tasks.back().name);
+  }
+  return tasks;
 }
 
 namespace {
@@ -143,12 +164,10 @@ void score_rows(nn::Transformer& model, const std::vector<const TaskSequence*>& 
   }
 }
 
-}  // namespace
-
-TaskScore score_task(nn::Transformer& model, const Task& task, int rows_per_forward,
-                     const TaskSplit& split, std::vector<std::vector<double>>* log_likelihoods) {
-  TRAINER_ASSERT(model.config().tensor.degree == 1, "task scores need the whole vocabulary");
-  // This process's sequences, and the most forwards any process runs.
+// Runs this process's sequences of `task` (and idle forwards until the busiest process is
+// done), rows_per_forward at a time, each forward task.max_tokens long; their scores in order.
+std::vector<SequenceScore> run_sequences(nn::Transformer& model, const Task& task,
+                                         int rows_per_forward, const TaskSplit& split) {
   std::vector<const TaskSequence*> mine;
   std::vector<int64_t> rows(size_t(split.world), 0);
   for (size_t i = 0; i < task.examples.size(); ++i) {
@@ -158,6 +177,7 @@ TaskScore score_task(nn::Transformer& model, const Task& task, int rows_per_forw
   }
   const int64_t forwards =
       (*std::max_element(rows.begin(), rows.end()) + rows_per_forward - 1) / rows_per_forward;
+  const int T = task.max_tokens;  // one shape per task (a CUDA graph's, say)
   std::vector<SequenceScore> scores;
   for (int64_t f = 0; f < forwards; ++f) {
     const size_t begin = size_t(f * rows_per_forward);
@@ -168,37 +188,48 @@ TaskScore score_task(nn::Transformer& model, const Task& task, int rows_per_forw
     const std::vector<const TaskSequence*> batch(
         mine.begin() + std::ptrdiff_t(begin),
         mine.begin() + std::ptrdiff_t(std::min(mine.size(), begin + size_t(rows_per_forward))));
-    int T = 0;
-    for (const TaskSequence* s : batch) T = std::max(T, int(s->tokens.size()));
     std::vector<int32_t> tokens(batch.size() * size_t(T), 0);  // padding after each: causal
     for (size_t r = 0; r < batch.size(); ++r)
       std::copy(batch[r]->tokens.begin(), batch[r]->tokens.end(), tokens.begin() + r * size_t(T));
     model.forward({int(batch.size()), T, tokens.data(), nullptr, nullptr, nullptr});
     score_rows(model, batch, T, scores);
   }
+  return scores;
+}
+
+// Which choice scores highest, by `score` of a choice's index (ties: the first).
+template <typename Score>
+int best_choice(size_t choices, const Score& score) {
+  int best = 0;
+  for (size_t c = 1; c < choices; ++c)
+    if (score(c) > score(size_t(best))) best = int(c);
+  return best;
+}
+
+}  // namespace
+
+TaskScore score_task(nn::Transformer& model, const Task& task, int rows_per_forward,
+                     const TaskSplit& split, std::vector<std::vector<double>>* log_likelihoods) {
+  TRAINER_ASSERT(model.config().tensor.degree == 1, "task scores need the whole vocabulary");
+  const std::vector<SequenceScore> scores = run_sequences(model, task, rows_per_forward, split);
   // Back to examples: this process's, in order.
   std::vector<double> counts = {0, 0, 0};
   size_t at = 0;
   for (size_t i = size_t(split.rank); i < task.examples.size(); i += size_t(split.world)) {
     const TaskExample& ex = task.examples[i];
-    int best = 0, best_norm = 0;
-    for (size_t c = 0; c < ex.choices.size(); ++c) {
-      const double ll = scores[at + c].log_likelihood;
-      const double norm = ll / double(std::max<int64_t>(1, ex.choices[c].ending_bytes));
-      if (ll > scores[at + size_t(best)].log_likelihood) best = int(c);
-      if (norm > scores[at + size_t(best_norm)].log_likelihood /
-                     double(std::max<int64_t>(1, ex.choices[size_t(best_norm)].ending_bytes)))
-        best_norm = int(c);
-    }
+    const size_t n = ex.choices.size();
+    auto ll = [&](size_t c) { return scores[at + c].log_likelihood; };
+    auto per_byte = [&](size_t c) {
+      return ll(c) / double(std::max<int64_t>(1, ex.choices[c].ending_bytes));
+    };
     if (log_likelihoods) {
       log_likelihoods->emplace_back();
-      for (size_t c = 0; c < ex.choices.size(); ++c)
-        log_likelihoods->back().push_back(scores[at + c].log_likelihood);
+      for (size_t c = 0; c < n; ++c) log_likelihoods->back().push_back(ll(c));
     }
     counts[0] += 1;
-    counts[1] += task.multiple_choice ? best == ex.label : scores[at].greedy;
-    counts[2] += task.multiple_choice && best_norm == ex.label;
-    at += ex.choices.size();
+    counts[1] += task.multiple_choice ? best_choice(n, ll) == ex.label : scores[at].greedy;
+    counts[2] += task.multiple_choice && best_choice(n, per_byte) == ex.label;
+    at += n;
   }
   if (split.comm && split.comm->size() > 1) split.comm->all_reduce(counts);  // exact: integers
   return {int64_t(counts[0]), int64_t(counts[1]), int64_t(counts[2])};

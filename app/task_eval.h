@@ -1,13 +1,14 @@
-// Downstream evaluation on task files (JSON lines), the way llm.c and lm-eval score HellaSwag
-// and LAMBADA:
+// Downstream evaluation on task files (JSON lines), scored as lm-eval scores HellaSwag and
+// LAMBADA:
 //   - multiple choice, HellaSwag's shape {"ctx": ..., "endings": [...], "label": i}: each
 //     ending (joined to the context by a space) scored by its summed log-likelihood given the
 //     context, and by that sum over the ending's bytes (length-normalised); an example is
 //     correct when its label's ending scores highest (ties: the first);
 //   - last word, LAMBADA's shape {"text": ...}: correct when every token of the last word
 //     (from the last space on) is the model's greedy choice.
-// Every sequence starts with the tokenizer's end-of-document token, as the prepared corpus'
-// documents follow one; a context too long for the model loses its oldest tokens.
+// Every sequence starts with one token the caller chooses (TaskShape::start: the
+// end-of-document token the prepared corpus separates documents with, or a published model's
+// beginning-of-sequence token); a context too long for the model loses its oldest tokens.
 #pragma once
 
 #include <filesystem>
@@ -21,28 +22,45 @@
 
 namespace trainer::app {
 
+// One sequence to score: a context, then the ending whose log-likelihood counts.
 struct TaskSequence {
-  std::vector<int32_t> tokens;  // [eos] context ending
+  std::vector<int32_t> tokens;  // start, context, ending
   int scored_from = 1;          // tokens[scored_from..] are the ending's
-  int64_t ending_bytes = 0;
+  int64_t ending_bytes = 0;     // the length normalisation's divisor
 };
 
+// One example: its choices (one for a last-word example) and the right one.
 struct TaskExample {
-  std::vector<TaskSequence> choices;  // one for a last-word example
+  std::vector<TaskSequence> choices;
   int label = 0;
 };
 
+// A task file, tokenized.
 struct Task {
-  std::string name;  // the file's stem
+  std::string name;  // the file's stem: metrics call it task_<name>
   bool multiple_choice = true;
+  int max_tokens = 0;  // its longest sequence: every forward is this long
   std::vector<TaskExample> examples;
 };
 
-// Reads and tokenizes `file` for sequences of at most `max_tokens`. Throws a UsageError
-// naming the file and line for malformed JSON, a line of neither shape (or of the other shape
-// than the first line), a label out of range, or an ending longer than the model's sequences.
-Task read_task(const std::filesystem::path& file, const data::Tokenizer& tok, int max_tokens);
+// The model a task is tokenized for.
+struct TaskShape {
+  int max_tokens = 0;  // the longest sequence it runs
+  int vocab_size = 0;  // ids must be below it
+  int32_t start = 0;   // the token every sequence starts with
+};
 
+// Reads and tokenizes `file` for `shape`. Throws a UsageError naming the file and line for
+// malformed JSON, a line of neither shape (or of the other shape than the first line), a label
+// out of range, an ending longer than the model's sequences, or a token the model lacks.
+Task read_task(const std::filesystem::path& file, const data::Tokenizer& tok,
+               const TaskShape& shape);
+
+// Reads every file of `files`, refusing two of one name (their metrics would collide).
+std::vector<Task> read_tasks(const std::vector<std::string>& files, const data::Tokenizer& tok,
+                             const TaskShape& shape);
+
+// Counts of correct examples.
 struct TaskScore {
   int64_t examples = 0, correct = 0, correct_norm = 0;  // correct_norm: multiple choice only
   double accuracy() const { return examples ? double(correct) / double(examples) : 0; }

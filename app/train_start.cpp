@@ -207,7 +207,7 @@ void TrainLoop::start_up() {
   const fs::path tokenizer_path = rc_.tokenizer;
   if (!fs::exists(tokenizer_path))
     throw UsageError(fmt::format("data.tokenizer = {} does not exist", tokenizer_path.string()));
-  if (fs::is_directory(tokenizer_path) && !hf_folder_tokenizer(tokenizer_path))
+  if (fs::is_directory(tokenizer_path) && !hf_folder_has_tokenizer(tokenizer_path))
     throw UsageError(
         fmt::format("data.tokenizer = {} is a directory holding no tokenizer (tokenizer.model, "
                     "tokenizer.json, vocab.json + merges.txt or encoder.json + vocab.bpe)",
@@ -252,8 +252,9 @@ void TrainLoop::start_up() {
   check_data();
   {
     const data::Tokenizer tok(tokenizer_, rc_.tokenizer);
-    for (const std::string& file : rc_.eval_tasks)
-      tasks_.push_back(read_task(file, tok, transformer_.exec().max_seq_len));
+    tasks_ = read_tasks(rc_.eval_tasks, tok,
+                        {transformer_.exec().max_seq_len, rc_.model.vocab_size,
+                         std::max(0, tok.eos_id())});  // documents follow an eos here
   }
   state_.tokenizer_hash = tokenizer_hash_;
   state_.data_hash = hash64(data_manifest_);

@@ -382,6 +382,9 @@ class MpiCommunicator final : public Communicator {
     MPI_Request req = MPI_REQUEST_NULL;
     const MPI_Datatype type = mpi_type(op.type);
     const MPI_Op sum = op.type == DType::bf16 ? bf16_sum_op_ : MPI_SUM;
+    TRAINER_ASSERT(
+        op.type != DType::f16 || (op.kind != Kind::all_reduce && op.kind != Kind::reduce_scatter),
+        "F16 is never summed");
     const size_t esize = dtype_size(op.type);
     auto check = [&](int rc) { started(op, rc); };
     switch (op.kind) {

@@ -61,9 +61,11 @@ std::string HfConfigReader::text(const char* field, std::optional<std::string> f
   return v->get<std::string>();
 }
 
-void HfConfigReader::expect(const char* field, std::initializer_list<json> allowed,
-                            const char* what) {
-  const json* v = take(field);
+void HfConfigReader::expect(const char* field, const json& hf_default,
+                            std::initializer_list<json> allowed, const char* what) {
+  const bool absent = !config_.contains(field);
+  const json* present = take(field);
+  const json* v = present ? present : absent && !hf_default.is_null() ? &hf_default : nullptr;
   if (!v) return;
   for (const json& a : allowed) {
     const bool numbers = a.is_number() && v->is_number();
@@ -71,7 +73,8 @@ void HfConfigReader::expect(const char* field, std::initializer_list<json> allow
                 : a == *v)
       return;
   }
-  refuse(field, fmt::format("= {} is not supported: the trainer computes {}", v->dump(), what));
+  refuse(field, fmt::format("= {}{} is not supported: the trainer computes {}", v->dump(),
+                            present ? "" : " (Hugging Face's default, as it is absent)", what));
 }
 
 void HfConfigReader::ignore(std::initializer_list<const char*> fields) {
@@ -94,6 +97,16 @@ void HfConfigReader::finish() const {
              fmt::format("= {} is not one the trainer knows for this architecture (it could "
                          "change the model; remove it if it does not)",
                          value.dump()));
+}
+
+GeluForm hf_gelu(HfConfigReader& hf, const char* field, const char* fallback) {
+  const std::string name = hf.text(field, fallback);
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh") return GeluForm::tanh;
+  if (name == "gelu") return GeluForm::erf;
+  throw UsageError(
+      fmt::format("{}: field \"{}\" = \"{}\" is not supported: the trainer "
+                  "computes GELU (gelu_new, gelu_pytorch_tanh or gelu)",
+                  hf.file().string(), field, name));
 }
 
 namespace {
@@ -130,11 +143,11 @@ ModelConfig hf_model_config(const fs::path& config_json) {
   USAGE_CHECK(j.is_object(), "{}: not a JSON object", config_json.string());
   const Architecture& arch = hf_architecture(j, config_json);
   HfConfigReader r(j, config_json);
-  r.expect("model_type", {arch.hf_model_type}, arch.hf_model_type);
-  r.expect("architectures", {json::array({arch.hf_class})}, arch.hf_class);
+  r.expect("model_type", nullptr, {arch.hf_model_type}, arch.hf_model_type);
+  r.expect("architectures", nullptr, {json::array({arch.hf_class})}, arch.hf_class);
   // Ids of special tokens, initialisation, caching, the dtype it was saved in, provenance.
   r.ignore({"bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "use_cache",
-            "torch_dtype", "transformers_version", "_name_or_path", "trainer_step",
+            "torch_dtype", "dtype", "transformers_version", "_name_or_path", "trainer_step",
             "tokenizer_class", "return_dict", "output_attentions", "output_hidden_states"});
   ModelConfig m = arch.from_hf(r);
   m.arch = arch.name;

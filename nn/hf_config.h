@@ -27,9 +27,10 @@ class HfConfigReader {
   double real(const char* field, std::optional<double> fallback = std::nullopt);
   bool boolean(const char* field, bool fallback);
   std::string text(const char* field, std::optional<std::string> fallback = std::nullopt);
-  // The field, when present and not null, must equal one of `allowed`; `what` says what the
-  // trainer computes instead (for the message).
-  void expect(const char* field, std::initializer_list<nlohmann::json> allowed, const char* what);
+  // The field, or Hugging Face's default for it when absent (null: none), must be null or
+  // equal one of `allowed`; `what` says what the trainer computes (for the message).
+  void expect(const char* field, const nlohmann::json& hf_default,
+              std::initializer_list<nlohmann::json> allowed, const char* what);
   // Fields with no bearing on what the trainer computes (ids of special tokens, initialisation,
   // bookkeeping of other tools).
   void ignore(std::initializer_list<const char*> fields);
@@ -47,6 +48,10 @@ class HfConfigReader {
   std::filesystem::path file_;
   std::set<std::string> read_;
 };
+
+// The GELU form the activation `field` names ("gelu_new" or "gelu_pytorch_tanh": the tanh
+// form; "gelu": the exact one), `fallback` when absent; another activation is refused.
+GeluForm hf_gelu(HfConfigReader& hf, const char* field, const char* fallback);
 
 // The model a Hugging Face folder's config.json describes (whole: no tensor slice), its
 // architecture found by the record whose class is named in "architectures" (else by

@@ -3,6 +3,7 @@
 
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -72,8 +73,10 @@ bool is_hf_folder(const fs::path& dir) {
 
 HfWeights::HfWeights(const fs::path& folder, const ParamLayout& layout) {
   const Architecture& arch = layout.config().architecture();
+  // model.safetensors first, as Hugging Face reads a folder holding both.
   std::vector<std::string> shards = {kSingle};
-  if (fs::is_regular_file(folder / kIndex)) shards = index_shards(folder / kIndex);
+  if (!fs::is_regular_file(folder / kSingle) && fs::is_regular_file(folder / kIndex))
+    shards = index_shards(folder / kIndex);
   USAGE_CHECK(fs::is_regular_file(folder / shards[0]), "{}: no {} or {} (safetensors weights)",
               folder.string(), kSingle, kIndex);
   std::map<std::string, std::string> where;  // layout name -> file, for the twice check
@@ -158,6 +161,17 @@ void HfWeights::read(const ParamInfo& p, int64_t begin, int64_t end, float* out)
   });
 }
 
+void to_hf_order(const ParamLayout& layout, float* flat) {
+  std::vector<float> here;
+  for (const ParamInfo& p : layout.params()) {
+    if (p.hf_rows[0] == 0) continue;
+    const int64_t cols = p.numel / p.shape[0];
+    here.assign(flat + p.offset, flat + p.offset + p.numel);
+    for (int64_t r = 0; r < p.shape[0]; ++r)
+      std::copy_n(here.data() + r * cols, cols, flat + p.offset + hf_row(p, r, false) * cols);
+  }
+}
+
 std::vector<std::string> write_hf_weights(const fs::path& folder, const ParamLayout& layout,
                                           const float* flat, DType dtype, int64_t max_shard_bytes) {
   // Parameters in layout order, cut into shards where the next would pass the limit.
@@ -183,7 +197,12 @@ std::vector<std::string> write_hf_weights(const fs::path& folder, const ParamLay
           const float v = flat[p->offset + hf_row(*p, i / cols, true) * cols + i % cols];
           if (dtype == DType::f32) static_cast<float*>(out)[i - begin] = v;
           if (dtype == DType::bf16) static_cast<bf16*>(out)[i - begin] = to_bf16(v);
-          if (dtype == DType::f16) static_cast<f16*>(out)[i - begin] = to_f16(v);
+          if (dtype == DType::f16) {
+            USAGE_CHECK(std::abs(v) <= 65504.0f || !std::isfinite(v),
+                        "{}: {} = {} is beyond fp16's range (65504): export it as bf16 or fp32",
+                        folder.string(), p->name, v);
+            static_cast<f16*>(out)[i - begin] = to_f16(v);
+          }
         }
       });
       map[p->name] = files.back();

@@ -38,6 +38,11 @@ class HfWeights {
   DType dtype_ = DType::f32;
 };
 
+// Puts the rows of each parameter that Hugging Face orders otherwise (ParamSpec::hf_rows) of
+// the host buffer `flat` (fp32, laid out by the whole model's `layout`) in Hugging Face's
+// order, in place.
+void to_hf_order(const ParamLayout& layout, float* flat);
+
 // Writes the parameters of `flat` (host fp32, laid out by the whole model's `layout`) into
 // `folder` as Hugging Face stores them: names, row order, `dtype` (F32, BF16 or F16, rounded to
 // nearest even), in model.safetensors when they fit in `max_shard_bytes`, else in

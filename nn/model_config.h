@@ -9,6 +9,7 @@
 
 #include <optional>
 
+#include "nn/ops/gelu.h"
 #include "runtime/context.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
@@ -47,8 +48,9 @@ struct ModelConfig {
   int ffn_hidden = 0;         // SwiGLU hidden size before rounding (0 = 8C/3)
   int ffn_multiple_of = 256;  // the hidden size is rounded up to a multiple of this
   float rope_theta = 10000.0f;
-  double rotary_pct = 1.0;     // the fraction of each head the rotary embeddings turn
-  bool tie_embeddings = true;  // the head reads the token embedding
+  double rotary_pct = 1.0;         // the fraction of each head the rotary embeddings turn
+  bool tie_embeddings = true;      // the head reads the token embedding
+  GeluForm gelu = GeluForm::tanh;  // gpt2, neox: the MLP's GELU (Pythia's is erf)
   // Not a key of model.*: the slice this process holds (dist.tensor_parallel and the rank's
   // place in the grid set it); the parameters and activations are the slice's.
   TensorSlice tensor;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include <fmt/ranges.h>
 
@@ -15,21 +14,6 @@ void add_params(SafetensorsWriter& writer, const ParamLayout& layout, const void
   for (const ParamInfo& p : layout.params())
     writer.add(prefix + p.name, dtype, p.shape,
                static_cast<const char*>(flat) + size_t(p.offset) * dtype_size(dtype));
-}
-
-void to_hf_order(const ParamLayout& layout, float* flat) {
-  std::vector<float> here;
-  for (const ParamInfo& p : layout.params()) {
-    const auto [a, b] = p.hf_rows;
-    if (a == 0) continue;
-    const int64_t rows = p.shape[0], cols = p.numel / rows, group = rows / (a * b) * cols;
-    TRAINER_ASSERT(rows % (a * b) == 0, "{}: {} rows in {} x {} groups", p.name, rows, a, b);
-    float* x = flat + p.offset;
-    here.assign(x, x + p.numel);
-    for (int64_t i = 0; i < a; ++i)    // rows (i, j, rest) here ...
-      for (int64_t j = 0; j < b; ++j)  // ... are (j, i, rest) there
-        std::copy_n(here.data() + (i * b + j) * group, group, x + (j * a + i) * group);
-  }
 }
 
 void load_params(const SafetensorsFile& file, const ParamLayout& layout, float* flat,

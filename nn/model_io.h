@@ -14,10 +14,6 @@ namespace trainer::nn {
 void add_params(SafetensorsWriter& writer, const ParamLayout& layout, const void* flat,
                 DType dtype = DType::f32, const std::string& prefix = "");
 
-// Puts the rows of each parameter that Hugging Face orders otherwise (ParamSpec::hf_rows) of
-// the host buffer `flat` (fp32, laid out by `layout`) in Hugging Face's order, in place.
-void to_hf_order(const ParamLayout& layout, float* flat);
-
 // Copies every parameter named in `layout` from `file` into the host fp32 buffer `flat`.
 // Throws naming the file and tensor when one is missing or has another shape or dtype (a
 // checkpoint of another model).

@@ -81,7 +81,7 @@ void gpt2_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
                       W(t, R::norm1_b));
     layernorm_forward(ctx, A(t, ln2), A(t, ln2_mean), A(t, ln2_rstd), A(t, res_mid),
                       W(t, R::norm2_w), W(t, R::norm2_b));
-    gelu_forward(ctx, A(t, fch_gelu), A(t, fch));
+    gelu_forward(ctx, A(t, fch_gelu), A(t, fch), t.model->gelu);
     return;
   }
   layernorm_forward(ctx, A(t, ln1), A(t, ln1_mean), A(t, ln1_rstd), t.x, W(t, R::norm1_w),
@@ -95,7 +95,7 @@ void gpt2_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
   layernorm_residual_forward(ctx, A(t, res_mid), A(t, ln2), A(t, ln2_mean), A(t, ln2_rstd), t.x,
                              t.tmp, W(t, R::norm2_w), W(t, R::norm2_b));
   linear_gelu_forward(ctx, A(t, fch_gelu), A(t, fch), gather_tokens(t, A(t, ln2)), W(t, R::fc_w),
-                      W(t, R::fc_b));
+                      W(t, R::fc_b), t.model->gelu);
   linear_forward(ctx, row_output(t), A(t, fch_gelu), W(t, R::fc_proj_w),
                  row_parallel_bias(t, R::fc_proj_b));
   sum_partial_outputs(t);
@@ -107,7 +107,8 @@ void gpt2_block_backward(const Context& ctx, const BlockTensors& t) {
   using R = Role;
   // MLP branch (GELU's backward in the second layer's input-gradient product).
   gelu_linear_backward(ctx, A(t, d_fch), G(t, R::fc_proj_w), G(t, R::fc_proj_b),
-                       branch_grad(ctx, t), A(t, fch_gelu), W(t, R::fc_proj_w), A(t, fch));
+                       branch_grad(ctx, t), A(t, fch_gelu), W(t, R::fc_proj_w), A(t, fch),
+                       t.model->gelu);
   linear_backward(ctx, column_input_grad(t), G(t, R::fc_w), G(t, R::fc_b), A(t, d_fch),
                   gather_tokens(t, A(t, ln2)), W(t, R::fc_w));
   sum_partial_input_grads(t);
@@ -133,7 +134,7 @@ nlohmann::json gpt2_hf_config(const ModelConfig& m) {
           {"n_embd", m.n_embd},
           {"n_layer", m.n_layer},
           {"n_head", m.n_head},
-          {"activation_function", "gelu_new"},
+          {"activation_function", m.gelu == GeluForm::erf ? "gelu" : "gelu_new"},
           {"layer_norm_epsilon", 1e-5},
           {"tie_word_embeddings", true}};
 }
@@ -146,13 +147,13 @@ ModelConfig gpt2_from_hf(HfConfigReader& hf) {
   m.n_embd = int(hf.integer("n_embd", 768));
   m.n_layer = int(hf.integer("n_layer", 12));
   m.n_head = int(hf.integer("n_head", 12));
-  hf.expect("n_inner", {4 * int64_t(m.n_embd)}, "an MLP of 4 n_embd");
-  hf.expect("activation_function", {"gelu_new", "gelu_pytorch_tanh"}, "GELU's tanh form");
-  hf.expect("layer_norm_epsilon", {1e-5}, "LayerNorm with epsilon 1e-5");
-  hf.expect("scale_attn_weights", {true}, "attention scaled by 1/sqrt(head size)");
-  hf.expect("scale_attn_by_inverse_layer_idx", {false}, "no per-layer attention scaling");
-  hf.expect("add_cross_attention", {false}, "no cross-attention");
-  hf.expect("tie_word_embeddings", {true}, "a head tied to the token embedding");
+  hf.expect("n_inner", nullptr, {4 * int64_t(m.n_embd)}, "an MLP of 4 n_embd");
+  m.gelu = hf_gelu(hf, "activation_function", "gelu_new");
+  hf.expect("layer_norm_epsilon", 1e-5, {1e-5}, "LayerNorm with epsilon 1e-5");
+  hf.expect("scale_attn_weights", true, {true}, "attention scaled by 1/sqrt(head size)");
+  hf.expect("scale_attn_by_inverse_layer_idx", false, {false}, "no per-layer attention scaling");
+  hf.expect("add_cross_attention", false, {false}, "no cross-attention");
+  hf.expect("tie_word_embeddings", true, {true}, "a head tied to the token embedding");
   // How HF upcasts attention in fp16, and the double-heads model's classifier: not the model.
   hf.ignore({"n_ctx", "reorder_and_upcast_attn", "summary_type", "summary_use_proj",
              "summary_activation", "summary_proj_to_labels", "summary_first_dropout",

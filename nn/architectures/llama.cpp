@@ -21,6 +21,8 @@ namespace {
 using namespace block_access;
 
 void llama_validate(const ModelConfig& m) {
+  USAGE_CHECK(m.gelu == GeluForm::tanh,
+              "model.gelu = erf needs model.arch = gpt2 or neox (Llama's MLP is SwiGLU)");
   USAGE_CHECK(m.n_head % m.kv_heads() == 0, "model.n_kv_head ({}) must divide model.n_head ({})",
               m.n_kv_head, m.n_head);
   USAGE_CHECK(m.head_size() % 2 == 0 && m.head_size() <= 1024,
@@ -212,12 +214,13 @@ ModelConfig llama_from_hf(HfConfigReader& hf) {
   USAGE_CHECK(m.n_head > 0 && m.n_embd % m.n_head == 0,
               "{}: hidden_size {} is not a multiple of num_attention_heads {}", hf.file().string(),
               m.n_embd, m.n_head);
-  hf.expect("head_dim", {m.n_embd / m.n_head}, "heads of hidden_size / num_attention_heads");
-  hf.expect("hidden_act", {"silu"}, "SwiGLU (silu)");
-  hf.expect("rms_norm_eps", {1e-5}, "RMSNorm with epsilon 1e-5");
-  hf.expect("rope_scaling", {}, "rotary embeddings without scaling");
-  hf.expect("attention_bias", {false}, "projections without biases");
-  hf.expect("mlp_bias", {false}, "projections without biases");
+  hf.expect("head_dim", nullptr, {m.n_embd / m.n_head},
+            "heads of hidden_size / num_attention_heads");
+  hf.expect("hidden_act", "silu", {"silu"}, "SwiGLU (silu)");
+  hf.expect("rms_norm_eps", 1e-6, {1e-5}, "RMSNorm with epsilon 1e-5");
+  hf.expect("rope_scaling", nullptr, {}, "rotary embeddings without scaling");
+  hf.expect("attention_bias", false, {false}, "projections without biases");
+  hf.expect("mlp_bias", false, {false}, "projections without biases");
   hf.ignore({"pretraining_tp"});  // how Meta's code cut the products: the same sums
   hf.dropouts({"attention_dropout"});
   return m;

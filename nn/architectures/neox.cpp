@@ -5,7 +5,8 @@
 // a final LayerNorm and a head tied to the token embedding or not. Names and orientations
 // follow Hugging Face's GPTNeoXForCausalLM (torch.nn.Linear weights, stored (out, in)), except
 // that the fused q/k/v rows are kept as [q; k; v] here and interleaved by head on export
-// (ParamSpec::hf_rows). The MLP's GELU is the tanh form, exported as hidden_act "gelu_new".
+// (ParamSpec::hf_rows). The MLP's GELU is the tanh form ("gelu_new") or, as Pythia's, the exact
+// one ("gelu": model.gelu = erf).
 #include "nn/architecture.h"
 #include "nn/ops/attention.h"
 #include "nn/ops/cast.h"
@@ -109,7 +110,7 @@ void neox_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
   };
   if (pass == BlockPass::recompute_cheap) {
     norms();
-    gelu_forward(ctx, A(t, fch_gelu), A(t, fch));
+    gelu_forward(ctx, A(t, fch_gelu), A(t, fch), t.model->gelu);
     return;
   }
   const int hs = t.model->head_size(), rd = t.model->rotary_dims();
@@ -128,7 +129,7 @@ void neox_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
   if (pass == BlockPass::train) residual_forward(ctx, t.out, t.x, t.tmp);
   // MLP branch, beside it.
   linear_gelu_forward(ctx, A(t, fch_gelu), A(t, fch), gather_tokens(t, A(t, ln2)), W(t, R::fc_w),
-                      W(t, R::fc_b), kOutIn);
+                      W(t, R::fc_b), t.model->gelu, kOutIn);
   linear_forward(ctx, row_output(t), A(t, fch_gelu), W(t, R::fc_proj_w),
                  row_parallel_bias(t, R::fc_proj_b), kOutIn);
   sum_partial_outputs(t);
@@ -144,7 +145,7 @@ void neox_block_backward(const Context& ctx, const BlockTensors& t) {
   const float theta = t.model->rope_theta;
   const Tensor& dy = branch_grad(ctx, t);
   gelu_linear_backward(ctx, A(t, d_fch), G(t, R::fc_proj_w), G(t, R::fc_proj_b), dy, A(t, fch_gelu),
-                       W(t, R::fc_proj_w), A(t, fch), kOutIn);
+                       W(t, R::fc_proj_w), A(t, fch), t.model->gelu, kOutIn);
   linear_backward(ctx, A(t, d_atty), G(t, R::attn_proj_w), G(t, R::attn_proj_b), dy, A(t, atty),
                   W(t, R::attn_proj_w), kOutIn);
   // MLP branch.
@@ -175,7 +176,7 @@ nlohmann::json neox_hf_config(const ModelConfig& m) {
           {"intermediate_size", 4 * m.n_embd},
           {"num_hidden_layers", m.n_layer},
           {"num_attention_heads", m.n_head},
-          {"hidden_act", "gelu_new"},
+          {"hidden_act", m.gelu == GeluForm::erf ? "gelu" : "gelu_new"},
           {"rotary_pct", m.rotary_pct},
           {"partial_rotary_factor", m.rotary_pct},
           {"rotary_emb_base", m.rope_theta},
@@ -188,8 +189,7 @@ nlohmann::json neox_hf_config(const ModelConfig& m) {
           {"tie_word_embeddings", m.tie_embeddings}};
 }
 
-// GPTNeoXConfig's fields (its defaults where absent; its default GELU, the exact one, is
-// refused: the trainer computes the tanh form).
+// GPTNeoXConfig's fields (its defaults where absent: the exact GELU among them).
 ModelConfig neox_from_hf(HfConfigReader& hf) {
   ModelConfig m;
   m.vocab_size = int(hf.integer("vocab_size", 50432));
@@ -200,16 +200,16 @@ ModelConfig neox_from_hf(HfConfigReader& hf) {
   m.rotary_pct = hf.real("partial_rotary_factor", hf.real("rotary_pct", 0.25));
   m.rope_theta = float(hf.real("rope_theta", hf.real("rotary_emb_base", 10000.0)));
   m.tie_embeddings = hf.boolean("tie_word_embeddings", false);
-  hf.expect("intermediate_size", {4 * int64_t(m.n_embd)}, "an MLP of 4 hidden_size");
-  hf.expect("hidden_act", {"gelu_new", "gelu_pytorch_tanh"}, "GELU's tanh form");
+  hf.expect("intermediate_size", 24576, {4 * int64_t(m.n_embd)}, "an MLP of 4 hidden_size");
+  m.gelu = hf_gelu(hf, "hidden_act", "gelu");
   if (!hf.boolean("use_parallel_residual", true))
     throw UsageError(
         fmt::format("{}: field \"use_parallel_residual\" = false is not supported: "
                     "the trainer computes attention and MLP in parallel",
                     hf.file().string()));
-  hf.expect("layer_norm_eps", {1e-5}, "LayerNorm with epsilon 1e-5");
-  hf.expect("rope_scaling", {}, "rotary embeddings without scaling");
-  hf.expect("attention_bias", {true}, "projections with biases");
+  hf.expect("layer_norm_eps", 1e-5, {1e-5}, "LayerNorm with epsilon 1e-5");
+  hf.expect("rope_scaling", nullptr, {}, "rotary embeddings without scaling");
+  hf.expect("attention_bias", true, {true}, "projections with biases");
   hf.ignore({"classifier_dropout"});  // the classification model's
   hf.dropouts({"attention_dropout", "hidden_dropout"});
   return m;

@@ -224,19 +224,19 @@ size_t attention_workspace(const Context& ctx, int64_t rows, int n_head, int64_t
   TRAINER_DISPATCH(attention_workspace, ctx, rows, n_head, Tq, Tk, head_size, act, backward);
 }
 
-void gelu_forward(const Context& ctx, const Tensor& out, const ConstTensor& inp) {
+void gelu_forward(const Context& ctx, const Tensor& out, const ConstTensor& inp, GeluForm form) {
   TRAINER_ASSERT(
       out.contiguous() && inp.contiguous() && out.numel() == inp.numel() && out.dtype == inp.dtype,
       "gelu_forward shapes");
-  TRAINER_OP(gelu_forward, "activations", ctx, out, inp);
+  TRAINER_OP(gelu_forward, "activations", ctx, out, inp, form);
 }
 
 void gelu_backward(const Context& ctx, const Tensor& dinp, const ConstTensor& dout,
-                   const ConstTensor& inp) {
+                   const ConstTensor& inp, GeluForm form) {
   TRAINER_ASSERT(dinp.numel() == inp.numel() && dout.numel() == inp.numel() &&
                      dinp.dtype == inp.dtype && dout.dtype == inp.dtype,
                  "gelu_backward shapes");
-  TRAINER_OP(gelu_backward, "activations", ctx, dinp, dout, inp);
+  TRAINER_OP(gelu_backward, "activations", ctx, dinp, dout, inp, form);
 }
 
 void residual_forward(const Context& ctx, const Tensor& out, const ConstTensor& a,

@@ -22,13 +22,16 @@ void linear_forward(const Context& ctx, const Tensor& out, const ConstTensor& in
 
 void linear_gelu_forward(const Context& ctx, const Tensor& out, const Tensor& pre,
                          const ConstTensor& inp, const ConstTensor& w, const ConstTensor& bias,
-                         WeightLayout layout) {
+                         GeluForm form, WeightLayout layout) {
   {
     PROFILE_SCOPE("linear_gelu_forward", "gemm");
-    if (matmul_gelu(ctx, out, pre, inp, false, w, layout == WeightLayout::out_in, bias)) return;
+    // cuBLASLt's GELU epilogue is the tanh form.
+    if (form == GeluForm::tanh &&
+        matmul_gelu(ctx, out, pre, inp, false, w, layout == WeightLayout::out_in, bias))
+      return;
   }
   linear_forward(ctx, pre, inp, w, bias, layout);
-  gelu_forward(ctx, out, pre);
+  gelu_forward(ctx, out, pre, form);
 }
 
 namespace {
@@ -70,12 +73,13 @@ void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, c
 
 void gelu_linear_backward(const Context& ctx, const Tensor& dpre, const Tensor& dw,
                           const Tensor& dbias, const ConstTensor& dout, const ConstTensor& inp,
-                          const ConstTensor& w, const ConstTensor& pre, WeightLayout layout) {
+                          const ConstTensor& w, const ConstTensor& pre, GeluForm form,
+                          WeightLayout layout) {
   PROFILE_SCOPE("gelu_linear_backward", "gemm");
   const bool in_out = layout == WeightLayout::in_out;
-  if (!matmul_dgelu(ctx, dpre, dout, false, w, in_out, pre)) {
+  if (form != GeluForm::tanh || !matmul_dgelu(ctx, dpre, dout, false, w, in_out, pre)) {
     matmul(ctx, dpre, dout, false, w, in_out);
-    gelu_backward(ctx, dpre, dpre, pre);
+    gelu_backward(ctx, dpre, dpre, pre, form);
   }
   weight_grads(ctx, dw, dbias, dout, inp, in_out);
 }

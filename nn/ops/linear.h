@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "nn/ops/gelu.h"
 #include "runtime/context.h"
 #include "runtime/tensor.h"
 
@@ -21,11 +22,12 @@ void linear_forward(const Context& ctx, const Tensor& out, const ConstTensor& in
                     WeightLayout layout = WeightLayout::in_out);
 
 // pre(N,O) = inp @ w + bias and out(N,O) = gelu(pre): the MLP's first layer and its GELU,
-// fused into the product's epilogue on CUDA (cuBLASLt's GELU_AUX_BIAS, which writes both), a
-// product then gelu_forward elsewhere (or where cuBLASLt has no such algorithm).
+// fused into the product's epilogue on CUDA for the tanh form (cuBLASLt's GELU_AUX_BIAS, which
+// writes both), a product then gelu_forward otherwise (or where cuBLASLt has no such
+// algorithm).
 void linear_gelu_forward(const Context& ctx, const Tensor& out, const Tensor& pre,
                          const ConstTensor& inp, const ConstTensor& w, const ConstTensor& bias,
-                         WeightLayout layout = WeightLayout::in_out);
+                         GeluForm form, WeightLayout layout = WeightLayout::in_out);
 
 // dinp(N,I) = dout @ w^T (overwritten; skipped when dinp is empty); dw += inp^T @ dout (in
 // w's layout); dbias(O) += the column sums of dout (skipped when empty; deterministic).
@@ -35,12 +37,12 @@ void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, c
 
 // linear_backward of a layer whose input was gelu(pre) (the MLP's second layer), GELU's backward
 // included: dpre(N,I) = gelu'(pre) * (dout @ w^T), overwritten, in place of dinp; dw and dbias
-// as linear_backward. On CUDA GELU's derivative rides in the product's epilogue (cuBLASLt's
-// DGELU); elsewhere (or where cuBLASLt has no such algorithm) the product goes to dpre and
-// gelu_backward follows in place.
+// as linear_backward. On CUDA the tanh form's derivative rides in the product's epilogue
+// (cuBLASLt's DGELU); otherwise (or where cuBLASLt has no such algorithm) the product goes to
+// dpre and gelu_backward follows in place.
 void gelu_linear_backward(const Context& ctx, const Tensor& dpre, const Tensor& dw,
                           const Tensor& dbias, const ConstTensor& dout, const ConstTensor& inp,
-                          const ConstTensor& w, const ConstTensor& pre,
+                          const ConstTensor& w, const ConstTensor& pre, GeluForm form,
                           WeightLayout layout = WeightLayout::in_out);
 
 // Scratch linear_forward and linear_backward take for these sizes and dtypes.

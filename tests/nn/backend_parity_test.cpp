@@ -272,35 +272,39 @@ Outputs linear_case(Arena& a, DType act, DType grad, int N, int I, int O, bool b
 // The MLP's first layer with its GELU: on CUDA one cuBLASLt product with the GELU_AUX_BIAS
 // epilogue (O a multiple of 8, as the epilogue's auxiliary output needs), whose GELU must be
 // the CPU's tanh approximation.
+// The exact form (Pythia's) runs the product, then the GELU kernel.
+template <GeluForm form>
 Outputs linear_gelu_case(Arena& a, DType act, DType) {
   const int N = 19, I = 24, O = 48;
   const Tensor x = a.random(1, act, {N, I}), w = a.random(2, act, {I, O}),
                b = a.random(3, act, {O});
   const Tensor out = a.poisoned(act, {N, O}), pre = a.poisoned(act, {N, O});
-  linear_gelu_forward(a.ctx, out, pre, x, w, b);
+  linear_gelu_forward(a.ctx, out, pre, x, w, b, form);
   return {{"out", a.read(out)}, {"pre", a.read(pre)}};
 }
 
 // The MLP's second layer's backward with GELU's: on CUDA the input gradient is one cuBLASLt
 // product with the DGELU epilogue (I a multiple of 8, as its auxiliary input needs), and the
 // weight gradient's product carries the bias gradient (BGRADA).
+template <GeluForm form>
 Outputs gelu_linear_case(Arena& a, DType act, DType grad) {
   const int N = 19, I = 48, O = 24;
   const Tensor pre = a.random(1, act, {N, I}, 2.0f), x = a.poisoned(act, {N, I});
-  gelu_forward(a.ctx, x, pre);
+  gelu_forward(a.ctx, x, pre, form);
   const Tensor w = a.random(2, act, {I, O}), dout = a.random(3, act, {N, O});
   const Tensor dpre = a.poisoned(act, {N, I});
   const Tensor dw = a.random(4, grad, {I, O}), db = a.random(5, grad, {O});
-  gelu_linear_backward(a.ctx, dpre, dw, db, dout, x, w, pre);
+  gelu_linear_backward(a.ctx, dpre, dw, db, dout, x, w, pre, form);
   return {{"dpre", a.read(dpre)}, {"dw", a.read(dw)}, {"db", a.read(db)}};
 }
 
+template <GeluForm form>
 Outputs gelu_case(Arena& a, DType act, DType) {
   const int n = 301;
   const Tensor x = a.random(1, act, {n}, 2.0f), out = a.poisoned(act, {n});
-  gelu_forward(a.ctx, out, x);
+  gelu_forward(a.ctx, out, x, form);
   const Tensor dout = a.random(2, act, {n}), dx = a.poisoned(act, {n});
-  gelu_backward(a.ctx, dx, dout, x);
+  gelu_backward(a.ctx, dx, dout, x, form);
   return {{"out", a.read(out)}, {"dx", a.read(dx)}};
 }
 
@@ -425,9 +429,12 @@ std::vector<Case> make_cases() {
       {"rope", rope_case},
       {"rope_partial", rope_partial_case},
       {"swiglu", swiglu_case},
-      {"gelu", gelu_case},
-      {"linear_gelu", linear_gelu_case},
-      {"gelu_linear", gelu_linear_case},
+      {"gelu", gelu_case<GeluForm::tanh>},
+      {"gelu_erf", gelu_case<GeluForm::erf>},
+      {"linear_gelu", linear_gelu_case<GeluForm::tanh>},
+      {"linear_gelu_erf", linear_gelu_case<GeluForm::erf>},
+      {"gelu_linear", gelu_linear_case<GeluForm::tanh>},
+      {"gelu_linear_erf", gelu_linear_case<GeluForm::erf>},
       {"residual", residual_case},
       {"cross_entropy", cross_entropy_case},
       {"cast", cast_case},

@@ -30,9 +30,10 @@ ModelConfig with_arch(ModelConfig c, const std::string& arch) {
     c.ffn_multiple_of = 16;
     c.tie_embeddings = false;
   }
-  if (arch == "neox") {
+  if (arch == "neox") {  // as Pythia
     c.rotary_pct = 0.25;
     c.tie_embeddings = false;
+    c.gelu = GeluForm::erf;
   }
   return c;
 }

@@ -156,13 +156,33 @@ TEST(OpsGrad, Gelu) {
   OpEnv env;
   const int n = 200;
   auto x = random_vector(n, 1, 2.0f), r = random_vector(n, 2);
-  std::vector<float> out(n), dx(n);
-  auto loss = [&] {
-    gelu_forward(env.ctx, view(out, {n}), view(x, {n}));
-    return weighted_sum(out.data(), r);
-  };
-  gelu_backward(env.ctx, view(dx, {n}), view(r, {n}), view(x, {n}));
-  expect_gradient("dx", x, dx, loss, 200);
+  for (const GeluForm form : {GeluForm::tanh, GeluForm::erf}) {
+    std::vector<float> out(n), dx(n);
+    auto loss = [&] {
+      gelu_forward(env.ctx, view(out, {n}), view(x, {n}), form);
+      return weighted_sum(out.data(), r);
+    };
+    gelu_backward(env.ctx, view(dx, {n}), view(r, {n}), view(x, {n}), form);
+    expect_gradient("dx", x, dx, loss, 200);
+  }
+}
+
+// The values against their definitions in double precision: x Phi(x) exactly, and GPT-2's
+// tanh form. The forms differ by up to 5e-4 near |x| = 2, far above fp32 rounding, so a
+// kernel of the wrong form fails here.
+TEST(OpsGrad, GeluValues) {
+  OpEnv env;
+  const int n = 200;
+  auto x = random_vector(n, 1, 3.0f);
+  std::vector<float> out(n);
+  gelu_forward(env.ctx, view(out, {n}), view(x, {n}), GeluForm::erf);
+  for (int i = 0; i < n; ++i)
+    EXPECT_NEAR(out[i], 0.5 * x[i] * (1 + std::erf(x[i] / std::sqrt(2.0))), 2e-6) << x[i];
+  gelu_forward(env.ctx, view(out, {n}), view(x, {n}), GeluForm::tanh);
+  for (int i = 0; i < n; ++i) {
+    const double u = std::sqrt(2 / M_PI) * (x[i] + 0.044715 * std::pow(double(x[i]), 3));
+    EXPECT_NEAR(out[i], 0.5 * x[i] * (1 + std::tanh(u)), 2e-6) << x[i];
+  }
 }
 
 TEST(OpsGrad, Embedding) {

@@ -3,9 +3,10 @@
 // recomputes them in float64 and compares logits, loss, every parameter gradient and the losses
 // of ten AdamW steps. Covers plain, packed (segment ids) and padded (row lengths) batches, for
 // GPT-2, Llama (grouped-query attention, untied head; tied in the plain case) and GPT-NeoX
-// (half of each head rotary; untied head, tied in the plain case). The weights and gradients
-// go to the script in Hugging Face's layout, as `trainer export` writes them (GPT-NeoX's q/k/v
-// rows interleaved by head), so the script computes each model as Hugging Face does.
+// (as Pythia: half of each head rotary, the exact GELU; untied head, tied in the plain case). The
+// weights and gradients go to the script in Hugging Face's layout, as `trainer export` writes them
+// (GPT-NeoX's q/k/v rows interleaved by head), so the script computes each model as Hugging Face
+// does.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -109,7 +110,10 @@ TEST_P(TorchParity, MatchesPyTorch) {
     cfg.n_kv_head = 2;
     cfg.ffn_multiple_of = 16;
   }
-  if (arch == "neox") cfg.rotary_pct = 0.5;
+  if (arch == "neox") {  // as Pythia: partial rotary, the exact GELU
+    cfg.rotary_pct = 0.5;
+    cfg.gelu = GeluForm::erf;
+  }
   const int B = 3, T = 20;
   Transformer model(cfg, testing::exec_for(B, T));
   model.init_weights(1234);
@@ -150,9 +154,10 @@ TEST_P(TorchParity, MatchesPyTorch) {
     to_hf_order(model.layout(), hf.data());
     SafetensorsWriter w;
     add_params(w, model.layout(), hf.data());
-    w.set_metadata("config", fmt::format("{} {} {} {} {} {} {} {} {}", cfg.arch, cfg.vocab_size,
+    w.set_metadata("config", fmt::format("{} {} {} {} {} {} {} {} {} {}", cfg.arch, cfg.vocab_size,
                                          cfg.max_seq_len, cfg.n_layer, cfg.n_head, cfg.n_embd,
-                                         cfg.kv_heads(), cfg.rope_theta, cfg.rotary_dims()));
+                                         cfg.kv_heads(), cfg.rope_theta, cfg.rotary_dims(),
+                                         cfg.gelu == GeluForm::erf ? "erf" : "tanh"));
     w.write(dir / "weights.safetensors");
   }
   run_and_compare(model, cfg, batch, dir);
@@ -166,8 +171,9 @@ INSTANTIATE_TEST_SUITE_P(Batches, TorchParity,
                          });
 
 // A Hugging Face folder written by the reference (random weights as Hugging Face lays them
-// out: GPT-2's Conv1D matrices and prefixed names, Llama's grouped key/value heads, tied or
-// untied heads; one file or shards; F32, BF16 or F16) read by the trainer alone (its
+// out: GPT-2's Conv1D matrices and prefixed names, Llama's grouped key/value heads, Pythia's
+// config (exact GELU, q/k/v by head, partial rotary), tied or untied heads; one file or shards;
+// F32, BF16 or F16) read by the trainer alone (its
 // config.json and weights), then run and compared as above against the folder's own values.
 class HfFolderParity
     : public ::testing::TestWithParam<std::tuple<std::string, std::string, int, bool>> {};
@@ -201,7 +207,8 @@ INSTANTIATE_TEST_SUITE_P(
     Folders, HfFolderParity,
     ::testing::Values(std::tuple{"gpt2", "F32", 1, true}, std::tuple{"gpt2", "F16", 3, true},
                       std::tuple{"llama", "BF16", 1, false}, std::tuple{"llama", "F32", 4, false},
-                      std::tuple{"llama", "F16", 2, true}),
+                      std::tuple{"llama", "F16", 2, true}, std::tuple{"neox", "F16", 2, false},
+                      std::tuple{"neox", "F32", 1, true}),
     [](const auto& info) {
       return fmt::format("{}_{}_{}shards_{}", std::get<0>(info.param), std::get<1>(info.param),
                          std::get<2>(info.param), std::get<3>(info.param) ? "tied" : "untied");

@@ -61,9 +61,9 @@ class Gpt(Weights):
     """GPT-2: learned positions, pre-LN blocks, tanh GELU, tied head. Weights in HF Conv1D
     orientation (in, out)."""
 
-    def __init__(self, weights, n_layer, n_head):
+    def __init__(self, weights, n_layer, n_head, gelu="tanh"):
         super().__init__(weights)
-        self.n_layer, self.n_head = n_layer, n_head
+        self.n_layer, self.n_head, self.gelu = n_layer, n_head, "none" if gelu == "erf" else "tanh"
 
     def forward(self, tokens, segments, lengths):
         B, T = tokens.shape
@@ -81,7 +81,7 @@ class Gpt(Weights):
             x = x + y @ self.w(h + "attn.c_proj.weight") + self.w(h + "attn.c_proj.bias")
             m = F.layer_norm(x, (C,), self.w(h + "ln_2.weight"), self.w(h + "ln_2.bias"), 1e-5)
             m = F.gelu(m @ self.w(h + "mlp.c_fc.weight") + self.w(h + "mlp.c_fc.bias"),
-                       approximate="tanh")
+                       approximate=self.gelu)
             x = x + m @ self.w(h + "mlp.c_proj.weight") + self.w(h + "mlp.c_proj.bias")
         x = F.layer_norm(x, (C,), self.w("ln_f.weight"), self.w("ln_f.bias"), 1e-5)
         return x @ self.w("wte.weight").T
@@ -182,12 +182,13 @@ class Neox(Weights):
     """GPT-NeoX as Hugging Face's GPTNeoXForCausalLM computes it with use_parallel_residual:
     x + attn(ln1(x)) + mlp(ln2(x)); the fused query_key_value rows grouped by head
     ([q_h, k_h, v_h] for each head h); rotary embeddings on the first rotary_dims channels of
-    each head; LayerNorm (eps 1e-5) and biases; a tanh-GELU MLP ("gelu_new"); the head is
-    embed_out.weight or, tied, the token embedding."""
+    each head; LayerNorm (eps 1e-5) and biases; a GELU MLP, exact ("gelu", Pythia's) or the
+    tanh form ("gelu_new"); the head is embed_out.weight or, tied, the token embedding."""
 
-    def __init__(self, weights, n_layer, n_head, theta, rotary_dims):
+    def __init__(self, weights, n_layer, n_head, theta, rotary_dims, gelu="tanh"):
         super().__init__(weights)
         self.n_layer, self.n_head, self.theta, self.rd = n_layer, n_head, theta, rotary_dims
+        self.gelu = "none" if gelu == "erf" else "tanh"
 
     def ln(self, x, name):
         return F.layer_norm(x, (x.shape[-1],), self.w(name + ".weight"), self.w(name + ".bias"),
@@ -215,7 +216,7 @@ class Neox(Weights):
             y = attend(q, k, v, allowed)
             attn = self.linear(y, h + "attention.dense")
             m = self.ln(x, h + "post_attention_layernorm")
-            m = F.gelu(self.linear(m, h + "mlp.dense_h_to_4h"), approximate="tanh")
+            m = F.gelu(self.linear(m, h + "mlp.dense_h_to_4h"), approximate=self.gelu)
             x = x + attn + self.linear(m, h + "mlp.dense_4h_to_h")
         x = self.ln(x, "gpt_neox.final_layer_norm")
         head = "embed_out.weight" if self.has("embed_out.weight") else "gpt_neox.embed_in.weight"
@@ -292,6 +293,35 @@ def make_hf(d, arch, dtype, shards, tied):
             w[p + "attn.bias"] = np.tril(np.ones((P, P), np.float32))[None, None]  # a buffer
         rand("transformer.ln_f.weight", C, scale=0.2, offset=1.0)
         rand("transformer.ln_f.bias", C, scale=0.1)
+    elif arch == "neox":  # as Pythia's config.json has it (its default, exact GELU)
+        config = {"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox",
+                  "vocab_size": V, "max_position_embeddings": P, "hidden_size": C,
+                  "intermediate_size": 4 * C, "num_hidden_layers": L, "num_attention_heads": H,
+                  "hidden_act": "gelu", "rotary_pct": 0.5, "rotary_emb_base": 500,
+                  "layer_norm_eps": 1e-5, "use_parallel_residual": True,
+                  "tie_word_embeddings": tied, "classifier_dropout": 0.1, "hidden_dropout": 0.0,
+                  "attention_dropout": 0.0, "initializer_range": 0.02, "use_cache": True,
+                  "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": "float16",
+                  "transformers_version": "4.24.0"}
+        rand("gpt_neox.embed_in.weight", V, C)
+        for i in range(L):
+            p = f"gpt_neox.layers.{i}."
+            for ln in ("input_layernorm", "post_attention_layernorm"):
+                rand(p + ln + ".weight", C, scale=0.2, offset=1.0)
+                rand(p + ln + ".bias", C, scale=0.1)
+            rand(p + "attention.query_key_value.weight", 3 * C, C)
+            rand(p + "attention.query_key_value.bias", 3 * C, scale=0.1)
+            rand(p + "attention.dense.weight", C, C)
+            rand(p + "attention.dense.bias", C, scale=0.1)
+            rand(p + "mlp.dense_h_to_4h.weight", 4 * C, C)
+            rand(p + "mlp.dense_h_to_4h.bias", 4 * C, scale=0.1)
+            rand(p + "mlp.dense_4h_to_h.weight", C, 4 * C)
+            rand(p + "mlp.dense_4h_to_h.bias", C, scale=0.1)
+            w[p + "attention.rotary_emb.inv_freq"] = np.ones(2, np.float32)  # a buffer
+        rand("gpt_neox.final_layer_norm.weight", C, scale=0.2, offset=1.0)
+        rand("gpt_neox.final_layer_norm.bias", C, scale=0.1)
+        if not tied:
+            rand("embed_out.weight", V, C)
     else:
         Hkv, F = 2, 48
         config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
@@ -323,8 +353,8 @@ def make_hf(d, arch, dtype, shards, tied):
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config, indent=2))
     names = list(w)
-    stored = {n: ("F32" if n.endswith(".attn.bias") else dtype,
-                  w[n] if n.endswith(".attn.bias") else as_dtype(w[n], dtype)) for n in names}
+    buffer = [n for n in names if n.endswith((".attn.bias", ".inv_freq"))]
+    stored = {n: ("F32", w[n]) if n in buffer else (dtype, as_dtype(w[n], dtype)) for n in names}
     if shards == 1:
         write_safetensors(out / "model.safetensors", stored)
         return 0
@@ -347,15 +377,21 @@ def read_hf(folder):
     for f in files:
         weights.update(read_safetensors(f)[0])
     weights = {k.removeprefix("transformer."): v.float() for k, v in weights.items()
-               if not k.endswith(".attn.bias")}
+               if not k.endswith((".attn.bias", ".inv_freq"))}
     c = json.loads((folder / "config.json").read_text())
     if c["model_type"] == "gpt2":
+        gelu = "erf" if c.get("activation_function") == "gelu" else "tanh"
         shape = ["gpt2", c["vocab_size"], c["n_positions"], c["n_layer"], c["n_head"],
-                 c["n_embd"], c["n_head"], 10000, 0]
-    else:
+                 c["n_embd"], c["n_head"], 10000, 0, gelu]
+    elif c["model_type"] == "llama":
         shape = ["llama", c["vocab_size"], c["max_position_embeddings"],
                  c["num_hidden_layers"], c["num_attention_heads"], c["hidden_size"],
-                 c["num_key_value_heads"], c["rope_theta"], 0]
+                 c["num_key_value_heads"], c["rope_theta"], 0, "tanh"]
+    else:
+        C, H = c["hidden_size"], c["num_attention_heads"]
+        shape = ["neox", c["vocab_size"], c["max_position_embeddings"], c["num_hidden_layers"],
+                 H, C, H, c["rotary_emb_base"], int(C // H * c["rotary_pct"]),
+                 "erf" if c.get("hidden_act", "gelu") == "gelu" else "tanh"]
     return weights, {"config": " ".join(str(x) for x in shape)}
 
 
@@ -367,14 +403,14 @@ def main(d):
         weights, meta = read_safetensors(d / "weights.safetensors")
     batch, _ = read_safetensors(d / "batch.safetensors")
     ours, _ = read_safetensors(d / "trainer.safetensors")
-    arch, V, P, L, H, C, Hkv, theta, rd = meta["config"].split()
+    arch, V, P, L, H, C, Hkv, theta, rd, gelu = meta["config"].split()
     L, H, Hkv, theta, rd = int(L), int(H), int(Hkv), float(theta), int(rd)
     if arch == "gpt2":
-        model = Gpt(weights, L, H)
+        model = Gpt(weights, L, H, gelu)
     elif arch == "llama":
         model = Llama(weights, L, H, Hkv, theta)
     else:
-        model = Neox(weights, L, H, theta, rd)
+        model = Neox(weights, L, H, theta, rd, gelu)
     tokens, targets = batch["tokens"].long(), batch["targets"]
     segments, lengths = batch.get("segments"), batch.get("lengths")
 

@@ -36,11 +36,7 @@ int eval_tasks(const std::string& dir, const std::vector<std::string>& files,
   SavedModel saved = open_saved_model(dir, kTaskRows, 1 << 30);
   const TokenizerBytes bytes = tokenizer_of(saved, tokenizer);
   const data::Tokenizer tok(bytes.bytes, bytes.from);
-  // Sequences start as the model's documents did: after the end-of-document token the
-  // prepared corpus separates them with, or, for a published model (no trainer config), with
-  // its beginning-of-sequence token where it has one.
-  const bool published = saved.config_yaml.empty();
-  const int32_t start = published && tok.bos_id() >= 0 ? tok.bos_id() : std::max(0, tok.eos_id());
+  const int32_t start = std::max(0, document_start(saved, tok));  // each sequence's first
   const std::vector<Task> tasks_read = read_tasks(
       files, tok, {saved.model->exec().max_seq_len, saved.model->config().vocab_size, start});
   const TaskSplit split{launch.rank, launch.world_size, comm.get(), nullptr};

@@ -76,9 +76,10 @@ int cmd_sample(const Args& args) {
   const data::Tokenizer tok(model.bytes, model.from);
   const std::vector<int32_t> prompt = tok.encode(vm["prompt"].as<std::string>());
   std::vector<int32_t> ids = prompt;
-  // Documents were prepared ending in EOS, so a new one starts right after an EOS.
-  if (tok.eos_id() >= 0) ids.insert(ids.begin(), tok.eos_id());
-  CHECK(!ids.empty(), "an empty prompt needs a tokenizer with an EOS piece");
+  // A new document starts where the model's documents did (after an EOS, or a published
+  // model's BOS).
+  if (const int32_t start = document_start(saved, tok); start >= 0) ids.insert(ids.begin(), start);
+  CHECK(!ids.empty(), "an empty prompt needs a tokenizer with an EOS or BOS piece");
   nn::KvCacheDecoder dec(*saved.model);
   // Draw only ids the tokenizer can decode (the model's vocabulary may be padded beyond it).
   const int V = std::min(saved.model->config().vocab_size, tok.vocab_size());

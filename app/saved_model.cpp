@@ -65,6 +65,11 @@ TokenizerBytes tokenizer_of(const SavedModel& saved, const std::string& requeste
                           : folder_tokenizer(saved, requested);
 }
 
+int32_t document_start(const SavedModel& saved, const data::Tokenizer& tok) {
+  const bool published = saved.config_yaml.empty();
+  return published && tok.bos_id() >= 0 ? tok.bos_id() : tok.eos_id();
+}
+
 SavedModel open_saved_model(const fs::path& dir, int rows, int seq_len) {
   SavedModel s;
   if (nn::is_hf_folder(dir)) {

@@ -8,6 +8,7 @@
 
 #include "app/checkpoint.h"
 #include "app/config.h"
+#include "data/tokenizer.h"
 #include "nn/transformer.h"
 
 namespace trainer::app {
@@ -37,5 +38,10 @@ struct TokenizerBytes {
 // they held one, the run's data.tokenizer, checked the same way). Refused when its vocabulary
 // is larger than the model's.
 TokenizerBytes tokenizer_of(const SavedModel& saved, const std::string& requested = "");
+
+// The token a new document follows for `saved`: the end-of-document token `trainer prepare`
+// ends documents with, or, for a published folder (one without the trainer's config), its
+// beginning-of-sequence token where it has one; -1 when the tokenizer has neither.
+int32_t document_start(const SavedModel& saved, const data::Tokenizer& tok);
 
 }  // namespace trainer::app

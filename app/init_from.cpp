@@ -48,7 +48,7 @@ InitSource open_init_source(const fs::path& from, const Config& run_config,
                             const nn::ParamLayout& layout, uint64_t tokenizer_hash) {
   InitSource s{from, std::nullopt, nullptr};
   if (nn::is_hf_folder(from)) {
-    with_hf_model(run_config, from, fmt::format("train.init_from = {}", from.string()));
+    // Its model keys are the run's already (run_training applied them: with_hf_model).
     s.folder = std::make_shared<const nn::HfWeights>(from, layout);
     check_folder_tokenizer(from, tokenizer_hash);
     return s;

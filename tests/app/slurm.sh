@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real one-node Slurm cluster (scripts/slurm/local_cluster.sh), end to end:
+# A real one-node Slurm cluster (scripts/cluster/slurm.sh), end to end:
 #   1. srun -n 2 --mpi=pmix trainer train: a 2-rank run;
 #   2. srun without PMIx, and a torchrun-style RANK/WORLD_SIZE: a one-line error with the fix;
 #   3. sbatch scripts/launch/train.sbatch, pre-empted (SIGUSR1 to its ranks, as --signal sends
@@ -13,7 +13,7 @@
 set -uo pipefail
 TRAINER=$(realpath "$1")
 ROOT=$(realpath "$2")
-CLUSTER="$ROOT/scripts/slurm/local_cluster.sh"
+CLUSTER="$ROOT/scripts/cluster/slurm.sh"
 [[ $(id -u) -eq 0 ]] || { echo "slurm: not root: skipped"; exit 77; }
 if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
   { apt-get install -y --no-install-recommends slurm-wlm munge ||

@@ -58,6 +58,24 @@ int CommEngine::add_account() {
   return int(accounts_.size()) - 1;
 }
 
+int CommEngine::add_idle(std::function<void()> task) {
+  std::lock_guard lock(idle_mu_);
+  idle_.emplace_back(next_idle_, std::move(task));
+  has_idle_ = true;
+  return next_idle_++;
+}
+
+void CommEngine::remove_idle(int id) {
+  std::lock_guard lock(idle_mu_);
+  std::erase_if(idle_, [&](const auto& t) { return t.first == id; });
+  has_idle_ = !idle_.empty();
+}
+
+void CommEngine::run_idle() {
+  std::lock_guard lock(idle_mu_);
+  for (const auto& [id, task] : idle_) task();
+}
+
 CommStats CommEngine::stats(int account) const {
   std::lock_guard lock(mu_);
   return accounts_.at(size_t(account));
@@ -70,7 +88,15 @@ void CommEngine::loop() {
     std::string earlier;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      while (!stop_ && queue_.empty()) {
+        if (!has_idle_) {
+          cv_.wait(lock);
+        } else if (!cv_.wait_for(lock, kIdlePeriod, [&] { return stop_ || !queue_.empty(); })) {
+          lock.unlock();
+          run_idle();
+          lock.lock();
+        }
+      }
       if (queue_.empty()) return;  // stopped, and nothing left
       q = std::move(queue_.front());
       queue_.pop_front();

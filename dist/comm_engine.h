@@ -4,6 +4,8 @@
 // how one operation runs.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -66,6 +68,16 @@ class CommEngine {
   // The totals of the operations charged to `account`.
   CommStats stats(int account = 0) const;
 
+  // A task the engine's thread runs every kIdlePeriod while no operation is queued (the MPI
+  // communicator answers its peers' pings there), and whenever a running operation calls
+  // run_idle(). Returns its id for remove_idle().
+  int add_idle(std::function<void()> task);
+  // Removes it; once this returns, it is not running and never runs again.
+  void remove_idle(int id);
+  // Runs every idle task now (on the engine's thread, from within an operation).
+  void run_idle();
+  static constexpr std::chrono::milliseconds kIdlePeriod{10};
+
  private:
   struct Queued {
     CommJob job;
@@ -84,6 +96,10 @@ class CommEngine {
   bool broken_ = false;
   std::string broken_message_;
   std::vector<CommStats> accounts_{1};
+  std::mutex idle_mu_;  // held while the idle tasks run, and to change them
+  std::vector<std::pair<int, std::function<void()>>> idle_;
+  int next_idle_ = 0;
+  std::atomic<bool> has_idle_{false};
   std::thread thread_;  // last: started once the members above exist
 };
 

@@ -82,6 +82,8 @@ class SingleProcessCommunicator final : public Communicator {
   }
   Work barrier_async(double) override { return done_work(); }
   CommStats stats() const override { return {}; }
+  const std::vector<std::string>& hosts() const override { return hosts_; }
+  std::string network() const override { return "one process"; }
   std::unique_ptr<Communicator> split(int, int) override {
     return std::make_unique<SingleProcessCommunicator>();
   }
@@ -96,6 +98,8 @@ class SingleProcessCommunicator final : public Communicator {
     else
       std::memmove(dst, src, bytes);
   }
+
+  std::vector<std::string> hosts_{host_name()};
 };
 
 }  // namespace

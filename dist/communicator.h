@@ -59,6 +59,8 @@ struct CommStats {
 
 struct CommOptions {
   double timeout_s = 300;  // any collective not complete after this fails on every waiting rank
+  // MPI: the network interface between nodes, dist.interface (Note [Choosing the network]).
+  std::string interface = "auto";
   // NCCL: the CUDA stream the model's work is queued on (null: the legacy default stream).
   // Each collective's stream waits for what was queued there before it was issued.
   void* cuda_stream = nullptr;
@@ -112,6 +114,12 @@ class Communicator {
 
   // What the collectives moved and how long they took, since creation (metrics, overlap).
   virtual CommStats stats() const = 0;
+
+  // The host each rank runs on, by rank (its hostname).
+  virtual const std::vector<std::string>& hosts() const = 0;
+  // How the ranks reach each other between nodes, for the start-up log: "eth0 (10.0.0.5, the
+  // address node1 resolves to)", or why no interface was chosen.
+  virtual std::string network() const = 0;
 
   // A collective: a communicator over the ranks that pass the same `color`, numbered by `key`
   // (MPI_Comm_split's rule). It may share this one's queue (MPI: one thread makes every MPI

@@ -1,6 +1,8 @@
 // Launch discovery from the environment; see launch.h.
 #include "dist/launch.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <vector>
@@ -53,7 +55,11 @@ void validate(const LaunchInfo& l, const std::string& vars) {
   CHECK(l.local_rank >= 0 && l.local_rank < l.local_size,
         "launch environment ({}): local rank {} is outside [0, {}) for local size {}", vars,
         l.local_rank, l.local_size, l.local_size);
-  CHECK(l.node >= 0, "launch environment ({}): node {} is negative", vars, l.node);
+  CHECK(l.node >= 0 && l.node < l.nodes,
+        "launch environment ({}): node {} is outside [0, {}) for {} node(s)", vars, l.node, l.nodes,
+        l.nodes);
+  CHECK(l.nodes <= l.world_size, "launch environment ({}): {} nodes for {} ranks", vars, l.nodes,
+        l.world_size);
 }
 
 LaunchInfo from_mpirun(const Vars& v) {
@@ -66,7 +72,10 @@ LaunchInfo from_mpirun(const Vars& v) {
   l.local_rank = v.get("OMPI_COMM_WORLD_LOCAL_RANK").value_or(l.rank);
   l.local_size = v.get("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(l.world_size);
   // Open MPI names no node index; with the usual equal processes per node this is it.
-  if (l.local_size >= 1) l.node = (l.rank - l.local_rank) / l.local_size;
+  if (l.local_size >= 1) {
+    l.node = (l.rank - l.local_rank) / l.local_size;
+    l.nodes = (l.world_size + l.local_size - 1) / l.local_size;
+  }
   validate(l, "OMPI_COMM_WORLD_*");
   return l;
 }
@@ -85,6 +94,7 @@ LaunchInfo from_srun(const Vars& v) {
       v.has("SLURM_STEP_NUM_TASKS") ? *v.get("SLURM_STEP_NUM_TASKS") : *v.get("SLURM_NTASKS");
   l.local_rank = *v.get("SLURM_LOCALID");
   l.node = v.get("SLURM_NODEID").value_or(0);
+  l.nodes = v.get("SLURM_STEP_NUM_NODES").value_or(v.get("SLURM_NNODES").value_or(l.node + 1));
   // SLURM_STEP_TASKS_PER_NODE may read "2(x3),1"; the local size only bounds local_rank here.
   l.local_size = l.world_size;
   if (auto tpn = v.env("SLURM_NTASKS_PER_NODE")) {
@@ -108,6 +118,7 @@ LaunchInfo from_env(const Vars& v) {
   l.local_size = v.get("LOCAL_WORLD_SIZE").value_or(l.world_size);
   l.node =
       v.get("GROUP_RANK").value_or(l.local_size > 0 ? (l.rank - l.local_rank) / l.local_size : 0);
+  if (l.local_size > 0) l.nodes = (l.world_size + l.local_size - 1) / l.local_size;
   validate(l, "RANK/WORLD_SIZE/LOCAL_RANK");
   return l;
 }
@@ -126,6 +137,12 @@ LaunchInfo discover_launch(const EnvLookup& env) {
     return from_env(v);
   }
   return LaunchInfo{};
+}
+
+std::string host_name() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return host;
 }
 
 LaunchInfo discover_launch() {

@@ -16,10 +16,14 @@ struct LaunchInfo {
   int local_rank = 0;  // index of this process on its node
   int local_size = 1;  // processes on this node
   int node = 0;        // node index (under mpirun: derived assuming equal processes per node)
+  int nodes = 1;       // nodes the job spans (under mpirun: derived the same way)
   std::string launcher = "single";  // "mpirun", "srun", "env" (torchrun-style) or "single"
 
   bool distributed() const { return world_size > 1; }
 };
+
+// This machine's hostname.
+std::string host_name();
 
 // Reads one environment variable; nullopt when unset.
 using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;

@@ -7,8 +7,8 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
-#include <deque>
 #include <exception>
+#include <set>
 #include <thread>
 
 #include <fmt/ranges.h>
@@ -16,6 +16,8 @@
 #include "dist/comm_engine.h"
 #include "dist/communicator.h"
 #include "dist/fixed_tree.h"
+#include "dist/hosts.h"
+#include "dist/mpi_arrivals.h"
 #include "dist/mpi_process.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
@@ -25,17 +27,20 @@ namespace trainer::dist {
 // Note [Timeouts and missing ranks]
 // A collective never hangs: it is started with MPI_I* and tested until a deadline (timeout_s
 // from its start). To name the ranks that never reached it, every rank first posts a tiny
-// "arrived at #seq" message to each peer (to rank 0 only beyond kAllToAllArrivals ranks) on a
-// separate communicator; a rank that times out names the peers whose last notice is older
-// than seq. After a failure the communicator refuses further work, and the job is aborted
-// (Note [Aborting]) so it ends non-zero instead of waiting on a dead peer.
+// "arrived at #seq" message to each peer (to rank 0 only beyond MpiArrivals::kAllToAll ranks)
+// on a separate communicator (dist/mpi_arrivals.h). Arrival alone cannot tell a dead rank: one
+// that arrived and then died looks like one still working. So near the deadline a waiting rank
+// pings its peers, and every rank answers pings whenever its communication thread runs, busy
+// or idle (the engine's idle task). At the deadline the error names the ranks that do not
+// answer (dead, stopped, cut off: every rank of a node among them is that node lost) apart from
+// those that answer but never arrived (late). After a failure the communicator refuses further
+// work, and the job is aborted (Note [Aborting]) so it ends non-zero instead of waiting on a
+// dead peer.
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kArriveTag = 7;
 constexpr int kTreeTag = 8;
-constexpr int kAllToAllArrivals = 64;
 constexpr int64_t kMaxChunk = int64_t(1) << 30;  // elements per MPI call (counts are int)
 
 MPI_Datatype mpi_type(DType t) {
@@ -99,7 +104,7 @@ struct Op {
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(const LaunchInfo& launch, const CommOptions& options) : options_(options) {
-    mpi_init(launch, options.timeout_s);
+    network_ = mpi_init(launch, options.timeout_s, options.interface);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     if (rank_ != launch.rank || size_ != launch.world_size) {
@@ -113,8 +118,11 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(arrive_comm_, MPI_ERRORS_RETURN);
     MPI_Op_create(&bf16_sum, /*commute=*/1, &bf16_sum_op_);
-    start_arrivals();
+    arrivals_ = std::make_unique<MpiArrivals>(arrive_comm_, rank_, size_);
+    arrivals_->start();
     engine_ = std::make_shared<CommEngine>(size_);
+    idle_ = engine_->add_idle([this] { arrivals_->poll(); });
+    gather_hosts();
   }
 
   // A group of `parent`'s ranks (split()): its own MPI communicators, made on the engine's
@@ -123,22 +131,30 @@ class MpiCommunicator final : public Communicator {
   MpiCommunicator(const MpiCommunicator& parent, MPI_Comm comm, MPI_Comm arrive_comm, int rank,
                   int size)
       : options_(parent.options_),
+        network_(parent.network_),
         rank_(rank),
         size_(size),
         comm_(comm),
         arrive_comm_(arrive_comm),
         bf16_sum_op_(parent.bf16_sum_op_),
+        arrivals_(std::make_unique<MpiArrivals>(arrive_comm, rank, size)),
         engine_(parent.engine_),
         account_(engine_->add_account()),
-        owns_mpi_(false) {}
+        owns_mpi_(false) {
+    idle_ = engine_->add_idle([this] {
+      arrivals_->start();  // a group's, on the engine's thread, where its communicator was made
+      arrivals_->poll();
+    });
+  }
 
   ~MpiCommunicator() override {
+    engine_->remove_idle(idle_);
     if (!owns_mpi_) {
       close_group();
       return;
     }
     engine_->stop();
-    shutdown_requests();
+    arrivals_->shutdown();
     if (engine_->broken() || std::uncaught_exceptions() > 0) {
       abort_job_at_exit();  // main prints its one error line first (Note [Aborting])
       return;
@@ -169,7 +185,9 @@ class MpiCommunicator final : public Communicator {
         size_,
         account_};
     engine_->submit(std::move(job)).wait();
-    return std::unique_ptr<Communicator>(new MpiCommunicator(*this, comm, arrive, rank, size));
+    std::unique_ptr<MpiCommunicator> group(new MpiCommunicator(*this, comm, arrive, rank, size));
+    group->gather_hosts();
+    return group;
   }
 
   int rank() const override { return rank_; }
@@ -200,8 +218,25 @@ class MpiCommunicator final : public Communicator {
 
   // This communicator's own, though it may share the engine (split()).
   CommStats stats() const override { return engine_->stats(account_); }
+  const std::vector<std::string>& hosts() const override { return hosts_; }
+  std::string network() const override { return describe(network_); }
 
  private:
+  // Every rank's hostname (a collective): for messages and the start-up log.
+  void gather_hosts() {
+    constexpr int64_t kLen = 256;
+    std::string mine = host_name();
+    mine.resize(size_t(kLen), '\0');
+    std::vector<char> all(size_t(kLen * size_));
+    all_gather_async(mine.data(), all.data(), kLen, DType::u8).wait();
+    std::vector<std::string> hosts;
+    for (int r = 0; r < size_; ++r) {
+      const char* name = all.data() + r * kLen;
+      hosts.emplace_back(name, strnlen(name, size_t(kLen)));
+    }
+    hosts_ = std::move(hosts);
+  }
+
   void check_order(ReduceOrder order, int64_t count) const {
     if (order != ReduceOrder::fixed_tree) return;
     CHECK((size_ & (size_ - 1)) == 0,
@@ -227,40 +262,11 @@ class MpiCommunicator final : public Communicator {
                             [this, op](const std::string& name, int64_t seq) mutable {
                               op.name = name;
                               op.seq = seq;
-                              start_arrivals();
+                              arrivals_->start();
                               return run(op);
                             },
                             size_,
                             account_});
-  }
-
-  std::vector<int> arrival_targets() const {
-    std::vector<int> t;
-    if (size_ <= kAllToAllArrivals) {
-      for (int p = 0; p < size_; ++p)
-        if (p != rank_) t.push_back(p);
-    } else if (rank_ != 0) {
-      t.push_back(0);
-    }
-    return t;
-  }
-  std::vector<int> arrival_sources() const {
-    if (size_ <= kAllToAllArrivals || rank_ == 0) {
-      std::vector<int> s;
-      for (int p = 0; p < size_; ++p)
-        if (p != rank_) s.push_back(p);
-      return s;
-    }
-    return {};
-  }
-
-  // Posts the arrival receives, once (a group's on the engine's thread, at its first operation).
-  void start_arrivals() {
-    if (!arrive_recv_.empty()) return;
-    arrived_.assign(size_t(size_), -1);
-    arrive_buf_.assign(size_t(size_), -1);
-    arrive_recv_.assign(size_t(size_), MPI_REQUEST_NULL);
-    for (int p : arrival_sources()) post_arrival_recv(p);
   }
 
   // A group's end: its requests cancelled and its communicators freed on the engine's thread
@@ -274,7 +280,7 @@ class MpiCommunicator final : public Communicator {
                     " (free)",
                     {},
                     [this](const std::string&, int64_t) {
-                      shutdown_requests();
+                      arrivals_->shutdown();
                       MPI_Comm_free(&comm_);
                       MPI_Comm_free(&arrive_comm_);
                       return 0.0;
@@ -287,41 +293,6 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  void post_arrival_recv(int peer) {
-    MPI_Irecv(&arrive_buf_[size_t(peer)], 1, MPI_INT64_T, peer, kArriveTag, arrive_comm_,
-              &arrive_recv_[size_t(peer)]);
-  }
-
-  // Records every arrival notice that has come in (non-blocking).
-  void poll_arrivals() {
-    for (int p = 0; p < size_; ++p) {
-      MPI_Request& r = arrive_recv_[size_t(p)];
-      while (r != MPI_REQUEST_NULL) {
-        int flag = 0;
-        if (MPI_Test(&r, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || !flag) break;
-        arrived_[size_t(p)] = std::max(arrived_[size_t(p)], arrive_buf_[size_t(p)]);
-        post_arrival_recv(p);
-      }
-    }
-    while (!sends_.empty()) {
-      int flag = 0;
-      auto& s = *sends_.front();
-      MPI_Testall(int(s.reqs.size()), s.reqs.data(), &flag, MPI_STATUSES_IGNORE);
-      if (!flag) break;
-      sends_.pop_front();
-    }
-  }
-
-  void announce(int64_t seq) {
-    auto s = std::make_unique<PendingSend>();
-    s->seq = seq;
-    for (int p : arrival_targets()) {
-      s->reqs.emplace_back();
-      MPI_Isend(&s->seq, 1, MPI_INT64_T, p, kArriveTag, arrive_comm_, &s->reqs.back());
-    }
-    sends_.push_back(std::move(s));
-  }
-
   // What messages say of the operation after its kind and number.
   static std::string detail(const Op& op) {
     if (op.kind == Kind::barrier) return {};
@@ -330,9 +301,13 @@ class MpiCommunicator final : public Communicator {
     return fmt::format(" ({} x {})", op.count, dtype_name(op.type));
   }
 
-  // Tests `req` until it completes or the operation's deadline passes.
+  // Tests `req` until it completes or the operation's deadline passes. Near the deadline the
+  // peers are pinged, so that the error can tell the ranks that are gone from those merely
+  // late (Note [Timeouts and missing ranks]).
   void progress(MPI_Request& req, const Op& op, Clock::time_point start) {
     const auto deadline = start + std::chrono::duration<double>(op.timeout_s);
+    const auto ping_at = deadline - std::chrono::duration<double>(std::min(1.0, op.timeout_s / 4));
+    bool pinged = false;
     for (int64_t i = 0;; ++i) {
       int flag = 0;
       int rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
@@ -340,21 +315,15 @@ class MpiCommunicator final : public Communicator {
         throw CommFailure{
             fmt::format("{} failed on rank {}: {}", op.name, rank_, mpi_error_string(rc))};
       if (flag) return;
-      if ((i & 15) == 0) poll_arrivals();
+      if ((i & 15) == 0) engine_->run_idle();  // this and the other groups' notices and pings
+      if (!pinged && Clock::now() > ping_at) {
+        arrivals_->ping();
+        pinged = true;
+      }
       if (Clock::now() > deadline) {
-        poll_arrivals();
-        std::vector<int> missing;
-        for (int p : arrival_sources())
-          if (arrived_[size_t(p)] < op.seq) missing.push_back(p);
-        std::string who =
-            !missing.empty()
-                ? fmt::format("rank(s) {} did not arrive", fmt::join(missing, ", "))
-                : (arrival_sources().empty()
-                       ? std::string("rank 0 knows which ranks did not arrive")
-                       : std::string("every rank arrived; one may have died or stalled during "
-                                     "the operation"));
+        engine_->run_idle();
         throw CommFailure{fmt::format("{} timed out after {:.1f} s on rank {}: {}", op.name,
-                                      op.timeout_s, rank_, who)};
+                                      op.timeout_s, rank_, who_is_missing(op.seq))};
       }
       // Note [Polling]: spin briefly (small collectives finish within microseconds), then sleep
       // in short naps so the communication thread does not steal a core from compute while
@@ -366,10 +335,40 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
+  // Who a timed-out collective #seq waits for: the ranks that do not answer (dead, stopped,
+  // or cut off; a whole node of them is named as lost), and those that answer but never
+  // arrived (late, or issuing collectives in another order).
+  std::string who_is_missing(int64_t seq) const {
+    if (!arrivals_->hears_all()) return "rank 0 knows which ranks did not arrive";
+    const std::vector<int> silent = arrivals_->silent();
+    std::vector<int> late;
+    for (int p : arrivals_->missing(seq))
+      if (std::find(silent.begin(), silent.end(), p) == silent.end()) late.push_back(p);
+    std::vector<std::string> parts;
+    if (!silent.empty()) {
+      const std::vector<std::string> whole = whole_hosts(silent, hosts_);
+      const bool all_hosts =
+          whole.size() == std::set<std::string>(hosts_.begin(), hosts_.end()).size();
+      parts.push_back(fmt::format(
+          "{} {} not answer{}", ranks_on_hosts(silent, hosts_), silent.size() == 1 ? "does" : "do",
+          whole.empty() || all_hosts
+              ? std::string()
+              : fmt::format(": {} {} lost or cut off from the others", fmt::join(whole, ", "),
+                            whole.size() == 1 ? "is" : "are")));
+    }
+    if (!late.empty())
+      parts.push_back(
+          fmt::format("{} answer{} but did not arrive (late, or issuing collectives "
+                      "in another order)",
+                      ranks_on_hosts(late, hosts_), late.size() == 1 ? "s" : ""));
+    if (parts.empty()) return "every rank arrived and answers; the operation itself stalled in MPI";
+    return fmt::format("{}", fmt::join(parts, "; "));
+  }
+
   // Runs the operation; returns the seconds it took.
   double run(const Op& op) {
     const auto start = Clock::now();
-    announce(op.seq);
+    arrivals_->announce(op.seq);
     if (op.order == ReduceOrder::fixed_tree)
       run_fixed_tree(op, start);
     else
@@ -483,41 +482,18 @@ class MpiCommunicator final : public Communicator {
           fmt::format("{} failed to start on rank {}: {}", op.name, rank_, mpi_error_string(rc))};
   }
 
-  // Cancels the arrival receives and lets pending notices drain before MPI_Finalize.
-  void shutdown_requests() {
-    for (MPI_Request& r : arrive_recv_) {
-      if (r == MPI_REQUEST_NULL) continue;
-      MPI_Cancel(&r);
-      MPI_Wait(&r, MPI_STATUS_IGNORE);
-    }
-    const auto deadline = Clock::now() + std::chrono::seconds(1);
-    while (!sends_.empty() && Clock::now() < deadline) {
-      poll_arrivals();
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-    for (auto& s : sends_)
-      for (MPI_Request& r : s->reqs)
-        if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
-    sends_.clear();
-  }
-
-  struct PendingSend {
-    int64_t seq = 0;
-    std::vector<MPI_Request> reqs;
-  };
-
   CommOptions options_;
+  NetworkChoice network_;
+  std::vector<std::string> hosts_;  // by rank; empty until gathered
   int rank_ = 0, size_ = 1;
   MPI_Comm comm_ = MPI_COMM_NULL, arrive_comm_ = MPI_COMM_NULL;
   MPI_Op bf16_sum_op_ = MPI_OP_NULL;
-  std::shared_ptr<CommEngine> engine_;  // runs the operations; made once MPI is set up
-  int account_ = 0;                     // the engine's statistics this communicator adds to
-  bool owns_mpi_ = true;                // the world's communicator: MPI_Finalize at its end
-  // Owned by the engine's thread.
-  std::vector<int64_t> arrived_, arrive_buf_;
-  std::vector<MPI_Request> arrive_recv_;
-  std::deque<std::unique_ptr<PendingSend>> sends_;
-  std::vector<char> scratch_, send_, recv_;  // fixed-tree reductions' buffers
+  std::unique_ptr<MpiArrivals> arrivals_;    // used on the engine's thread
+  std::shared_ptr<CommEngine> engine_;       // runs the operations; made once MPI is set up
+  int account_ = 0;                          // the engine's statistics this communicator adds to
+  int idle_ = 0;                             // its engine's idle task: answering pings
+  bool owns_mpi_ = true;                     // the world's communicator: MPI_Finalize at its end
+  std::vector<char> scratch_, send_, recv_;  // fixed-tree reductions' buffers (engine's thread)
 };
 
 }  // namespace

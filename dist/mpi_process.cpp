@@ -73,10 +73,12 @@ class JoinWatchdog {
 
 }  // namespace
 
-void mpi_init(const LaunchInfo& launch, double timeout_s) {
+NetworkChoice mpi_init(const LaunchInfo& launch, double timeout_s, const std::string& interface) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   CHECK(!initialized, "MPI is already initialised: create one MPI communicator per process");
+  const NetworkChoice network = choose_network(interface, launch, network_env());
+  apply_network(network);
   int provided = 0;
   int rc = 0;
   {
@@ -90,6 +92,13 @@ void mpi_init(const LaunchInfo& launch, double timeout_s) {
         provided);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   std::atexit(abort_at_exit);
+  try {
+    check_network(network, launch, timeout_s);
+  } catch (...) {
+    abort_job_at_exit();  // no MPI_Finalize: it would wait on the network just found wanting
+    throw;
+  }
+  return network;
 }
 
 void abort_job_at_exit() {

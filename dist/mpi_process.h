@@ -6,13 +6,16 @@
 #include <string>
 
 #include "dist/launch.h"
+#include "dist/network.h"
 
 namespace trainer::dist {
 
-// MPI_Init_thread at MPI_THREAD_SERIALIZED with errors returned, not fatal; ends the process
-// with one line if the other ranks of `launch` have not all arrived within timeout_s. Throws
-// when MPI is already initialised or cannot give that thread level.
-void mpi_init(const LaunchInfo& launch, double timeout_s);
+// MPI_Init_thread at MPI_THREAD_SERIALIZED with errors returned, not fatal, over the network
+// interface dist.interface = `interface` chooses (Note [Choosing the network]), checked between
+// nodes before it returns; ends the process with one line if the other ranks of `launch` have
+// not all arrived within timeout_s. Throws when MPI is already initialised or cannot give that
+// thread level, and when the choice is wrong. Returns the choice.
+NetworkChoice mpi_init(const LaunchInfo& launch, double timeout_s, const std::string& interface);
 
 // Marks the job for MPI_Abort at exit (with set_abort_exit_code's code), after main has
 // printed its error line, instead of an MPI_Finalize that waits for peers that may be dead.

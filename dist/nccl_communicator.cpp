@@ -143,6 +143,8 @@ class NcclCommunicator final : public Communicator {
     });
   }
   CommStats stats() const override { return engine_->stats(); }
+  const std::vector<std::string>& hosts() const override { return bootstrap_.hosts(); }
+  std::string network() const override { return bootstrap_.network(); }
 
  private:
   // Queues `enqueue_op` on the communicator's stream, after what the model's stream holds so

@@ -4,6 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
+
+#include "dist/hosts.h"
 
 namespace trainer::dist {
 
@@ -26,26 +29,48 @@ StragglerReport gather_step_times(Communicator& comm, const StepTimes& mine,
   std::vector<double> sorted = own;
   std::sort(sorted.begin(), sorted.end());
   const size_t n = sorted.size();
-  rep.median_s = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  // The lower median: with half of the ranks slow (one node of two), the middle pair's mean
+  // would sit between the fast and the slow, and hide them.
+  rep.median_s = sorted[(n - 1) / 2];
   rep.lag = rep.median_s > 0 ? (rep.slowest_s - rep.median_s) / rep.median_s : 0;
-  rep.lags =
-      comm.size() > 1 && rep.lag > policy.ratio && rep.slowest_s - rep.median_s > policy.floor_s;
+  auto lags = [&](double s) {
+    return comm.size() > 1 && rep.median_s > 0 &&
+           (s - rep.median_s) / rep.median_s > policy.ratio && s - rep.median_s > policy.floor_s;
+  };
+  rep.lags = lags(rep.slowest_s);
+  for (int r = 0; r < comm.size(); ++r)
+    if (lags(own[size_t(r)])) rep.lagging.push_back(r);
   return rep;
 }
 
 std::optional<std::string> StragglerWatch::observe(const StragglerReport& rep) {
   if (!rep.lags) {
-    rank_ = -1;
+    subject_.clear();
     streak_ = 0;
     return std::nullopt;
   }
-  streak_ = rep.slowest_rank == rank_ ? streak_ + 1 : 1;
-  rank_ = rep.slowest_rank;
+  // Whole nodes behind, when the job has more than one node and not every rank lags.
+  std::vector<std::string> nodes = whole_hosts(rep.lagging, hosts_);
+  const bool several = std::set<std::string>(hosts_.begin(), hosts_.end()).size() > 1;
+  if (!several || rep.lagging.size() == hosts_.size()) nodes.clear();
+  std::string subject;
+  if (!nodes.empty()) {
+    std::vector<int> ranks;
+    for (int r : rep.lagging)
+      if (std::find(nodes.begin(), nodes.end(), hosts_[size_t(r)]) != nodes.end())
+        ranks.push_back(r);
+    subject = fmt::format("slow node: {}", ranks_on_hosts(ranks, hosts_));
+  } else {
+    subject = fmt::format("straggler: {}", ranks_on_hosts({rep.slowest_rank}, hosts_));
+  }
+  streak_ = subject == subject_ ? streak_ + 1 : 1;
+  subject_ = subject;
   if (streak_ % policy_.steps != 0) return std::nullopt;
   return fmt::format(
-      "straggler: rank {} has been behind for {} steps in a row; this step it took {:.3f} s of "
-      "its own work, {:.0f}% over the median {:.3f} s",
-      rank_, streak_, rep.slowest_s, rep.lag * 100, rep.median_s);
+      "{} {} been behind for {} steps in a row; this step the slowest took {:.3f} s of its "
+      "own work, {:.0f}% over the median {:.3f} s",
+      subject_, nodes.size() > 1 ? "have" : "has", streak_, rep.slowest_s, rep.lag * 100,
+      rep.median_s);
 }
 
 }  // namespace trainer::dist

@@ -47,9 +47,10 @@ struct StragglerReport {
   std::vector<StepTimes> ranks;  // every rank's times, by rank
   int slowest_rank = 0;          // by own work
   double slowest_s = 0;
-  double median_s = 0;
-  double lag = 0;     // (slowest - median) / median
-  bool lags = false;  // this step, by the policy's ratio and floor
+  double median_s = 0;       // the lower median (of an even count, the lesser middle one)
+  double lag = 0;            // (slowest - median) / median
+  bool lags = false;         // this step, by the policy's ratio and floor
+  std::vector<int> lagging;  // every rank that lags this step (by the same test), by rank
 };
 
 // Gathers every rank's times (a collective) and finds the slowest rank by its own work.
@@ -57,17 +58,23 @@ StragglerReport gather_step_times(Communicator& comm, const StepTimes& mine,
                                   const StragglerPolicy& policy = {});
 
 // Follows the reports of consecutive steps: a rank is a straggler once it has lagged on
-// policy.steps steps in a row.
+// policy.steps steps in a row. A node is slow when every one of its ranks lags (a node's CPU
+// limit, its thermal throttling, its slower GPUs): it is named as the node, with its ranks,
+// instead of as whichever of them was slowest.
 class StragglerWatch {
  public:
-  explicit StragglerWatch(const StragglerPolicy& policy = {}) : policy_(policy) {}
+  // `hosts`: each rank's host, by rank (Communicator::hosts()).
+  explicit StragglerWatch(std::vector<std::string> hosts = {}, const StragglerPolicy& policy = {})
+      : hosts_(std::move(hosts)), policy_(policy) {}
   // The one-line warning when this step completes a streak of policy.steps lagging steps by
-  // the same rank (and every further policy.steps steps of the same streak); else nothing.
+  // the same rank or node (and every further policy.steps steps of the same streak); else
+  // nothing.
   std::optional<std::string> observe(const StragglerReport& rep);
 
  private:
+  std::vector<std::string> hosts_;
   StragglerPolicy policy_;
-  int rank_ = -1;  // the rank of the current streak
+  std::string subject_;  // the rank or node of the current streak
   int streak_ = 0;
 };
 

@@ -10,7 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libfmt-dev libyaml-cpp-dev libboost-program-options-dev
   libsentencepiece-dev sentencepiece
   libdnnl-dev libopenblas-dev
-  libopenmpi-dev openmpi-bin
+  libopenmpi-dev openmpi-bin libpmix-dev
   python3 python3-numpy python3-torch python3-matplotlib
   clang libclang-rt-14-dev
   nlohmann-json3-dev zlib1g-dev

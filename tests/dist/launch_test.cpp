@@ -48,6 +48,7 @@ TEST(Launch, OpenMpi) {
   EXPECT_EQ(l.local_rank, 1);
   EXPECT_EQ(l.local_size, 4);
   EXPECT_EQ(l.node, 1);
+  EXPECT_EQ(l.nodes, 2);
 }
 
 TEST(Launch, SlurmSrun) {
@@ -56,6 +57,7 @@ TEST(Launch, SlurmSrun) {
                            {"SLURM_STEP_NUM_TASKS", "4"},
                            {"SLURM_LOCALID", "1"},
                            {"SLURM_NODEID", "1"},
+                           {"SLURM_STEP_NUM_NODES", "2"},
                            {"SLURM_NTASKS_PER_NODE", "2"}});
   EXPECT_EQ(l.launcher, "srun");
   EXPECT_EQ(l.rank, 3);
@@ -63,6 +65,7 @@ TEST(Launch, SlurmSrun) {
   EXPECT_EQ(l.local_rank, 1);
   EXPECT_EQ(l.local_size, 2);
   EXPECT_EQ(l.node, 1);
+  EXPECT_EQ(l.nodes, 2);
 }
 
 TEST(Launch, TorchrunStyle) {

@@ -11,6 +11,7 @@
 #include "dist/communicator.h"
 #include "dist/consistency.h"
 #include "dist/ddp.h"
+#include "dist/hosts.h"
 #include "dist/join.h"
 #include "dist/step_stats.h"
 #include "dist_test_util.h"
@@ -405,7 +406,7 @@ TEST(StepStats, NamesTheSlowestRank) {
 TEST(StepStats, WarnsOnlyAfterAStreak) {
   StragglerPolicy policy;
   policy.steps = 3;
-  StragglerWatch watch(policy);
+  StragglerWatch watch({}, policy);
   auto step = [&](int rank, bool lags) {
     StragglerReport rep;
     rep.slowest_rank = rank;
@@ -429,6 +430,46 @@ TEST(StepStats, WarnsOnlyAfterAStreak) {
   EXPECT_FALSE(step(0, true));  // once per `steps` of the same streak
   EXPECT_FALSE(step(0, true));
   EXPECT_TRUE(step(0, true));
+}
+
+// Every rank of one node behind is that node being slow, said once with its ranks; one rank of
+// a node behind is still that rank.
+TEST(StepStats, NamesASlowNodeAsTheNode) {
+  StragglerPolicy policy;
+  policy.steps = 2;
+  StragglerWatch watch({"node1", "node1", "node2", "node2"}, policy);
+  auto step = [&](std::vector<int> lagging) {
+    StragglerReport rep;
+    rep.slowest_rank = lagging.back();
+    rep.slowest_s = 2.0;
+    rep.median_s = 1.0;
+    rep.lag = 1.0;
+    rep.lags = true;
+    rep.lagging = lagging;
+    return watch.observe(rep);
+  };
+  EXPECT_FALSE(step({2, 3}));
+  auto warning = step({2, 3});
+  ASSERT_TRUE(warning);
+  EXPECT_NE(warning->find("slow node: ranks 2-3 on node2 (all of its 2) has been behind for 2 "
+                          "steps"),
+            std::string::npos)
+      << *warning;
+  EXPECT_FALSE(step({3}));  // one rank of it: a straggler of its own, a new streak
+  warning = step({3});
+  ASSERT_TRUE(warning);
+  EXPECT_NE(warning->find("straggler: rank 3 on node2 has been behind"), std::string::npos)
+      << *warning;
+}
+
+TEST(Hosts, RanksAreNamedByNode) {
+  const std::vector<std::string> hosts = {"a", "a", "b", "b", "c"};
+  EXPECT_EQ(rank_list({5, 0, 1, 2, 7}), "0-2, 5, 7");
+  EXPECT_EQ(ranks_on_hosts({2, 3}, hosts), "ranks 2-3 on b (all of its 2)");
+  EXPECT_EQ(ranks_on_hosts({1, 4}, hosts), "rank 1 on a, rank 4 on c (its only rank)");
+  EXPECT_EQ(ranks_on_hosts({1}, {}), "rank 1");
+  EXPECT_EQ(whole_hosts({0, 1, 2}, hosts), std::vector<std::string>{"a"});
+  EXPECT_EQ(placement(hosts), "a: ranks 0-1; b: ranks 2-3; c: rank 4");
 }
 
 }  // namespace

@@ -1,0 +1,82 @@
+// Ranks by host; see hosts.h.
+#include "dist/hosts.h"
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+
+namespace trainer::dist {
+
+namespace {
+
+// The hosts in order of first appearance, each with its ranks among `ranks` (every rank when
+// `ranks` is null).
+std::vector<std::pair<std::string, std::vector<int>>> by_host(const std::vector<std::string>& hosts,
+                                                              const std::vector<int>* ranks) {
+  std::vector<std::pair<std::string, std::vector<int>>> out;
+  for (int r = 0; r < int(hosts.size()); ++r) {
+    if (ranks && std::find(ranks->begin(), ranks->end(), r) == ranks->end()) continue;
+    auto it = std::find_if(out.begin(), out.end(),
+                           [&](const auto& e) { return e.first == hosts[size_t(r)]; });
+    if (it == out.end()) it = out.insert(out.end(), {hosts[size_t(r)], {}});
+    it->second.push_back(r);
+  }
+  return out;
+}
+
+int64_t count_on(const std::vector<std::string>& hosts, const std::string& host) {
+  return std::count(hosts.begin(), hosts.end(), host);
+}
+
+std::string ranks_word(const std::vector<int>& ranks) {
+  return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", rank_list(ranks));
+}
+
+}  // namespace
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  std::string out;
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    out += (out.empty() ? "" : ", ") +
+           (j == i ? fmt::format("{}", sorted[i]) : fmt::format("{}-{}", sorted[i], sorted[j]));
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string ranks_on_hosts(const std::vector<int>& ranks, const std::vector<std::string>& hosts) {
+  const bool known = std::all_of(ranks.begin(), ranks.end(),
+                                 [&](int r) { return r >= 0 && r < int(hosts.size()); });
+  if (!known || hosts.empty()) return ranks_word(ranks);
+  std::string out;
+  for (const auto& [host, on] : by_host(hosts, &ranks)) {
+    const int64_t all = count_on(hosts, host);
+    out += fmt::format("{}{} on {}{}", out.empty() ? "" : ", ", ranks_word(on), host,
+                       int64_t(on.size()) == all && all > 1 ? fmt::format(" (all of its {})", all)
+                       : int64_t(on.size()) == all          ? " (its only rank)"
+                                                            : "");
+  }
+  return out;
+}
+
+std::vector<std::string> whole_hosts(const std::vector<int>& ranks,
+                                     const std::vector<std::string>& hosts) {
+  std::vector<std::string> out;
+  for (const auto& [host, on] : by_host(hosts, &ranks))
+    if (int64_t(on.size()) == count_on(hosts, host)) out.push_back(host);
+  return out;
+}
+
+std::string placement(const std::vector<std::string>& hosts) {
+  std::string out;
+  for (const auto& [host, on] : by_host(hosts, nullptr))
+    out += fmt::format("{}{}: {}", out.empty() ? "" : "; ", host, ranks_word(on));
+  return out;
+}
+
+}  // namespace trainer::dist

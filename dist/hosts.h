@@ -1,0 +1,25 @@
+// Which ranks run on which host, for messages: a lost or slow node is named as the node, with
+// its ranks, not as so many separate ranks.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace trainer::dist {
+
+// "0-1" or "0, 2, 5": ranks in ascending order, runs of consecutive ranks joined.
+std::string rank_list(const std::vector<int>& ranks);
+
+// `ranks` grouped by host ("ranks 2-3 on node2 (all of its 2), rank 5 on node3"); the hosts
+// whose every rank is among them are marked, since that is a node lost, cut off or slow rather
+// than a rank. Without hosts (empty `hosts`): "ranks 2-3".
+std::string ranks_on_hosts(const std::vector<int>& ranks, const std::vector<std::string>& hosts);
+
+// The hosts whose every rank is in `ranks`, in order of first appearance.
+std::vector<std::string> whole_hosts(const std::vector<int>& ranks,
+                                     const std::vector<std::string>& hosts);
+
+// The placement for the start-up log: "node1: ranks 0-1; node2: ranks 2-3".
+std::string placement(const std::vector<std::string>& hosts);
+
+}  // namespace trainer::dist

@@ -95,7 +95,7 @@ void run(int argc, char** argv) {
   uint64_t x = 0x12345u + uint64_t(R);
   StepTimes sum;
   double wall = 0;
-  StragglerWatch stragglers;
+  StragglerWatch stragglers(comm->hosts());
   for (int step = 0; step < a.warmup + a.steps; ++step) {
     for (size_t i = 0; i < tokens.size(); ++i) {
       x = x * 6364136223846793005ull + 1442695040888963407ull;

@@ -48,7 +48,8 @@ json state_to_json(const TrainerState& s) {
           {"tokenizer_hash", fmt::format("{:016x}", s.tokenizer_hash)},
           {"data_hash", fmt::format("{:016x}", s.data_hash)},
           {"loader", s.loader},
-          {"threads", s.threads}};
+          {"threads", s.threads},
+          {"hosts", s.hosts}};
 }
 
 // Adds `shape` fp32 elements of the flat tensor `flat` from `offset` on: in place when it is
@@ -375,6 +376,9 @@ TrainerState parse_trainer_state(const std::string& text, const std::string& whe
         j.contains("tensor_parallel") ? json_integer_at<int>(j, "tensor_parallel") : 1;
     s.loader = j.at("loader");
     s.loader.get<data::LoaderState>();  // must be one
+    if (j.contains("hosts")) s.hosts = j.at("hosts").get<std::vector<std::string>>();
+    CHECK(s.hosts.empty() || int(s.hosts.size()) == s.world_size,
+          "hosts names {} ranks but world_size is {}", s.hosts.size(), s.world_size);
     CHECK(s.step >= 0 && s.tokens_seen >= 0 && s.world_size >= 1 && s.tensor_parallel >= 1 &&
               s.world_size % s.tensor_parallel == 0,
           "step {}, tokens_seen {}, world_size {}, tensor_parallel {} are not possible", s.step,

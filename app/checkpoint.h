@@ -37,6 +37,7 @@ struct TrainerState {
   uint64_t data_hash = 0;  // of the corpus's manifest.json (0: not recorded)
   nlohmann::json loader;   // data::LoaderState
   int threads = 0;  // each rank's CPU threads (OpenMP's): oneDNN splits sums by them (0: unknown)
+  std::vector<std::string> hosts;  // each rank's host, by rank (empty: not recorded)
 };
 
 struct SaveOptions {

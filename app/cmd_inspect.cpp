@@ -11,6 +11,7 @@
 #include "app/options.h"
 #include "app/run_setup.h"
 #include "app/saved_model.h"
+#include "dist/hosts.h"
 #include "nn/hf_weights.h"
 #include "nn/param_layout.h"
 
@@ -67,6 +68,9 @@ int cmd_inspect(const Args& args) {
   std::printf("checkpoint %s (all %zu files verified)\n\nmanifest:\n%s\n\nconfig:\n%s\n",
               c.dir.c_str(), c.manifest.at("files").size(), c.manifest.dump(2).c_str(),
               c.config_yaml.c_str());
+  if (!c.state.hosts.empty())
+    std::printf("saved by %d rank(s): %s\n\n", c.state.world_size,
+                dist::placement(c.state.hosts).c_str());
   // The tensors as the model lays them out in the flat buffer (checked against the files).
   Config config;
   config.merge_yaml(c.config_yaml, (c.dir / "config.yaml").string());

@@ -209,6 +209,12 @@ const std::vector<KeySpec>& schema() {
        -1e300, 1e300, L{"auto", "nccl"}},
       {"dist.timeout_s", Kind::real, 300.0,
        "A collective waiting longer than this fails every rank", 0.1, 1e6},
+      {"dist.interface", Kind::text, std::string("auto"),
+       "The network interface ranks on different nodes talk over (Open MPI's TCP transport, "
+       "NCCL's sockets): auto (the launcher's OMPI_MCA_btl_tcp_if_include, else the interface "
+       "of the address the node's hostname resolves to, else the default route's), an interface "
+       "name (eth0), or a CIDR range (10.0.0.0/16) when the names differ between nodes; checked "
+       "between the nodes at start-up (docs/launching.md)"},
       {"dist.tensor_parallel", Kind::integer, int64_t(1),
        "Tensor-parallel degree: groups of this many consecutive ranks (one node's GPUs) each hold "
        "one model cut Megatron-style (heads, MLP hidden units, vocabulary); the data-parallel "

@@ -91,7 +91,8 @@ int run_training(const Config& config, const TrainOptions& options) {
   const dist::LaunchInfo launch = dist::discover_launch();
   log::configure(launch.rank, launch.world_size, log::parse_level(config.text("log.level")),
                  config.boolean("log.all_ranks"));
-  dist::CommOptions comm_options{.timeout_s = config.real("dist.timeout_s")};
+  dist::CommOptions comm_options{.timeout_s = config.real("dist.timeout_s"),
+                                 .interface = config.text("dist.interface")};
   auto comm = dist::make_communicator(launch, comm_options);
   // A CUDA run takes GPU local rank, queues its work on a stream of its own, and talks to
   // other GPUs over NCCL (its id sent over MPI, host buffers still through MPI), whose

@@ -96,6 +96,7 @@ TrainLoop::TrainLoop(const Config& config, RunConfig rc, const TrainOptions& opt
       join_(rc_.join),
       peak_(peak),
       token_flops_(rc_.model.token_flops()),
+      stragglers_(comm_.hosts()),
       nonfinite_(comm_, model_, *dp_,
                  {rc_.on_nonfinite, rc_.max_consecutive_skips, rc_.max_skips}) {
   if (grid_.tensor_size() > 1) {

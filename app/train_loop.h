@@ -62,6 +62,7 @@ class TrainLoop {
   void warn_of_changes(const Checkpoint& ckpt) const;
   int64_t micro_batches(int64_t step) const;
   void start_up();
+  void check_shared_run_dir();
   std::filesystem::path resume_path();
   std::filesystem::path init_path();
   std::string from_leader(std::string text);
@@ -115,8 +116,8 @@ class TrainLoop {
   int64_t first_step_ = 0;
   dist::CommStats comm_logged_;  // the communicator's totals at the last metrics line
   dist::CommStats tensor_logged_, data_logged_;  // the groups' likewise
-  dist::StragglerWatch stragglers_;              // rank 0: the current streak of one lagging rank
-  NonFiniteGuard nonfinite_;                     // what a step or a save does with NaN and Inf
+  dist::StragglerWatch stragglers_;  // rank 0: the current streak of one lagging rank or node
+  NonFiniteGuard nonfinite_;         // what a step or a save does with NaN and Inf
 };
 
 }  // namespace trainer::app

@@ -7,12 +7,15 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <random>
+#include <thread>
 
 #include "app/hf_folder.h"
 #include "app/init_from.h"
 #include "data/tokenizer.h"
 #include "dist/consistency.h"
 #include "dist/data_parallel.h"
+#include "dist/hosts.h"
 #include "runtime/error.h"
 #include "runtime/file_io.h"
 #include "runtime/log.h"
@@ -188,6 +191,42 @@ void TrainLoop::check_data() {
   val_verified_ = rc_.val_data.verify == data::Verify::all;
 }
 
+// Note [Shared run directory]: ranks on several nodes write one run directory (each its
+// checkpoint shards, its log), so every node must see the same one. Rank 0 writes a file of
+// random content there and every rank reads it back, allowing a network file system a few
+// seconds to show it; a node that sees none, or another, is refused at start-up with its ranks
+// named, before anything is trained and saved where rank 0 cannot find it.
+void TrainLoop::check_shared_run_dir() {
+  if (comm_.size() == 1) return;
+  const fs::path probe = rc_.run_dir / ".shared-check";
+  uint64_t token = 0;
+  if (leader_) {
+    token = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+    write_file_atomic(probe, fmt::format("{:016x}\n", token));
+  }
+  comm_.broadcast(&token, sizeof token);
+  const std::string want = fmt::format("{:016x}\n", token);
+  int64_t seen = 0;  // 0: the file, 1: none, 2: another
+  for (int attempt = 0; attempt < 30; ++attempt) {
+    std::error_code ec;
+    seen = !fs::exists(probe, ec) ? 1 : read_file(probe) == want ? 0 : 2;
+    if (seen == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const std::vector<int64_t> all = comm_.all_gather(std::vector<int64_t>{seen});
+  if (leader_) fs::remove(probe);
+  std::vector<int> none, other;
+  for (int r = 0; r < comm_.size(); ++r)
+    if (all[size_t(r)] != 0) (all[size_t(r)] == 1 ? none : other).push_back(r);
+  if (none.empty() && other.empty()) return;
+  const std::vector<int>& first = none.empty() ? other : none;
+  throw UsageError(fmt::format(
+      "run.dir {} is not shared between the nodes: {} {} the file rank 0 wrote there; put "
+      "run.dir on a file system every node mounts (NFS, Lustre, GPFS), not a node's own disk",
+      rc_.run_dir.string(), dist::ranks_on_hosts(first, comm_.hosts()),
+      none.empty() ? "see another file in place of" : "do not see"));
+}
+
 void TrainLoop::start_up() {
   // A run directory this start creates goes again if a check refuses the start.
   RemoveUnlessKept created;
@@ -203,6 +242,7 @@ void TrainLoop::start_up() {
           rc_.run_dir.string(), busy.holder());
     }
   }
+  check_shared_run_dir();
   if (leader_) finish_interrupted_saves(rc_.run_dir);  // before `latest` is read
   const fs::path tokenizer_path = rc_.tokenizer;
   if (!fs::exists(tokenizer_path))
@@ -261,6 +301,7 @@ void TrainLoop::start_up() {
   state_.world_size = comm_.size();
   state_.tensor_parallel = grid_.tensor_size();
   state_.threads = op_threads(model_.context());
+  state_.hosts = comm_.hosts();
   dist::check_consistency(
       comm_, {{"the resolved config",
                fmt::format("{}resumed at step: {}\n", config_.to_yaml(), state_.step)},
@@ -278,6 +319,9 @@ void TrainLoop::start_up() {
     if (ckpt && !discard.empty() && fs::is_symlink(rc_.run_dir / "checkpoints/latest"))
       repoint_latest(rc_.run_dir, ckpt->dir);
     log::set_file((rc_.run_dir / "train.log").string());
+    if (comm_.size() > 1)
+      log::info("{} ranks: {}; between nodes: {}", comm_.size(), dist::placement(comm_.hosts()),
+                comm_.network());
     fs::remove(rc_.run_dir / kStoppedMarker);  // an earlier launch's
     write_file_atomic(rc_.run_dir / "config.yaml", config_.to_yaml());
     write_file_atomic(rc_.run_dir / data::tokenizer_file_name(tokenizer_), tokenizer_);

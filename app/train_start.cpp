@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "app/hf_folder.h"
@@ -193,25 +194,29 @@ void TrainLoop::check_data() {
 
 // Note [Shared run directory]: ranks on several nodes write one run directory (each its
 // checkpoint shards, its log), so every node must see the same one. Rank 0 writes a file of
-// random content there and every rank reads it back, allowing a network file system a few
-// seconds to show it; a node that sees none, or another, is refused at start-up with its ranks
-// named, before anything is trained and saved where rank 0 cannot find it.
+// random name and content there and every rank reads it back (a new name, so no network file
+// system's cache can remember it missing; up to a second for one slow to show it); a node that
+// sees none, or another, is refused at start-up with its ranks named, before anything is
+// trained and saved where rank 0 cannot find it.
 void TrainLoop::check_shared_run_dir() {
   if (comm_.size() == 1) return;
-  const fs::path probe = rc_.run_dir / ".shared-check";
   uint64_t token = 0;
-  if (leader_) {
-    token = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
-    write_file_atomic(probe, fmt::format("{:016x}\n", token));
-  }
+  if (leader_) token = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
   comm_.broadcast(&token, sizeof token);
+  // A name of its own each time: a network file system's cache never remembers it missing.
+  const fs::path probe = rc_.run_dir / fmt::format(".shared-check-{:016x}", token);
   const std::string want = fmt::format("{:016x}\n", token);
+  if (leader_) write_file_atomic(probe, want);
+  comm_.barrier();
   int64_t seen = 0;  // 0: the file, 1: none, 2: another
-  for (int attempt = 0; attempt < 30; ++attempt) {
+  // A second for a file system slow to show a new file, well inside the collective's timeout.
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::duration<double>(std::min(1.0, rc_.timeout_s / 4));
+  for (;;) {
     std::error_code ec;
     seen = !fs::exists(probe, ec) ? 1 : read_file(probe) == want ? 0 : 2;
-    if (seen == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (seen == 0 || std::chrono::steady_clock::now() > until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const std::vector<int64_t> all = comm_.all_gather(std::vector<int64_t>{seen});
   if (leader_) fs::remove(probe);
@@ -220,11 +225,13 @@ void TrainLoop::check_shared_run_dir() {
     if (all[size_t(r)] != 0) (all[size_t(r)] == 1 ? none : other).push_back(r);
   if (none.empty() && other.empty()) return;
   const std::vector<int>& first = none.empty() ? other : none;
+  const bool one = first.size() == 1;
   throw UsageError(fmt::format(
       "run.dir {} is not shared between the nodes: {} {} the file rank 0 wrote there; put "
       "run.dir on a file system every node mounts (NFS, Lustre, GPFS), not a node's own disk",
       rc_.run_dir.string(), dist::ranks_on_hosts(first, comm_.hosts()),
-      none.empty() ? "see another file in place of" : "do not see"));
+      none.empty() ? (one ? "sees another file in place of" : "see another file in place of")
+                   : (one ? "does not see" : "do not see")));
 }
 
 void TrainLoop::start_up() {
@@ -319,9 +326,12 @@ void TrainLoop::start_up() {
     if (ckpt && !discard.empty() && fs::is_symlink(rc_.run_dir / "checkpoints/latest"))
       repoint_latest(rc_.run_dir, ckpt->dir);
     log::set_file((rc_.run_dir / "train.log").string());
-    if (comm_.size() > 1)
-      log::info("{} ranks: {}; between nodes: {}", comm_.size(), dist::placement(comm_.hosts()),
-                comm_.network());
+    const std::set<std::string> nodes(comm_.hosts().begin(), comm_.hosts().end());
+    if (nodes.size() > 1)
+      log::info("{} ranks on {} nodes ({}), between them over {}", comm_.size(), nodes.size(),
+                dist::placement(comm_.hosts()), comm_.network());
+    else if (comm_.size() > 1)
+      log::info("{} ranks on {}", comm_.size(), *nodes.begin());
     fs::remove(rc_.run_dir / kStoppedMarker);  // an earlier launch's
     write_file_atomic(rc_.run_dir / "config.yaml", config_.to_yaml());
     write_file_atomic(rc_.run_dir / data::tokenizer_file_name(tokenizer_), tokenizer_);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/error.h"
 #include "runtime/log.h"
 
 namespace trainer::dist {
@@ -59,10 +60,15 @@ int CommEngine::add_account() {
 }
 
 int CommEngine::add_idle(std::function<void()> task) {
-  std::lock_guard lock(idle_mu_);
-  idle_.emplace_back(next_idle_, std::move(task));
-  has_idle_ = true;
-  return next_idle_++;
+  int id = 0;
+  {
+    std::lock_guard lock(idle_mu_);
+    idle_.emplace_back(next_idle_, std::move(task));
+    has_idle_ = true;
+    id = next_idle_++;
+  }
+  cv_.notify_all();  // a thread waiting without a period starts one
+  return id;
 }
 
 void CommEngine::remove_idle(int id) {
@@ -72,6 +78,8 @@ void CommEngine::remove_idle(int id) {
 }
 
 void CommEngine::run_idle() {
+  TRAINER_ASSERT(std::this_thread::get_id() == thread_.get_id(),
+                 "idle tasks run on the engine's thread");
   std::lock_guard lock(idle_mu_);
   for (const auto& [id, task] : idle_) task();
 }

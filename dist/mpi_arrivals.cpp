@@ -80,7 +80,10 @@ void MpiArrivals::poll() {
       MPI_Irecv(&arrive_buf_[size_t(p)], 1, MPI_INT64_T, p, kArriveTag, comm_, &r);
     }
     MPI_Request& a = answer_recv_[size_t(p)];
-    if (completed(a)) answered_[size_t(p)] = std::max(answered_[size_t(p)], answer_buf_[size_t(p)]);
+    while (completed(a)) {  // answers to older rounds too: the receive stays posted
+      answered_[size_t(p)] = std::max(answered_[size_t(p)], answer_buf_[size_t(p)]);
+      MPI_Irecv(&answer_buf_[size_t(p)], 1, MPI_INT64_T, p, kAnswerTag, comm_, &a);
+    }
   }
   MPI_Status status;
   while (completed(ping_recv_, &status)) {  // a peer asks: answer with its round
@@ -100,8 +103,10 @@ void MpiArrivals::drain_sends() {
   }
 }
 
-void MpiArrivals::ping() {
+void MpiArrivals::ping(int64_t seq) {
   start();
+  if (seq == pinged_seq_) return;
+  pinged_seq_ = seq;
   ++ping_round_;
   for (int p : sources_) {
     MPI_Request& a = answer_recv_[size_t(p)];

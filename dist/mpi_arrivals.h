@@ -25,8 +25,9 @@ class MpiArrivals {
   void announce(int64_t seq);
   // Records the notices and answers that came in and answers pings; never blocks.
   void poll();
-  // Asks every peer this rank hears from whether it is alive; poll() collects the answers.
-  void ping();
+  // Asks every peer this rank hears from whether it is alive, once per collective #seq;
+  // poll() collects the answers.
+  void ping(int64_t seq);
   // Whether this rank hears from every peer (beyond kAllToAll ranks only rank 0 does).
   bool hears_all() const { return !sources_.empty() || size_ == 1; }
   // The peers whose latest notice is older than #seq.
@@ -53,7 +54,7 @@ class MpiArrivals {
   bool started_ = false;
   std::vector<int64_t> arrived_, arrive_buf_;  // by peer: the latest notice, the receive's
   std::vector<MPI_Request> arrive_recv_;
-  int64_t ping_round_ = 0, ping_in_ = 0;
+  int64_t ping_round_ = 0, ping_in_ = 0, pinged_seq_ = -1;
   MPI_Request ping_recv_ = MPI_REQUEST_NULL;
   std::vector<int64_t> answered_, answer_buf_;  // by peer: the latest round it answered
   std::vector<MPI_Request> answer_recv_;

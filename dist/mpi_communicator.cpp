@@ -118,11 +118,17 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(arrive_comm_, MPI_ERRORS_RETURN);
     MPI_Op_create(&bf16_sum, /*commute=*/1, &bf16_sum_op_);
+    world_rank_ = rank_;
     arrivals_ = std::make_unique<MpiArrivals>(arrive_comm_, rank_, size_);
     arrivals_->start();
     engine_ = std::make_shared<CommEngine>(size_);
     idle_ = engine_->add_idle([this] { arrivals_->poll(); });
-    gather_hosts();
+    try {
+      gather_placement();
+    } catch (...) {
+      abort_job_at_exit();  // the destructor does not run (Note [Aborting])
+      throw;
+    }
   }
 
   // A group of `parent`'s ranks (split()): its own MPI communicators, made on the engine's
@@ -132,6 +138,8 @@ class MpiCommunicator final : public Communicator {
                   int size)
       : options_(parent.options_),
         network_(parent.network_),
+        world_hosts_(parent.world_hosts_),
+        world_rank_(parent.world_rank_),
         rank_(rank),
         size_(size),
         comm_(comm),
@@ -150,6 +158,12 @@ class MpiCommunicator final : public Communicator {
   ~MpiCommunicator() override {
     engine_->remove_idle(idle_);
     if (!owns_mpi_) {
+      if (engine_->broken() || std::uncaught_exceptions() > 0) {
+        // Its receives stay posted (the job is aborted at exit): their buffers must outlive
+        // whatever MPI still does until then.
+        (void)arrivals_.release();
+        return;
+      }
       close_group();
       return;
     }
@@ -175,7 +189,7 @@ class MpiCommunicator final : public Communicator {
           const int rc = MPI_Comm_split(comm_, color, key, &comm);
           if (rc != MPI_SUCCESS || MPI_Comm_split(arrive_comm_, color, key, &arrive) != MPI_SUCCESS)
             throw CommFailure{
-                fmt::format("{} failed on rank {}: {}", name, rank_, mpi_error_string(rc))};
+                fmt::format("{} failed on rank {}: {}", name, world_rank_, mpi_error_string(rc))};
           MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
           MPI_Comm_set_errhandler(arrive, MPI_ERRORS_RETURN);
           MPI_Comm_rank(comm, &rank);
@@ -186,7 +200,7 @@ class MpiCommunicator final : public Communicator {
         account_};
     engine_->submit(std::move(job)).wait();
     std::unique_ptr<MpiCommunicator> group(new MpiCommunicator(*this, comm, arrive, rank, size));
-    group->gather_hosts();
+    group->gather_placement();
     return group;
   }
 
@@ -222,19 +236,37 @@ class MpiCommunicator final : public Communicator {
   std::string network() const override { return describe(network_); }
 
  private:
-  // Every rank's hostname (a collective): for messages and the start-up log.
-  void gather_hosts() {
-    constexpr int64_t kLen = 256;
-    std::string mine = host_name();
-    mine.resize(size_t(kLen), '\0');
-    std::vector<char> all(size_t(kLen * size_));
-    all_gather_async(mine.data(), all.data(), kLen, DType::u8).wait();
-    std::vector<std::string> hosts;
-    for (int r = 0; r < size_; ++r) {
-      const char* name = all.data() + r * kLen;
-      hosts.emplace_back(name, strnlen(name, size_t(kLen)));
+  // Each rank's world rank and host (collectives), for messages and the start-up log: the
+  // world gathers the hostnames, a group takes them from its parent. Messages name world ranks.
+  void gather_placement() {
+    if (world_hosts_.empty()) {
+      constexpr int64_t kLen = 256;
+      std::string mine = host_name();
+      mine.resize(size_t(kLen), '\0');
+      std::vector<char> all(size_t(kLen * size_));
+      all_gather_async(mine.data(), all.data(), kLen, DType::u8).wait();
+      for (int r = 0; r < size_; ++r) {
+        const char* name = all.data() + r * kLen;
+        world_hosts_.emplace_back(name, strnlen(name, size_t(kLen)));
+      }
     }
-    hosts_ = std::move(hosts);
+    const std::vector<int64_t> ranks = all_gather(std::vector<int64_t>{world_rank_});
+    world_ranks_.assign(ranks.begin(), ranks.end());
+    hosts_.clear();
+    for (int r : world_ranks_) hosts_.push_back(world_hosts_[size_t(r)]);
+  }
+
+  // This communicator's ranks as world ranks (as they are until the placement is gathered).
+  std::vector<int> to_world(const std::vector<int>& ranks) const {
+    if (world_ranks_.size() != size_t(size_)) return ranks;
+    std::vector<int> out;
+    for (int r : ranks) out.push_back(world_ranks_[size_t(r)]);
+    return out;
+  }
+  // Each world rank's host once the placement is gathered, else none (messages then name ranks).
+  const std::vector<std::string>& known_hosts() const {
+    static const std::vector<std::string> none;
+    return world_ranks_.size() == size_t(size_) ? world_hosts_ : none;
   }
 
   void check_order(ReduceOrder order, int64_t count) const {
@@ -307,23 +339,19 @@ class MpiCommunicator final : public Communicator {
   void progress(MPI_Request& req, const Op& op, Clock::time_point start) {
     const auto deadline = start + std::chrono::duration<double>(op.timeout_s);
     const auto ping_at = deadline - std::chrono::duration<double>(std::min(1.0, op.timeout_s / 4));
-    bool pinged = false;
     for (int64_t i = 0;; ++i) {
       int flag = 0;
       int rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS)
         throw CommFailure{
-            fmt::format("{} failed on rank {}: {}", op.name, rank_, mpi_error_string(rc))};
+            fmt::format("{} failed on rank {}: {}", op.name, world_rank_, mpi_error_string(rc))};
       if (flag) return;
-      if ((i & 15) == 0) engine_->run_idle();  // this and the other groups' notices and pings
-      if (!pinged && Clock::now() > ping_at) {
-        arrivals_->ping();
-        pinged = true;
-      }
+      if ((i & 63) == 63) engine_->run_idle();  // this and the other groups' notices and pings
+      if (Clock::now() > ping_at) arrivals_->ping(op.seq);  // once per operation
       if (Clock::now() > deadline) {
         engine_->run_idle();
         throw CommFailure{fmt::format("{} timed out after {:.1f} s on rank {}: {}", op.name,
-                                      op.timeout_s, rank_, who_is_missing(op.seq))};
+                                      op.timeout_s, world_rank_, who_is_missing(op.seq))};
       }
       // Note [Polling]: spin briefly (small collectives finish within microseconds), then sleep
       // in short naps so the communication thread does not steal a core from compute while
@@ -346,23 +374,33 @@ class MpiCommunicator final : public Communicator {
       if (std::find(silent.begin(), silent.end(), p) == silent.end()) late.push_back(p);
     std::vector<std::string> parts;
     if (!silent.empty()) {
-      const std::vector<std::string> whole = whole_hosts(silent, hosts_);
-      const bool all_hosts =
-          whole.size() == std::set<std::string>(hosts_.begin(), hosts_.end()).size();
-      parts.push_back(fmt::format(
-          "{} {} not answer{}", ranks_on_hosts(silent, hosts_), silent.size() == 1 ? "does" : "do",
-          whole.empty() || all_hosts
-              ? std::string()
-              : fmt::format(": {} {} lost or cut off from the others", fmt::join(whole, ", "),
-                            whole.size() == 1 ? "is" : "are")));
+      const std::vector<int> gone = to_world(silent);
+      parts.push_back(fmt::format("{} {} not answer{}", ranks_on_hosts(gone, known_hosts()),
+                                  gone.size() == 1 ? "does" : "do", lost_nodes(gone)));
     }
     if (!late.empty())
       parts.push_back(
           fmt::format("{} answer{} but did not arrive (late, or issuing collectives "
                       "in another order)",
-                      ranks_on_hosts(late, hosts_), late.size() == 1 ? "s" : ""));
+                      ranks_on_hosts(to_world(late), known_hosts()), late.size() == 1 ? "s" : ""));
     if (parts.empty()) return "every rank arrived and answers; the operation itself stalled in MPI";
     return fmt::format("{}", fmt::join(parts, "; "));
+  }
+
+  // What it says of the nodes that every rank of them is among `gone` (world ranks): those
+  // nodes are lost, or, when that is every other node, this one may be the one cut off.
+  std::string lost_nodes(const std::vector<int>& gone) const {
+    const std::vector<std::string> whole = whole_hosts(gone, known_hosts());
+    if (whole.empty()) return "";
+    std::set<std::string> others(hosts_.begin(), hosts_.end());
+    others.erase(world_hosts_[size_t(world_rank_)]);
+    if (whole.size() == others.size() && others.size() > 1)
+      return fmt::format(
+          ": no other node answers: {} is cut off from the network, or they are "
+          "all lost",
+          world_hosts_[size_t(world_rank_)]);
+    return fmt::format(": {} {} lost or cut off from the others", fmt::join(whole, ", "),
+                       whole.size() == 1 ? "is" : "are");
   }
 
   // Runs the operation; returns the seconds it took.
@@ -478,13 +516,16 @@ class MpiCommunicator final : public Communicator {
 
   void started(const Op& op, int rc) const {
     if (rc != MPI_SUCCESS)
-      throw CommFailure{
-          fmt::format("{} failed to start on rank {}: {}", op.name, rank_, mpi_error_string(rc))};
+      throw CommFailure{fmt::format("{} failed to start on rank {}: {}", op.name, world_rank_,
+                                    mpi_error_string(rc))};
   }
 
   CommOptions options_;
   NetworkChoice network_;
-  std::vector<std::string> hosts_;  // by rank; empty until gathered
+  std::vector<std::string> world_hosts_;  // each world rank's host; empty until gathered
+  int world_rank_ = 0;                    // this process's
+  std::vector<int> world_ranks_;          // this communicator's ranks' world ranks
+  std::vector<std::string> hosts_;        // this communicator's ranks' hosts
   int rank_ = 0, size_ = 1;
   MPI_Comm comm_ = MPI_COMM_NULL, arrive_comm_ = MPI_COMM_NULL;
   MPI_Op bf16_sum_op_ = MPI_OP_NULL;

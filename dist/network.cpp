@@ -171,10 +171,13 @@ NetworkChoice choose_network(const std::string& wanted, const LaunchInfo& launch
           wanted, !env.launcher_include.empty() ? "include" : "exclude", other));
     return checked(wanted, launch, env, "dist.interface");
   }
-  // The launcher's own setting stands; a list ("eth0,ib0") is checked by its first entry.
-  if (!env.launcher_include.empty())
-    return checked(env.launcher_include.substr(0, env.launcher_include.find(',')), launch, env,
-                   "OMPI_MCA_btl_tcp_if_include");
+  // The launcher's own setting stands, whole; a list ("eth0,ib0") is checked by its first entry.
+  if (!env.launcher_include.empty()) {
+    NetworkChoice c = checked(env.launcher_include.substr(0, env.launcher_include.find(',')),
+                              launch, env, "OMPI_MCA_btl_tcp_if_include");
+    c.setting = env.launcher_include;
+    return c;
+  }
   if (!env.launcher_exclude.empty())
     return {"", "", "",
             "Open MPI's own choice (OMPI_MCA_btl_tcp_if_exclude=" + env.launcher_exclude + ")"};

@@ -64,10 +64,10 @@ std::string describe(const NetworkChoice& choice);
 
 // After MPI_Init, before any message between ranks: the first rank of each node listens on
 // its chosen address and connects to every other node's (their addresses exchanged through
-// the launcher's PMIx, not the network under test), within timeout_s. Throws trainer::Error
-// on every rank naming the nodes, addresses and interfaces when one node cannot reach another,
-// instead of a hang or Open MPI's failure at the first collective. Does nothing on one node
-// or without PMIx (a launcher other than mpirun or srun --mpi=pmix).
+// the launcher's PMIx, not the network under test), within timeout_s (30 s at most). Throws
+// trainer::Error on every rank naming the nodes, addresses and interfaces when one node cannot
+// reach another, instead of a hang or Open MPI's failure at the first collective. Does nothing
+// on one node or without PMIx (a launcher other than mpirun or srun --mpi=pmix).
 void check_network(const NetworkChoice& choice, const LaunchInfo& launch, double timeout_s);
 
 }  // namespace trainer::dist

@@ -1,16 +1,15 @@
 // The check that the nodes reach each other on the chosen interface; see network.h.
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <pmix.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -145,6 +144,7 @@ std::optional<std::string> connect_all(const Endpoint& from, const std::vector<E
                        e.address, e.port, e.interface, why);
   };
   for (const Endpoint& e : to) {
+    if (e.address.empty()) return failure(e, "it published no address");
     Socket s(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     sockaddr_in local = socket_address(from.address, 0), remote = socket_address(e.address, e.port);
     if (s.fd() < 0 || ::bind(s.fd(), reinterpret_cast<sockaddr*>(&local), sizeof local) != 0)
@@ -163,7 +163,7 @@ std::optional<std::string> connect_all(const Endpoint& from, const std::vector<E
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) break;
     if (::poll(fds.data(), fds.size(), int(left.count())) < 0 && errno != EINTR)
-      return failure(*targets[0], std::strerror(errno));
+      THROW_ERROR("the network check's poll() failed on {}: {}", from.host, std::strerror(errno));
     for (size_t i = 0; i < fds.size(); ++i) {
       if (fds[i].fd < 0 || fds[i].revents == 0) continue;
       int err = 0;
@@ -178,6 +178,20 @@ std::optional<std::string> connect_all(const Endpoint& from, const std::vector<E
     if (fds[i].fd >= 0)
       return failure(*targets[i], fmt::format("no answer within {:.0f} s", timeout_s));
   return std::nullopt;
+}
+
+// The first rank of each of the next kProbedNodes nodes after `me`'s, in rank order around the
+// ring (every other node's, on fewer nodes): each node checks its successors, so every node is
+// reached by some other, with a bounded number of sockets per node on any cluster.
+std::vector<Endpoint> next_nodes(const std::vector<Endpoint>& all, const Endpoint& me) {
+  constexpr size_t kProbedNodes = 64;
+  std::vector<Endpoint> out;
+  const size_t n = all.size();
+  for (size_t k = 1; k < n && out.size() < kProbedNodes; ++k) {
+    const Endpoint& e = all[(size_t(me.rank) + k) % n];
+    if ((e.port > 0 || e.address.empty()) && e.host != me.host) out.push_back(e);
+  }
+  return out;
 }
 
 }  // namespace
@@ -202,12 +216,12 @@ void check_network(const NetworkChoice& choice, const LaunchInfo& launch, double
   for (int r = 0; r < launch.world_size; ++r)
     all.push_back(parse_endpoint(r, pmix.get(r, PMIX_HOSTNAME), pmix.get(r, kAddressKey)));
   const Endpoint& me = all[size_t(launch.rank)];
-  std::vector<Endpoint> others;  // the first rank of every other node
-  for (const Endpoint& e : all)
-    if (e.port > 0 && e.host != me.host) others.push_back(e);
+  // A connection inside a cluster takes milliseconds; one that has not come in 30 s will not.
+  // The other ranks wait for this one's verdict that much longer.
+  const double connect_s = std::min(timeout_s / 2, 30.0);
   std::optional<std::string> failure;
-  if (first_of_node) failure = connect_all(me, others, timeout_s);
-  pmix.exchange(kVerdictKey, failure.value_or(""), timeout_s);
+  if (first_of_node) failure = connect_all(me, next_nodes(all, me), connect_s);
+  pmix.exchange(kVerdictKey, failure.value_or(""), timeout_s + connect_s);
   int failed = 0;
   std::string first;
   for (int r = 0; r < launch.world_size; ++r)

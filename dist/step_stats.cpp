@@ -49,17 +49,18 @@ std::optional<std::string> StragglerWatch::observe(const StragglerReport& rep) {
     streak_ = 0;
     return std::nullopt;
   }
-  // Whole nodes behind, when the job has more than one node and not every rank lags.
+  // Whole nodes behind, when the job has more than one node (the median rank never lags, so
+  // not every node can).
   std::vector<std::string> nodes = whole_hosts(rep.lagging, hosts_);
-  const bool several = std::set<std::string>(hosts_.begin(), hosts_.end()).size() > 1;
-  if (!several || rep.lagging.size() == hosts_.size()) nodes.clear();
+  if (std::set<std::string>(hosts_.begin(), hosts_.end()).size() < 2) nodes.clear();
   std::string subject;
   if (!nodes.empty()) {
     std::vector<int> ranks;
     for (int r : rep.lagging)
       if (std::find(nodes.begin(), nodes.end(), hosts_[size_t(r)]) != nodes.end())
         ranks.push_back(r);
-    subject = fmt::format("slow node: {}", ranks_on_hosts(ranks, hosts_));
+    subject =
+        fmt::format("slow node{}: {}", nodes.size() > 1 ? "s" : "", ranks_on_hosts(ranks, hosts_));
   } else {
     subject = fmt::format("straggler: {}", ranks_on_hosts({rep.slowest_rank}, hosts_));
   }

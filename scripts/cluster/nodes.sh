@@ -113,6 +113,7 @@ pids_of() {  # NODE: every process in the node's network namespace
 
 lose() {  # NODE: SIGKILL to every process of the node at once but its anchor
   local anchor
+  known "$1"
   anchor=$(cat "$DIR/$1/anchor.pid")
   pids_of "$1" | grep -vx "$anchor" | xargs -r kill -KILL 2>/dev/null || true
 }

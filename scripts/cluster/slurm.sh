@@ -39,21 +39,22 @@ stop_one() {  # NAME PIDFILE
   rm -f "$2"
 }
 
-node_lines() {  # LAYOUT MEMORY_MB: the NodeName lines
-  local node
+node_lines() {  # LAYOUT MEMORY_MB: the NodeName lines (the nodes share this machine's memory)
+  local node nodes
   if [[ $1 == host ]]; then
     echo "NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$2 State=UNKNOWN"
     return
   fi
-  for node in $(bash "$NODES_SH" names); do
+  nodes=$(bash "$NODES_SH" names)
+  for node in $nodes; do
     echo "NodeName=$node NodeAddr=$(bash "$NODES_SH" addr "$node") CPUs=$CPUS" \
-      "RealMemory=$(($2 / 4)) State=UNKNOWN"
+      "RealMemory=$(($2 / $(wc -w <<<"$nodes"))) State=UNKNOWN"
   done
 }
 
 configure() {  # LAYOUT: host (one slurmd here) or nodes
   local memory controller=127.0.0.1 slurmd_files=$DIR/state tmp=/tmp
-  memory=$(slurmd -C 2>/dev/null | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p')
+  memory=$(slurmd -C 2>/dev/null | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p') || true
   memory=$(( ${memory:-2048} * 9 / 10 ))
   # In nodes, each slurmd keeps its pid and spool files in its node-local directory, and jobs'
   # temporary files (PMIx's among them) go there too: the nodes share this machine's /tmp.

@@ -2,8 +2,11 @@
 # Launch with Open MPI's mpirun on one node or several (HOSTFILE: one line "host slots=N" each):
 #   scripts/launch/mpirun.sh RANKS CONFIG [--set key=value ...]
 # Ranks are spread by slot, each with its share of the node's cores as OpenMP threads, bound.
-# For TCP between nodes set BTL_IF (Open MPI's btl_tcp_if_include, e.g. eth0 or 10.0.0.0/8);
-# for GPUs set run.device=cuda and the NCCL variables (see srun.sh).
+# Between nodes the ranks' TCP interface is dist.interface's choice (docs/launching.md); BTL_IF
+# names it for Open MPI instead (btl_tcp_if_include), and for mpirun's own daemons too
+# (oob_tcp_if_include), e.g. eth0 or 10.0.0.0/8. mpirun starts its daemon on the other hosts
+# through ssh, or the agent OMPI_MCA_plm_rsh_agent names. For GPUs set run.device=cuda and the
+# NCCL variables (see srun.sh).
 set -euo pipefail
 [[ $# -ge 2 ]] || { echo "usage: mpirun.sh RANKS CONFIG [--set k=v ...]" >&2; exit 2; }
 ranks=$1

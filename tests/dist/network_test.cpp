@@ -55,7 +55,9 @@ TEST(Network, AutoTakesTheInterfaceOfTheHostsAddress) {
 TEST(Network, AutoKeepsTheLaunchersChoiceAndOneNodeNeedsNone) {
   NetworkEnv env = node2();
   env.launcher_include = "mgmt0,eth0";
-  EXPECT_EQ(choose_network("auto", two_nodes(), env).interface, "mgmt0");
+  const NetworkChoice c = choose_network("auto", two_nodes(), env);
+  EXPECT_EQ(c.interface, "mgmt0");
+  EXPECT_EQ(c.setting, "mgmt0,eth0");  // what Open MPI is told stays the launcher's whole list
   LaunchInfo one = two_nodes();
   one.nodes = 1;
   one.node = 0;

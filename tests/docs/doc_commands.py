@@ -38,6 +38,8 @@ ELSEWHERE = [
     (r"^srun -n \d+ --mpi=pmix trainer", "tests/app/slurm.sh", "srun -n 2 --mpi=pmix"),
     (r"^scripts/launch/srun\.sh ", "tests/app/slurm.sh", "scripts/launch/srun.sh"),
     (r"^sbatch scripts/launch/train\.sbatch", "tests/app/slurm.sh", "scripts/launch/train.sbatch"),
+    (r"^sbatch --nodes=\d+ --ntasks-per-node=\d+ scripts/launch/train\.sbatch",
+     "tests/app/multi_node.sh", "-N 2 --ntasks-per-node=2"),
     (r"^salloc -n \d+ mpirun -np \d+ trainer", "tests/app/slurm.sh", "salloc -n 2 mpirun"),
 ]
 

@@ -2,9 +2,9 @@
 #include "dist/hosts.h"
 
 #include <algorithm>
-#include <map>
+#include <set>
 
-#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace trainer::dist {
 
@@ -31,6 +31,23 @@ int64_t count_on(const std::vector<std::string>& hosts, const std::string& host)
 
 std::string ranks_word(const std::vector<int>& ranks) {
   return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", rank_list(ranks));
+}
+
+// What `describe_missing` says of the nodes whose every rank is silent.
+std::string lost_nodes(const std::vector<int>& silent, const std::vector<std::string>& hosts,
+                       int self, const std::vector<int>& members) {
+  const std::vector<std::string> whole = whole_hosts(silent, hosts);
+  if (whole.empty()) return "";
+  std::set<std::string> others;
+  for (int r : members) others.insert(hosts[size_t(r)]);
+  others.erase(hosts[size_t(self)]);
+  if (whole.size() == others.size() && others.size() > 1)
+    return fmt::format(
+        ": no other node answers: {} is cut off from the network, or they are all "
+        "lost",
+        hosts[size_t(self)]);
+  return fmt::format(": {} {} lost or cut off from the others", fmt::join(whole, ", "),
+                     whole.size() == 1 ? "is" : "are");
 }
 
 }  // namespace
@@ -70,6 +87,22 @@ std::vector<std::string> whole_hosts(const std::vector<int>& ranks,
   for (const auto& [host, on] : by_host(hosts, &ranks))
     if (int64_t(on.size()) == count_on(hosts, host)) out.push_back(host);
   return out;
+}
+
+std::string describe_missing(const std::vector<int>& silent, const std::vector<int>& late,
+                             const std::vector<std::string>& hosts, int self,
+                             const std::vector<int>& members) {
+  std::vector<std::string> parts;
+  if (!silent.empty())
+    parts.push_back(fmt::format("{} {} not answer{}", ranks_on_hosts(silent, hosts),
+                                silent.size() == 1 ? "does" : "do",
+                                hosts.empty() ? "" : lost_nodes(silent, hosts, self, members)));
+  if (!late.empty())
+    parts.push_back(fmt::format(
+        "{} answer{} but did not arrive (late, or issuing collectives in another order)",
+        ranks_on_hosts(late, hosts), late.size() == 1 ? "s" : ""));
+  if (parts.empty()) return "every rank arrived and answers; the operation itself stalled in MPI";
+  return fmt::format("{}", fmt::join(parts, "; "));
 }
 
 std::string placement(const std::vector<std::string>& hosts) {

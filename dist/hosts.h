@@ -19,6 +19,16 @@ std::string ranks_on_hosts(const std::vector<int>& ranks, const std::vector<std:
 std::vector<std::string> whole_hosts(const std::vector<int>& ranks,
                                      const std::vector<std::string>& hosts);
 
+// Who a timed-out collective waits for, for its error: `silent` (world ranks that do not
+// answer: dead, stopped or cut off) and `late` (ranks that answer but never arrived), by host
+// (`hosts`: each world rank's; empty when unknown). A node every rank of which is silent is
+// named as lost; when that is every node of the collective (`members`, world ranks) but this
+// rank's own (`self`), this node may be the one cut off. "every rank arrived ..." when both
+// are empty.
+std::string describe_missing(const std::vector<int>& silent, const std::vector<int>& late,
+                             const std::vector<std::string>& hosts, int self,
+                             const std::vector<int>& members);
+
 // The placement for the start-up log: "node1: ranks 0-1; node2: ranks 2-3".
 std::string placement(const std::vector<std::string>& hosts);
 

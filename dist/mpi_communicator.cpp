@@ -8,7 +8,7 @@
 #include <climits>
 #include <cstring>
 #include <exception>
-#include <set>
+#include <numeric>
 #include <thread>
 
 #include <fmt/ranges.h>
@@ -372,35 +372,10 @@ class MpiCommunicator final : public Communicator {
     std::vector<int> late;
     for (int p : arrivals_->missing(seq))
       if (std::find(silent.begin(), silent.end(), p) == silent.end()) late.push_back(p);
-    std::vector<std::string> parts;
-    if (!silent.empty()) {
-      const std::vector<int> gone = to_world(silent);
-      parts.push_back(fmt::format("{} {} not answer{}", ranks_on_hosts(gone, known_hosts()),
-                                  gone.size() == 1 ? "does" : "do", lost_nodes(gone)));
-    }
-    if (!late.empty())
-      parts.push_back(
-          fmt::format("{} answer{} but did not arrive (late, or issuing collectives "
-                      "in another order)",
-                      ranks_on_hosts(to_world(late), known_hosts()), late.size() == 1 ? "s" : ""));
-    if (parts.empty()) return "every rank arrived and answers; the operation itself stalled in MPI";
-    return fmt::format("{}", fmt::join(parts, "; "));
-  }
-
-  // What it says of the nodes that every rank of them is among `gone` (world ranks): those
-  // nodes are lost, or, when that is every other node, this one may be the one cut off.
-  std::string lost_nodes(const std::vector<int>& gone) const {
-    const std::vector<std::string> whole = whole_hosts(gone, known_hosts());
-    if (whole.empty()) return "";
-    std::set<std::string> others(hosts_.begin(), hosts_.end());
-    others.erase(world_hosts_[size_t(world_rank_)]);
-    if (whole.size() == others.size() && others.size() > 1)
-      return fmt::format(
-          ": no other node answers: {} is cut off from the network, or they are "
-          "all lost",
-          world_hosts_[size_t(world_rank_)]);
-    return fmt::format(": {} {} lost or cut off from the others", fmt::join(whole, ", "),
-                       whole.size() == 1 ? "is" : "are");
+    std::vector<int> members(static_cast<size_t>(size_));
+    std::iota(members.begin(), members.end(), 0);
+    return describe_missing(to_world(silent), to_world(late), known_hosts(), world_rank_,
+                            to_world(members));
   }
 
   // Runs the operation; returns the seconds it took.

@@ -3,6 +3,7 @@
 # and slurmctld on this machine, and slurmd either here (one node, this machine's hostname) or
 # in each node of scripts/cluster/nodes.sh (one slurmd per node, NodeAddr its eth0 address,
 # slurmctld reached at the bridge's address). Every daemon is stopped by its PID.
+#   slurm.sh install        install Debian's slurm-wlm and munge where they are missing
 #   slurm.sh start [nodes]  configure, start the daemons, wait until every node is idle
 #   slurm.sh stop           cancel every job, stop the daemons (TERM, then KILL)
 #   slurm.sh env            the exports client commands need (eval "$(slurm.sh env)")
@@ -153,9 +154,16 @@ stop() {
   stop_one munged "$DIR/munged.pid"
 }
 
+install_packages() {
+  command -v slurmctld >/dev/null && command -v munged >/dev/null && return 0
+  { apt-get install -y --no-install-recommends slurm-wlm munge ||
+    { apt-get update && apt-get install -y --no-install-recommends slurm-wlm munge; }; } >/dev/null 2>&1
+}
+
 case "${1:-}" in
+  install) install_packages ;;
   start) start "${2:-host}" ;;
   stop) stop ;;
   env) echo "export SLURM_CONF=$SLURM_CONF" ;;
-  *) echo "usage: slurm.sh start [nodes] | stop | env" >&2; exit 2 ;;
+  *) echo "usage: slurm.sh install | start [nodes] | stop | env" >&2; exit 2 ;;
 esac

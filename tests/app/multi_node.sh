@@ -26,11 +26,7 @@ ROOT=$(realpath "$2")
 NODES="$ROOT/scripts/cluster/nodes.sh"
 SLURM="$ROOT/scripts/cluster/slurm.sh"
 [[ $(id -u) -eq 0 ]] || { echo "multi_node: not root: skipped"; exit 77; }
-if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
-  { apt-get install -y --no-install-recommends slurm-wlm munge ||
-    { apt-get update && apt-get install -y --no-install-recommends slurm-wlm munge; }; } \
-    >/dev/null 2>&1 || { echo "multi_node: slurm-wlm and munge cannot be installed: skipped"; exit 77; }
-fi
+bash "$SLURM" install || { echo "multi_node: slurm-wlm and munge cannot be installed: skipped"; exit 77; }
 export SLURM_TEST_DIR NODES_DIR
 SLURM_TEST_DIR=$(mktemp -d /tmp/trainer_mn_slurm.XXXXXX)
 NODES_DIR=$(mktemp -d /tmp/trainer_mn_nodes.XXXXXX)

@@ -15,11 +15,7 @@ TRAINER=$(realpath "$1")
 ROOT=$(realpath "$2")
 CLUSTER="$ROOT/scripts/cluster/slurm.sh"
 [[ $(id -u) -eq 0 ]] || { echo "slurm: not root: skipped"; exit 77; }
-if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
-  { apt-get install -y --no-install-recommends slurm-wlm munge ||
-    { apt-get update && apt-get install -y --no-install-recommends slurm-wlm munge; }; } \
-    >/dev/null 2>&1 || { echo "slurm: slurm-wlm and munge cannot be installed: skipped"; exit 77; }
-fi
+bash "$CLUSTER" install || { echo "slurm: slurm-wlm and munge cannot be installed: skipped"; exit 77; }
 export SLURM_TEST_DIR
 SLURM_TEST_DIR=$(mktemp -d /tmp/trainer_slurm.XXXXXX)
 DIR=$(mktemp -d /tmp/trainer_slurm_runs.XXXXXX)

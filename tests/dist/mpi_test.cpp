@@ -472,6 +472,25 @@ TEST(Hosts, RanksAreNamedByNode) {
   EXPECT_EQ(placement(hosts), "a: ranks 0-1; b: ranks 2-3; c: rank 4");
 }
 
+// A timed-out collective's error: a node whose ranks are all silent is lost; when that is every
+// other node, this one may be the one cut off; a group's ranks alone never make a node lost.
+TEST(Hosts, MissingRanksAreDescribedByNode) {
+  const std::vector<std::string> hosts = {"a", "a", "b", "b", "c", "c"};
+  const std::vector<int> all = {0, 1, 2, 3, 4, 5};
+  EXPECT_EQ(describe_missing({2, 3}, {}, hosts, 0, all),
+            "ranks 2-3 on b (all of its 2) do not answer: b is lost or cut off from the others");
+  EXPECT_EQ(describe_missing({2, 3, 4, 5}, {}, hosts, 0, all),
+            "ranks 2-3 on b (all of its 2), ranks 4-5 on c (all of its 2) do not answer: no other "
+            "node answers: a is cut off from the network, or they are all lost");
+  EXPECT_EQ(describe_missing({3}, {5}, hosts, 0, all),
+            "rank 3 on b does not answer; rank 5 on c answers but did not arrive (late, or "
+            "issuing collectives in another order)");
+  EXPECT_EQ(describe_missing({2}, {}, hosts, 0, {0, 2, 4}), "rank 2 on b does not answer");
+  EXPECT_EQ(describe_missing({1}, {}, {}, 0, {0, 1}), "rank 1 does not answer");
+  EXPECT_EQ(describe_missing({}, {}, hosts, 0, all),
+            "every rank arrived and answers; the operation itself stalled in MPI");
+}
+
 }  // namespace
 }  // namespace trainer::dist
 

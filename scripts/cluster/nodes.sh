@@ -16,8 +16,8 @@
 #   nodes.sh rsh NODE CMD..   the same, CMD given as ssh gives it (one shell command line):
 #                             Open MPI's launch agent (plm_rsh_agent), in place of ssh
 #   nodes.sh pids NODE        the PIDs of every process inside NODE
-#   nodes.sh lose NODE        SIGKILL to every process inside NODE at once, as when it loses
-#                             power (its namespaces stay, so it can be started again)
+#   nodes.sh lose NODE        NODE off the network and SIGKILL to every process inside it, as
+#                             when it loses power (no peer hears its sockets close)
 #   nodes.sh names            the nodes' names, one per line
 #   nodes.sh addr NODE|host   NODE's eth0 address, or this machine's on the bridge
 #   nodes.sh local NODE       where NODE's node-local directory is, as this machine sees it
@@ -92,7 +92,7 @@ start() {
 }
 
 stop() {
-  local ns pids
+  local ns pids link
   # Every node's namespace, those of a cluster whose directory is gone too (the names are fixed).
   for ns in $( (ls /run/netns 2>/dev/null || true) | grep '^trainer-node'); do
     if [[ -e /run/netns/$ns ]]; then
@@ -101,6 +101,11 @@ stop() {
       for _ in $(seq 1 50); do [[ -z $(ip netns pids "$ns" 2>/dev/null) ]] && break; sleep 0.1; done
       ip netns del "$ns" 2>/dev/null || true
     fi
+  done
+  # A namespace outlives its name while sockets in it still retransmit to a lost node; its
+  # links go now, so that nothing of it is left in sight and the names are free again.
+  for link in $(ip -o link show | awk -F': ' '{print $2}' | cut -d@ -f1 | grep '^tr-node' || true); do
+    ip link del "$link" 2>/dev/null || true
   done
   ip link del "$BRIDGE" 2>/dev/null || true
   rm -rf "$DIR"
@@ -111,10 +116,13 @@ pids_of() {  # NODE: every process in the node's network namespace
   ip netns pids "$(netns "$1")"
 }
 
-lose() {  # NODE: SIGKILL to every process of the node at once but its anchor
+lose() {  # NODE: its link cut, then SIGKILL to every process of the node but its anchor
   local anchor
   known "$1"
   anchor=$(cat "$DIR/$1/anchor.pid")
+  # First off the network, as a node that loses power is: the other nodes get no word of its
+  # processes' sockets closing, only silence.
+  ip link set "tr-$1" down
   pids_of "$1" | grep -vx "$anchor" | xargs -r kill -KILL 2>/dev/null || true
 }
 

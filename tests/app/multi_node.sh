@@ -10,7 +10,8 @@
 #      one-line error naming the interface, in seconds; a run directory each node sees
 #      differently: refused, naming the node;
 #   4. a slow node (every rank of node2 under a CPU limit): reported as node2, not as ranks;
-#   5. node loss mid-step (every process of node2 killed at once): the job ends within
+#   5. node loss mid-step (node2 off the network and every process of it killed at once, as in
+#      a power loss): the job ends within
 #      dist.timeout_s naming node2's ranks and node2; relaunched at the same world size on
 #      node1 and node3 it resumes from the last complete checkpoint and ends with the bits of an
 #      uninterrupted run (dist.deterministic);
@@ -172,7 +173,7 @@ pkill -KILL -f "^$TRAINER train c.yaml --set run.name=slow" || true  # the ranks
 wait "$launcher" 2>/dev/null || true
 grep -q "slow node: ranks 2-3 on node2 (all of its 2) has been behind for 5 steps in a row" slow.log ||
   fail "node2 under a CPU limit was not reported as a slow node: $(grep -m2 -E 'straggler|slow' slow.log)"
-echo "slow node: $(grep -m1 -o 'slow node: .*' slow.log)"
+grep -m1 -o 'slow node: .*' slow.log
 
 mark
 # 5. Node loss mid-step, relaunched at the same world size on node1 and node3. These runs are

@@ -46,10 +46,17 @@ ActivationPlan::ActivationPlan(const ModelConfig& m, const ExecConfig& e) {
   };
   auto type = [&](bool fp32) { return fp32 ? DType::f32 : e.compute; };
 
-  for (int l = 0; l <= m.n_layer; ++l) residual_.push_back(take(next, C, DType::f32));
+  residual_at_.assign(size_t(m.n_layer), -1);
+  local_.assign(size_t(m.n_layer), -1);
+  kept_bytes_.assign(size_t(m.n_layer), 0);
+  for (const auto& [b, end] : m.held_chunks()) {  // a chunk's inputs and its output
+    for (int l = b; l < end; ++l) residual_at_[size_t(l)] = int(residual_.size()) + (l - b);
+    for (int l = b; l <= end; ++l) residual_.push_back(take(next, C, DType::f32));
+  }
   kind_.assign(size_t(Act::kCount), ActKind::scratch);
   for (const ActSpec& a : spec.block_acts) kind_[size_t(a.act)] = a.kind;
-  for (int l = 0; l < m.n_layer; ++l) {
+  for (int l : m.held_layers()) {
+    local_[size_t(l)] = int(blocks_.size());
     policy_.push_back(e.policy(l));
     BlockSlots slots;
     const int64_t start = next;
@@ -57,13 +64,15 @@ ActivationPlan::ActivationPlan(const ModelConfig& m, const ExecConfig& e) {
       if (keeps(policy_.back(), a.kind))
         slots[size_t(a.act)] = take(next, a.per_token, type(a.fp32), !a.split);
     blocks_.push_back(slots);
-    kept_bytes_.push_back(next - start);
+    kept_bytes_[size_t(l)] = next - start;
   }
-  lnf = take(next, C, e.compute);
-  lnf_mean = take(next, 1, DType::f32);
-  lnf_rstd = take(next, 1, DType::f32);
-  ce_stats = take(next, 2, DType::f32, false);
-  if (m.tensor.degree > 1) ce_parts = take(next, 2 * m.tensor.degree, DType::f32, false);
+  if (m.holds_head()) {
+    lnf = take(next, C, e.compute);
+    lnf_mean = take(next, 1, DType::f32);
+    lnf_rstd = take(next, 1, DType::f32);
+    ce_stats = take(next, 2, DType::f32, false);
+    if (m.tensor.degree > 1) ce_parts = take(next, 2 * m.tensor.degree, DType::f32, false);
+  }
   if (D > 1) {
     gathered = take(next, C, e.compute, false);
     partial = take(next, C, DType::f32, false);
@@ -84,17 +93,22 @@ ActivationPlan::ActivationPlan(const ModelConfig& m, const ExecConfig& e) {
   }
   tmp = take(cursor, C, e.compute);
   if (e.compute != DType::f32 && e.training) d_branch = take(cursor, C, e.compute);
-  logits = ActSlot{region, e.compute, V, false};
-  shared_bytes_ = std::max(cursor - region, aligned(N * V * int64_t(dtype_size(e.compute))));
+  shared_bytes_ = cursor - region;
+  if (m.holds_head()) {
+    logits = ActSlot{region, e.compute, V, false};
+    shared_bytes_ = std::max(shared_bytes_, aligned(N * V * int64_t(dtype_size(e.compute))));
+  }
   bytes_ = region + shared_bytes_;
 }
 
 bool ActivationPlan::kept(int layer, Act a) const {
-  return keeps(policy_[size_t(layer)], kind_[size_t(a)]);
+  TRAINER_ASSERT(local_[size_t(layer)] >= 0, "block {} is not held here", layer);
+  return keeps(policy_[size_t(local_[size_t(layer)])], kind_[size_t(a)]);
 }
 
 const ActSlot& ActivationPlan::block(int layer, Act a) const {
-  const ActSlot& s = kept(layer, a) ? blocks_[size_t(layer)][size_t(a)] : shared_[size_t(a)];
+  const ActSlot& s =
+      kept(layer, a) ? blocks_[size_t(local_[size_t(layer)])][size_t(a)] : shared_[size_t(a)];
   TRAINER_ASSERT(s.offset >= 0, "activation {} of block {} has no slot", int(a), layer);
   return s;
 }

@@ -39,8 +39,14 @@ class ActivationPlan {
   // Block l's activation `a`: its own slot when the policy keeps it, else the shared one.
   const ActSlot& block(int layer, Act a) const;
   bool kept(int layer, Act a) const;
-  // The residual stream at block l's input (l < L) or at the end (l == L): fp32, (N, C).
-  const ActSlot& residual(int layer) const { return residual_[size_t(layer)]; }
+  // The residual stream (fp32, (N, C)) at the i-th of its points in order: each chunk's
+  // blocks' inputs and the chunk's output (for a whole model, block i's input, i == L the end).
+  const ActSlot& residual(int i) const { return residual_[size_t(i)]; }
+  // At block l's input and output (l a layer this model holds).
+  const ActSlot& input(int layer) const { return residual_[size_t(residual_at_[size_t(layer)])]; }
+  const ActSlot& output(int layer) const {
+    return residual_[size_t(residual_at_[size_t(layer)] + 1)];
+  }
 
   ActSlot lnf, lnf_mean, lnf_rstd;  // final norm (N,C) (N) (N)
   ActSlot ce_stats;                 // (N,2) fp32: per-row max and log-sum-exp offset
@@ -54,13 +60,15 @@ class ActivationPlan {
   // a product's partial sums before they are scattered (N,C in fp32 bytes, viewed in either).
   ActSlot gathered, partial;
 
-  // Bytes kept per block for block l (0 under full) and of the time-shared region.
+  // Bytes kept per block for block l (0 under full, or not held) and of the time-shared region.
   int64_t kept_bytes(int layer) const { return kept_bytes_[size_t(layer)]; }
   int64_t shared_bytes() const { return shared_bytes_; }
 
  private:
   using BlockSlots = std::array<ActSlot, size_t(Act::kCount)>;
   std::vector<ActSlot> residual_;
+  std::vector<int> residual_at_;  // by layer: the index of its input in residual_ (-1: not held)
+  std::vector<int> local_;        // by layer: its index in blocks_ (-1: not held)
   std::vector<BlockSlots> blocks_;
   BlockSlots shared_;
   std::vector<Recompute> policy_;

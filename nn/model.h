@@ -104,6 +104,25 @@ class Model {
   // synchronisation (Note [Asynchronous step]).
   virtual StepScalars read_step_scalars(const ConstTensor& grads) = 0;
 
+  // Pipeline stages (Note [Pipeline stages] in nn/transformer.h). A stage holds several
+  // micro-batches' activations at once, one per slot (ExecConfig::activation_slots), and runs
+  // its chunks of layers one at a time. Makes `slot` the one the calls below work on.
+  virtual void select_slot(int slot) = 0;
+  // Validates `batch` and copies it to the selected slot (every stage stages the same batch);
+  // returns its counted targets.
+  virtual int64_t stage(const BatchView& batch) = 0;
+  // Chunk `chunk`'s forward on the selected slot's batch, its input in chunk_input(chunk)
+  // unless it starts with the embedding; adds the loss where the chunk ends with the head.
+  virtual void forward_chunk(int chunk) = 0;
+  // Chunk `chunk`'s backward on the selected slot, from the loss or from the gradient of its
+  // output in residual_grad(); leaves the gradient of its input there (but the embedding's).
+  virtual void backward_chunk(int chunk, float loss_scale) = 0;
+  // The selected slot's residual stream at the chunk's input and output, and its gradient:
+  // (N, C) fp32 of the staged batch (N / degree tokens under sequence parallelism).
+  virtual Tensor chunk_input(int chunk) = 0;
+  virtual Tensor chunk_output(int chunk) = 0;
+  virtual Tensor residual_grad() = 0;
+
   using GradsReadyHook = std::function<void(int64_t begin, int64_t end)>;
   using ParamsNeededHook = std::function<void(int unit, ParamUse use)>;
 

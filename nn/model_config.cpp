@@ -18,6 +18,12 @@ void ModelConfig::validate() const {
   USAGE_CHECK(rotary_pct > 0 && rotary_pct <= 1, "model.rotary_pct must be in (0, 1], got {}",
               rotary_pct);
   architecture().validate(*this);
+  int next = 0;
+  for (const auto& [b, e] : pipeline.chunks) {
+    TRAINER_ASSERT(next <= b && b < e && e <= n_layer, "pipeline chunk [{}, {}) of {} layers", b, e,
+                   n_layer);
+    next = e;
+  }
   const int n = tensor.degree;
   USAGE_CHECK(n >= 1 && tensor.rank >= 0 && tensor.rank < n, "tensor-parallel rank {} of {}",
               tensor.rank, n);
@@ -35,6 +41,22 @@ void ModelConfig::validate() const {
               "dist.tensor_parallel = {} does not divide model.vocab_size = {} (the embedding and "
               "the head are cut by vocabulary rows: pad the vocabulary to a multiple of {})",
               n, vocab_size, n);
+}
+
+std::vector<std::pair<int, int>> ModelConfig::held_chunks() const {
+  if (pipeline.whole()) return {{0, n_layer}};
+  return pipeline.chunks;
+}
+
+std::vector<int> ModelConfig::held_layers() const {
+  std::vector<int> layers;
+  for (const auto& [b, e] : held_chunks())
+    for (int l = b; l < e; ++l) layers.push_back(l);
+  return layers;
+}
+
+bool ModelConfig::holds_embedding_unit() const {
+  return pipeline.first || (pipeline.last && tie_embeddings);
 }
 
 int64_t ModelConfig::matmul_params() const {

@@ -36,6 +36,16 @@ struct TensorSlice {
   bool sequence = false;
 };
 
+// The layers one process holds under pipeline parallelism (Note [Pipeline stages] in
+// nn/transformer.h): one run of consecutive layers per virtual stage it runs, and whether it
+// holds the embedding (the first stage) and the final norm, head and loss (the last). No chunks:
+// the whole model.
+struct PipelineSlice {
+  std::vector<std::pair<int, int>> chunks;  // [begin, end) of the model's layers, ascending
+  bool first = true, last = true;
+  bool whole() const { return chunks.empty(); }
+};
+
 struct ModelConfig {
   std::string arch = "gpt2";  // an architecture's name (nn/architecture.h lists them)
   int vocab_size = 8192;      // V: embedding rows (pad to a multiple of 64 for speed)
@@ -54,6 +64,8 @@ struct ModelConfig {
   // Not a key of model.*: the slice this process holds (dist.tensor_parallel and the rank's
   // place in the grid set it); the parameters and activations are the slice's.
   TensorSlice tensor;
+  // Not a key of model.* either: the layers this process holds (dist.pipeline_parallel).
+  PipelineSlice pipeline;
 
   // The record of `arch`; throws UsageError naming the architectures when there is none.
   const Architecture& architecture() const;
@@ -71,12 +83,21 @@ struct ModelConfig {
   int64_t vocab_begin() const { return local_vocab() * tensor.rank; }
   // Into how many slices the residual stream's tokens are cut (1 without sequence parallelism).
   int sequence_slices() const { return tensor.sequence ? tensor.degree : 1; }
-  // The whole model (tensor = {1, 0}).
+  // The whole model (tensor = {1, 0}, every layer).
   ModelConfig whole() const {
     ModelConfig m = *this;
     m.tensor = {};
+    m.pipeline = {};
     return m;
   }
+  // The layers this process holds, in order (every layer of a whole model), and the chunks
+  // (one per virtual stage; one for a whole model).
+  std::vector<int> held_layers() const;
+  std::vector<std::pair<int, int>> held_chunks() const;
+  // Whether this process holds the embedding (the first stage), the final unit and the loss
+  // (the last stage), and, the head reading the token embedding (tied), the embedding too.
+  bool holds_embedding_unit() const;
+  bool holds_head() const { return pipeline.last; }
   // Key (and value) channels: kv_heads() * head_size().
   int64_t kv_channels() const { return int64_t(kv_heads()) * head_size(); }
   // The channels of each head the rotary embeddings turn: head_size() * rotary_pct, rounded
@@ -119,9 +140,12 @@ struct ExecConfig {
   DType grad = DType::f32;     // the gradient buffer (bf16 only with bf16 compute)
   Recompute recompute = Recompute::none;
   std::vector<int> recompute_layers;  // blocks the policy applies to; empty = all
-  int max_rows = 1;                   // the largest batch: up to max_rows * max_seq_len
-  int max_seq_len = 1;                // tokens, in rows of at most max_seq_len
-  bool training = true;               // false: forward only (no gradients, no backward memory)
+  // Micro-batches whose activations are held at once (a pipeline stage's in-flight ones): the
+  // activations and the batch inputs are planned this many times.
+  int activation_slots = 1;
+  int max_rows = 1;             // the largest batch: up to max_rows * max_seq_len
+  int max_seq_len = 1;          // tokens, in rows of at most max_seq_len
+  bool training = true;         // false: forward only (no gradients, no backward memory)
   bool own_params = true;       // false: weights and gradients come from a UnitStore (sharding)
   void* stream = nullptr;       // CUDA: the stream the model's work is queued on (null: the legacy
                                 // default stream); the caller owns it

@@ -8,22 +8,56 @@
 
 namespace trainer::nn {
 
+namespace {
+
+// Elements a unit of `specs` takes in the flat buffer (each tensor 64-byte aligned).
+int64_t unit_elements(const std::vector<ParamSpec>& specs) {
+  int64_t n = 0;
+  for (const ParamSpec& s : specs) {
+    int64_t numel = 1;
+    for (int64_t d : s.shape) numel *= d;
+    n += (numel + 15) / 16 * 16;
+  }
+  return n;
+}
+
+}  // namespace
+
+// A pipeline stage's units keep the whole model's order and contents (Note [Pipeline stages]),
+// so each maps to one range of the whole buffer: the embedding, then L equal blocks.
 ParamLayout::ParamLayout(const ModelConfig& cfg) : config_(cfg) {
   cfg.validate();
   const ArchSpec spec = arch_spec(cfg);
-  add_unit(UnitKind::embedding, spec.embedding, "", spec, cfg);
-  for (int l = 0; l < cfg.n_layer; ++l)
-    add_unit(UnitKind::block, spec.block, spec.block_prefix + std::to_string(l) + ".", spec, cfg);
-  add_unit(UnitKind::final, spec.final, "", spec, cfg);
+  const int64_t embedding = unit_elements(spec.embedding), block = unit_elements(spec.block);
+  block_unit_.assign(size_t(cfg.n_layer), -1);
+  has_embedding_ = cfg.holds_embedding_unit();
+  if (has_embedding_) add_unit(UnitKind::embedding, spec.embedding, "", spec, cfg, 0);
+  for (int l : cfg.held_layers()) {
+    block_unit_[size_t(l)] = int(units_.size());
+    add_unit(UnitKind::block, spec.block, spec.block_prefix + std::to_string(l) + ".", spec, cfg,
+             embedding + l * block);
+    units_.back().layer = l;
+  }
+  has_final_ = cfg.holds_head();
+  if (has_final_)
+    add_unit(UnitKind::final, spec.final, "", spec, cfg, embedding + cfg.n_layer * block);
+}
+
+void ParamLayout::for_each_whole_range(
+    int64_t begin, int64_t end, const std::function<void(int64_t, int64_t, int64_t)>& fn) const {
+  for (const Unit& u : units_) {
+    const int64_t b = std::max(begin, u.begin), e = std::min(end, u.end);
+    if (b < e) fn(b, e, u.whole_begin + (b - u.begin));
+  }
 }
 
 void ParamLayout::add_unit(UnitKind kind, const std::vector<ParamSpec>& specs,
-                           const std::string& prefix, const ArchSpec& spec,
-                           const ModelConfig& cfg) {
+                           const std::string& prefix, const ArchSpec& spec, const ModelConfig& cfg,
+                           int64_t whole_begin) {
   const int n_layer = cfg.n_layer;
   // GPT-2's rule: a projection onto the residual stream starts 1/sqrt(2L) smaller.
   const float residual_std = spec.init_std / std::sqrt(2.0f * float(n_layer));
-  Unit u{kind, total_, total_, {}};
+  Unit u{kind, total_, total_, whole_begin, -1, {}};
   u.param.fill(-1);
   for (const ParamSpec& s : specs) {
     ParamInfo p;
@@ -70,6 +104,13 @@ uint64_t ParamLayout::digest() const {
     s += ";";
   }
   return hash64(s);
+}
+
+uint64_t ParamLayout::model_digest() const {
+  if (config_.pipeline.whole()) return digest();
+  ModelConfig all = config_;
+  all.pipeline = {};
+  return ParamLayout(all).digest();
 }
 
 int64_t ParamInfo::full_numel() const {

@@ -38,7 +38,11 @@ struct ParamInfo {
 
 struct Unit {
   UnitKind kind;
-  int64_t begin, end;                           // the unit's range of the flat buffer
+  int64_t begin, end;  // the unit's range of the flat buffer
+  // Where the unit starts in the flat buffer of the whole model at this tensor-parallel degree
+  // (a pipeline stage holds some units: Note [Pipeline stages]); begin for a whole model.
+  int64_t whole_begin = 0;
+  int layer = -1;                               // a block's layer in the model
   std::array<int, size_t(Role::kCount)> param;  // index into params() by role, -1 if absent
 };
 
@@ -54,23 +58,34 @@ class ParamLayout {
   // The parameter called `name`, or nullptr.
   const ParamInfo* find(const std::string& name) const;
 
-  // Units in buffer order: the embedding, blocks 0..L-1, the final unit.
+  // Units in buffer order: the embedding, blocks 0..L-1, the final unit; a pipeline stage's
+  // are those it holds, in the same order (config().pipeline).
   const std::vector<Unit>& units() const { return units_; }
-  int embedding_unit() const { return 0; }
-  int block_unit(int layer) const { return 1 + layer; }
-  int final_unit() const { return int(units_.size()) - 1; }
+  // The embedding unit (0), block `layer`'s and the final unit, or -1 where not held.
+  int embedding_unit() const { return has_embedding_ ? 0 : -1; }
+  int block_unit(int layer) const { return block_unit_[size_t(layer)]; }
+  int final_unit() const { return has_final_ ? int(units_.size()) - 1 : -1; }
+  // The flat buffer's elements in the whole model's buffer (at this tensor-parallel degree):
+  // calls fn(begin, end, whole_begin) for each unit's part of [begin, end), in order.
+  void for_each_whole_range(int64_t begin, int64_t end,
+                            const std::function<void(int64_t, int64_t, int64_t)>& fn) const;
   // The parameter with `role` in unit `u`; an internal error when the unit has none.
   const ParamInfo& get(int u, Role role) const;
   bool has(int u, Role role) const { return units_[size_t(u)].param[size_t(role)] >= 0; }
   // A digest of names, shapes and offsets: equal layouts have equal digests.
   uint64_t digest() const;
+  // The digest of the layout of every layer at this tensor-parallel degree: alike on every
+  // pipeline stage of one model.
+  uint64_t model_digest() const;
 
  private:
   void add_unit(UnitKind kind, const std::vector<ParamSpec>& specs, const std::string& prefix,
-                const ArchSpec& spec, const ModelConfig& cfg);
+                const ArchSpec& spec, const ModelConfig& cfg, int64_t whole_begin);
   ModelConfig config_;
   std::vector<ParamInfo> params_;
   std::vector<Unit> units_;
+  std::vector<int> block_unit_;  // by layer, -1 where not held
+  bool has_embedding_ = false, has_final_ = false;
   int64_t total_ = 0;
 };
 

@@ -52,6 +52,7 @@ Tensor shaped(const Tensor& flat, int64_t offset, const std::vector<int64_t>& sh
 Transformer::Transformer(const ModelConfig& config, const ExecConfig& exec)
     : config_(config),
       exec_(exec),
+      chunks_(config.held_chunks()),
       arch_(config.architecture()),
       spec_(arch_.spec(config)),
       layout_(config),
@@ -65,11 +66,16 @@ Transformer::Transformer(const ModelConfig& config, const ExecConfig& exec)
   params_ = Buffer(size_t(mem.params), dev);
   working_ = Buffer(size_t(mem.working), dev);
   grads_ = Buffer(size_t(mem.grads), dev);
-  acts_ = Buffer(size_t(mem.activations), dev);
   const size_t N = size_t(plan_.capacity());
-  for (Buffer* b : {&tokens_, &targets_, &positions_, &segments_, &lengths_})
-    *b = Buffer(N * sizeof(int32_t), dev);
-  runs_ = Buffer((N + 1) * sizeof(int32_t), dev);
+  TRAINER_ASSERT(exec.activation_slots >= 1, "{} activation slots", exec.activation_slots);
+  slots_.resize(size_t(exec.activation_slots));
+  for (SlotState& s : slots_) {
+    s.acts = Buffer(size_t(mem.activations / exec.activation_slots), dev);
+    for (Buffer* b : {&s.tokens, &s.targets, &s.positions, &s.segments, &s.lengths})
+      *b = Buffer(N * sizeof(int32_t), dev);
+    s.runs = Buffer((N + 1) * sizeof(int32_t), dev);
+  }
+  swap_slot(slots_[0]);
   loss_scale_ = Buffer(sizeof(float), dev);
   scalars_ = Buffer(2 * sizeof(double), dev);
   host_positions_.resize(N);
@@ -80,13 +86,44 @@ Transformer::Transformer(const ModelConfig& config, const ExecConfig& exec)
 }
 
 Transformer::Memory Transformer::memory() const {
-  return {int64_t(params_.bytes()),
-          int64_t(working_.bytes()),
-          int64_t(grads_.bytes()),
-          int64_t(acts_.bytes()),
-          int64_t(workspace_.capacity()),
-          int64_t(tokens_.bytes() + targets_.bytes() + positions_.bytes() + segments_.bytes() +
-                  lengths_.bytes() + runs_.bytes() + loss_scale_.bytes() + scalars_.bytes())};
+  int64_t acts = 0, inputs = int64_t(loss_scale_.bytes() + scalars_.bytes());
+  auto count = [&](const Buffer& a, const std::array<const Buffer*, 6>& in) {
+    acts += int64_t(a.bytes());
+    for (const Buffer* b : in) inputs += int64_t(b->bytes());
+  };
+  count(acts_, {&tokens_, &targets_, &positions_, &segments_, &lengths_, &runs_});
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (int(i) != slot_) {
+      const SlotState& s = slots_[i];
+      count(s.acts, {&s.tokens, &s.targets, &s.positions, &s.segments, &s.lengths, &s.runs});
+    }
+  return {int64_t(params_.bytes()),       int64_t(working_.bytes()),
+          int64_t(grads_.bytes()),        acts,
+          int64_t(workspace_.capacity()), inputs};
+}
+
+void Transformer::swap_slot(SlotState& s) {
+  std::swap(acts_, s.acts);
+  std::swap(tokens_, s.tokens);
+  std::swap(targets_, s.targets);
+  std::swap(positions_, s.positions);
+  std::swap(segments_, s.segments);
+  std::swap(lengths_, s.lengths);
+  std::swap(runs_, s.runs);
+  std::swap(runs_count_, s.runs_count);
+  std::swap(B_, s.B);
+  std::swap(T_, s.T);
+  std::swap(has_targets_, s.has_targets);
+  std::swap(has_segments_, s.has_segments);
+  std::swap(has_lengths_, s.has_lengths);
+}
+
+void Transformer::select_slot(int slot) {
+  TRAINER_ASSERT(slot >= 0 && slot < int(slots_.size()), "slot {} of {}", slot, slots_.size());
+  if (slot == slot_) return;
+  swap_slot(slots_[size_t(slot_)]);  // the selected state back to its place
+  swap_slot(slots_[size_t(slot)]);
+  slot_ = slot;
 }
 
 void Transformer::init_weights(uint64_t seed) {
@@ -153,22 +190,27 @@ void Transformer::unit_ready(int unit) {
   if (grads_ready_) grads_ready_(u.begin, u.end);
 }
 
+// A pipeline stage's passes read the units it holds in the same order, by chunk.
 std::vector<int> Transformer::weight_schedule(ParamUse use) const {
-  const int E = layout_.embedding_unit(), F = layout_.final_unit(), L = config_.n_layer;
+  const int E = layout_.embedding_unit(), F = layout_.final_unit();
+  const bool first = config_.pipeline.first;
   std::vector<int> units;
   if (use == ParamUse::forward) {  // forward_blocks_and_head
-    for (int u = E; u <= F; ++u) units.push_back(u);
-    if (tied()) units.push_back(E);
+    if (first) units.push_back(E);
+    for (int l : config_.held_layers()) units.push_back(layout_.block_unit(l));
+    if (F >= 0) units.push_back(F);
+    if (F >= 0 && tied()) units.push_back(E);
     return units;
   }
-  units.push_back(F);  // backward: the head and the final norm, then the blocks downwards
-  if (tied()) units.push_back(E);
-  for (int l = L - 1; l >= 0; --l) units.push_back(layout_.block_unit(l));
+  if (F >= 0) units.push_back(F);  // backward: the head and the final norm, then the blocks
+  if (F >= 0 && tied()) units.push_back(E);
+  const std::vector<int> layers = config_.held_layers();
+  for (auto l = layers.rbegin(); l != layers.rend(); ++l) units.push_back(layout_.block_unit(*l));
   return units;
 }
 
 bool Transformer::tied() const {
-  return !layout_.has(layout_.final_unit(), Role::lm_head);
+  return config_.tie_embeddings;
 }
 
 // The head's (V, C) weight: the token embedding (the embedding unit, read again) or the final
@@ -203,8 +245,8 @@ BlockTensors Transformer::block_tensors(int l, ParamUse use) {
   for (const ActSpec& a : spec_.block_acts)
     if (exec_.training || a.kind != ActKind::scratch)
       t.a[size_t(a.act)] = act(plan_.block(l, a.act));
-  t.x = act(plan_.residual(l));
-  t.out = act(plan_.residual(l + 1));
+  t.x = act(plan_.input(l));
+  t.out = act(plan_.output(l));
   t.tmp = act(plan_.tmp);
   if (config_.sequence_slices() > 1) {
     t.gathered = act(plan_.gathered);
@@ -288,6 +330,7 @@ void Transformer::put(PinnedUpload* up, Buffer& dst, const void* src, DType dtyp
 }
 
 int64_t Transformer::forward(const BatchView& batch) {
+  TRAINER_ASSERT(config_.pipeline.whole(), "a whole-model forward on a pipeline stage");
   const int64_t counted = stage_batch(batch, 0);
   graphed_ = graphs_allowed();
   forward_blocks_and_head(nullptr);
@@ -326,7 +369,13 @@ void Transformer::forward_cached(const int32_t* tokens, int count, KvCache& cach
 }
 
 void Transformer::forward_blocks_and_head(KvCache* cache) {
-  const int E = layout_.embedding_unit(), F = layout_.final_unit(), L = config_.n_layer;
+  embedding_forward_pass();
+  blocks_forward(0, config_.n_layer, cache);
+  head_forward_pass();
+}
+
+void Transformer::embedding_forward_pass() {
+  const int E = layout_.embedding_unit();
   const int64_t N = int64_t(B_) * T_;
   const Tensor we = unit_weights(E, ParamUse::forward);
   TensorGroup* const g = group();
@@ -335,7 +384,7 @@ void Transformer::forward_blocks_and_head(KvCache* cache) {
     // summed over the group (into each rank's tokens under sequence parallelism).
     const bool positions = layout_.has(E, Role::pos_embedding) && (!g || g->rank() == 0);
     const bool sliced = config_.sequence_slices() > 1;
-    const Tensor x = act(plan_.residual(0)), all = sliced ? all_tokens(plan_.partial, x.dtype) : x;
+    const Tensor x = act(plan_.input(0)), all = sliced ? all_tokens(plan_.partial, x.dtype) : x;
     embedding_forward(ctx_, all, tokens_.view(DType::i32, N), positions_.view(DType::i32, N),
                       param(we, E, Role::tok_embedding),
                       positions ? param(we, E, Role::pos_embedding) : Tensor{},
@@ -345,7 +394,10 @@ void Transformer::forward_blocks_and_head(KvCache* cache) {
     else if (g)
       g->all_reduce(x);
   });
-  for (int l = 0; l < L; ++l) {
+}
+
+void Transformer::blocks_forward(int begin, int end, KvCache* cache) {
+  for (int l = begin; l < end; ++l) {
     BlockTensors t = block_tensors(l, ParamUse::forward);
     if (cache) {
       t.k_cache = cache->keys(l);
@@ -354,15 +406,19 @@ void Transformer::forward_blocks_and_head(KvCache* cache) {
     }
     segment(false, layout_.block_unit(l), [&] { arch_.block_forward(ctx_, t, BlockPass::train); });
   }
+}
+
+void Transformer::head_forward_pass() {
+  const int F = layout_.final_unit(), last = chunks_.back().second - 1;
   const Tensor wf = unit_weights(F, ParamUse::forward);
   const Tensor head = head_weight(wf, ParamUse::forward);
   segment(false, F, [&] {
     if (spec_.norm == NormKind::rmsnorm)
-      rmsnorm_forward(ctx_, act(plan_.lnf), act(plan_.lnf_rstd), act(plan_.residual(L)),
+      rmsnorm_forward(ctx_, act(plan_.lnf), act(plan_.lnf_rstd), act(plan_.output(last)),
                       param(wf, F, Role::final_norm_w));
     else
       layernorm_forward(ctx_, act(plan_.lnf), act(plan_.lnf_mean), act(plan_.lnf_rstd),
-                        act(plan_.residual(L)), param(wf, F, Role::final_norm_w),
+                        act(plan_.output(last)), param(wf, F, Role::final_norm_w),
                         param(wf, F, Role::final_norm_b));
     {
       PROFILE_SCOPE("lm_head_forward", "gemm");
@@ -372,19 +428,36 @@ void Transformer::forward_blocks_and_head(KvCache* cache) {
   });
 }
 
-void Transformer::backward(float loss_scale) {
-  TRAINER_ASSERT(has_targets_ && exec_.training,
-                 "backward needs a training model and a forward pass with targets");
+void Transformer::set_loss_scale(float loss_scale) {
   if (scale_upload_) scale_upload_->begin();
   put(scale_upload_.get(), loss_scale_, &loss_scale, DType::f32, 1);
   if (scale_upload_) scale_upload_->end(ctx_.stream);
+}
+
+void Transformer::backward(float loss_scale) {
+  TRAINER_ASSERT(has_targets_ && exec_.training,
+                 "backward needs a training model and a forward pass with targets");
+  set_loss_scale(loss_scale);
   graphed_ = graphs_allowed();
-  const int E = layout_.embedding_unit(), F = layout_.final_unit(), L = config_.n_layer;
+  head_backward_pass();
+  for (int l = config_.n_layer - 1; l >= 0; --l) {
+    backward_block(l);
+    unit_ready(layout_.block_unit(l));
+  }
+  embedding_backward_pass();
+}
+
+// From the loss to d_res at the final norm's input; the final unit's gradient is then ready
+// (the tied embedding's only once its own backward adds to it).
+void Transformer::head_backward_pass() {
+  const int E = layout_.embedding_unit(), F = layout_.final_unit(),
+            last = chunks_.back().second - 1;
   const int64_t N = int64_t(B_) * T_;
   const Tensor wf = unit_weights(F, ParamUse::backward);
   const Tensor head = head_weight(wf, ParamUse::backward);
-  const Tensor gf = unit_grads(F), ge = unit_grads(E);
-  const Tensor dhead = tied() ? param(ge, E, Role::tok_embedding) : param(gf, F, Role::lm_head);
+  const Tensor gf = unit_grads(F);
+  const Tensor dhead =
+      tied() ? param(unit_grads(E), E, Role::tok_embedding) : param(gf, F, Role::lm_head);
   segment(true, F, [&] {
     const Tensor dlogits = logits();  // overwrites the logits in place
     cross_entropy_backward(ctx_, dlogits, logits(), act(plan_.ce_stats),
@@ -411,20 +484,23 @@ void Transformer::backward(float loss_scale) {
       fill_zero(ctx_, act(plan_.d_res));
       if (spec_.norm == NormKind::rmsnorm)
         rmsnorm_backward(ctx_, act(plan_.d_res), param(gf, F, Role::final_norm_w), act(plan_.d_ln),
-                         act(plan_.residual(L)), param(wf, F, Role::final_norm_w),
+                         act(plan_.output(last)), param(wf, F, Role::final_norm_w),
                          act(plan_.lnf_rstd));
       else
         layernorm_backward(ctx_, act(plan_.d_res), param(gf, F, Role::final_norm_w),
                            param(gf, F, Role::final_norm_b), act(plan_.d_ln),
-                           act(plan_.residual(L)), param(wf, F, Role::final_norm_w),
+                           act(plan_.output(last)), param(wf, F, Role::final_norm_w),
                            act(plan_.lnf_mean), act(plan_.lnf_rstd));
     });
   });
   unit_ready(F);
-  for (int l = L - 1; l >= 0; --l) {
-    backward_block(l);
-    unit_ready(layout_.block_unit(l));
-  }
+}
+
+// From d_res at the first block's input into the embedding's gradient, then ready.
+void Transformer::embedding_backward_pass() {
+  const int E = layout_.embedding_unit();
+  const int64_t N = int64_t(B_) * T_;
+  const Tensor ge = unit_grads(E);
   segment(true, E, [&] {
     // Every token's gradient reaches every vocabulary slice (gathered, sliced).
     const Tensor d_res = act(plan_.d_res);
@@ -439,6 +515,58 @@ void Transformer::backward(float loss_scale) {
         tokens_.view(DType::i32, N), positions_.view(DType::i32, N), config_.vocab_begin());
   });
   unit_ready(E);
+}
+
+// Note [Pipeline stages]
+// Under pipeline parallelism each process holds some of the layers (ModelConfig::pipeline): its
+// chunks, one per virtual stage it runs, the embedding on the first stage and the final norm,
+// head and loss on the last (which holds the token embedding too when the head reads it, its
+// gradient summed with the first stage's by the caller). Its layout holds those units in the
+// whole model's order, each a range of the whole model's buffer (Unit::whole_begin), so
+// checkpoints are written in the whole model's coordinates and load at any layout. Activations
+// and batch inputs are planned once per slot: a slot is one micro-batch in flight between its
+// forward and its backward. The residual stream crosses between stages at chunk boundaries;
+// every stage stages the same batch itself (tokens for the embedding, targets for the loss,
+// segment ids and lengths for attention's masks), so only activations and their gradients
+// travel, and their shapes are known to both sides.
+void Transformer::forward_chunk(int chunk) {
+  const auto [begin, end] = chunks_[size_t(chunk)];
+  graphed_ = false;
+  if (chunk == 0 && config_.pipeline.first) embedding_forward_pass();
+  blocks_forward(begin, end, nullptr);
+  if (chunk + 1 == int(chunks_.size()) && config_.holds_head()) head_forward_pass();
+}
+
+void Transformer::backward_chunk(int chunk, float loss_scale) {
+  TRAINER_ASSERT(exec_.training, "backward of a forward-only model");
+  const auto [begin, end] = chunks_[size_t(chunk)];
+  graphed_ = false;
+  const bool head = chunk + 1 == int(chunks_.size()) && config_.holds_head();
+  if (head) {
+    TRAINER_ASSERT(has_targets_, "backward of a forward without targets");
+    set_loss_scale(loss_scale);
+    head_backward_pass();
+  }
+  for (int l = end - 1; l >= begin; --l) {
+    backward_block(l);
+    unit_ready(layout_.block_unit(l));
+  }
+  if (chunk == 0 && config_.pipeline.first)
+    embedding_backward_pass();
+  else if (head && tied())  // the last stage's share of the tied embedding's gradient
+    unit_ready(layout_.embedding_unit());
+}
+
+Tensor Transformer::chunk_input(int chunk) {
+  return act(plan_.input(chunks_[size_t(chunk)].first));
+}
+
+Tensor Transformer::chunk_output(int chunk) {
+  return act(plan_.output(chunks_[size_t(chunk)].second - 1));
+}
+
+Tensor Transformer::residual_grad() {
+  return act(plan_.d_res);
 }
 
 // On entry d_res holds the gradient of the block's output; on exit, of its input.

@@ -55,6 +55,13 @@ class Transformer final : public Model {
   void zero_grads() override;
   void reset_loss() override;
   StepScalars read_step_scalars(const ConstTensor& grads) override;
+  void select_slot(int slot) override;
+  int64_t stage(const BatchView& batch) override { return stage_batch(batch, 0); }
+  void forward_chunk(int chunk) override;
+  void backward_chunk(int chunk, float loss_scale) override;
+  Tensor chunk_input(int chunk) override;
+  Tensor chunk_output(int chunk) override;
+  Tensor residual_grad() override;
 
   const ModelConfig& config() const { return config_; }
   const ExecConfig& exec() const { return exec_; }
@@ -103,6 +110,14 @@ class Transformer final : public Model {
   // on CUDA (upload_ or scale_upload_), between its begin() and end() (Note [Batch upload]).
   void put(PinnedUpload* up, Buffer& dst, const void* src, DType dtype, int64_t count);
   void forward_blocks_and_head(KvCache* cache);
+  // The parts of a pass: the embedding into the first block's input, blocks [begin, end), the
+  // final norm, head and loss; backward's head (from the loss into d_res) and embedding.
+  void embedding_forward_pass();
+  void blocks_forward(int begin, int end, KvCache* cache);
+  void head_forward_pass();
+  void set_loss_scale(float loss_scale);
+  void head_backward_pass();
+  void embedding_backward_pass();
   // The loss of the last forward's targets, added to the loss accumulator.
   void loss_forward();
   // The group of the model's other slices (tensor parallelism), or null for a whole model.
@@ -126,8 +141,19 @@ class Transformer final : public Model {
   // graphs_ when the pass is graphed, else at once.
   void segment(bool backward, int unit, const std::function<void()>& work);
 
+  // One micro-batch's device state: its activations, its inputs and their shape. The members
+  // below hold the selected slot's; the others wait in slots_ (select_slot swaps them in).
+  struct SlotState {
+    Buffer acts, tokens, targets, positions, segments, lengths, runs;
+    int64_t runs_count = 0;
+    int B = 0, T = 0;
+    bool has_targets = false, has_segments = false, has_lengths = false;
+  };
+  void swap_slot(SlotState& s);
+
   ModelConfig config_;
   ExecConfig exec_;
+  const std::vector<std::pair<int, int>> chunks_;  // the layers held, by chunk
   const Architecture& arch_;
   ArchSpec spec_;
   ParamLayout layout_;
@@ -147,7 +173,9 @@ class Transformer final : public Model {
   int B_ = 0, T_ = 0;
   bool has_targets_ = false, has_segments_ = false, has_lengths_ = false;
   StepGraphs graphs_;
-  bool graphed_ = false;  // the pass under way runs its segments through graphs_
+  bool graphed_ = false;          // the pass under way runs its segments through graphs_
+  std::vector<SlotState> slots_;  // every slot's state but the selected one's
+  int slot_ = 0;
 };
 
 }  // namespace trainer::nn

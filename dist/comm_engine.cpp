@@ -99,7 +99,9 @@ void CommEngine::loop() {
       while (!stop_ && queue_.empty()) {
         if (!has_idle_) {
           cv_.wait(lock);
-        } else if (!cv_.wait_for(lock, kIdlePeriod, [&] { return stop_ || !queue_.empty(); })) {
+        } else if (!cv_.wait_for(
+                       lock, hurried_ > 0 ? kHurriedPeriod : std::chrono::microseconds(kIdlePeriod),
+                       [&] { return stop_ || !queue_.empty(); })) {
           lock.unlock();
           run_idle();
           lock.lock();

@@ -47,6 +47,20 @@ double CommStats::bus_gbps_since(const CommStats& before) const {
   return t > 0 ? (bus_bytes - before.bus_bytes) / t / 1e9 : 0;
 }
 
+Work Communicator::send_async(const void*, int64_t, DType, int, int) {
+  THROW_ERROR(
+      "point-to-point transfers (dist.pipeline_parallel > 1) need the MPI communicator, "
+      "not {}",
+      backend());
+}
+
+Work Communicator::recv_async(void*, int64_t, DType, int, int) {
+  THROW_ERROR(
+      "point-to-point transfers (dist.pipeline_parallel > 1) need the MPI communicator, "
+      "not {}",
+      backend());
+}
+
 std::vector<int64_t> Communicator::all_gather(const std::vector<int64_t>& mine) {
   std::vector<int64_t> all(mine.size() * size_t(size()));
   all_gather_async(mine.data(), all.data(), int64_t(mine.size()), DType::i64).wait();

@@ -112,6 +112,14 @@ class Communicator {
   }
   void barrier(double timeout_s = 0) { barrier_async(timeout_s).wait(); }
 
+  // Point to point (Note [Pipeline transfers] in dist/pipeline.h): data[0, count) to rank
+  // `peer`, or from it into data, matched by `tag` (0 <= tag < 32768). Only the two ranks take
+  // part, and a transfer in flight never holds up the operations issued after it. Completes
+  // when the data has left (send) or arrived (recv); fails after the communicator's timeout,
+  // naming the peer. MPI only: the others throw a trainer::Error.
+  virtual Work send_async(const void* data, int64_t count, DType type, int peer, int tag);
+  virtual Work recv_async(void* data, int64_t count, DType type, int peer, int tag);
+
   // What the collectives moved and how long they took, since creation (metrics, overlap).
   virtual CommStats stats() const = 0;
 

@@ -41,6 +41,7 @@ class Replicated final : public DataParallel {
       : comm_(comm),
         model_(model),
         frozen_(config.frozen),
+        reduce_in_finish_(config.reduce_in_finish),
         slices_{{0, model.layout().total(), 0}},
         opt_(model.layout(), config.adamw, slices_, config.is_frozen, model.context().device),
         ddp_(comm, model,
@@ -73,7 +74,7 @@ class Replicated final : public DataParallel {
       tree_->add(micro_ - 1, model_.grads(), 0);
       model_.zero_grads();
     }
-    ddp_.set_sync(tree_ || micro_ + 1 == passes_);
+    ddp_.set_sync(tree_ || (micro_ + 1 == passes_ && !reduce_in_finish_));
   }
   bool collective_forward() const override { return false; }
   bool collective_backward() const override { return tree_ != nullptr; }
@@ -110,6 +111,7 @@ class Replicated final : public DataParallel {
   Communicator& comm_;
   nn::Model& model_;
   std::vector<Range> frozen_;
+  bool reduce_in_finish_;
   std::vector<nn::FlatSlice> slices_;
   nn::AdamW opt_;
   DDP ddp_;

@@ -70,6 +70,9 @@ struct ParallelConfig {
   // dist.deterministic: every micro-batch's gradients reduced at once over a fixed tree, and
   // the micro-batches' sums added in a fixed tree (Note [World-size-invariant sums]).
   bool deterministic = false;
+  // Pipeline parallelism: stages none and optimizer reduce in finish(), not in a last pass
+  // (a stage's micro-batches' backwards interleave with forwards and end chunk by chunk).
+  bool reduce_in_finish = false;
   std::vector<Range> frozen;                          // flat ranges that are not trained
   std::function<bool(const std::string&)> is_frozen;  // the same, by parameter name
 };

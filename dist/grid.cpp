@@ -11,44 +11,63 @@
 
 namespace trainer::dist {
 
-Grid::Grid(Communicator& world, int tensor, const LaunchInfo& launch) : world_(world) {
+Grid::Grid(Communicator& world, int tensor, int pipeline, const LaunchInfo& launch)
+    : world_(world) {
   const int n = world.size();
   if (tensor < 1 || n % tensor != 0)
     throw UsageError(fmt::format(
         "dist.tensor_parallel = {} does not divide the {} ranks (the ranks form tensor groups of "
         "that size: launch a multiple of {} ranks, or choose a divisor of {})",
         tensor, n, tensor, n));
+  if (pipeline < 1 || n % (tensor * pipeline) != 0)
+    throw UsageError(fmt::format(
+        "dist.tensor_parallel x dist.pipeline_parallel = {} x {} does not divide the {} ranks "
+        "(each model replica takes that many: launch a multiple of {} ranks)",
+        tensor, pipeline, n, tensor * pipeline));
   if (tensor > 1 && (launch.local_size % tensor != 0) && world.rank() == 0)
     log::warn(
         "dist.tensor_parallel = {} with {} ranks per node: some tensor groups span nodes, whose "
         "links are far slower than a node's; it works, slowly (choose a degree that divides the "
         "ranks per node)",
         tensor, launch.local_size);
-  const int r = world.rank();
-  if (tensor > 1) {
-    tensor_ = world.split(r / tensor, r % tensor);
-    data_ = world.split(r % tensor, r / tensor);
+  const int r = world.rank(), t = r % tensor, s = r / tensor % pipeline,
+            d = r / (tensor * pipeline);
+  tensor_ = tensor > 1 ? world.split(r / tensor, t) : make_single_process_communicator();
+  if (pipeline > 1) {
+    pipeline_ = world.split(d * tensor + t, s);
+    const bool end = s == 0 || s == pipeline - 1;
+    ends_ = world.split(end ? d * tensor + t : n + r, s);
   } else {
-    tensor_ = make_single_process_communicator();
+    pipeline_ = make_single_process_communicator();
+    ends_ = make_single_process_communicator();
   }
+  if (tensor > 1 || pipeline > 1) data_ = world.split(s * tensor + t, d);
 }
 
 Grid::~Grid() {
   tensor_.reset();  // before the world's communicator, which may own their queue
+  pipeline_.reset();
+  ends_.reset();
   data_.reset();
 }
 
 std::string Grid::describe() const {
-  const int t = tensor_->size(), d = world_.size() / t;
-  if (t == 1) return fmt::format("{} data-parallel rank(s)", d);
+  const int t = tensor_->size(), p = pipeline_->size(), d = world_.size() / t / p;
+  if (t == 1 && p == 1) return fmt::format("{} data-parallel rank(s)", d);
+  std::string dims;
+  if (t > 1) dims += fmt::format("{} tensor x ", t);
+  if (p > 1) dims += fmt::format("{} pipeline x ", p);
+  // The groups of tensor ranks: the first replica's stages with pipelining.
+  const int shown = p > 1 ? p : d;
   std::vector<std::string> groups;
-  for (int g = 0; g < d && g < 4; ++g) {
+  for (int g = 0; g < shown && g < 4; ++g) {
     std::vector<int> ranks;
     for (int i = 0; i < t; ++i) ranks.push_back(g * t + i);
     groups.push_back(fmt::format("{{{}}}", fmt::join(ranks, ",")));
   }
-  return fmt::format("{} tensor x {} data (tensor groups {}{})", t, d, fmt::join(groups, " "),
-                     d > 4 ? " ..." : "");
+  return fmt::format("{}{} data ({} {}{})", dims, d,
+                     p > 1 ? "the first replica's stages" : "tensor groups", fmt::join(groups, " "),
+                     shown > 4 ? " ..." : "");
 }
 
 void CommTensorGroup::all_reduce(const Tensor& x) {
@@ -70,9 +89,11 @@ void CommTensorGroup::reduce_scatter(const Tensor& out, const ConstTensor& x) {
   comm_.reduce_scatter_async(x.data, out.data, out.numel(), out.dtype, order_).wait();
 }
 
-GradNormShare::GradNormShare(const nn::Model& model, const DataParallel& dp, int tensor_rank) {
+GradNormShare::GradNormShare(const nn::Model& model, const DataParallel& dp, int tensor_rank,
+                             bool skip_embedding) {
+  const int E = model.layout().embedding_unit();
   for (const nn::ParamInfo& p : model.layout().params())
-    if (p.split.dim >= 0 || tensor_rank == 0)
+    if ((p.split.dim >= 0 || tensor_rank == 0) && !(skip_embedding && p.unit == E))
       nn::for_each_held(dp.slices(), p.offset, p.offset + p.numel,
                         [&](int64_t local, int64_t b, int64_t e) {
                           pieces_.push_back({local, e - b});

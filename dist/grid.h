@@ -16,17 +16,21 @@ namespace trainer::dist {
 
 // Note [Parallel grid]
 // Megatron-LM's order: tensor-parallel groups of `tensor` consecutive ranks (the GPUs of one
-// node, which NVLink joins), data-parallel groups across them, so rank = data_rank * tensor +
-// tensor_rank. A tensor group holds one model cut in `tensor` slices (nn/arch.h, Note
-// [Tensor-parallel splits]) and reads the same batches; a data group holds one slice each of
-// `data` replicas, and the data-parallel layer (DDP or a sharding stage) runs over it exactly as
-// it runs over the world without tensor parallelism. Every rank issues the same collectives of
-// both kinds in the same order; over MPI both groups share the world's queue and thread.
+// node, which NVLink joins), then `pipeline` stages of such groups (consecutive nodes), then
+// data-parallel replicas, so rank = (data_rank * pipeline + stage) * tensor + tensor_rank. A
+// tensor group holds one stage's layers cut in `tensor` slices (nn/arch.h, Note
+// [Tensor-parallel splits]); a pipeline group holds one tensor rank's slice of every stage
+// (Note [Pipeline stages] in nn/transformer.h); both read the same batches. A data group holds
+// the same slice of `data` replicas, and the data-parallel layer (DDP or a sharding stage) runs
+// over it exactly as it runs over the world without the other two. The ranks of a tensor or a
+// data group issue the same collectives in the same order; over MPI every group shares the
+// world's queue and thread, and a pipeline group's transfers never hold that queue up.
 class Grid {
  public:
-  // Splits `world` (a collective). Throws a UsageError naming the fix when `tensor` does not
-  // divide the world; warns when a tensor group would span nodes (`launch`'s ranks per node).
-  Grid(Communicator& world, int tensor, const LaunchInfo& launch);
+  // Splits `world` (a collective). Throws a UsageError naming the fix when tensor x pipeline
+  // does not divide the world; warns when a tensor group would span nodes (`launch`'s ranks
+  // per node).
+  Grid(Communicator& world, int tensor, int pipeline, const LaunchInfo& launch);
   ~Grid();
 
   Communicator& world() { return world_; }
@@ -35,12 +39,18 @@ class Grid {
   Communicator& tensor() { return *tensor_; }
   int tensor_size() const { return tensor_->size(); }
   int tensor_rank() const { return tensor_->rank(); }
-  // "2 tensor x 2 data (tensor groups {0,1} {2,3})": for the log and the run's record.
+  // The pipeline group (its rank the stage), and the first and last stages' pair that sums the
+  // tied embedding's gradient (a group of one elsewhere); a group of one without pipelining.
+  Communicator& pipeline() { return *pipeline_; }
+  Communicator& ends() { return *ends_; }
+  int pipeline_size() const { return pipeline_->size(); }
+  int stage() const { return pipeline_->rank(); }
+  // "2 tensor x 2 pipeline x 2 data (tensor groups {0,1} {2,3} ...)": the log and the record.
   std::string describe() const;
 
  private:
   Communicator& world_;
-  std::unique_ptr<Communicator> data_, tensor_;
+  std::unique_ptr<Communicator> data_, tensor_, pipeline_, ends_;
 };
 
 // A model's tensor-parallel group over a communicator: blocking collectives on the model's
@@ -67,7 +77,10 @@ class CommTensorGroup final : public nn::TensorGroup {
 // group's shards, when sharded) counts the whole model's gradient once.
 class GradNormShare {
  public:
-  GradNormShare(const nn::Model& model, const DataParallel& dp, int tensor_rank);
+  // `skip_embedding`: leave the embedding unit out (the last pipeline stage's copy of a tied
+  // embedding, whose gradient the first stage counts).
+  GradNormShare(const nn::Model& model, const DataParallel& dp, int tensor_rank,
+                bool skip_embedding = false);
   // Computed on the device, one sum per piece, read back once.
   double sum_squares(const Context& ctx, const ConstTensor& grads);
 

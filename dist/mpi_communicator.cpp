@@ -18,6 +18,7 @@
 #include "dist/fixed_tree.h"
 #include "dist/hosts.h"
 #include "dist/mpi_arrivals.h"
+#include "dist/mpi_p2p.h"
 #include "dist/mpi_process.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
@@ -122,7 +123,10 @@ class MpiCommunicator final : public Communicator {
     arrivals_ = std::make_unique<MpiArrivals>(arrive_comm_, rank_, size_);
     arrivals_->start();
     engine_ = std::make_shared<CommEngine>(size_);
-    idle_ = engine_->add_idle([this] { arrivals_->poll(); });
+    idle_ = engine_->add_idle([this] {
+      arrivals_->poll();
+      poll_transfers();
+    });
     try {
       gather_placement();
     } catch (...) {
@@ -152,6 +156,7 @@ class MpiCommunicator final : public Communicator {
     idle_ = engine_->add_idle([this] {
       arrivals_->start();  // a group's, on the engine's thread, where its communicator was made
       arrivals_->poll();
+      poll_transfers();
     });
   }
 
@@ -230,12 +235,55 @@ class MpiCommunicator final : public Communicator {
     return enqueue(Kind::barrier, nullptr, nullptr, 0, DType::u8, ReduceOrder::any, 0, timeout_s);
   }
 
+  Work send_async(const void* data, int64_t count, DType type, int peer, int tag) override {
+    return transfer(true, const_cast<void*>(data), count, type, peer, tag);
+  }
+  Work recv_async(void* data, int64_t count, DType type, int peer, int tag) override {
+    return transfer(false, data, count, type, peer, tag);
+  }
+
   // This communicator's own, though it may share the engine (split()).
   CommStats stats() const override { return engine_->stats(account_); }
   const std::vector<std::string>& hosts() const override { return hosts_; }
   std::string network() const override { return describe(network_); }
 
  private:
+  // A point-to-point transfer: posted on the engine's thread, where the idle task completes it
+  // (hurrying the engine while any is in flight), so that it holds up nothing queued after it.
+  Work transfer(bool send, void* data, int64_t count, DType type, int peer, int tag) {
+    CHECK(peer >= 0 && peer < size_ && peer != rank_ && tag >= 0 && tag < 32768,
+          "point-to-point transfer to rank {} of {} with tag {}", peer, size_, tag);
+    auto state = std::make_shared<WorkState>();
+    const int64_t bytes = count * int64_t(dtype_size(type));
+    engine_->submit({send ? "send" : "recv",
+                     0,
+                     fmt::format(" ({} bytes, rank {})", bytes, peer),
+                     {},
+                     [=, this](const std::string&, int64_t) {
+                       if (!p2p_)
+                         p2p_ = std::make_unique<MpiPointToPoint>(comm_, [this](int r) {
+                           const int w = to_world({r})[0];
+                           const auto& hosts = known_hosts();
+                           return hosts.empty() ? fmt::format("rank {}", w)
+                                                : fmt::format("rank {} on {}", w, hosts[size_t(w)]);
+                         });
+                       p2p_->post(send, data, bytes, peer, tag, options_.timeout_s, state);
+                       poll_transfers();
+                       return 0.0;
+                     },
+                     size_,
+                     account_});
+    return Work(state);
+  }
+
+  // On the engine's thread: completes the transfers that are done.
+  void poll_transfers() {
+    if (!p2p_) return;
+    const bool inflight = p2p_->poll() > 0;
+    if (inflight != hurrying_) engine_->hurry(inflight ? 1 : -1);
+    hurrying_ = inflight;
+  }
+
   // Each rank's world rank and host (collectives), for messages and the start-up log: the
   // world gathers the hostnames, a group takes them from its parent. Messages name world ranks.
   void gather_placement() {
@@ -287,13 +335,13 @@ class MpiCommunicator final : public Communicator {
     op.count = count;
     op.type = type;
     op.root = root;
+    op.seq = next_op_++;  // this communicator's own count, which its ranks share
     return engine_->submit({kind_name(kind),
                             buffer_bytes(op),
                             detail(op),
                             {},
-                            [this, op](const std::string& name, int64_t seq) mutable {
+                            [this, op](const std::string& name, int64_t) mutable {
                               op.name = name;
-                              op.seq = seq;
                               arrivals_->start();
                               return run(op);
                             },
@@ -312,6 +360,7 @@ class MpiCommunicator final : public Communicator {
                     " (free)",
                     {},
                     [this](const std::string&, int64_t) {
+                      p2p_.reset();
                       arrivals_->shutdown();
                       MPI_Comm_free(&comm_);
                       MPI_Comm_free(&arrive_comm_);
@@ -510,6 +559,9 @@ class MpiCommunicator final : public Communicator {
   int idle_ = 0;                             // its engine's idle task: answering pings
   bool owns_mpi_ = true;                     // the world's communicator: MPI_Finalize at its end
   std::vector<char> scratch_, send_, recv_;  // fixed-tree reductions' buffers (engine's thread)
+  int64_t next_op_ = 0;                      // operations issued (the arrival notices' numbers)
+  std::unique_ptr<MpiPointToPoint> p2p_;     // transfers (engine's thread), made at the first
+  bool hurrying_ = false;                    // the engine is hurried for p2p_'s transfers
 };
 
 }  // namespace

@@ -332,7 +332,7 @@ void Sharded::begin_step(int64_t backward_passes) {
 
 void Sharded::begin_micro_batch() {
   ++micro_;
-  last_ = micro_ + 1 == passes_;
+  last_ = micro_ + 1 == passes_ && !config_.reduce_in_finish;  // else finish() reduces
   // optimizer, deterministic: the last pass's reduce-scatters read the full gradient, which
   // this pass starts again from zero.
   if (tree_ && !stage_.grads_by_unit && micro_ > 0) {

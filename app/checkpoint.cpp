@@ -45,6 +45,7 @@ json state_to_json(const TrainerState& s) {
           {"tokens_seen", s.tokens_seen},
           {"world_size", s.world_size},
           {"tensor_parallel", s.tensor_parallel},
+          {"pipeline_parallel", s.pipeline_parallel},
           {"tokenizer_hash", fmt::format("{:016x}", s.tokenizer_hash)},
           {"data_hash", fmt::format("{:016x}", s.data_hash)},
           {"loader", s.loader},
@@ -122,27 +123,49 @@ SafetensorsWriter::Fill moments_fill(dist::DataParallel& dp, bool second) {
   };
 }
 
-// Who writes what (Note [Sharded checkpoints]): in a sharded or tensor-parallel run, each rank
-// holding a part no other rank holds writes a shard (every rank of a sharding stage; the first
-// data replica's ranks under tensor parallelism without sharding); otherwise rank 0 writes the
-// whole state.
+// Who writes what (Note [Sharded checkpoints]): in a sharded, tensor- or pipeline-parallel
+// run, each rank holding a part no other rank holds writes a shard (every rank of a sharding
+// stage; the first data replica's ranks without sharding); otherwise rank 0 writes the whole
+// state.
 struct Writers {
-  int tensor = 1, data = 1;  // the grid's group sizes (Note [Parallel grid])
-  bool sharded = false;      // a sharding stage over the data group
-  bool shards() const { return sharded || tensor > 1; }
-  bool writes(int rank) const { return sharded || rank < tensor; }
+  int tensor = 1, pipeline = 1;  // the grid's group sizes (Note [Parallel grid])
+  bool sharded = false;          // a sharding stage over the data group
+  bool shards() const { return sharded || tensor > 1 || pipeline > 1; }
+  bool writes(int rank) const { return sharded || rank < tensor * pipeline; }
 };
 
-// The flat ranges (of the slice's layout) world rank `rank` holds in a sharded checkpoint, as
-// [begin, end, offset in the shard's tensors]: its data-parallel shard, or everything.
-json shard_ranges(const nn::ParamLayout& layout, const Writers& w, int rank) {
-  if (!w.sharded) return json::array({json::array({0, layout.total(), 0})});
-  const dist::ShardGeometry geo(layout, w.data, rank / w.tensor);
+// The flat ranges this rank writes of the whole model's buffer at its tensor-parallel degree
+// (a pipeline stage's units mapped there: Note [Pipeline stages]), as [begin, end, offset in
+// the shard's tensors]: its data-parallel shard, or all it holds; a last stage's copy of a
+// tied embedding is the first stage's to write.
+json shard_ranges(const nn::ParamLayout& layout, dist::DataParallel& dp) {
+  const bool copy = !layout.config().pipeline.first && layout.embedding_unit() >= 0;
+  const int64_t skip_end = copy ? layout.units()[0].end : 0;
   json ranges = json::array();
-  for (size_t u = 0; u < geo.units().size(); ++u)
-    if (const nn::FlatSlice sl = geo.slice(int(u), rank / w.tensor); sl.size() > 0)
-      ranges.push_back({sl.begin, sl.end, sl.local});
+  for (const nn::FlatSlice& sl : dp.slices())
+    layout.for_each_whole_range(
+        std::max(sl.begin, skip_end), sl.end, [&](int64_t b, int64_t e, int64_t whole) {
+          if (b < e) ranges.push_back({whole, whole + (e - b), sl.local + (b - sl.begin)});
+        });
   return ranges;
+}
+
+// Every writer's ranges (as shard_ranges gives them), gathered from the ranks.
+std::vector<json> gather_ranges(dist::Communicator& comm, const json& mine) {
+  std::vector<int64_t> flat;
+  for (const json& r : mine)
+    for (int i = 0; i < 3; ++i) flat.push_back(r[size_t(i)].get<int64_t>());
+  const std::vector<int64_t> sizes = comm.all_gather(std::vector<int64_t>{int64_t(flat.size())});
+  const int64_t most = *std::max_element(sizes.begin(), sizes.end());
+  flat.resize(size_t(most), 0);
+  const std::vector<int64_t> all = comm.all_gather(flat);
+  std::vector<json> out(size_t(comm.size()), json::array());
+  for (int r = 0; r < comm.size(); ++r)
+    for (int64_t i = 0; i < sizes[size_t(r)]; i += 3) {
+      const int64_t* x = all.data() + r * most + i;
+      out[size_t(r)].push_back({x[0], x[1], x[2]});
+    }
+  return out;
 }
 
 // Note [Sharded checkpoints]
@@ -163,7 +186,8 @@ json shard_ranges(const nn::ParamLayout& layout, const Writers& w, int rank) {
 // shard names swapped in the manifest, are refused by name instead of loading other or
 // permuted weights (the CRC-32s cannot tell: they describe whatever files are there).
 uint32_t write_shard(const fs::path& path, dist::DataParallel& dp, const nn::Model& model,
-                     const TrainerState& state, const Writers& writers, int rank, int world) {
+                     const TrainerState& state, const Writers& writers, const json& ranges,
+                     int rank, int world) {
   const Tensor masters = dp.masters();
   const int64_t n = masters.numel();
   SafetensorsWriter w;
@@ -175,7 +199,7 @@ uint32_t write_shard(const fs::path& path, dist::DataParallel& dp, const nn::Mod
   w.set_metadata("rank", std::to_string(rank));
   w.set_metadata("world", std::to_string(world));
   w.set_metadata("stage", dist::sharding_stage_name(dp.stage()));
-  w.set_metadata("ranges", shard_ranges(model.layout(), writers, rank).dump());
+  w.set_metadata("ranges", ranges.dump());
   if (writers.tensor > 1) w.set_metadata("tensor_rank", std::to_string(rank % writers.tensor));
   return w.write(path);
 }
@@ -215,7 +239,7 @@ fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::
   const std::string name = fmt::format("step-{}", state.step);
   const fs::path tmp = root / (name + ".tmp"), final_dir = root / name;
   const bool leader = comm.rank() == 0;
-  const Writers writers{state.tensor_parallel, comm.size() / state.tensor_parallel,
+  const Writers writers{state.tensor_parallel, state.pipeline_parallel,
                         dp.stage() != dist::ShardingStage::none};
   const bool sharded = writers.shards();
   std::string error;
@@ -240,11 +264,13 @@ fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::
   std::vector<int64_t> shard_info = {0, 0};  // crc, bytes
   test_save_delay(comm.rank());
   json files = json::object();
+  const json ranges = sharded ? shard_ranges(model.layout(), dp) : json::array();
   attempt([&] {
     if (sharded && writers.writes(comm.rank())) {
       const fs::path path = tmp / shard_file(comm.rank(), comm.size());
-      shard_info = {int64_t(write_shard(path, dp, model, state, writers, comm.rank(), comm.size())),
-                    int64_t(fs::file_size(path))};
+      shard_info = {
+          int64_t(write_shard(path, dp, model, state, writers, ranges, comm.rank(), comm.size())),
+          int64_t(fs::file_size(path))};
     } else if (!sharded && leader) {
       write_whole(tmp, model, dp, state, files);
     }
@@ -252,6 +278,7 @@ fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::
   agree(comm, error, options.timeout_s, "write its part of " + tmp.string());
   const std::vector<int64_t> all_info =
       sharded ? comm.all_gather(shard_info) : std::vector<int64_t>{};
+  const std::vector<json> all_ranges = sharded ? gather_ranges(comm, ranges) : std::vector<json>{};
 
   if (leader)
     attempt([&] {
@@ -262,8 +289,7 @@ fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::
           const std::string file = shard_file(r, comm.size());
           files[file] = {{"bytes", all_info[size_t(2 * r + 1)]},
                          {"crc32", all_info[size_t(2 * r)]}};
-          json shard = {
-              {"file", file}, {"rank", r}, {"ranges", shard_ranges(model.layout(), writers, r)}};
+          json shard = {{"file", file}, {"rank", r}, {"ranges", all_ranges[size_t(r)]}};
           if (writers.tensor > 1) shard["tensor_rank"] = r % writers.tensor;
           shards.push_back(shard);
         }
@@ -281,7 +307,7 @@ fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::
       json manifest = {{"format", "trainer-checkpoint"},
                        {"version", kFormatVersion},
                        {"step", state.step},
-                       {"layout_digest", fmt::format("{:016x}", model.layout().digest())},
+                       {"layout_digest", fmt::format("{:016x}", model.layout().model_digest())},
                        {"retention", retention_json(options.policy)},
                        {"files", files}};
       if (sharded) {
@@ -289,6 +315,7 @@ fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::
         manifest["shards"] = shards;
       }
       if (writers.tensor > 1) manifest["tensor_parallel"] = writers.tensor;
+      if (writers.pipeline > 1) manifest["pipeline_parallel"] = writers.pipeline;
       write_file_atomic(tmp / kManifestFile, manifest.dump(2) + "\n");
       fsync_path(tmp);
 
@@ -374,15 +401,19 @@ TrainerState parse_trainer_state(const std::string& text, const std::string& whe
     s.threads = j.contains("threads") ? json_integer_at<int>(j, "threads") : 0;
     s.tensor_parallel =
         j.contains("tensor_parallel") ? json_integer_at<int>(j, "tensor_parallel") : 1;
+    s.pipeline_parallel =
+        j.contains("pipeline_parallel") ? json_integer_at<int>(j, "pipeline_parallel") : 1;
     s.loader = j.at("loader");
     s.loader.get<data::LoaderState>();  // must be one
     if (j.contains("hosts")) s.hosts = j.at("hosts").get<std::vector<std::string>>();
     CHECK(s.hosts.empty() || int(s.hosts.size()) == s.world_size,
           "hosts names {} ranks but world_size is {}", s.hosts.size(), s.world_size);
     CHECK(s.step >= 0 && s.tokens_seen >= 0 && s.world_size >= 1 && s.tensor_parallel >= 1 &&
-              s.world_size % s.tensor_parallel == 0,
-          "step {}, tokens_seen {}, world_size {}, tensor_parallel {} are not possible", s.step,
-          s.tokens_seen, s.world_size, s.tensor_parallel);
+              s.pipeline_parallel >= 1 &&
+              s.world_size % (s.tensor_parallel * s.pipeline_parallel) == 0,
+          "step {}, tokens_seen {}, world_size {}, tensor_parallel {}, pipeline_parallel {} are "
+          "not possible",
+          s.step, s.tokens_seen, s.world_size, s.tensor_parallel, s.pipeline_parallel);
     return s;
   } catch (const std::exception& e) {  // json errors, stoull, our own checks
     THROW_ERROR("{}: malformed trainer state: {}", where, e.what());

@@ -32,7 +32,8 @@ struct TrainerState {
   int64_t step = 0;         // optimizer steps completed
   int64_t tokens_seen = 0;  // loss tokens over all ranks
   int world_size = 1;
-  int tensor_parallel = 1;  // of world_size (Note [Parallel grid]); data-parallel: the quotient
+  int tensor_parallel = 1;    // of world_size (Note [Parallel grid]); data-parallel: the quotient
+  int pipeline_parallel = 1;  // likewise (the stages)
   uint64_t tokenizer_hash = 0;
   uint64_t data_hash = 0;  // of the corpus's manifest.json (0: not recorded)
   nlohmann::json loader;   // data::LoaderState

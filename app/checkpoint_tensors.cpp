@@ -97,11 +97,13 @@ CheckpointTensors::CheckpointTensors(const Checkpoint& ckpt, const nn::ParamLayo
 
 CheckpointTensors::~CheckpointTensors() = default;
 
-// The layout of the checkpoint's slices (the target's model cut for the checkpoint's degree)
-// and, for each of the target's parameters, the same parameter there.
+// The layout of the checkpoint's slices (the target's model, every layer, cut for the
+// checkpoint's degree: shards are written in those coordinates at any pipeline layout) and,
+// for each of the target's parameters, the same parameter there.
 void CheckpointTensors::map_layouts(const Checkpoint& ckpt) {
   nn::ModelConfig source = target_.config();
   source.tensor = {degree_, 0};
+  source.pipeline = {};
   try {
     source_ = std::make_unique<nn::ParamLayout>(source);
   } catch (const UsageError& e) {

@@ -226,6 +226,25 @@ const std::vector<KeySpec>& schema() {
        "of each micro-batch's tokens, the tensor group's all-reduces become reduce-scatters and "
        "all-gathers, and those activations take 1/N of the memory (docs/dist.md says when it "
        "pays)"},
+      {"dist.pipeline_parallel", Kind::integer, int64_t(1),
+       "Pipeline stages: the layers cut into this many consecutive runs (the embedding on the "
+       "first stage, the head and the loss on the last), each held by a group of "
+       "dist.tensor_parallel ranks; the step's micro-batches flow through them. The ranks form "
+       "tensor (innermost) x pipeline x data groups (docs/dist.md, Pipeline parallelism)",
+       1, 4096},
+      {"dist.pipeline_schedule", Kind::text, std::string("1f1b"),
+       "The order a stage runs its micro-batches in: gpipe (every forward, then every backward: "
+       "all micro-batches' activations held), 1f1b (one forward one backward: at most "
+       "dist.pipeline_parallel held), interleaved (1F1B over dist.pipeline_virtual_stages "
+       "chunks per stage: a bubble that many times smaller, for more transfers)",
+       -1e300, 1e300, dist::kPipelineScheduleNames.names()},
+      {"dist.pipeline_virtual_stages", Kind::integer, int64_t(1),
+       "pipeline_schedule interleaved: chunks of layers per stage (virtual stage v runs on stage "
+       "v mod dist.pipeline_parallel); at least 2",
+       1, 32},
+      {"dist.pipeline_layers", Kind::list, L{},
+       "Layers per stage (per virtual stage, interleaved), in order, adding up to model.n_layer; "
+       "empty: balanced by compute (the last stage's head counted)"},
       {"dist.sharding", Kind::text, std::string("none"),
        "What each rank holds: none (everything, DDP), optimizer (1/N of the fp32 masters and "
        "AdamW moments: ZeRO-1), gradients (also 1/N of the gradients: ZeRO-2), full (also the "

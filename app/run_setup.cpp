@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <string>
 
+#include "nn/pipeline_split.h"
 #include "nn/transformer.h"
 #include "runtime/error.h"
 
@@ -252,6 +253,57 @@ std::filesystem::path run_dir_of(const Config& c) {
   return std::filesystem::path(c.text("run.dir")) / c.text("run.name");
 }
 
+// dist.pipeline_*: the stages, schedule and layers, with every constraint named.
+void resolve_pipeline(const Config& c, RunConfig& r) {
+  r.pipeline_parallel = int(c.integer("dist.pipeline_parallel"));
+  r.pipeline_schedule = dist::kPipelineScheduleNames.parse(c.text("dist.pipeline_schedule"));
+  r.pipeline_chunks = int(c.integer("dist.pipeline_virtual_stages"));
+  const bool interleaved = r.pipeline_schedule == dist::PipelineSchedule::interleaved;
+  if (interleaved != (r.pipeline_chunks > 1))
+    throw UsageError(fmt::format(
+        "dist.pipeline_virtual_stages = {} with dist.pipeline_schedule = {}: the interleaved "
+        "schedule runs 2 or more virtual stages per stage, the others one",
+        r.pipeline_chunks, dist::kPipelineScheduleNames.name(r.pipeline_schedule)));
+  std::vector<int> sizes;
+  for (const std::string& entry : c.list("dist.pipeline_layers")) {
+    int v = 0;
+    auto [end, ec] = std::from_chars(entry.data(), entry.data() + entry.size(), v);
+    if (ec != std::errc() || end != entry.data() + entry.size())
+      throw UsageError(
+          fmt::format("dist.pipeline_layers: entry '{}' is not a number of layers", entry));
+    sizes.push_back(v);
+  }
+  if (!sizes.empty() && r.pipeline_parallel == 1)
+    throw UsageError("dist.pipeline_layers needs dist.pipeline_parallel > 1");
+  r.pipeline_split = nn::pipeline_split(r.model, r.pipeline_parallel, r.pipeline_chunks, sizes);
+  if (r.pipeline_parallel == 1) return;
+  // What does not compose with pipelining yet, each named.
+  if (c.boolean("train.cuda_graphs"))
+    throw UsageError("train.cuda_graphs runs with dist.pipeline_parallel = 1 only, for now");
+  if (c.boolean("dist.deterministic"))
+    throw UsageError(
+        "dist.deterministic is not implemented with dist.pipeline_parallel > 1 yet (its reduction "
+        "trees and exact norm span the data-parallel ranks of a whole model)");
+  if (c.text("dist.backend") == "nccl" || r.exec.device == Device::cuda)
+    throw UsageError(
+        "dist.pipeline_parallel > 1 runs on CPU ranks over MPI for now: the transfers over NCCL "
+        "are not written yet");
+  if (!c.list("train.eval_tasks").empty())
+    throw UsageError("train.eval_tasks runs with dist.pipeline_parallel = 1 only, for now");
+}
+
+int64_t most_micro_batches(const RunConfig& r, int data_ranks) {
+  int64_t most = r.global_batch > 0 ? r.global_batch : r.grad_accum;
+  for (const auto& [step, v] : r.grad_accum_schedule.entries) most = std::max(most, v);
+  return r.global_batch > 0 ? most / data_ranks : most;
+}
+
+int64_t pipeline_micro_batches(const RunConfig& r, int64_t micro_batches) {
+  if (r.pipeline_schedule != dist::PipelineSchedule::interleaved) return micro_batches;
+  const int64_t P = r.pipeline_parallel;
+  return (micro_batches + P - 1) / P * P;
+}
+
 RunConfig resolve_run(const Config& c) {
   RunConfig r;
   r.run_dir = run_dir_of(c);
@@ -270,6 +322,7 @@ RunConfig resolve_run(const Config& c) {
   r.model.tensor = {r.tensor_parallel, 0, r.sequence_parallel};
   r.model.validate();
   (void)nn::arch_spec(r.model);  // each parameter's cut (slice_spec)
+  resolve_pipeline(c, r);
   r.reshard_after_forward = c.boolean("dist.reshard_after_forward");
   r.exec.own_params = r.sharding == dist::ShardingStage::none;  // else the shards hold them
   r.exec.deterministic = c.text("train.attention_backward") == "deterministic";

@@ -13,6 +13,7 @@
 #include "data/loader.h"
 #include "dist/data_parallel.h"
 #include "dist/join.h"
+#include "dist/pipeline_schedule.h"
 #include "nn/adamw.h"
 #include "nn/lr_schedule.h"
 #include "nn/model_config.h"
@@ -62,11 +63,23 @@ struct RunConfig {
   double bucket_mb = 0, timeout_s = 0;
   int tensor_parallel = 1;         // dist.tensor_parallel (Note [Parallel grid])
   bool sequence_parallel = false;  // dist.sequence_parallel (Note [Sequence parallelism])
+  // dist.pipeline_*: stages, their schedule and chunks, and each virtual stage's layers
+  // (Note [Pipeline stages]); the model's slice is set per rank by run_training.
+  int pipeline_parallel = 1;
+  dist::PipelineSchedule pipeline_schedule = dist::PipelineSchedule::one_f_one_b;
+  int pipeline_chunks = 1;
+  std::vector<std::pair<int, int>> pipeline_split;
   dist::ShardingStage sharding = dist::ShardingStage::none;
   bool reshard_after_forward = true;
   dist::JoinMode join = dist::JoinMode::enabled;
   bool deterministic = false;  // dist.deterministic (Note [World-size-invariant sums])
 };
+
+// The most micro-batches a data-parallel rank runs in a step (train.grad_accum, or its share of
+// train.global_batch, over their schedules), and as a pipeline runs them (interleaved: rounded
+// up to a multiple of the stages, with empty ones).
+int64_t most_micro_batches(const RunConfig& r, int data_ranks);
+int64_t pipeline_micro_batches(const RunConfig& r, int64_t micro_batches);
 
 // Everything the training job needs from `c`, checked; throws UsageError naming the key.
 RunConfig resolve_run(const Config& c);

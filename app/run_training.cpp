@@ -13,7 +13,9 @@
 #include "dist/communicator.h"
 #include "dist/grid.h"
 #include "dist/launch.h"
+#include "dist/pipeline_schedule.h"
 #include "nn/hf_weights.h"
+#include "nn/pipeline_split.h"
 #include "nn/transformer.h"
 #include "runtime/cuda/stream.h"
 #include "runtime/device.h"
@@ -114,9 +116,16 @@ int run_training(const Config& config, const TrainOptions& options) {
   }
   const Config absolute = with_init_model(with_absolute_paths(config));
   RunConfig rc = resolve_on_device(absolute, gpu);
-  dist::Grid grid(nccl ? *nccl : *comm, rc.tensor_parallel, launch);
+  dist::Grid grid(nccl ? *nccl : *comm, rc.tensor_parallel, rc.pipeline_parallel, launch);
   rc.model.tensor.degree = grid.tensor_size();
   rc.model.tensor.rank = grid.tensor_rank();
+  if (grid.pipeline_size() > 1) {  // this stage's layers, and the micro-batches it holds
+    const int P = grid.pipeline_size();
+    rc.model.pipeline = nn::stage_slice(rc.pipeline_split, P, grid.stage());
+    const int64_t M = pipeline_micro_batches(rc, most_micro_batches(rc, grid.data().size()));
+    rc.exec.activation_slots = dist::max_in_flight(
+        dist::pipeline_actions(rc.pipeline_schedule, P, grid.stage(), int(M), rc.pipeline_chunks));
+  }
   // GPUs are one per rank; CPU ranks on a node share its memory.
   check_memory(*comm, plan_memory(rc, grid.data().size()), rc.exec.device,
                rc.exec.device == Device::cuda ? 1 : launch.local_size,

@@ -51,6 +51,15 @@ void truncate_batch(data::Batch& b, int t) {
   for (int32_t x : b.targets) b.loss_tokens += x >= 0;
 }
 
+// One row of n tokens that counts nothing: an empty pass's batch (Join).
+struct EmptyBatch {
+  explicit EmptyBatch(int n) : tokens(size_t(n), 0), targets(size_t(n), -1) {}
+  nn::BatchView view() const {
+    return {1, int(tokens.size()), tokens.data(), targets.data(), nullptr, nullptr};
+  }
+  std::vector<int32_t> tokens, targets;
+};
+
 nn::BatchView view_of(const data::Batch& b) {
   return {b.B,
           b.T,
@@ -90,6 +99,7 @@ TrainLoop::TrainLoop(const Config& config, RunConfig rc, const TrainOptions& opt
            .reshard_after_forward = rc_.reshard_after_forward,
            .adamw = rc_.adamw,
            .deterministic = rc_.deterministic,
+           .reduce_in_finish = grid.pipeline_size() > 1,
            .frozen = frozen_ranges(model_.layout(), rc_.freeze),
            .is_frozen =
                [this](const std::string& name) { return matches_any(name, rc_.freeze); }})),
@@ -99,9 +109,22 @@ TrainLoop::TrainLoop(const Config& config, RunConfig rc, const TrainOptions& opt
       stragglers_(comm_.hosts()),
       nonfinite_(comm_, model_, *dp_,
                  {rc_.on_nonfinite, rc_.max_consecutive_skips, rc_.max_skips}) {
-  if (grid_.tensor_size() > 1) {
-    transformer_.attach_tensor_group(&tensor_group_);
-    norm_share_ = std::make_unique<dist::GradNormShare>(model_, *dp_, grid_.tensor_rank());
+  if (grid_.tensor_size() > 1) transformer_.attach_tensor_group(&tensor_group_);
+  if (grid_.tensor_size() > 1 || grid_.pipeline_size() > 1) {
+    const nn::PipelineSlice& stage = rc_.model.pipeline;  // the last's copy of a tied embedding
+    const bool copy = !stage.first && model_.layout().embedding_unit() >= 0;
+    norm_share_ = std::make_unique<dist::GradNormShare>(model_, *dp_, grid_.tensor_rank(), copy);
+  }
+  if (grid_.pipeline_size() > 1) {
+    pipeline_ = std::make_unique<dist::Pipeline>(grid_.pipeline(), model_, rc_.pipeline_schedule,
+                                                 rc_.pipeline_chunks, rc_.exec.activation_slots);
+    const int64_t M = micro_batches(0), P = grid_.pipeline_size();
+    if (M < P && leader_)
+      log::warn(
+          "{} micro-batch(es) per step on {} pipeline stages: each stage idles {:.0f}% of the "
+          "step (the bubble, (P - 1) / (M + P - 1)); raise train.grad_accum or "
+          "train.global_batch to at least {} micro-batches",
+          M, P, 100 * dist::bubble_fraction(rc_.pipeline_schedule, int(P), int(M), 1), P);
   }
   check_batch_over_ranks();
   for (const std::string& p : rc_.freeze) {
@@ -140,6 +163,10 @@ StepStats TrainLoop::train_step(const std::optional<std::vector<data::Batch>>& b
   StepStats s;
   s.tokens = counts.global_tokens;
   const size_t mine = batches ? batches->size() : 0;
+  if (pipeline_) {
+    pipeline_passes(batches, counts, s);
+    return finish_step(s);
+  }
   dp_->begin_step(dp_->collective_backward() ? counts.max_micro_batches : int64_t(mine));
   model_.reset_loss();
   for (size_t m = 0; m < mine; ++m) {
@@ -155,6 +182,32 @@ StepStats TrainLoop::train_step(const std::optional<std::vector<data::Batch>>& b
   if (dp_->collective_backward())
     for (int64_t m = int64_t(mine); m < counts.max_micro_batches; ++m)
       dist::empty_pass(model_, *dp_, true);
+  return finish_step(s);
+}
+
+// Pipeline parallelism: every replica runs the same number of micro-batches through its
+// stages (the most any data rank has, interleaved rounded up to a multiple of the stages), the
+// missing ones empty (Join: a micro-batch of one token that counts nothing adds exactly zero),
+// so every data group's collectives match by construction.
+void TrainLoop::pipeline_passes(const std::optional<std::vector<data::Batch>>& batches,
+                                const dist::StepCounts& counts, StepStats& s) {
+  const int64_t M = pipeline_micro_batches(rc_, counts.max_micro_batches);
+  const EmptyBatch empty(model_.tokens_multiple());
+  std::vector<nn::BatchView> views;
+  for (int64_t m = 0; m < M; ++m)
+    views.push_back(batches && m < int64_t(batches->size()) ? view_of((*batches)[size_t(m)])
+                                                            : empty.view());
+  dp_->begin_step(M);
+  model_.reset_loss();
+  const dist::Pipeline::Times t = pipeline_->train(views, 1.0f / float(counts.global_tokens),
+                                                   [this] { dp_->begin_micro_batch(); });
+  s.times.forward_s = t.compute_s;  // forward and backward passes interleave
+  s.times.comm_wait_s = t.idle_s;
+  s.bubble = t.idle_s;  // summed over the world in finish_gradients, then a share
+}
+
+// After the passes: the gradients' sums, the agreed loss and norm, the update.
+StepStats TrainLoop::finish_step(StepStats& s) {
   finish_gradients(s);
   Timer t;
   s.lr = rc_.schedule.at(state_.step);
@@ -176,7 +229,8 @@ StepStats TrainLoop::train_step(const std::optional<std::vector<data::Batch>>& b
 // device here, once per step.
 void TrainLoop::finish_gradients(StepStats& s) {
   dp_->finish();
-  s.times.comm_wait_s = dp_->last_wait_seconds();
+  if (pipeline_) sum_tied_embedding();
+  s.times.comm_wait_s += dp_->last_wait_seconds();
   s.times.comm_busy_s = dp_->last_comm_seconds();
   // A tensor group's ranks each hold a share of the loss (its vocabulary slice's targets) and
   // of the norm (GradNormShare), which the world's sum adds up (once per data replica).
@@ -185,16 +239,40 @@ void TrainLoop::finish_gradients(StepStats& s) {
   if (norm_share_) local.grad_norm_sq = norm_share_->sum_squares(model_.context(), dp_->grads());
   const bool summed = dp_->grads_sharded() || norm_share_;
   const bool counted = dp_->grads_sharded() || data_.rank() == 0;  // one replica's, unsharded
-  std::vector<double> agreed = {local.loss_sum, stop_signal_received() ? 1.0 : 0.0,
+  std::vector<double> agreed = {local.loss_sum,
+                                stop_signal_received() ? 1.0 : 0.0,
                                 write_failure().empty() ? 0.0 : 1.0,
-                                summed && counted ? local.grad_norm_sq : 0.0};
+                                summed && counted ? local.grad_norm_sq : 0.0,
+                                s.bubble,
+                                s.bubble + s.times.forward_s};
   if (comm_.size() > 1) comm_.all_reduce(agreed);
+  s.bubble = agreed[5] > 0 ? agreed[4] / agreed[5] : 0;  // every stage's idle share, pooled
   s.loss = agreed[0] / double(s.tokens);
   s.stop_requested = agreed[1] > 0;
   s.write_failed = agreed[2] > 0;
   s.grad_norm = std::sqrt(summed ? agreed[3] : local.grad_norm_sq);
   if (rc_.deterministic)  // Note [Exact sum of squares]
     s.grad_norm = std::sqrt(dist::exact_sum_squares(comm_, dp_->grads(), dp_->grads_sharded()));
+}
+
+// The first and last stages' copies of a tied embedding get the sum of their gradients (the
+// token embedding's and the head's), so both take the same update and stay equal.
+void TrainLoop::sum_tied_embedding() {
+  if (!rc_.model.tie_embeddings || model_.layout().embedding_unit() < 0) return;
+  const nn::Unit& u = model_.layout().units()[0];  // first in both stages' layouts
+  const Tensor grads = dp_->grads();
+  for (const nn::FlatSlice& sl : dp_->slices()) {
+    const int64_t b = std::max(sl.begin, u.begin), e = std::min(sl.end, u.end);
+    if (b >= e) continue;
+    const Tensor g = grads.flat(sl.local + (b - sl.begin), e - b);
+    grid_.ends().all_reduce_async(g.data, g.numel(), g.dtype).wait();
+  }
+}
+
+int64_t TrainLoop::forward_only(const nn::BatchView& batch) {
+  if (!pipeline_) return model_.forward(batch);
+  const int64_t counted = pipeline_->forward(batch);
+  return rc_.model.pipeline.last ? counted : 0;  // the loss's stage counts its tokens
 }
 
 double TrainLoop::validate() {
@@ -209,7 +287,9 @@ double TrainLoop::validate() {
     std::optional<data::Batch> b = val.next();
     const double counted_here = grid_.tensor_rank() == 0 ? 1.0 : 0.0;
     if (b)
-      sums[1] += counted_here * double(model_.forward(view_of(*b)));
+      sums[1] += counted_here * double(forward_only(view_of(*b)));
+    else if (pipeline_)  // the stages' passes
+      forward_only(EmptyBatch(model_.tokens_multiple()).view());
     else if (dp_->collective_forward())
       dist::empty_pass(model_, *dp_,
                        false);  // the others' forwards gather the weights with this rank

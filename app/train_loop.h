@@ -24,6 +24,7 @@
 #include "dist/data_parallel.h"
 #include "dist/grid.h"
 #include "dist/join.h"
+#include "dist/pipeline.h"
 #include "dist/step_stats.h"
 #include "nn/transformer.h"
 #include "runtime/file_io.h"
@@ -41,6 +42,7 @@ struct StepStats {
   bool stop_requested = false;  // a signal reached some rank
   bool write_failed = false;    // rank 0 could not write its metrics or log
   dist::StepTimes times;
+  double bubble = 0;  // pipeline: the stages' idle share of their step (waiting for transfers)
 };
 
 // What MFU is measured against: log.peak_gflops, or a GEMM peak measured before the model
@@ -72,6 +74,12 @@ class TrainLoop {
   std::optional<std::vector<data::Batch>> next_step_batches(int micro);
   StepStats train_step(const std::optional<std::vector<data::Batch>>& batches,
                        const dist::StepCounts& counts);
+  void pipeline_passes(const std::optional<std::vector<data::Batch>>& batches,
+                       const dist::StepCounts& counts, StepStats& s);
+  void sum_tied_embedding();
+  StepStats finish_step(StepStats& s);
+  // One forward without backward (validation): the model's, or through the pipeline.
+  int64_t forward_only(const nn::BatchView& batch);
   void finish_gradients(StepStats& s);
   std::string write_failure() const;
   double validate();
@@ -100,7 +108,8 @@ class TrainLoop {
   dist::CommTensorGroup tensor_group_;      // the model's other slices (tensor parallelism)
   nn::Model& model_;                        // what the loop uses of it
   std::unique_ptr<dist::DataParallel> dp_;  // how the ranks share its state
-  std::unique_ptr<dist::GradNormShare> norm_share_;  // tensor parallelism: this rank's share
+  std::unique_ptr<dist::GradNormShare> norm_share_;  // tensor or pipeline parallelism: its share
+  std::unique_ptr<dist::Pipeline> pipeline_;         // pipeline parallelism: this stage's step
   dist::Join join_;
   std::unique_ptr<data::Loader> loader_;
   TrainerState state_;

@@ -4,10 +4,13 @@
 
 #include <optional>
 
+#include <fmt/ranges.h>
+
 #include "app/memory_plan.h"
 #include "app/run_checkpoints.h"
 #include "app/stop_signals.h"
 #include "dist/step_stats.h"
+#include "nn/pipeline_split.h"
 #include "runtime/error.h"
 #include "runtime/fallback.h"
 #include "runtime/file_io.h"
@@ -82,6 +85,7 @@ void TrainLoop::log_step(const StepStats& s, double step_s) {
                       {"comm_hidden", t.hidden_fraction()},
                       {"optimizer_ms", t.optimizer_s * 1e3},
                       {"rss_mib", resident_mib()}};
+  if (grid_.pipeline_size() > 1) j["bubble"] = s.bubble;  // the stages' pooled idle share
   if (ranks) {
     j["slowest_rank"] = ranks->slowest_rank;
     j["slowest_lag"] = ranks->lag;
@@ -154,6 +158,23 @@ void TrainLoop::log_setup() {
       planned_mib(), dist::sharding_stage_name(dp_->stage()), st.masters / kMiB, st.working / kMiB,
       st.grads / kMiB, st.optimizer / kMiB, st.buffers / kMiB, mem.activations / kMiB,
       mem.workspace / kMiB, grid_.describe());
+  if (grid_.pipeline_size() > 1) {  // the stages' layers and compute (Note [Pipeline stages])
+    const int P = grid_.pipeline_size();
+    const std::vector<double> flops = nn::stage_flops(rc_.model, rc_.pipeline_split, P);
+    std::vector<std::string> stages;
+    for (int s = 0; s < P; ++s) {
+      std::vector<std::string> runs;
+      for (const auto& [b, e] : nn::stage_slice(rc_.pipeline_split, P, s).chunks)
+        runs.push_back(fmt::format("{}-{}", b, e - 1));
+      stages.push_back(
+          fmt::format("{} ({:.2f} GFLOP/token)", fmt::join(runs, ","), flops[s] / 1e9));
+    }
+    log::info(
+        "pipeline: {} stages, schedule {}, layers {}; this stage {} holds {} micro-batch(es) "
+        "at once",
+        P, dist::kPipelineScheduleNames.name(rc_.pipeline_schedule), fmt::join(stages, " | "),
+        grid_.stage(), rc_.exec.activation_slots);
+  }
   log::info("MFU against {}", peak_.source);
 }
 

@@ -84,7 +84,9 @@ void TrainLoop::warn_of_changes(const Checkpoint& ckpt) const {
         "(OMP_NUM_THREADS={} keeps them)",
         ckpt.state.threads, op_threads(ctx),
         rc_.deterministic ? ", dist.deterministic notwithstanding" : "", ckpt.state.threads);
-  const int then = ckpt.state.world_size / ckpt.state.tensor_parallel, now = data_.size();
+  const int then =
+                ckpt.state.world_size / (ckpt.state.tensor_parallel * ckpt.state.pipeline_parallel),
+            now = data_.size();
   if (rc_.global_batch > 0 || then == now || !leader_) return;
   log::warn(
       "resuming a run of {} data-parallel rank(s) on {} with train.grad_accum per rank: the "
@@ -307,6 +309,7 @@ void TrainLoop::start_up() {
   state_.data_hash = hash64(data_manifest_);
   state_.world_size = comm_.size();
   state_.tensor_parallel = grid_.tensor_size();
+  state_.pipeline_parallel = grid_.pipeline_size();
   state_.threads = op_threads(model_.context());
   state_.hosts = comm_.hosts();
   dist::check_consistency(
@@ -315,7 +318,7 @@ void TrainLoop::start_up() {
               {"the trainer binary", dist::binary_identity()},
               {"the data manifest", data_manifest_},
               {"the tokenizer", tokenizer_},
-              {"the parameter layout", fmt::format("{:016x}", model_.layout().digest())}});
+              {"the parameter layout", fmt::format("{:016x}", model_.layout().model_digest())}});
 
   created.keep();
   if (leader_) {

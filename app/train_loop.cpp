@@ -164,8 +164,14 @@ StepStats TrainLoop::train_step(const std::optional<std::vector<data::Batch>>& b
   s.tokens = counts.global_tokens;
   const size_t mine = batches ? batches->size() : 0;
   if (pipeline_) {
-    pipeline_passes(batches, counts, s);
-    return finish_step(s);
+    try {
+      pipeline_passes(batches, counts, s);
+      return finish_step(s);
+    } catch (const Error& e) {  // a collective names ranks: say which stage each one is
+      if (std::string_view(e.what()).starts_with("pipeline stage")) throw;
+      THROW_ERROR("{} (pipeline stages: world rank r is stage r / {} mod {}; this is stage {})",
+                  e.what(), grid_.tensor_size(), grid_.pipeline_size(), grid_.stage());
+    }
   }
   dp_->begin_step(dp_->collective_backward() ? counts.max_micro_batches : int64_t(mine));
   model_.reset_loss();

@@ -25,25 +25,30 @@ int Pipeline::tag(bool forward, int micro, int chunk) {
   return ((micro % 512) * 32 + chunk) * 2 + (forward ? 0 : 1);
 }
 
-std::string Pipeline::describe_failure(const PipelineAction& a, const std::string& what) const {
-  const int v = virtual_stage(a.chunk);
-  const int peer = a.forward ? (v - 1 + stages()) % stages() : (v + 1) % stages();
-  return fmt::format(
-      "pipeline stage {} of {}: the {} of micro-batch {} (chunk {}) waits for stage "
-      "{}: {}",
-      stage(), stages(), a.forward ? "forward" : "backward", a.micro, a.chunk, peer, what);
-}
-
-void Pipeline::wait(Work& w, Times& times) {
+void Pipeline::wait(Work& w, const PipelineAction& a, bool sent, Times& times) {
   if (!w.valid()) return;
   Timer t;
-  w.wait();
+  try {
+    w.wait();
+  } catch (const Error& e) {
+    // A forward's input and a backward's output go back a virtual stage, the others ahead.
+    const int v = virtual_stage(a.chunk), back = (v - 1 + stages()) % stages(),
+              ahead = (v + 1) % stages();
+    const std::string what = a.forward ? "activations" : "gradient";
+    THROW_ERROR("pipeline stage {} of {}: {}: {}", stage(), stages(),
+                sent ? fmt::format("stage {} does not take micro-batch {}'s {} (chunk {})",
+                                   a.forward ? ahead : back, a.micro, what, a.chunk)
+                     : fmt::format("the {} of micro-batch {} (chunk {}) waits for stage {}",
+                                   a.forward ? "forward" : "backward", a.micro, a.chunk,
+                                   a.forward ? back : ahead),
+                e.what());
+  }
   times.idle_s += t.seconds();
   w = Work();
 }
 
 void Pipeline::settle_sends(int slot, Times& times) {
-  for (Work& w : sends_[size_t(slot)]) wait(w, times);
+  for (Sent& s : sends_[size_t(slot)]) wait(s.work, s.from, true, times);
   sends_[size_t(slot)].clear();
 }
 
@@ -103,19 +108,16 @@ void Pipeline::run(const PipelineAction& a, Pending& received, float loss_scale,
   TRAINER_ASSERT(slot >= 0, "micro-batch {} has no slot at its pass", a.micro);
   model_.select_slot(slot);
   settle_sends(slot, times);
-  try {
-    wait(received.work, times);
-  } catch (const Error& e) {
-    THROW_ERROR("{}", describe_failure(a, e.what()));
-  }
+  wait(received.work, a, false, times);
   Timer t;
   if (a.forward) {
     model_.forward_chunk(a.chunk);
     if (v < last_virtual_stage()) {
       const Tensor out = model_.chunk_output(a.chunk);
-      sends_[size_t(slot)].push_back(comm_.send_async(out.data, out.numel(), out.dtype,
-                                                      (v + 1) % stages(),
-                                                      tag(true, a.micro, (v + 1) / stages())));
+      sends_[size_t(slot)].push_back(
+          {comm_.send_async(out.data, out.numel(), out.dtype, (v + 1) % stages(),
+                            tag(true, a.micro, (v + 1) / stages())),
+           a});
     }
   } else {
     const Tensor g = model_.residual_grad();
@@ -126,8 +128,10 @@ void Pipeline::run(const PipelineAction& a, Pending& received, float loss_scale,
     }
     model_.backward_chunk(a.chunk, loss_scale);
     if (v > 0)
-      sends_[size_t(slot)].push_back(comm_.send_async(
-          g.data, g.numel(), g.dtype, (v - 1) % stages(), tag(false, a.micro, (v - 1) / stages())));
+      sends_[size_t(slot)].push_back(
+          {comm_.send_async(g.data, g.numel(), g.dtype, (v - 1) % stages(),
+                            tag(false, a.micro, (v - 1) / stages())),
+           a});
     if (a.chunk == 0) slot_micro_[size_t(slot)] = -1;  // its last pass here
   }
   times.compute_s += t.seconds();
@@ -173,21 +177,17 @@ int64_t Pipeline::forward(const nn::BatchView& batch) {
   for (int c = 0; c < chunks_; ++c) {
     const int v = virtual_stage(c);
     const PipelineAction a{true, 0, c};
-    try {
-      if (v > 0) {
-        const Tensor in = model_.chunk_input(c);
-        comm_.recv_async(in.data, in.numel(), in.dtype, (v - 1) % stages(), tag(true, 0, c)).wait();
-      }
-      model_.forward_chunk(c);
-      if (v < last_virtual_stage()) {
-        const Tensor out = model_.chunk_output(c);
-        comm_
-            .send_async(out.data, out.numel(), out.dtype, (v + 1) % stages(),
-                        tag(true, 0, (v + 1) / stages()))
-            .wait();
-      }
-    } catch (const Error& e) {
-      THROW_ERROR("{}", describe_failure(a, e.what()));
+    if (v > 0) {
+      const Tensor in = model_.chunk_input(c);
+      Work w = comm_.recv_async(in.data, in.numel(), in.dtype, (v - 1) % stages(), tag(true, 0, c));
+      wait(w, a, false, ignored);
+    }
+    model_.forward_chunk(c);
+    if (v < last_virtual_stage()) {
+      const Tensor out = model_.chunk_output(c);
+      Work w = comm_.send_async(out.data, out.numel(), out.dtype, (v + 1) % stages(),
+                                tag(true, 0, (v + 1) / stages()));
+      wait(w, a, true, ignored);
     }
   }
   return counted;

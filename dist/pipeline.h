@@ -51,24 +51,29 @@ class Pipeline {
     Work work;
     int grad_buffer = -1;  // a gradient's staging buffer, or -1 (straight into the slot)
   };
+  struct Sent {  // a send still reading its slot: what action `from` produced
+    Work work;
+    PipelineAction from;
+  };
   int virtual_stage(int chunk) const { return chunk * stages() + stage(); }
   int last_virtual_stage() const { return chunks_ * stages() - 1; }
   // The slot micro-batch m uses, staged at its first action here.
   int slot_of(int m, const std::vector<nn::BatchView>& batches);
   Pending post_receive(const PipelineAction& a, const std::vector<nn::BatchView>& batches);
   void run(const PipelineAction& a, Pending& received, float loss_scale, Times& times);
-  void wait(Work& w, Times& times);
+  // Waits for a transfer of action `a` (its input received, or with `sent` its output sent);
+  // a failure names this stage and the one it waits for.
+  void wait(Work& w, const PipelineAction& a, bool sent, Times& times);
   // Waits for the sends still reading slot s.
   void settle_sends(int slot, Times& times);
   static int tag(bool forward, int micro, int chunk);
-  std::string describe_failure(const PipelineAction& a, const std::string& what) const;
 
   Communicator& comm_;
   nn::Model& model_;
   PipelineSchedule schedule_;
   int chunks_;
   std::vector<int> slot_micro_;           // by slot: its micro-batch, or -1
-  std::vector<std::vector<Work>> sends_;  // by slot: sends reading it
+  std::vector<std::vector<Sent>> sends_;  // by slot: sends reading it
   std::vector<Buffer> grad_in_;           // staging for received gradients (2 in turn)
   std::vector<bool> grad_in_busy_;
   int64_t tokens_ = 0;  // of the micro-batch whose gradient is staged (elements per token: C)

@@ -1,7 +1,8 @@
 // `trainer plan`: the bytes per rank a config needs, from the same plans the trainer allocates
 // by (model state under the sharding stage, activations under the checkpointing policy, op
-// workspace, each of the rank's tensor-parallel slice), without allocating them; and the same
-// for every stage and precision, and for every tensor-parallel degree.
+// workspace, each of the rank's tensor-parallel slice and pipeline stage), without allocating
+// them; and the same for every sharding stage and precision, every tensor-parallel degree, or
+// every pipeline stage under each schedule.
 #include <algorithm>
 #include <cstdio>
 
@@ -9,9 +10,11 @@
 #include "app/options.h"
 #include "app/run_setup.h"
 #include "dist/data_parallel.h"
+#include "dist/pipeline_schedule.h"
 #include "nn/activation_plan.h"
 #include "nn/ops/attention_cudnn_workspace.h"
 #include "nn/param_layout.h"
+#include "nn/pipeline_split.h"
 #include "nn/transformer.h"
 #include "runtime/error.h"
 
@@ -22,17 +25,19 @@ namespace {
 // The configured run in detail: what each rank allocates, by purpose.
 void print_configured(const RunConfig& rc, int world) {
   const nn::ExecConfig& e = rc.exec;
-  const int data = world / rc.tensor_parallel;
+  const int data = world / rc.tensor_parallel / rc.pipeline_parallel;
   const MemoryPlan plan = plan_memory(rc, data);
   const nn::Transformer::Memory& m = plan.model;
   const dist::StateBytes& st = plan.state;
   const nn::ActivationPlan acts(rc.model, e);
   std::printf(
       "precision %s, gradients %s, activation checkpointing %s; micro-batch %d x %d tokens; "
-      "world size %d = %d tensor x %d data, sharding %s\n",
+      "world size %d = %d tensor x %d pipeline x %d data, sharding %s%s\n",
       std::string(float_dtype_name(e.compute)).c_str(),
       std::string(float_dtype_name(e.grad)).c_str(), nn::recompute_name(e.recompute), e.max_rows,
-      e.max_seq_len, world, rc.tensor_parallel, data, dist::sharding_stage_name(rc.sharding));
+      e.max_seq_len, world, rc.tensor_parallel, rc.pipeline_parallel, data,
+      dist::sharding_stage_name(rc.sharding),
+      rc.pipeline_parallel > 1 ? "; the first pipeline stage (every stage: below)" : "");
   auto row = [&](const char* what, double bytes) {
     std::printf("  %-34s %10.1f MiB\n", what, bytes / kMiB);
   };
@@ -132,6 +137,59 @@ void print_tensor_degrees(RunConfig rc, int world) {
       "  (parameters: each rank's slice with its alignment; buffers: with the working weights)\n");
 }
 
+// The micro-batches stage `stage` holds at once under `schedule` with `chunks`, at the most
+// micro-batches a step of `rc` runs on `data` ranks.
+int held_micro_batches(const RunConfig& rc, dist::PipelineSchedule schedule, int chunks, int stage,
+                       int data) {
+  RunConfig r = rc;
+  r.pipeline_schedule = schedule;
+  const int64_t M = pipeline_micro_batches(r, most_micro_batches(r, data));
+  return dist::max_in_flight(
+      dist::pipeline_actions(schedule, r.pipeline_parallel, stage, int(M), chunks));
+}
+
+// Every pipeline stage under each schedule (interleaved: the configured virtual stages, else
+// 2): its layers, the micro-batches it holds, its parameters, state and activations. The first
+// stage holds the embedding, the last the head and the logits.
+void print_pipeline(const RunConfig& rc, int world) {
+  const int P = rc.pipeline_parallel, D = world / (rc.tensor_parallel * P);
+  std::printf(
+      "\nevery pipeline stage on %d data-parallel rank(s) of %d tensor rank(s), sharding %s, "
+      "%lld micro-batch(es) per step, MiB per rank:\n  %-12s %-5s %-11s %5s %14s %9s %11s %9s\n",
+      D, rc.tensor_parallel, dist::sharding_stage_name(rc.sharding),
+      (long long)most_micro_batches(rc, D), "schedule", "stage", "layers", "held", "parameters",
+      "state", "activations", "total");
+  for (const auto& [schedule, name] : dist::kPipelineScheduleNames.entries) {
+    const bool interleaved = schedule == dist::PipelineSchedule::interleaved;
+    const int V = !interleaved ? 1 : std::max(2, rc.pipeline_chunks);
+    std::vector<std::pair<int, int>> split;
+    try {
+      split = schedule == rc.pipeline_schedule ? rc.pipeline_split
+                                               : nn::pipeline_split(rc.model, P, V, {});
+    } catch (const UsageError& e) {
+      std::printf("  %-12s %s\n", name, e.what());
+      continue;
+    }
+    for (int s = 0; s < P; ++s) {
+      RunConfig r = rc;
+      r.model.pipeline = nn::stage_slice(split, P, s);
+      r.exec.activation_slots = held_micro_batches(rc, schedule, V, s, D);
+      const MemoryPlan plan = plan_memory(r, D);
+      const nn::ParamLayout layout(r.model);
+      std::string layers;
+      for (const auto& [b, e] : r.model.pipeline.chunks)
+        layers += fmt::format("{}{}-{}", layers.empty() ? "" : ",", b, e - 1);
+      std::printf("  %-12s %-5d %-11s %5d %14lld %9.1f %11.1f %9.1f\n", s == 0 ? name : "", s,
+                  layers.c_str(), r.exec.activation_slots, (long long)layout.total(),
+                  double(plan.state.total()) / kMiB, double(plan.model.activations) / kMiB,
+                  double(plan.total()) / kMiB);
+    }
+  }
+  std::printf(
+      "  (held: micro-batches whose activations a stage keeps at once; parameters: the stage's "
+      "slice with its alignment, a tied embedding's copy on the last stage included)\n");
+}
+
 }  // namespace
 
 int cmd_plan(const Args& args) {
@@ -140,7 +198,9 @@ int cmd_plan(const Args& args) {
   add_config_options(desc, pos);
   desc.add_options()("world-size", po::value<int>()->default_value(1), "ranks")(
       "tensor-parallel", po::value<int>(),
-      "tensor-parallel degree (default: the config's dist.tensor_parallel)");
+      "tensor-parallel degree (default: the config's dist.tensor_parallel)")(
+      "pipeline-parallel", po::value<int>(),
+      "pipeline stages (default: the config's dist.pipeline_parallel)");
   po::variables_map vm;
   if (!parse_options("plan", args, desc, vm, &pos)) return 0;
   const Config c = config_from(vm);
@@ -152,11 +212,17 @@ int cmd_plan(const Args& args) {
     rc.tensor_parallel = vm["tensor-parallel"].as<int>();
     rc.model.tensor = {rc.tensor_parallel, 0, rc.sequence_parallel && rc.tensor_parallel > 1};
   }
-  if (world % rc.tensor_parallel != 0)
-    throw UsageError(fmt::format(
-        "--world-size {} is not a multiple of the tensor-parallel degree {} (the ranks form "
-        "tensor groups of that size)",
-        world, rc.tensor_parallel));
+  if (vm.count("pipeline-parallel")) {
+    require_range("plan", vm, "pipeline-parallel", 1, 4096);
+    rc.pipeline_parallel = vm["pipeline-parallel"].as<int>();
+    rc.pipeline_split = nn::pipeline_split(rc.model, rc.pipeline_parallel, rc.pipeline_chunks, {});
+  }
+  const int replica = rc.tensor_parallel * rc.pipeline_parallel;
+  if (world % replica != 0)
+    throw UsageError(
+        fmt::format("--world-size {} is not a multiple of {} (the ranks form model replicas of "
+                    "tensor-parallel degree {} x {} pipeline stages)",
+                    world, replica, rc.tensor_parallel, rc.pipeline_parallel));
   const nn::ParamLayout layout(rc.model);  // the slice's; checks the cuts
   int64_t count = 0, mine = 0;
   for (const nn::ParamInfo& p : layout.params()) {
@@ -166,6 +232,15 @@ int cmd_plan(const Args& args) {
   std::printf("plan for %s: %d layers, C=%d, V=%d, %ld parameters (%ld in each rank's slice)\n",
               vm["config"].as<std::string>().c_str(), rc.model.n_layer, rc.model.n_embd,
               rc.model.vocab_size, long(count), long(mine));
+  if (rc.pipeline_parallel > 1) {  // the first stage as configured, then every stage
+    RunConfig first = rc;
+    first.model.pipeline = nn::stage_slice(rc.pipeline_split, rc.pipeline_parallel, 0);
+    first.exec.activation_slots =
+        held_micro_batches(rc, rc.pipeline_schedule, rc.pipeline_chunks, 0, world / replica);
+    print_configured(first, world);
+    print_pipeline(rc, world);
+    return 0;
+  }
   print_configured(rc, world);
   print_stages(rc, layout, world / rc.tensor_parallel);
   print_tensor_degrees(rc, world);

@@ -284,10 +284,6 @@ void resolve_pipeline(const Config& c, RunConfig& r) {
     throw UsageError(
         "dist.deterministic is not implemented with dist.pipeline_parallel > 1 yet (its reduction "
         "trees and exact norm span the data-parallel ranks of a whole model)");
-  if (c.text("dist.backend") == "nccl" || r.exec.device == Device::cuda)
-    throw UsageError(
-        "dist.pipeline_parallel > 1 runs on CPU ranks over MPI for now: the transfers over NCCL "
-        "are not written yet");
   if (!c.list("train.eval_tasks").empty())
     throw UsageError("train.eval_tasks runs with dist.pipeline_parallel = 1 only, for now");
 }

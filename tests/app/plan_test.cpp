@@ -1,20 +1,22 @@
 // `trainer plan`'s arithmetic under tensor parallelism, against the arithmetic written out here:
 // the layout the project is built around, Llama-3 70B (L = 80, C = 8192, 64 heads, 8 key/value
 // heads, F = 28672, V = 128256, untied head) on 256 GPUs, 8-way tensor parallel inside each node
-// and ZeRO-3 over the 32 data-parallel ranks of each slice. (Pipeline parallelism is a later
-// issue; a rank's share of the model state is the same 1/256 either way.)
+// and ZeRO-3 over the 32 data-parallel ranks of each slice; and the same 256 GPUs as 8-way
+// tensor x 4 pipeline stages x 8-way data parallel (docs/dist.md, "Pipeline parallelism").
 #include <gtest/gtest.h>
 
 #include "app/config.h"
 #include "app/memory_plan.h"
 #include "app/run_setup.h"
+#include "dist/pipeline_schedule.h"
 #include "nn/param_layout.h"
+#include "nn/pipeline_split.h"
 
 namespace trainer::app {
 
 namespace {
 
-RunConfig llama_70b(int tensor) {
+RunConfig llama_70b(int tensor, int pipeline = 1) {
   Config c;
   for (const char* o :
        {"model.arch=llama", "model.n_layer=80", "model.n_embd=8192", "model.n_head=64",
@@ -24,6 +26,8 @@ RunConfig llama_70b(int tensor) {
         "dist.grad_dtype=bf16", "model.activation_checkpointing=full", "dist.sharding=full"})
     c.apply_override(o);
   c.apply_override("dist.tensor_parallel=" + std::to_string(tensor));
+  c.apply_override("dist.pipeline_parallel=" + std::to_string(pipeline));
+  c.apply_override("train.grad_accum=16");
   return resolve_run(c);
 }
 
@@ -61,6 +65,50 @@ TEST(MemoryPlan, TensorParallel70BLayout) {
   const MemoryPlan one = plan_memory(llama_70b(1), int(T * D));
   EXPECT_LT(plan.model.activations, one.model.activations);
   EXPECT_GT(plan.model.activations, one.model.activations / T);
+}
+
+TEST(MemoryPlan, PipelineParallel70BLayout) {
+  const int64_t C = 8192, V = 128256, T = 8, P = 4, D = 8;
+  RunConfig rc = llama_70b(int(T), int(P));
+  const nn::ParamLayout whole(rc.model);  // every layer, one tensor rank's slice
+  // Balanced by compute: a block costs 6 x 855,638,016 matmul parameters + 12 C x 8192
+  // positions = 5.94 GFLOP per token, the head 6 V C = 6.30 (1.06 blocks), so the largest stage
+  // has 21 layers (4 x 20 + 1.06 does not fit under 21 otherwise) and the last, with the head,
+  // 19: the earliest such cut is 20, 20, 21, 19.
+  const std::vector<double> flops = nn::stage_flops(rc.model, rc.pipeline_split, int(P));
+  const std::vector<std::pair<int, int>> want = {{0, 20}, {20, 40}, {40, 61}, {61, 80}};
+  EXPECT_EQ(rc.pipeline_split, want);
+  EXPECT_NEAR(flops[3] / flops[0], (19 + 6.0 * V * C / 5.939e9) / 20, 1e-3);
+  int64_t held = 0;
+  for (int s = 0; s < P; ++s) {
+    RunConfig r = rc;
+    r.model.pipeline = nn::stage_slice(rc.pipeline_split, int(P), s);
+    // 1F1B with 16 micro-batches: stage s holds P - s of them.
+    r.exec.activation_slots = dist::max_in_flight(
+        dist::pipeline_actions(dist::PipelineSchedule::one_f_one_b, int(P), s, 16, 1));
+    EXPECT_EQ(r.exec.activation_slots, P - s);
+    const nn::ParamLayout stage(r.model);
+    int64_t mine = 0;
+    for (const nn::ParamInfo& p : stage.params()) mine += p.numel;
+    held += mine;
+    // ZeRO-3 over the 8 data ranks: 16 B per parameter of the stage's slice, a block's slice
+    // being 107.0M parameters (4.28 GB for 20 blocks; the first and last stages add the
+    // embedding's or the head's 131.3M, 0.26 GB): 4.54, 4.28, 4.49 and 4.33 GB.
+    const MemoryPlan plan = plan_memory(r, int(D));
+    const double state =
+        double(plan.state.masters + plan.state.optimizer) + 4.0 * double(stage.total()) / double(D);
+    EXPECT_NEAR(state, 16.0 * double(mine) / double(D), 0.001 * state);
+    const double blocks = r.model.held_layers().size(), ends = s == 0 || s == P - 1;
+    EXPECT_NEAR(state, 2.0 * (blocks * 106.97e6 + ends * double(V) * C / T), 0.001 * state);
+    // The activations: every held micro-batch's, planned alike.
+    RunConfig one = r;
+    one.exec.activation_slots = 1;
+    EXPECT_EQ(plan.model.activations,
+              r.exec.activation_slots * plan_memory(one, int(D)).model.activations);
+  }
+  int64_t mine = 0;
+  for (const nn::ParamInfo& p : whole.params()) mine += p.numel;
+  EXPECT_EQ(held, mine);  // every parameter on exactly one stage (the head is untied)
 }
 
 TEST(MemoryPlan, TensorParallelRefusesModelsThatDoNotCut) {

@@ -36,9 +36,12 @@ global batch of G tokens, T-way tensor, P-way pipeline and D-way data parallel:
               four all-reduces (or, with sequence parallelism, four reduce-scatter and
               all-gather pairs: the same bytes) of b x C bf16 values inside the node; on the
               critical path (not overlapped: Megatron-LM's default).
-  pipeline  = 1F1B's bubble, (P - 1) / m of the compute and tensor time for m micro-batches
-              per data replica; the activations sent between stages (b x C bf16 per
-              micro-batch, forward and backward) overlap the next micro-batch's work.
+  pipeline  = the bubble, (P - 1) / (V m) of the compute and tensor time for m micro-batches
+              per data replica (1F1B: V = 1; interleaved 1F1B with V virtual stages per GPU:
+              docs/dist.md "Pipeline parallelism"); the residual stream sent between stages
+              (b x C fp32 per micro-batch and chunk boundary, forward and backward, as this
+              trainer sends it; 1/T of it each with sequence parallelism) over InfiniBand,
+              overlapped with the next chunk's work, exposed only where a transfer outlasts it.
   data      = each GPU's 1/(T P) of the gradients and weights over D ranks, one per node, so
               every byte crosses InfiniBand: `optimizer` (ZeRO-1) a reduce-scatter of fp32
               gradients and an all-gather of bf16 weights per step, overlapped with the last
@@ -47,7 +50,9 @@ global batch of G tokens, T-way tensor, P-way pipeline and D-way data parallel:
               does today, overlapped with that micro-batch's compute.
 Bandwidths are public figures, not measured here (no GPU was lent): nccl-tests all-reduce bus
 bandwidth on 8 H100/H200 SXM with NVSwitch is commonly reported at 450-480 GB/s (450 used);
-NDR InfiniBand is 400 Gb/s = 50 GB/s per NIC (45 GB/s used: 90% efficiency). The compute side
+NDR InfiniBand is 400 Gb/s = 50 GB/s per NIC (45 GB/s used: 90% efficiency). H100 and H200
+SXM share the 989 TFLOP/s and NVLink; they differ in HBM (3.35 against 4.8 TB/s: AdamW's step)
+and its size (80 against 141 GB: `trainer plan` and largest_model.py). The compute side
 is an assumed MFU (--mfu) against 989 TFLOP/s dense bf16, to be replaced by scripts/gpu_check.sh's
 measurement.
 """
@@ -63,6 +68,8 @@ IB_LAT = 10e-6           # s per ring hop
 GPUS_PER_NODE = 8
 BUCKET_BYTES = 25 * 2**20  # dist.bucket_mb
 HBM = 0.8 * 4.8e12        # bytes/s: H200 HBM3e at 80%
+HBM_BY_GPU = {"H100": 0.8 * 3.35e12, "H200": HBM}  # bytes/s at 80%: HBM3, HBM3e
+MEMORY_BY_GPU = {"H100": 80e9, "H200": 141e9}      # bytes of HBM
 ADAMW_BYTES = 30          # per parameter: read master, m, v, gradient; write master, m, v, bf16
 
 
@@ -163,6 +170,8 @@ class Layout:
     stage: str          # "optimizer" or "full" over the data group
     micro_tokens: int   # tokens per micro-batch (b)
     global_tokens: int  # tokens per step (G)
+    virtual: int = 1    # chunks per pipeline stage (interleaved 1F1B; 1: plain 1F1B)
+    sequence: bool = True  # sequence parallelism: each tensor rank sends 1/T of the stream
 
     def gpus(self):
         return self.tensor * self.pipe * self.data
@@ -171,11 +180,12 @@ class Layout:
 LLAMA_70B = Shape("Llama 70B", 80, 8192, 128256, 28672, True, 4096, 1, kv=1024, untied=True)
 LAYOUTS_70B = [Layout(8, 4, 8, "optimizer", 4096, 4 * 2**20),
                Layout(8, 4, 8, "full", 4096, 4 * 2**20),
+               Layout(8, 4, 8, "optimizer", 4096, 4 * 2**20, virtual=5),
                Layout(8, 1, 32, "optimizer", 4096, 4 * 2**20),
                Layout(4, 8, 8, "optimizer", 4096, 4 * 2**20)]
 
 
-def layout_step(shape, lay, mfu, contention):
+def layout_step(shape, lay, mfu, contention, hbm=HBM):
     """(step seconds, efficiency against compute alone, parts) of one GPU in a 3D layout."""
     replica_tokens = lay.global_tokens / lay.data
     micro = replica_tokens / lay.micro_tokens  # micro-batches per data replica
@@ -183,7 +193,13 @@ def layout_step(shape, lay, mfu, contention):
     layers = shape.layers / lay.pipe
     act = 2.0 * lay.micro_tokens * shape.channels  # bytes of one bf16 activation
     tensor = micro * layers * 4 * collective("all_reduce", act, lay.tensor)
-    bubble = (lay.pipe - 1) / micro * (compute + tensor)
+    bubble = (lay.pipe - 1) / (lay.virtual * micro) * (compute + tensor)
+    # The stream at each chunk boundary, forward and backward, over this GPU's NIC.
+    sent = 4.0 * lay.micro_tokens * shape.channels / (lay.tensor if lay.sequence else 1)
+    transfers = 0 if lay.pipe == 1 else micro * 2 * lay.virtual
+    one = sent / IB_BUSBW + IB_LAT
+    per_chunk = (compute + tensor) / (micro * lay.virtual * 3)  # a chunk's forward
+    pipeline = transfers * max(one - per_chunk, 0.0)
     held = shape.params() / (lay.tensor * lay.pipe)  # this GPU's slice, before data sharding
 
     def across_nodes(kind, nbytes):  # one GPU per node in the data group: all of it on IB
@@ -200,23 +216,41 @@ def layout_step(shape, lay, mfu, contention):
         per = 2 * across_nodes("all_gather", 2.0 * held) + across_nodes("reduce_scatter", 4.0 * held)
         data = micro * per
         exposed = micro * max(per - compute / micro, 0.0)
-    optimizer = ADAMW_BYTES * held / lay.data / HBM
-    hidden = data - min(exposed, data)
-    total = compute + tensor + bubble + exposed + optimizer + contention * hidden
+    optimizer = ADAMW_BYTES * held / lay.data / hbm
+    hidden = data - min(exposed, data) + transfers * one - pipeline
+    total = compute + tensor + bubble + pipeline + exposed + optimizer + contention * hidden
     return total, compute / total, {"compute": compute, "tensor": tensor, "bubble": bubble,
-                                    "data exposed": exposed, "optimizer": optimizer}
+                                    "pipeline exposed": pipeline, "data exposed": exposed,
+                                    "optimizer": optimizer}
+
+
+def layout_memory(shape, lay):
+    """Bytes per GPU, roughly, on the first stage (which holds the most under 1F1B): the model
+    state of its slice (bf16 weights and fp32 gradients whole plus 16/D under `optimizer`, 16/D
+    under `full`), and with full activation checkpointing each held micro-batch's residual
+    stream at every layer of the stage (fp32, 1/T of it with sequence parallelism), P of them
+    under 1F1B; docs/dist.md "Memory" gives the exact plan (`trainer plan`)."""
+    held = shape.params() / (lay.tensor * lay.pipe)
+    state = held * (16.0 / lay.data + (6.0 if lay.stage == "optimizer" else 0.0))
+    layers = shape.layers / lay.pipe
+    stream = 4.0 * lay.micro_tokens * shape.channels / (lay.tensor if lay.sequence else 1)
+    return state + lay.pipe * (layers + 1) * stream
 
 
 def layout_table(mfu, contention):
     out = [f"{LLAMA_70B.name} ({LLAMA_70B.params() / 1e9:.1f}B), global batch "
            f"{LAYOUTS_70B[0].global_tokens / 2**20:.0f}M tokens of {LLAMA_70B.seq}, micro-batches "
-           f"of {LAYOUTS_70B[0].micro_tokens} tokens:"]
-    for lay in LAYOUTS_70B:
-        t, eff, parts = layout_step(LLAMA_70B, lay, mfu, contention)
-        detail = ", ".join(f"{k} {v:.2f} s" for k, v in parts.items())
-        out.append(f"  TP={lay.tensor} PP={lay.pipe} DP={lay.data} ({lay.gpus()} GPUs, "
-                   f"data-parallel {lay.stage}): step {t:.2f} s, {100 * eff:.0f}% of it compute "
-                   f"(MFU {100 * mfu * eff:.0f}%); {detail}")
+           f"of {LAYOUTS_70B[0].micro_tokens} tokens, on 32 nodes of 8 GPUs:"]
+    for gpu, hbm in HBM_BY_GPU.items():
+        for lay in LAYOUTS_70B:
+            t, eff, parts = layout_step(LLAMA_70B, lay, mfu, contention, hbm)
+            detail = ", ".join(f"{k} {v:.2f} s" for k, v in parts.items())
+            v = f" V={lay.virtual}" if lay.virtual > 1 else ""
+            mem = layout_memory(LLAMA_70B, lay)
+            out.append(f"  {gpu} TP={lay.tensor} PP={lay.pipe}{v} DP={lay.data} ({lay.gpus()} "
+                       f"GPUs, data-parallel {lay.stage}): step {t:.2f} s, {100 * eff:.0f}% of it "
+                       f"compute (MFU {100 * mfu * eff:.0f}%), about {mem / 1e9:.0f} of "
+                       f"{MEMORY_BY_GPU[gpu] / 1e9:.0f} GB; {detail}")
     return "\n".join(out)
 
 

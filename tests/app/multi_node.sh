@@ -2,7 +2,8 @@
 # Several nodes for real: three network namespaces on a bridge (scripts/cluster/nodes.sh), a
 # Slurm cluster over them (scripts/cluster/slurm.sh nodes), tiny models over real sockets:
 #   1. sbatch -N 2 --ntasks-per-node=2 scripts/launch/train.sbatch under DDP and under full
-#      sharding: the same losses, bit for bit, as 4 ranks on one node;
+#      sharding, and as 2 tensor x 2 pipeline stages (the tensor group inside each node, a stage
+#      per node): the same losses, bit for bit, as 4 ranks on one node;
 #   2. scripts/launch/mpirun.sh from node1 with a hostfile (Open MPI's launch agent enters the
 #      other node the way ssh would): the same losses again; the rank-to-host map in the start-up
 #      log, in the checkpoint's trainer_state.json and in `trainer inspect`;
@@ -113,7 +114,14 @@ for sharding in none full; do
 done
 grep -q "4 ranks on 2 nodes (node1: ranks 0-1; node2: ranks 2-3), between them over eth0 (10.77.0.11, the address node1 resolves to)" runs/two_none/train.log ||
   fail "no rank-to-host map in the start-up log: $(grep 'ranks on' runs/two_none/train.log)"
-echo "sbatch -N 2 --ntasks-per-node=2: 4 ranks on node1 and node2, DDP and full sharding, the losses of 4 ranks on one node"
+threed=(--set dist.tensor_parallel=2 --set dist.pipeline_parallel=2)
+srun -N 1 -n 4 -w node1 "$TRAINER" train c.yaml --set run.name=one_3d "${threed[@]}" >one_3d.log 2>&1 ||
+  { tail -3 one_3d.log; fail "2 tensor x 2 pipeline on node1"; }
+job=$(batch -N 2 --ntasks-per-node=2 -w node1,node2 -- --set run.name=two_3d "${threed[@]}")
+[[ $(job_state "$job") == COMPLETED ]] || { tail -3 "trainer-$job.out"; fail "sbatch -N 2 (2 tensor x 2 pipeline) ended $(job_state "$job")"; }
+same_losses two_3d one_3d
+grep -q "2 tensor x 2 pipeline x 1 data" runs/two_3d/train.log || fail "the 3D layout is not logged"
+echo "sbatch -N 2 --ntasks-per-node=2: 4 ranks on node1 and node2, DDP, full sharding, and a pipeline stage per node, the losses of 4 ranks on one node"
 
 mark
 # 2. scripts/launch/mpirun.sh with a hostfile, from node1: Open MPI starts its daemon on node2

@@ -69,13 +69,13 @@ Transformer::Transformer(const ModelConfig& config, const ExecConfig& exec)
   const size_t N = size_t(plan_.capacity());
   TRAINER_ASSERT(exec.activation_slots >= 1, "{} activation slots", exec.activation_slots);
   slots_.resize(size_t(exec.activation_slots));
-  for (SlotState& s : slots_) {
+  for (MicroBatchState& s : slots_) {
     s.acts = Buffer(size_t(mem.activations / exec.activation_slots), dev);
     for (Buffer* b : {&s.tokens, &s.targets, &s.positions, &s.segments, &s.lengths})
       *b = Buffer(N * sizeof(int32_t), dev);
     s.runs = Buffer((N + 1) * sizeof(int32_t), dev);
   }
-  swap_slot(slots_[0]);
+  std::swap(mb_, slots_[0]);
   loss_scale_ = Buffer(sizeof(float), dev);
   scalars_ = Buffer(2 * sizeof(double), dev);
   host_positions_.resize(N);
@@ -87,42 +87,23 @@ Transformer::Transformer(const ModelConfig& config, const ExecConfig& exec)
 
 Transformer::Memory Transformer::memory() const {
   int64_t acts = 0, inputs = int64_t(loss_scale_.bytes() + scalars_.bytes());
-  auto count = [&](const Buffer& a, const std::array<const Buffer*, 6>& in) {
-    acts += int64_t(a.bytes());
-    for (const Buffer* b : in) inputs += int64_t(b->bytes());
+  auto count = [&](const MicroBatchState& s) {  // the selected slot's entry is empty
+    acts += int64_t(s.acts.bytes());
+    for (const Buffer* b : {&s.tokens, &s.targets, &s.positions, &s.segments, &s.lengths, &s.runs})
+      inputs += int64_t(b->bytes());
   };
-  count(acts_, {&tokens_, &targets_, &positions_, &segments_, &lengths_, &runs_});
-  for (size_t i = 0; i < slots_.size(); ++i)
-    if (int(i) != slot_) {
-      const SlotState& s = slots_[i];
-      count(s.acts, {&s.tokens, &s.targets, &s.positions, &s.segments, &s.lengths, &s.runs});
-    }
+  count(mb_);
+  for (const MicroBatchState& s : slots_) count(s);
   return {int64_t(params_.bytes()),       int64_t(working_.bytes()),
           int64_t(grads_.bytes()),        acts,
           int64_t(workspace_.capacity()), inputs};
 }
 
-void Transformer::swap_slot(SlotState& s) {
-  std::swap(acts_, s.acts);
-  std::swap(tokens_, s.tokens);
-  std::swap(targets_, s.targets);
-  std::swap(positions_, s.positions);
-  std::swap(segments_, s.segments);
-  std::swap(lengths_, s.lengths);
-  std::swap(runs_, s.runs);
-  std::swap(runs_count_, s.runs_count);
-  std::swap(B_, s.B);
-  std::swap(T_, s.T);
-  std::swap(has_targets_, s.has_targets);
-  std::swap(has_segments_, s.has_segments);
-  std::swap(has_lengths_, s.has_lengths);
-}
-
 void Transformer::select_slot(int slot) {
   TRAINER_ASSERT(slot >= 0 && slot < int(slots_.size()), "slot {} of {}", slot, slots_.size());
   if (slot == slot_) return;
-  swap_slot(slots_[size_t(slot_)]);  // the selected state back to its place
-  swap_slot(slots_[size_t(slot)]);
+  std::swap(mb_, slots_[size_t(slot_)]);  // the selected state back to its place
+  std::swap(mb_, slots_[size_t(slot)]);
   slot_ = slot;
 }
 
@@ -161,8 +142,8 @@ void Transformer::sync_working_params() {
 
 Tensor Transformer::act(const ActSlot& slot) const {
   TRAINER_ASSERT(slot.offset >= 0, "an activation without a slot");
-  const int64_t N = int64_t(B_) * T_ / (slot.sliced ? config_.sequence_slices() : 1);
-  return make_tensor(static_cast<char*>(acts_.data()) + slot.offset, slot.dtype,
+  const int64_t N = int64_t(mb_.B) * mb_.T / (slot.sliced ? config_.sequence_slices() : 1);
+  return make_tensor(static_cast<char*>(mb_.acts.data()) + slot.offset, slot.dtype,
                      {N, slot.per_token}, exec_.device);
 }
 
@@ -228,12 +209,12 @@ Tensor Transformer::param(const Tensor& unit_tensor, int unit, Role role) const 
 
 BlockTensors Transformer::block_tensors(int l, ParamUse use) {
   BlockTensors t;
-  t.B = B_;
-  t.T = T_;
+  t.B = mb_.B;
+  t.T = mb_.T;
   t.model = &config_;
   t.n_head = config_.local_heads();
   t.group = group();
-  t.positions = positions_.view(DType::i32, int64_t(B_) * T_);
+  t.positions = mb_.positions.view(DType::i32, int64_t(mb_.B) * mb_.T);
   const int u = layout_.block_unit(l);
   const Tensor w = unit_weights(u, use);
   const Tensor g = use == ParamUse::backward ? unit_grads(u) : Tensor{};
@@ -257,10 +238,10 @@ BlockTensors Transformer::block_tensors(int l, ParamUse use) {
     t.d_ln = act(plan_.d_ln);
   }
   if (plan_.d_branch.offset >= 0) t.d_branch = act(plan_.d_branch);
-  const int64_t N = int64_t(B_) * T_;
-  if (has_segments_) t.mask.segments = segments_.view(DType::i32, N).reshape({B_, T_});
-  if (runs_count_ > 0) t.mask.runs = runs_.view(DType::i32, runs_count_ + 1);
-  if (has_lengths_) t.mask.lengths = lengths_.view(DType::i32, B_);
+  const int64_t N = int64_t(mb_.B) * mb_.T;
+  if (mb_.has_segments) t.mask.segments = mb_.segments.view(DType::i32, N).reshape({mb_.B, mb_.T});
+  if (mb_.runs_count > 0) t.mask.runs = mb_.runs.view(DType::i32, mb_.runs_count + 1);
+  if (mb_.has_lengths) t.mask.lengths = mb_.lengths.view(DType::i32, mb_.B);
   return t;
 }
 
@@ -298,26 +279,27 @@ int64_t Transformer::stage_batch(const BatchView& b, int first_position) {
       host_positions_[size_t(i)] =
           restart ? (t == 0 ? first_position : 0) : host_positions_[size_t(i - 1)] + 1;
     }
-  B_ = b.B;
-  T_ = b.T;
+  mb_.B = b.B;
+  mb_.T = b.T;
   if (upload_) upload_->begin();
   auto stage = [&](Buffer& dst, const int32_t* src, int64_t count) {
     put(upload_.get(), dst, src, DType::i32, count);
   };
-  stage(tokens_, b.tokens, N);
-  stage(positions_, host_positions_.data(), N);
-  has_targets_ = b.targets != nullptr;
-  has_segments_ = b.segments != nullptr;
-  has_lengths_ = b.lengths != nullptr;
-  if (has_targets_) stage(targets_, b.targets, N);
-  if (has_segments_) stage(segments_, b.segments, N);
-  runs_count_ = 0;
-  if (has_segments_ && exec_.device == Device::cuda) {  // only cuDNN's ragged attention reads them
+  stage(mb_.tokens, b.tokens, N);
+  stage(mb_.positions, host_positions_.data(), N);
+  mb_.has_targets = b.targets != nullptr;
+  mb_.has_segments = b.segments != nullptr;
+  mb_.has_lengths = b.lengths != nullptr;
+  if (mb_.has_targets) stage(mb_.targets, b.targets, N);
+  if (mb_.has_segments) stage(mb_.segments, b.segments, N);
+  mb_.runs_count = 0;
+  if (mb_.has_segments &&
+      exec_.device == Device::cuda) {  // only cuDNN's ragged attention reads them
     const std::vector<int32_t> runs = segment_runs(b.segments, b.B, b.T);
-    runs_count_ = runs.empty() ? 0 : int64_t(runs.size()) - 1;
-    if (runs_count_ > 0) stage(runs_, runs.data(), int64_t(runs.size()));
+    mb_.runs_count = runs.empty() ? 0 : int64_t(runs.size()) - 1;
+    if (mb_.runs_count > 0) stage(mb_.runs, runs.data(), int64_t(runs.size()));
   }
-  if (has_lengths_) stage(lengths_, b.lengths, b.B);
+  if (mb_.has_lengths) stage(mb_.lengths, b.lengths, b.B);
   if (upload_) upload_->end(ctx_.stream);
   return counted;
 }
@@ -338,7 +320,7 @@ int64_t Transformer::forward(const BatchView& batch) {
 }
 
 bool Transformer::graphs_allowed() const {
-  if (!exec_.cuda_graphs || has_segments_ || profile::g_enabled) return false;
+  if (!exec_.cuda_graphs || mb_.has_segments || profile::g_enabled) return false;
   TRAINER_ASSERT(!store_ && !group_ && exec_.device == Device::cuda,
                  "CUDA graphs of a sharded, tensor-parallel or CPU model");
   return true;
@@ -348,10 +330,10 @@ void Transformer::segment(bool backward, int unit, const std::function<void()>& 
   if (!graphed_) return work();
   graphs_.run({.backward = backward,
                .unit = unit,
-               .rows = B_,
-               .seq_len = T_,
-               .targets = has_targets_,
-               .lengths = has_lengths_},
+               .rows = mb_.B,
+               .seq_len = mb_.T,
+               .targets = mb_.has_targets,
+               .lengths = mb_.has_lengths},
               ctx_.stream, work);
 }
 
@@ -376,7 +358,7 @@ void Transformer::forward_blocks_and_head(KvCache* cache) {
 
 void Transformer::embedding_forward_pass() {
   const int E = layout_.embedding_unit();
-  const int64_t N = int64_t(B_) * T_;
+  const int64_t N = int64_t(mb_.B) * mb_.T;
   const Tensor we = unit_weights(E, ParamUse::forward);
   TensorGroup* const g = group();
   segment(false, E, [&] {
@@ -385,7 +367,7 @@ void Transformer::embedding_forward_pass() {
     const bool positions = layout_.has(E, Role::pos_embedding) && (!g || g->rank() == 0);
     const bool sliced = config_.sequence_slices() > 1;
     const Tensor x = act(plan_.input(0)), all = sliced ? all_tokens(plan_.partial, x.dtype) : x;
-    embedding_forward(ctx_, all, tokens_.view(DType::i32, N), positions_.view(DType::i32, N),
+    embedding_forward(ctx_, all, mb_.tokens.view(DType::i32, N), mb_.positions.view(DType::i32, N),
                       param(we, E, Role::tok_embedding),
                       positions ? param(we, E, Role::pos_embedding) : Tensor{},
                       config_.vocab_begin());
@@ -424,7 +406,7 @@ void Transformer::head_forward_pass() {
       PROFILE_SCOPE("lm_head_forward", "gemm");
       matmul(ctx_, logits(), gathered(plan_.lnf), false, head, true);
     }
-    if (has_targets_) loss_forward();
+    if (mb_.has_targets) loss_forward();
   });
 }
 
@@ -435,7 +417,7 @@ void Transformer::set_loss_scale(float loss_scale) {
 }
 
 void Transformer::backward(float loss_scale) {
-  TRAINER_ASSERT(has_targets_ && exec_.training,
+  TRAINER_ASSERT(mb_.has_targets && exec_.training,
                  "backward needs a training model and a forward pass with targets");
   set_loss_scale(loss_scale);
   graphed_ = graphs_allowed();
@@ -452,7 +434,7 @@ void Transformer::backward(float loss_scale) {
 void Transformer::head_backward_pass() {
   const int E = layout_.embedding_unit(), F = layout_.final_unit(),
             last = chunks_.back().second - 1;
-  const int64_t N = int64_t(B_) * T_;
+  const int64_t N = int64_t(mb_.B) * mb_.T;
   const Tensor wf = unit_weights(F, ParamUse::backward);
   const Tensor head = head_weight(wf, ParamUse::backward);
   const Tensor gf = unit_grads(F);
@@ -461,7 +443,7 @@ void Transformer::head_backward_pass() {
   segment(true, F, [&] {
     const Tensor dlogits = logits();  // overwrites the logits in place
     cross_entropy_backward(ctx_, dlogits, logits(), act(plan_.ce_stats),
-                           targets_.view(DType::i32, N), loss_scale_.view(DType::f32, 1),
+                           mb_.targets.view(DType::i32, N), loss_scale_.view(DType::f32, 1),
                            config_.vocab_begin());
     const bool sliced = config_.sequence_slices() > 1;
     const Tensor d_ln = act(plan_.d_ln),
@@ -499,7 +481,7 @@ void Transformer::head_backward_pass() {
 // From d_res at the first block's input into the embedding's gradient, then ready.
 void Transformer::embedding_backward_pass() {
   const int E = layout_.embedding_unit();
-  const int64_t N = int64_t(B_) * T_;
+  const int64_t N = int64_t(mb_.B) * mb_.T;
   const Tensor ge = unit_grads(E);
   segment(true, E, [&] {
     // Every token's gradient reaches every vocabulary slice (gathered, sliced).
@@ -512,7 +494,7 @@ void Transformer::embedding_backward_pass() {
     embedding_backward(
         ctx_, param(ge, E, Role::tok_embedding),
         layout_.has(E, Role::pos_embedding) ? param(ge, E, Role::pos_embedding) : Tensor{}, d_all,
-        tokens_.view(DType::i32, N), positions_.view(DType::i32, N), config_.vocab_begin());
+        mb_.tokens.view(DType::i32, N), mb_.positions.view(DType::i32, N), config_.vocab_begin());
   });
   unit_ready(E);
 }
@@ -543,7 +525,7 @@ void Transformer::backward_chunk(int chunk, float loss_scale) {
   graphed_ = false;
   const bool head = chunk + 1 == int(chunks_.size()) && config_.holds_head();
   if (head) {
-    TRAINER_ASSERT(has_targets_, "backward of a forward without targets");
+    TRAINER_ASSERT(mb_.has_targets, "backward of a forward without targets");
     set_loss_scale(loss_scale);
     head_backward_pass();
   }

@@ -141,15 +141,15 @@ class Transformer final : public Model {
   // graphs_ when the pass is graphed, else at once.
   void segment(bool backward, int unit, const std::function<void()>& work);
 
-  // One micro-batch's device state: its activations, its inputs and their shape. The members
-  // below hold the selected slot's; the others wait in slots_ (select_slot swaps them in).
-  struct SlotState {
+  // One micro-batch's device state (a slot: Note [Pipeline stages]): its activations, the
+  // device copies of its inputs, (N) tokens, targets, positions, segments, (rows) lengths and
+  // (runs + 1) the segments' runs (CUDA), and their shape.
+  struct MicroBatchState {
     Buffer acts, tokens, targets, positions, segments, lengths, runs;
-    int64_t runs_count = 0;
+    int64_t runs_count = 0;  // runs in `runs` (0: none)
     int B = 0, T = 0;
     bool has_targets = false, has_segments = false, has_lengths = false;
   };
-  void swap_slot(SlotState& s);
 
   ModelConfig config_;
   ExecConfig exec_;
@@ -160,22 +160,20 @@ class Transformer final : public Model {
   ActivationPlan plan_;
   Workspace workspace_;
   Context ctx_;
-  Buffer params_, working_, grads_, acts_;
-  // Device copies of the last forward's inputs: (N) tokens, targets, positions, segments,
-  // (rows) lengths and (runs + 1) the segments' runs (CUDA); the last backward's loss scale (fp32);
-  // and [loss_sum, grad_norm_sq] fp64 on the device.
-  Buffer tokens_, targets_, positions_, segments_, lengths_, runs_, loss_scale_, scalars_;
+  Buffer params_, working_, grads_;
+  // The selected slot's micro-batch; the others' wait in slots_ (whose entry for the selected
+  // one is empty meanwhile: select_slot swaps them).
+  MicroBatchState mb_;
+  std::vector<MicroBatchState> slots_;
+  int slot_ = 0;
+  // The last backward's loss scale (fp32) and [loss_sum, grad_norm_sq] fp64 on the device.
+  Buffer loss_scale_, scalars_;
   std::vector<int32_t> host_positions_;
-  int64_t runs_count_ = 0;  // runs in runs_ (0: none)
   // CUDA (Note [Batch upload]): the batch's inputs, and backward's loss scale apart, so that
   // each keeps its two buffers' worth of lookahead.
   std::unique_ptr<PinnedUpload> upload_, scale_upload_;
-  int B_ = 0, T_ = 0;
-  bool has_targets_ = false, has_segments_ = false, has_lengths_ = false;
   StepGraphs graphs_;
-  bool graphed_ = false;          // the pass under way runs its segments through graphs_
-  std::vector<SlotState> slots_;  // every slot's state but the selected one's
-  int slot_ = 0;
+  bool graphed_ = false;  // the pass under way runs its segments through graphs_
 };
 
 }  // namespace trainer::nn

@@ -11,7 +11,7 @@ namespace trainer::nn {
 
 Tensor Transformer::all_tokens(const ActSlot& buffer, DType dtype) const {
   const Tensor t = act(buffer);
-  return make_tensor(t.data, dtype, {int64_t(B_) * T_, config_.n_embd}, exec_.device);
+  return make_tensor(t.data, dtype, {int64_t(mb_.B) * mb_.T, config_.n_embd}, exec_.device);
 }
 
 Tensor Transformer::gathered(const ActSlot& slice) {
@@ -34,8 +34,8 @@ TensorGroup* Transformer::group() const {
 // Note [Vocabulary-parallel loss] (nn/ops/cross_entropy.h): a rank's loss is that of the targets
 // in its slice, so the group's losses add up to the batch's.
 void Transformer::loss_forward() {
-  const int64_t N = int64_t(B_) * T_;
-  const Tensor targets = targets_.view(DType::i32, N), stats = act(plan_.ce_stats);
+  const int64_t N = int64_t(mb_.B) * mb_.T;
+  const Tensor targets = mb_.targets.view(DType::i32, N), stats = act(plan_.ce_stats);
   cross_entropy_stats(ctx_, stats, logits(), targets);
   if (TensorGroup* g = group()) {
     const Tensor parts = act(plan_.ce_parts);

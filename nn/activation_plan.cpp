@@ -72,7 +72,10 @@ ActivationPlan::ActivationPlan(const ModelConfig& m, const ExecConfig& e) {
     lnf_rstd = take(next, 1, DType::f32);
     ce_stats = take(next, 2, DType::f32, false);
     if (m.tensor.degree > 1) ce_parts = take(next, 2 * m.tensor.degree, DType::f32, false);
+    // Held with its micro-batch where several are in flight (a pipeline stage's slots).
+    if (e.activation_slots > 1) logits = take(next, V, e.compute, false);
   }
+  slot_bytes_ = next;  // what each micro-batch keeps; the rest is scratch of one pass
   if (D > 1) {
     gathered = take(next, C, e.compute, false);
     partial = take(next, C, DType::f32, false);
@@ -94,7 +97,7 @@ ActivationPlan::ActivationPlan(const ModelConfig& m, const ExecConfig& e) {
   tmp = take(cursor, C, e.compute);
   if (e.compute != DType::f32 && e.training) d_branch = take(cursor, C, e.compute);
   shared_bytes_ = cursor - region;
-  if (m.holds_head()) {
+  if (m.holds_head() && e.activation_slots == 1) {
     logits = ActSlot{region, e.compute, V, false};
     shared_bytes_ = std::max(shared_bytes_, aligned(N * V * int64_t(dtype_size(e.compute))));
   }

@@ -21,7 +21,11 @@ namespace trainer::nn {
 // from the head's forward to its backward) overlap every block's scratch (the activations the
 // policy drops, recomputed into one shared copy, and backward's per-block temporaries, live
 // only inside one block's forward or backward), so checkpointing shrinks memory to the
-// residual stream plus the larger of the logits and one block's working set.
+// residual stream plus the larger of the logits and one block's working set. The plan's first
+// slot_bytes() are what one micro-batch keeps from its forward to its backward; a pipeline
+// stage holding several (ExecConfig::activation_slots) has that part once per micro-batch and
+// the rest, one pass's scratch and gradients, once (the logits then join the kept part, as
+// other micro-batches' passes run between a head's forward and its backward).
 
 struct ActSlot {
   int64_t offset = -1;  // bytes from the buffer's start
@@ -34,7 +38,11 @@ class ActivationPlan {
  public:
   ActivationPlan(const ModelConfig& model, const ExecConfig& exec);
 
-  int64_t bytes() const { return bytes_; }
+  int64_t bytes() const { return bytes_; }  // with one micro-batch's kept part
+  // The kept part: activations at offsets below it are one micro-batch's.
+  int64_t slot_bytes() const { return slot_bytes_; }
+  // Bytes for `slots` micro-batches held at once.
+  int64_t bytes_for(int slots) const { return bytes_ + (slots - 1) * slot_bytes_; }
   int64_t capacity() const { return capacity_; }  // tokens
   // Block l's activation `a`: its own slot when the policy keeps it, else the shared one.
   const ActSlot& block(int layer, Act a) const;
@@ -74,7 +82,7 @@ class ActivationPlan {
   std::vector<Recompute> policy_;
   std::vector<ActKind> kind_;  // by Act
   std::vector<int64_t> kept_bytes_;
-  int64_t capacity_ = 0, bytes_ = 0, shared_bytes_ = 0;
+  int64_t capacity_ = 0, bytes_ = 0, shared_bytes_ = 0, slot_bytes_ = 0;
 };
 
 }  // namespace trainer::nn

@@ -70,12 +70,13 @@ Transformer::Transformer(const ModelConfig& config, const ExecConfig& exec)
   TRAINER_ASSERT(exec.activation_slots >= 1, "{} activation slots", exec.activation_slots);
   slots_.resize(size_t(exec.activation_slots));
   for (MicroBatchState& s : slots_) {
-    s.acts = Buffer(size_t(mem.activations / exec.activation_slots), dev);
+    s.acts = Buffer(size_t(plan_.slot_bytes()), dev);
     for (Buffer* b : {&s.tokens, &s.targets, &s.positions, &s.segments, &s.lengths})
       *b = Buffer(N * sizeof(int32_t), dev);
     s.runs = Buffer((N + 1) * sizeof(int32_t), dev);
   }
   std::swap(mb_, slots_[0]);
+  scratch_ = Buffer(size_t(plan_.bytes() - plan_.slot_bytes()), dev);
   loss_scale_ = Buffer(sizeof(float), dev);
   scalars_ = Buffer(2 * sizeof(double), dev);
   host_positions_.resize(N);
@@ -86,7 +87,8 @@ Transformer::Transformer(const ModelConfig& config, const ExecConfig& exec)
 }
 
 Transformer::Memory Transformer::memory() const {
-  int64_t acts = 0, inputs = int64_t(loss_scale_.bytes() + scalars_.bytes());
+  int64_t acts = int64_t(scratch_.bytes()),
+          inputs = int64_t(loss_scale_.bytes() + scalars_.bytes());
   auto count = [&](const MicroBatchState& s) {  // the selected slot's entry is empty
     acts += int64_t(s.acts.bytes());
     for (const Buffer* b : {&s.tokens, &s.targets, &s.positions, &s.segments, &s.lengths, &s.runs})
@@ -143,8 +145,10 @@ void Transformer::sync_working_params() {
 Tensor Transformer::act(const ActSlot& slot) const {
   TRAINER_ASSERT(slot.offset >= 0, "an activation without a slot");
   const int64_t N = int64_t(mb_.B) * mb_.T / (slot.sliced ? config_.sequence_slices() : 1);
-  return make_tensor(static_cast<char*>(mb_.acts.data()) + slot.offset, slot.dtype,
-                     {N, slot.per_token}, exec_.device);
+  const int64_t kept = plan_.slot_bytes();  // Note [Activation memory]
+  char* at = slot.offset < kept ? static_cast<char*>(mb_.acts.data()) + slot.offset
+                                : static_cast<char*>(scratch_.data()) + (slot.offset - kept);
+  return make_tensor(at, slot.dtype, {N, slot.per_token}, exec_.device);
 }
 
 Tensor Transformer::logits() const {

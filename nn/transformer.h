@@ -141,9 +141,10 @@ class Transformer final : public Model {
   // graphs_ when the pass is graphed, else at once.
   void segment(bool backward, int unit, const std::function<void()>& work);
 
-  // One micro-batch's device state (a slot: Note [Pipeline stages]): its activations, the
-  // device copies of its inputs, (N) tokens, targets, positions, segments, (rows) lengths and
-  // (runs + 1) the segments' runs (CUDA), and their shape.
+  // One micro-batch's device state (a slot: Note [Pipeline stages]): the activations it keeps
+  // (the plan's kept part: Note [Activation memory]), the device copies of its inputs, (N)
+  // tokens, targets, positions, segments, (rows) lengths and (runs + 1) the segments' runs
+  // (CUDA), and their shape.
   struct MicroBatchState {
     Buffer acts, tokens, targets, positions, segments, lengths, runs;
     int64_t runs_count = 0;  // runs in `runs` (0: none)
@@ -166,6 +167,7 @@ class Transformer final : public Model {
   MicroBatchState mb_;
   std::vector<MicroBatchState> slots_;
   int slot_ = 0;
+  Buffer scratch_;  // the activation plan past its kept part: one pass's, shared by the slots
   // The last backward's loss scale (fp32) and [loss_sum, grad_norm_sq] fp64 on the device.
   Buffer loss_scale_, scalars_;
   std::vector<int32_t> host_positions_;

@@ -81,7 +81,7 @@ Transformer::Memory Transformer::planned_memory(const ModelConfig& m, const Exec
   mem.working = e.compute == DType::f32 ? 0 : own * int64_t(dtype_size(e.compute));
   mem.grads = e.training ? own * int64_t(dtype_size(e.grad)) : 0;
   const int64_t slots = e.activation_slots;  // Note [Pipeline stages]
-  mem.activations = ActivationPlan(m, e).bytes() * slots;
+  mem.activations = ActivationPlan(m, e).bytes_for(e.activation_slots);
   mem.workspace = workspace_bytes(m, e, context_for(e));
   // per slot: tokens, targets, positions, segments, lengths, runs; the loss scale, scalars
   mem.inputs = (5 * N * 4 + (N + 1) * 4) * slots + 4 + 2 * 8;

@@ -361,6 +361,8 @@ class MpiCommunicator final : public Communicator {
                     {},
                     [this](const std::string&, int64_t) {
                       p2p_.reset();
+                      if (hurrying_) engine_->hurry(-1);
+                      hurrying_ = false;
                       arrivals_->shutdown();
                       MPI_Comm_free(&comm_);
                       MPI_Comm_free(&arrive_comm_);

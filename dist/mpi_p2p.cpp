@@ -1,6 +1,7 @@
 #include "dist/mpi_p2p.h"
 
 #include <climits>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -11,9 +12,27 @@ namespace trainer::dist {
 MpiPointToPoint::MpiPointToPoint(MPI_Comm comm, std::function<std::string(int)> describe_peer)
     : comm_(comm), describe_peer_(std::move(describe_peer)) {}
 
+namespace {
+
+// Cancels a transfer and gives MPI a moment (at most 0.1 s) to confirm; a request it does not
+// release by then is freed unconfirmed (its buffer's owner is told it failed, and the job is
+// ending).
+void abandon(MPI_Request& req) {
+  if (req == MPI_REQUEST_NULL) return;
+  MPI_Cancel(&req);
+  for (int i = 0; i < 100; ++i) {
+    int done = 0;
+    if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  MPI_Request_free(&req);
+}
+
+}  // namespace
+
 MpiPointToPoint::~MpiPointToPoint() {
   for (Transfer& t : inflight_) {
-    MPI_Cancel(&t.req);
+    abandon(t.req);
     t.state->complete(0, t.name + " cancelled: the communicator is closing");
   }
 }
@@ -47,6 +66,7 @@ size_t MpiPointToPoint::poll() {
     const int rc = MPI_Test(&t.req, &flag, MPI_STATUS_IGNORE);
     const double busy = std::chrono::duration<double>(now - t.start).count();
     if (rc != MPI_SUCCESS) {
+      abandon(t.req);
       t.state->complete(busy, fmt::format("{} failed (MPI error {})", t.name, rc));
       return true;
     }
@@ -55,8 +75,7 @@ size_t MpiPointToPoint::poll() {
       return true;
     }
     if (now > t.deadline) {
-      MPI_Cancel(&t.req);
-      MPI_Request_free(&t.req);
+      abandon(t.req);
       t.state->complete(busy, fmt::format("{} timed out after {:.1f} s: that rank does not "
                                           "answer or stopped before it (dist.timeout_s)",
                                           t.name, busy));

@@ -136,16 +136,24 @@ struct Writers {
 
 // The flat ranges this rank writes of the whole model's buffer at its tensor-parallel degree
 // (a pipeline stage's units mapped there: Note [Pipeline stages]), as [begin, end, offset in
-// the shard's tensors]: its data-parallel shard, or all it holds; a last stage's copy of a
-// tied embedding is the first stage's to write.
+// the shard's tensors]: each slice of its data-parallel shard, or all it holds in as few
+// ranges as its units allow; a last stage's copy of a tied embedding is the first stage's to
+// write.
 json shard_ranges(const nn::ParamLayout& layout, dist::DataParallel& dp) {
-  const bool copy = !layout.config().pipeline.first && layout.embedding_unit() >= 0;
-  const int64_t skip_end = copy ? layout.units()[0].end : 0;
+  const int64_t skip_end =
+      layout.holds_tied_copy() ? layout.units()[size_t(layout.embedding_unit())].end : 0;
+  const bool whole = dp.stage() == dist::ShardingStage::none;
   json ranges = json::array();
   for (const nn::FlatSlice& sl : dp.slices())
     layout.for_each_whole_range(
-        std::max(sl.begin, skip_end), sl.end, [&](int64_t b, int64_t e, int64_t whole) {
-          if (b < e) ranges.push_back({whole, whole + (e - b), sl.local + (b - sl.begin)});
+        std::max(sl.begin, skip_end), sl.end, [&](int64_t b, int64_t e, int64_t at) {
+          const int64_t local = sl.local + (b - sl.begin);
+          json& last = ranges.empty() ? ranges : ranges.back();
+          if (whole && !ranges.empty() && last[1].get<int64_t>() == at &&
+              last[2].get<int64_t>() + (at - last[0].get<int64_t>()) == local)
+            last[1] = at + (e - b);  // the next unit, contiguous in both buffers
+          else if (b < e)
+            ranges.push_back({at, at + (e - b), local});
         });
   return ranges;
 }

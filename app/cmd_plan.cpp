@@ -137,17 +137,6 @@ void print_tensor_degrees(RunConfig rc, int world) {
       "  (parameters: each rank's slice with its alignment; buffers: with the working weights)\n");
 }
 
-// The micro-batches stage `stage` holds at once under `schedule` with `chunks`, at the most
-// micro-batches a step of `rc` runs on `data` ranks.
-int held_micro_batches(const RunConfig& rc, dist::PipelineSchedule schedule, int chunks, int stage,
-                       int data) {
-  RunConfig r = rc;
-  r.pipeline_schedule = schedule;
-  const int64_t M = pipeline_micro_batches(r, most_micro_batches(r, data));
-  return dist::max_in_flight(
-      dist::pipeline_actions(schedule, r.pipeline_parallel, stage, int(M), chunks));
-}
-
 // Every pipeline stage under each schedule (interleaved: the configured virtual stages, else
 // 2): its layers, the micro-batches it holds, its parameters, state and activations. The first
 // stage holds the embedding, the last the head and the logits.

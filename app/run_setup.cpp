@@ -300,6 +300,15 @@ int64_t pipeline_micro_batches(const RunConfig& r, int64_t micro_batches) {
   return (micro_batches + P - 1) / P * P;
 }
 
+int held_micro_batches(const RunConfig& r, dist::PipelineSchedule schedule, int chunks, int stage,
+                       int data_ranks) {
+  RunConfig s = r;
+  s.pipeline_schedule = schedule;
+  const int64_t M = pipeline_micro_batches(s, most_micro_batches(s, data_ranks));
+  return dist::max_in_flight(
+      dist::pipeline_actions(schedule, r.pipeline_parallel, stage, int(M), chunks));
+}
+
 RunConfig resolve_run(const Config& c) {
   RunConfig r;
   r.run_dir = run_dir_of(c);

@@ -80,6 +80,10 @@ struct RunConfig {
 // up to a multiple of the stages, with empty ones).
 int64_t most_micro_batches(const RunConfig& r, int data_ranks);
 int64_t pipeline_micro_batches(const RunConfig& r, int64_t micro_batches);
+// The micro-batches stage `stage` holds at once under `schedule` with `chunks` per stage, at
+// the most micro-batches a step of `r` runs on `data_ranks` (its activation slots).
+int held_micro_batches(const RunConfig& r, dist::PipelineSchedule schedule, int chunks, int stage,
+                       int data_ranks);
 
 // Everything the training job needs from `c`, checked; throws UsageError naming the key.
 RunConfig resolve_run(const Config& c);

@@ -13,7 +13,6 @@
 #include "dist/communicator.h"
 #include "dist/grid.h"
 #include "dist/launch.h"
-#include "dist/pipeline_schedule.h"
 #include "nn/hf_weights.h"
 #include "nn/pipeline_split.h"
 #include "nn/transformer.h"
@@ -126,9 +125,8 @@ int run_training(const Config& config, const TrainOptions& options) {
   if (grid.pipeline_size() > 1) {  // this stage's layers, and the micro-batches it holds
     const int P = grid.pipeline_size();
     rc.model.pipeline = nn::stage_slice(rc.pipeline_split, P, grid.stage());
-    const int64_t M = pipeline_micro_batches(rc, most_micro_batches(rc, grid.data().size()));
-    rc.exec.activation_slots = dist::max_in_flight(
-        dist::pipeline_actions(rc.pipeline_schedule, P, grid.stage(), int(M), rc.pipeline_chunks));
+    rc.exec.activation_slots = held_micro_batches(rc, rc.pipeline_schedule, rc.pipeline_chunks,
+                                                  grid.stage(), grid.data().size());
   }
   // GPUs are one per rank; CPU ranks on a node share its memory.
   check_memory(*comm, plan_memory(rc, grid.data().size()), rc.exec.device,

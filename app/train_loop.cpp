@@ -111,15 +111,14 @@ TrainLoop::TrainLoop(const Config& config, RunConfig rc, const TrainOptions& opt
                  {rc_.on_nonfinite, rc_.max_consecutive_skips, rc_.max_skips}) {
   if (grid_.tensor_size() > 1) transformer_.attach_tensor_group(&tensor_group_);
   if (grid_.tensor_size() > 1 || grid_.pipeline_size() > 1) {
-    const nn::PipelineSlice& stage = rc_.model.pipeline;  // the last's copy of a tied embedding
-    const bool copy = !stage.first && model_.layout().embedding_unit() >= 0;
-    norm_share_ = std::make_unique<dist::GradNormShare>(model_, *dp_, grid_.tensor_rank(), copy);
+    norm_share_ = std::make_unique<dist::GradNormShare>(model_, *dp_, grid_.tensor_rank(),
+                                                        model_.layout().holds_tied_copy());
   }
   if (grid_.pipeline_size() > 1) {
     pipeline_ = std::make_unique<dist::Pipeline>(grid_.pipeline(), model_, rc_.pipeline_schedule,
                                                  rc_.pipeline_chunks, rc_.exec.activation_slots);
     const int64_t M = micro_batches(0), P = grid_.pipeline_size();
-    if (M < P && leader_)
+    if (M < P && leader_)  // (interleaved pads to P micro-batches, with empty ones: no better)
       log::warn(
           "{} micro-batch(es) per step on {} pipeline stages: each stage idles {:.0f}% of the "
           "step (the bubble, (P - 1) / (M + P - 1)); raise train.grad_accum or "
@@ -164,14 +163,9 @@ StepStats TrainLoop::train_step(const std::optional<std::vector<data::Batch>>& b
   s.tokens = counts.global_tokens;
   const size_t mine = batches ? batches->size() : 0;
   if (pipeline_) {
-    try {
-      pipeline_passes(batches, counts, s);
-      return finish_step(s);
-    } catch (const Error& e) {  // a collective names ranks: say which stage each one is
-      if (std::string_view(e.what()).starts_with("pipeline stage")) throw;
-      THROW_ERROR("{} (pipeline stages: world rank r is stage r / {} mod {}; this is stage {})",
-                  e.what(), grid_.tensor_size(), grid_.pipeline_size(), grid_.stage());
-    }
+    pipeline_passes(batches, counts, s);
+    finish_gradients(s);
+    return update(s);
   }
   dp_->begin_step(dp_->collective_backward() ? counts.max_micro_batches : int64_t(mine));
   model_.reset_loss();
@@ -188,7 +182,8 @@ StepStats TrainLoop::train_step(const std::optional<std::vector<data::Batch>>& b
   if (dp_->collective_backward())
     for (int64_t m = int64_t(mine); m < counts.max_micro_batches; ++m)
       dist::empty_pass(model_, *dp_, true);
-  return finish_step(s);
+  finish_gradients(s);
+  return update(s);
 }
 
 // Pipeline parallelism: every replica runs the same number of micro-batches through its
@@ -208,13 +203,12 @@ void TrainLoop::pipeline_passes(const std::optional<std::vector<data::Batch>>& b
   const dist::Pipeline::Times t = pipeline_->train(views, 1.0f / float(counts.global_tokens),
                                                    [this] { dp_->begin_micro_batch(); });
   s.times.forward_s = t.compute_s;  // forward and backward passes interleave
-  s.times.comm_wait_s = t.idle_s;
-  s.bubble = t.idle_s;  // summed over the world in finish_gradients, then a share
+  s.bubble = t.idle_s;              // summed over the world in finish_gradients, then a share
 }
 
-// After the passes: the gradients' sums, the agreed loss and norm, the update.
-StepStats TrainLoop::finish_step(StepStats& s) {
-  finish_gradients(s);
+// With the gradients summed and the loss and norm agreed: the update, unless they are not
+// finite (Note [Non-finite values]).
+StepStats TrainLoop::update(StepStats& s) {
   Timer t;
   s.lr = rc_.schedule.at(state_.step);
   // A negative mean loss is as impossible as a NaN: both mean broken numbers.
@@ -236,7 +230,7 @@ StepStats TrainLoop::finish_step(StepStats& s) {
 void TrainLoop::finish_gradients(StepStats& s) {
   dp_->finish();
   if (pipeline_) sum_tied_embedding();
-  s.times.comm_wait_s += dp_->last_wait_seconds();
+  s.times.comm_wait_s = dp_->last_wait_seconds();
   s.times.comm_busy_s = dp_->last_comm_seconds();
   // A tensor group's ranks each hold a share of the loss (its vocabulary slice's targets) and
   // of the norm (GradNormShare), which the world's sum adds up (once per data replica).
@@ -245,14 +239,13 @@ void TrainLoop::finish_gradients(StepStats& s) {
   if (norm_share_) local.grad_norm_sq = norm_share_->sum_squares(model_.context(), dp_->grads());
   const bool summed = dp_->grads_sharded() || norm_share_;
   const bool counted = dp_->grads_sharded() || data_.rank() == 0;  // one replica's, unsharded
-  std::vector<double> agreed = {local.loss_sum,
-                                stop_signal_received() ? 1.0 : 0.0,
+  std::vector<double> agreed = {local.loss_sum, stop_signal_received() ? 1.0 : 0.0,
                                 write_failure().empty() ? 0.0 : 1.0,
-                                summed && counted ? local.grad_norm_sq : 0.0,
-                                s.bubble,
-                                s.bubble + s.times.forward_s};
+                                summed && counted ? local.grad_norm_sq : 0.0};
+  if (pipeline_) agreed.insert(agreed.end(), {s.bubble, s.bubble + s.times.forward_s});
   if (comm_.size() > 1) comm_.all_reduce(agreed);
-  s.bubble = agreed[5] > 0 ? agreed[4] / agreed[5] : 0;  // every stage's idle share, pooled
+  if (pipeline_)  // every stage's idle share of its step, pooled
+    s.bubble = agreed[5] > 0 ? agreed[4] / agreed[5] : 0;
   s.loss = agreed[0] / double(s.tokens);
   s.stop_requested = agreed[1] > 0;
   s.write_failed = agreed[2] > 0;
@@ -264,8 +257,10 @@ void TrainLoop::finish_gradients(StepStats& s) {
 // The first and last stages' copies of a tied embedding get the sum of their gradients (the
 // token embedding's and the head's), so both take the same update and stay equal.
 void TrainLoop::sum_tied_embedding() {
-  if (!rc_.model.tie_embeddings || model_.layout().embedding_unit() < 0) return;
-  const nn::Unit& u = model_.layout().units()[0];  // first in both stages' layouts
+  const nn::ParamLayout& layout = model_.layout();
+  const int E = layout.embedding_unit();
+  if (!rc_.model.tie_embeddings || E < 0) return;
+  const nn::Unit& u = layout.units()[size_t(E)];  // first, alike in both stages' layouts
   const Tensor grads = dp_->grads();
   for (const nn::FlatSlice& sl : dp_->slices()) {
     const int64_t b = std::max(sl.begin, u.begin), e = std::min(sl.end, u.end);
@@ -342,6 +337,18 @@ void TrainLoop::save() {
 }
 
 int TrainLoop::run() {
+  if (!pipeline_) return run_steps();
+  try {
+    return run_steps();
+  } catch (const Error& e) {  // a timed-out collective names ranks: say which stage each is
+    const std::string_view what = e.what();
+    if (what.starts_with("pipeline stage") || what.find("timed out") == what.npos) throw;
+    THROW_ERROR("{} (pipeline stages: world rank r is stage r / {} mod {}; this is stage {})", what,
+                grid_.tensor_size(), grid_.pipeline_size(), grid_.stage());
+  }
+}
+
+int TrainLoop::run_steps() {
   start_up();
   const int64_t total = rc_.steps;
   log_setup();

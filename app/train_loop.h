@@ -60,6 +60,7 @@ class TrainLoop {
   int run();
 
  private:
+  int run_steps();
   void check_batch_over_ranks() const;
   void warn_of_changes(const Checkpoint& ckpt) const;
   int64_t micro_batches(int64_t step) const;
@@ -77,7 +78,7 @@ class TrainLoop {
   void pipeline_passes(const std::optional<std::vector<data::Batch>>& batches,
                        const dist::StepCounts& counts, StepStats& s);
   void sum_tied_embedding();
-  StepStats finish_step(StepStats& s);
+  StepStats update(StepStats& s);
   // One forward without backward (validation): the model's, or through the pipeline.
   int64_t forward_only(const nn::BatchView& batch);
   void finish_gradients(StepStats& s);

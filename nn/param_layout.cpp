@@ -2,45 +2,38 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "runtime/error.h"
 #include "runtime/rng.h"
 
 namespace trainer::nn {
 
-namespace {
-
-// Elements a unit of `specs` takes in the flat buffer (each tensor 64-byte aligned).
-int64_t unit_elements(const std::vector<ParamSpec>& specs) {
-  int64_t n = 0;
-  for (const ParamSpec& s : specs) {
-    int64_t numel = 1;
-    for (int64_t d : s.shape) numel *= d;
-    n += (numel + 15) / 16 * 16;
-  }
-  return n;
-}
-
-}  // namespace
-
 // A pipeline stage's units keep the whole model's order and contents (Note [Pipeline stages]),
-// so each maps to one range of the whole buffer: the embedding, then L equal blocks.
+// so each is one range of the whole model's buffer: the same unit's there.
 ParamLayout::ParamLayout(const ModelConfig& cfg) : config_(cfg) {
   cfg.validate();
   const ArchSpec spec = arch_spec(cfg);
-  const int64_t embedding = unit_elements(spec.embedding), block = unit_elements(spec.block);
+  std::optional<ParamLayout> all;  // the whole model's layout, for a stage
+  if (!cfg.pipeline.whole()) {
+    ModelConfig every = cfg;
+    every.pipeline = {};
+    all.emplace(every);
+  }
+  auto whole_begin = [&](int unit) { return all ? all->units_[size_t(unit)].begin : total_; };
   block_unit_.assign(size_t(cfg.n_layer), -1);
   has_embedding_ = cfg.holds_embedding_unit();
-  if (has_embedding_) add_unit(UnitKind::embedding, spec.embedding, "", spec, cfg, 0);
+  if (has_embedding_) add_unit(UnitKind::embedding, spec.embedding, "", spec, cfg, whole_begin(0));
   for (int l : cfg.held_layers()) {
+    const int64_t at = whole_begin(1 + l);
     block_unit_[size_t(l)] = int(units_.size());
     add_unit(UnitKind::block, spec.block, spec.block_prefix + std::to_string(l) + ".", spec, cfg,
-             embedding + l * block);
+             at);
     units_.back().layer = l;
   }
   has_final_ = cfg.holds_head();
   if (has_final_)
-    add_unit(UnitKind::final, spec.final, "", spec, cfg, embedding + cfg.n_layer * block);
+    add_unit(UnitKind::final, spec.final, "", spec, cfg, whole_begin(cfg.n_layer + 1));
 }
 
 void ParamLayout::for_each_whole_range(

@@ -65,6 +65,9 @@ class ParamLayout {
   int embedding_unit() const { return has_embedding_ ? 0 : -1; }
   int block_unit(int layer) const { return block_unit_[size_t(layer)]; }
   int final_unit() const { return has_final_ ? int(units_.size()) - 1 : -1; }
+  // Whether the embedding unit here is the last pipeline stage's copy of a tied embedding (the
+  // first stage's is the one checkpoints and the gradient norm count).
+  bool holds_tied_copy() const { return has_embedding_ && !config_.pipeline.first; }
   // The flat buffer's elements in the whole model's buffer (at this tensor-parallel degree):
   // calls fn(begin, end, whole_begin) for each unit's part of [begin, end), in order.
   void for_each_whole_range(int64_t begin, int64_t end,

@@ -29,7 +29,8 @@ struct CommFailure {
 
 // One collective as the engine sees it.
 struct CommJob {
-  const char* kind = "";  // all_reduce, reduce_scatter, all_gather, broadcast or barrier
+  const char* kind = "";  // all_reduce, reduce_scatter, all_gather, broadcast, barrier, split,
+                          // send or recv
   double bytes = 0;       // its buffer's bytes, as CommStats::add counts them
   std::string detail;     // what follows "<kind> #<seq>" in messages: " (4096 x fp32)"
   // On the caller's thread, in issue order, unless the engine has failed: queues the work
@@ -43,8 +44,10 @@ struct CommJob {
 };
 
 // Note [Communication engine]
-// Operations complete in the order they were issued, each numbered from 0 (the number every
-// rank gives the same collective, which the MPI communicator's arrival notices carry). The
+// Operations complete in the order they were issued, each numbered from 0 for messages (the
+// MPI communicator's arrival notices count each communicator's own collectives instead, a
+// number its ranks share). A point-to-point transfer's job only posts it; its own Work
+// completes when the data has moved, outside this order (dist/mpi_p2p.h). The
 // first failure breaks the engine: it is logged once, its waiters get its message, and every
 // later operation completes at once with "not run: the communicator failed earlier" instead of
 // running (its peers may be dead, and a collective with them would only wait out its timeout).

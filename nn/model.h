@@ -48,7 +48,10 @@ struct StepScalars {
 // to shards when complete). Calls come in the order Model::weight_schedule publishes: for the
 // transformer, forward needs the embedding, blocks 0..L-1, the final unit and the embedding
 // again (a tied head); backward needs the final unit and the embedding (tied), then block
-// L-1..0, each followed by its gradient, and the embedding's gradient last.
+// L-1..0, each followed by its gradient, and the embedding's gradient last. A pipeline stage
+// (Note [Pipeline stages] in nn/transformer.h) reads only its units, a chunk at a time, with
+// other micro-batches' forwards and backwards between: the order holds within each chunk's
+// pass, and a store's prefetch by the schedule may then guess wrong (a wasted gather).
 class UnitStore {
  public:
   virtual ~UnitStore() = default;
@@ -128,8 +131,9 @@ class Model {
 
   // Backward calls `hook` each time a range [begin, end) of grads() is final for this
   // micro-batch, from the end of the flat buffer towards its start (the final unit, block
-  // L-1, ..., block 0, then the embedding unit). One hook at a time: attaching over another is
-  // an internal error; nullptr detaches.
+  // L-1, ..., block 0, then the embedding unit; a pipeline stage's chunk by chunk, which is why
+  // DDP reduces a stage's gradients in finish()). One hook at a time: attaching over another
+  // is an internal error; nullptr detaches.
   void attach_grads_ready(GradsReadyHook hook) {
     TRAINER_ASSERT(!hook || !grads_ready_, "a second grads-ready hook on one model");
     grads_ready_ = std::move(hook);

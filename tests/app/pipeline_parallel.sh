@@ -19,7 +19,9 @@
 #   - a stage that stops answering stops the other within dist.timeout_s, naming the stage.
 #   pipeline_parallel.sh <trainer> <mpiexec>
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/small_corpus.sh"
+HERE=$(realpath "$(dirname "${BASH_SOURCE[0]}")")
+source "$HERE/small_corpus.sh"
+source "$HERE/ranks.sh"
 TRAINER=$(realpath "$1")
 MPIEXEC=$2
 DIR=$(mktemp -d /tmp/trainer_pipeline_parallel.XXXXXX)
@@ -84,23 +86,10 @@ run 8 resume_same "${resume[@]}" --set dist.pipeline_parallel=2 --set dist.tenso
 "$TRAINER" eval runs/gpt2_l4 --max-batches 4 > eval_ref.txt
 "$TRAINER" inspect runs/gpt2_pp2_tp2_dp2_full > inspect.txt
 
-/usr/bin/python3 - <<'PY'
-import json, struct, sys
-from array import array
-
-def tensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        body = f.read()
-    return {name: array("f", body[t["data_offsets"][0]:t["data_offsets"][1]])
-            for name, t in header.items() if name != "__metadata__"}
-
-def metrics(name):
-    return {r["step"]: r for r in map(json.loads, open(f"runs/{name}/metrics.jsonl")) if "loss" in r}
-
-def losses(name):
-    return {s: r["loss"] for s, r in metrics(name).items()}
+PYTHONPATH="$HERE" /usr/bin/python3 - <<'PY'
+import json, sys
+from compare_runs import losses, metrics
+import compare_runs
 
 errors = []
 STEPS, LR, C = 20, 1e-3, 32
@@ -117,30 +106,12 @@ worst = {}
 # divides each update by the gradient's running magnitude, so where a gradient is well above
 # its rounding the update moves by as little; an element whose gradient cancels to its
 # rounding noise moves by up to lr either way, few and light in the norm (GPT-2's key bias,
-# whose exact gradient is zero, is left out: tensor_parallel.sh). Measured (printed below):
-# 5.3e-7 of a tensor's norm at most by pipelining alone, 8.1e-7 with DP, 6.7e-7 with TP and DP;
-# 1e-5 leaves over 10x. The losses agree to 1e-8. A stage whose layers were misplaced is off
-# by the tensor's size.
-def compare(name, ref, bound=1e-5):
-    got, want = losses(name), losses(ref)
-    if sorted(got) != sorted(want):
-        errors.append(f"{name}: steps {sorted(got)}")
-    for step, l in got.items():
-        if abs(l - want[step]) > bound * abs(want[step]):
-            errors.append(f"{name}: step {step} loss {l!r}, one process {want[step]!r}")
-    a, b = tensors(f"exports/{name}/model.safetensors"), tensors(f"exports/{ref}/model.safetensors")
-    if sorted(a) != sorted(b):
-        errors.append(f"{name}: exported tensors {sorted(set(a) ^ set(b))} differ")
-    for t in b:
-        noise = range(C, 2 * C) if t.endswith("attn.c_attn.bias") else range(0)
-        kept = [(x, y) for i, (x, y) in enumerate(zip(a[t], b[t])) if i not in noise]
-        diff = sum((x - y) ** 2 for x, y in kept) ** 0.5
-        size = sum(y * y for _, y in kept) ** 0.5
-        rel = diff / size if size else diff
-        worst[name] = max(worst.get(name, 0.0), rel)
-        far = max(abs(x - y) for x, y in zip(a[t], b[t]))
-        if rel > bound or far > 2 * STEPS * LR:
-            errors.append(f"{name}: {t} differs by {rel:.3g} of its norm, {far:.3g} at most")
+# whose exact gradient is zero, is left out: compare_runs.py). Measured (printed below):
+# 5.3e-7 of a tensor's norm at most by pipelining alone (7.7e-7 as an AVX2 machine runs it),
+# 8.1e-7 with DP, 6.7e-7 with TP and DP; 1e-5 leaves over 10x. The losses agree to 1e-8. A
+# stage whose layers were misplaced is off by the tensor's size.
+def compare(name, ref):
+    compare_runs.compare(name, ref, 1e-5, 1e-5, STEPS, LR, C, errors, worst)
 
 for p in (2, 4):
     for s in ("gpipe", "1f1b", "interleaved"):
@@ -216,15 +187,6 @@ refuse 2 "does not divide the 2 ranks" --set dist.pipeline_parallel=2 --set dist
 refuse 1 "dist.deterministic is not implemented with dist.pipeline_parallel > 1" \
   --set dist.pipeline_parallel=2 --set dist.deterministic=true
 
-rank_pid() {  # the pid of rank $2 of the run named $1
-  local pid
-  for pid in $(pgrep -f "run.name=$1" || true); do
-    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
-      echo "$pid"
-      return
-    fi
-  done
-}
 # A stop signal (SIGUSR1) to stage 1's rank only: agreed in the step's all-reduce, so both
 # stages save at the same step and exit 75; the relaunch continues to the uninterrupted run's
 # losses, bit for bit.
@@ -248,11 +210,8 @@ wait "$job" || rc=$?
 OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np 2 "$TRAINER" train \
   "${common[@]}" --set run.name=signalled "${long[@]}" >>signalled.log 2>&1 ||
   { echo "FAIL: the relaunch after the stop"; tail -3 signalled.log; exit 1; }
-/usr/bin/python3 - <<'PY' || exit 1
-import json
-def losses(name):
-    return {r["step"]: r["loss"] for r in map(json.loads, open(f"runs/{name}/metrics.jsonl"))
-            if "loss" in r}
+PYTHONPATH="$HERE" /usr/bin/python3 - <<'PY' || exit 1
+from compare_runs import losses
 a, b = losses("straight"), losses("signalled")
 if a != b:
     print("FAIL: stopped and relaunched, the losses differ from the uninterrupted run's")

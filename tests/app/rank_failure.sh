@@ -16,6 +16,7 @@
 #   rank_failure.sh <trainer> <mpiexec>
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/small_corpus.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/ranks.sh"
 TRAINER=$(realpath "$1")
 MPIEXEC=$2
 MPIRUN_SH=$(realpath "$(dirname "${BASH_SOURCE[0]}")/../../scripts/launch/mpirun.sh")
@@ -32,16 +33,6 @@ common=(--set data.path="$DIR/corpus" --set data.tokenizer="$DIR/tok.model" --se
 launch() {
   OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np 2 "$TRAINER" train \
     "${common[@]}" "$@"
-}
-# The pid of rank $2 of the run named $1.
-rank_pid() {
-  local pid
-  for pid in $(pgrep -f "run.name=$1" || true); do
-    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
-      echo "$pid"
-      return
-    fi
-  done
 }
 wait_for() {  # a file, up to 60 s
   for _ in $(seq 1 600); do [[ -e $1 ]] && return 0; sleep 0.1; done

@@ -15,7 +15,8 @@
 #   - bad layouts are refused at start-up, before anything is written, naming the constraint.
 #   tensor_parallel.sh <trainer> <mpiexec>
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/small_corpus.sh"
+HERE=$(realpath "$(dirname "${BASH_SOURCE[0]}")")
+source "$HERE/small_corpus.sh"
 TRAINER=$1
 MPIEXEC=$2
 DIR=$(mktemp -d /tmp/trainer_tensor_parallel.XXXXXX)
@@ -78,47 +79,17 @@ done
 "$TRAINER" eval runs/gpt2 --max-batches 4 > eval_ref.txt
 "$TRAINER" inspect runs/gpt2_tp2_dp2_full > inspect.txt
 
-/usr/bin/python3 - <<'PY'
-import json, struct, sys
-from array import array
-
-def tensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        body = f.read()
-    return {name: array("f", body[t["data_offsets"][0]:t["data_offsets"][1]])
-            for name, t in header.items() if name != "__metadata__"}
-
-def losses(name):
-    return {r["step"]: r["loss"] for r in map(json.loads, open(f"runs/{name}/metrics.jsonl"))
-            if "loss" in r}
+PYTHONPATH="$HERE" /usr/bin/python3 - <<'PY'
+import json, sys
+from compare_runs import losses, metrics
+import compare_runs
 
 errors = []
-
 STEPS, LR, C = 20, 1e-3, 32
 worst_rel = {}
 
 def compare(name, ref, loss_rel, norm_rel):
-    got, want = losses(name), losses(ref)
-    for step, l in got.items():
-        if abs(l - want[step]) > loss_rel * abs(want[step]):
-            errors.append(f"{name}: step {step} loss {l!r}, one process {want[step]!r}")
-    a, b = tensors(f"exports/{name}/model.safetensors"), tensors(f"exports/{ref}/model.safetensors")
-    for t in b:
-        # GPT-2's key bias [C, 2C) of c_attn.bias adds q.b_k to every score of a query, which
-        # the softmax ignores: its exact gradient is zero, and both runs move it by rounding
-        # noise alone, which AdamW normalises into steps of up to lr; left out of the norms.
-        noise = range(C, 2 * C) if t.endswith("attn.c_attn.bias") else range(0)
-        kept = [(x, y) for i, (x, y) in enumerate(zip(a[t], b[t])) if i not in noise]
-        diff = sum((x - y) ** 2 for x, y in kept) ** 0.5
-        size = sum(y * y for _, y in kept) ** 0.5
-        rel = diff / size if size else diff
-        worst_rel[name] = max(worst_rel.get(name, 0.0), rel)
-        far = max(abs(x - y) for x, y in zip(a[t], b[t]))
-        if rel > norm_rel or far > 2 * STEPS * LR:
-            errors.append(f"{name}: {t} differs by {rel:.3g} of its norm, {far:.3g} at most "
-                          f"(bounds {norm_rel:g}, {2 * STEPS * LR:g})")
+    compare_runs.compare(name, ref, loss_rel, norm_rel, STEPS, LR, C, errors, worst_rel)
 
 # Parameters are compared per tensor, as the norm of the difference against the tensor's norm,
 # and element by element against the most two AdamW runs can drift apart, 2 x steps x lr (an
@@ -172,9 +143,6 @@ if manifest.get("tensor_parallel") != 2 or len(manifest["shards"]) != 4:
 # Communication per step (docs/dist.md): what rank 0's links carried for each group, byte for
 # byte against the closed form, on steps 2-10 (step 1 also carries the start-up broadcast, step
 # 11 the validation after step 10). N tokens per micro-batch, fp32 (s = 4).
-def metrics(name):
-    return {r["step"]: r for r in map(json.loads, open(f"runs/{name}/metrics.jsonl")) if "loss" in r}
-
 N, L = 2 * 32, 2
 def tensor_bytes(T, micro, full=False):
     per = 2 * (T - 1) / T * (4 * N * C + (4 * L + 1 + (2 * L if full else 0)) * N * C * 4)

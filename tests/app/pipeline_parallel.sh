@@ -187,32 +187,34 @@ refuse 2 "does not divide the 2 ranks" --set dist.pipeline_parallel=2 --set dist
 refuse 1 "dist.deterministic is not implemented with dist.pipeline_parallel > 1" \
   --set dist.pipeline_parallel=2 --set dist.deterministic=true
 
+# Run names here are prefixed pp_: rank_pid finds processes by run name machine-wide, and
+# rank_failure.sh, which CI may run at the same time, has its own "straight" and "signalled".
 # A stop signal (SIGUSR1) to stage 1's rank only: agreed in the step's all-reduce, so both
 # stages save at the same step and exit 75; the relaunch continues to the uninterrupted run's
 # losses, bit for bit.
 long=(--set train.steps=60 --set dist.pipeline_parallel=2 --set checkpoint.every=0
       --set train.val_every=0)
 OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np 2 "$TRAINER" train \
-  "${common[@]}" --set run.name=straight "${long[@]}" >straight.log 2>&1
+  "${common[@]}" --set run.name=pp_straight "${long[@]}" >pp_straight.log 2>&1
 OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np 2 "$TRAINER" train \
-  "${common[@]}" --set run.name=signalled "${long[@]}" >signalled.log 2>&1 &
+  "${common[@]}" --set run.name=pp_signalled "${long[@]}" >pp_signalled.log 2>&1 &
 job=$!
 for _ in $(seq 1 300); do
-  [[ -f runs/signalled/metrics.jsonl && $(wc -l <runs/signalled/metrics.jsonl) -ge 3 ]] && break
+  [[ -f runs/pp_signalled/metrics.jsonl && $(wc -l <runs/pp_signalled/metrics.jsonl) -ge 3 ]] && break
   sleep 0.1
 done
-kill -USR1 "$(rank_pid signalled 1)"
+kill -USR1 "$(rank_pid pp_signalled 1)"
 rc=0
 wait "$job" || rc=$?
-[[ $rc -eq 75 ]] || { echo "FAIL: a stop signal to stage 1 gave exit $rc, not 75"; tail -3 signalled.log; exit 1; }
-[[ $(readlink runs/signalled/checkpoints/latest) != step-60 ]] ||
+[[ $rc -eq 75 ]] || { echo "FAIL: a stop signal to stage 1 gave exit $rc, not 75"; tail -3 pp_signalled.log; exit 1; }
+[[ $(readlink runs/pp_signalled/checkpoints/latest) != step-60 ]] ||
   { echo "FAIL: the signalled run finished anyway"; exit 1; }
 OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np 2 "$TRAINER" train \
-  "${common[@]}" --set run.name=signalled "${long[@]}" >>signalled.log 2>&1 ||
-  { echo "FAIL: the relaunch after the stop"; tail -3 signalled.log; exit 1; }
+  "${common[@]}" --set run.name=pp_signalled "${long[@]}" >>pp_signalled.log 2>&1 ||
+  { echo "FAIL: the relaunch after the stop"; tail -3 pp_signalled.log; exit 1; }
 PYTHONPATH="$HERE" /usr/bin/python3 - <<'PY' || exit 1
 from compare_runs import losses
-a, b = losses("straight"), losses("signalled")
+a, b = losses("pp_straight"), losses("pp_signalled")
 if a != b:
     print("FAIL: stopped and relaunched, the losses differ from the uninterrupted run's")
     raise SystemExit(1)
@@ -222,12 +224,12 @@ PY
 # transfer fails within dist.timeout_s, naming the stage, and the job ends non-zero. Stage 1
 # holds 7 of the 8 layers, so stage 0 spends its step waiting for it.
 OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np 2 "$TRAINER" train \
-  "${common[@]}" --set run.name=stalled --set train.steps=100000 --set dist.pipeline_parallel=2 \
+  "${common[@]}" --set run.name=pp_stalled --set train.steps=100000 --set dist.pipeline_parallel=2 \
   --set dist.pipeline_layers=[1,7] --set dist.timeout_s=3 --set checkpoint.every=0 \
   --set train.val_every=0 >stalled.log 2>&1 &
 job=$!
-for _ in $(seq 1 300); do [[ -s runs/stalled/metrics.jsonl ]] && break; sleep 0.1; done
-victim=$(rank_pid stalled 1)
+for _ in $(seq 1 300); do [[ -s runs/pp_stalled/metrics.jsonl ]] && break; sleep 0.1; done
+victim=$(rank_pid pp_stalled 1)
 [[ -n $victim ]] || { echo "FAIL: no rank 1"; exit 1; }
 sleep 0.5
 start=$SECONDS

@@ -18,6 +18,7 @@
 
 #include "runtime/alignment.h"
 #include "runtime/cuda/check.h"
+#include "runtime/cuda/cublaslt.h"
 #include "runtime/fallback.h"
 #include "runtime/gemm_backend.h"
 #include "runtime/workspace.h"
@@ -33,35 +34,37 @@ constexpr size_t kCublasLtWorkspace = size_t(32) << 20;
   do {                                                                     \
     cublasStatus_t st_ = (call);                                           \
     CHECK(st_ == CUBLAS_STATUS_SUCCESS, "cuBLASLt error in {}: {}", #call, \
-          cublasGetStatusString(st_));                                     \
+          cuda::cublaslt().GetStatusString(st_));                          \
   } while (0)
 
 struct LtHandle {
   cublasLtHandle_t h = nullptr;
-  LtHandle() { CUBLAS_CHECK(cublasLtCreate(&h)); }
-  ~LtHandle() { cublasLtDestroy(h); }
+  LtHandle() { CUBLAS_CHECK(cuda::cublaslt().Create(&h)); }
+  ~LtHandle() { cuda::cublaslt().Destroy(h); }
   LtHandle(const LtHandle&) = delete;
   LtHandle& operator=(const LtHandle&) = delete;
 };
 
 struct MatmulDesc {
   cublasLtMatmulDesc_t d = nullptr;
-  MatmulDesc() { CUBLAS_CHECK(cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F)); }
-  ~MatmulDesc() { cublasLtMatmulDescDestroy(d); }
+  MatmulDesc() {
+    CUBLAS_CHECK(cuda::cublaslt().MatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  }
+  ~MatmulDesc() { cuda::cublaslt().MatmulDescDestroy(d); }
   MatmulDesc(const MatmulDesc&) = delete;
   MatmulDesc& operator=(const MatmulDesc&) = delete;
   template <typename V>
   void set(cublasLtMatmulDescAttributes_t a, const V& v) {
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, a, &v, sizeof v));
+    CUBLAS_CHECK(cuda::cublaslt().MatmulDescSetAttribute(d, a, &v, sizeof v));
   }
 };
 
 struct Layout {
   cublasLtMatrixLayout_t l = nullptr;
   Layout(cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld) {
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, t, uint64_t(rows), uint64_t(cols), ld));
+    CUBLAS_CHECK(cuda::cublaslt().MatrixLayoutCreate(&l, t, uint64_t(rows), uint64_t(cols), ld));
   }
-  ~Layout() { cublasLtMatrixLayoutDestroy(l); }
+  ~Layout() { cuda::cublaslt().MatrixLayoutDestroy(l); }
   Layout(const Layout&) = delete;
   Layout& operator=(const Layout&) = delete;
 };
@@ -73,19 +76,19 @@ struct Preference {
   cublasLtMatmulPreference_t p = nullptr;
   // `alignment`: cuBLASLt's A, B, C and D first (Alignments below).
   Preference(size_t workspace, const std::array<uint32_t, 6>& alignment) {
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&p));
+    CUBLAS_CHECK(cuda::cublaslt().MatmulPreferenceCreate(&p));
     set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace);
     set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment[0]);
     set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment[1]);
     set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment[2]);
     set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment[3]);
   }
-  ~Preference() { cublasLtMatmulPreferenceDestroy(p); }
+  ~Preference() { cuda::cublaslt().MatmulPreferenceDestroy(p); }
   Preference(const Preference&) = delete;
   Preference& operator=(const Preference&) = delete;
   template <typename V>
   void set(cublasLtMatmulPreferenceAttributes_t a, const V& v) {
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(p, a, &v, sizeof v));
+    CUBLAS_CHECK(cuda::cublaslt().MatmulPreferenceSetAttribute(p, a, &v, sizeof v));
   }
 };
 
@@ -126,11 +129,11 @@ Algos heuristic(cublasLtHandle_t lt, const MatmulDesc& desc, const Layout& la, c
                 const Layout& lc, const Preference& pref) {
   cublasLtMatmulHeuristicResult_t results[kAlgoCandidates] = {};
   int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+  const cublasStatus_t st = cuda::cublaslt().MatmulAlgoGetHeuristic(
       lt, desc.d, la.l, lb.l, lc.l, lc.l, pref.p, kAlgoCandidates, results, &found);
   Algos a;
   if (st != CUBLAS_STATUS_SUCCESS) {  // NOT_SUPPORTED, or INVALID_VALUE for this epilogue
-    a.why = fmt::format("the heuristic refuses it: {}", cublasGetStatusString(st));
+    a.why = fmt::format("the heuristic refuses it: {}", cuda::cublaslt().GetStatusString(st));
     return a;
   }
   for (int i = 0; i < found; ++i)
@@ -250,16 +253,16 @@ std::string run_matmul(const Context& ctx, const Tensor& C, const ConstTensor& A
              .first;
   Algos& a = it->second;
   while (a.chosen < a.list.size()) {
-    const cublasStatus_t st = cublasLtMatmul(
+    const cublasStatus_t st = cuda::cublaslt().Matmul(
         lt, desc.d, &alpha, B.data, lb.l, A.data, la.l, &beta, C.data, lc.l, C.data, lc.l,
         &a.list[a.chosen], workspace, kCublasLtWorkspace, static_cast<cudaStream_t>(ctx.stream));
     if (st == CUBLAS_STATUS_SUCCESS) return {};
     // Refused before anything ran: the next algorithm. Anything else is a failure.
     CHECK(st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE,
           "cuBLASLt error in cublasLtMatmul ({}): {}", describe(C, A, ta, ""),
-          cublasGetStatusString(st));
+          cuda::cublaslt().GetStatusString(st));
     a.why = fmt::format("cublasLtMatmul refused the heuristic's algorithm {} of {}: {}",
-                        a.chosen + 1, a.list.size(), cublasGetStatusString(st));
+                        a.chosen + 1, a.list.size(), cuda::cublaslt().GetStatusString(st));
     ++a.chosen;
   }
   return a.why.empty() ? std::string("no algorithm") : a.why;

@@ -3,9 +3,11 @@
 // machines.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "runtime/buffer.h"
+#include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/memory.h"
 #include "runtime/device.h"
 
@@ -15,14 +17,31 @@ namespace trainer {
 // falls by at least what a buffer takes while it lives.
 TEST(Cuda, FreeMemoryShrinksByAnAllocation) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  // 256 MiB: a multiple of the driver's 2 MiB pages, and far above what the runtime may
+  // allocate for itself meanwhile (modules it loads lazily for the zeroing).
   constexpr size_t kBytes = size_t(256) << 20;
   const size_t before = cuda_free_memory();
-  ASSERT_GT(before, 2 * kBytes);
+  ASSERT_GT(before, 2 * kBytes);  // room for the buffer with as much again to spare
   {
+    // cudaMalloc takes whole pages, at least kBytes; what the runtime loads lazily only lowers
+    // free memory further.
     Buffer dev(kBytes, Device::cuda);
     EXPECT_LE(cuda_free_memory(), before - kBytes);
   }
-  EXPECT_GE(cuda_free_memory() + (kBytes / 4), before);  // given back (the runtime may cache)
+  // cudaFree gives the pages back at once; kBytes / 4 (64 MiB) is slack for what the runtime
+  // allocated for itself since `before`. The buffer kept would be 4x that.
+  EXPECT_GE(cuda_free_memory() + (kBytes / 4), before);
+}
+
+// cuBLASLt is loaded on first use, not linked (runtime/cuda/cublaslt.h): the library this build
+// names loads and has every entry point the products call. Needs the library, not a GPU.
+TEST(Cuda, CublasLtLoadsWithEveryEntryPoint) {
+  const cuda::CublasLt& lt = cuda::cublaslt();
+  EXPECT_NE(lt.Create, nullptr);
+  EXPECT_NE(lt.Matmul, nullptr);
+  EXPECT_NE(lt.MatrixLayoutDestroy, nullptr);
+  EXPECT_GT(std::string(lt.GetStatusString(CUBLAS_STATUS_NOT_SUPPORTED)).size(), 0u);
+  EXPECT_EQ(&cuda::cublaslt(), &lt);  // loaded once
 }
 
 TEST(Cuda, BufferRoundTrip) {

@@ -1,7 +1,11 @@
 // Shard format: round trip and every kind of bad input, each a one-line error naming the file.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <fstream>
+#include <sstream>
 
 #include "data/corpus.h"
 #include "data/shard.h"
@@ -51,7 +55,7 @@ void expect_error(F fn, const fs::path& path, const std::string& what) {
 TEST(Shard, RoundTrip) {
   TempDir dir("shard");
   fs::path p = small_shard(dir.path);
-  EXPECT_EQ(fs::file_size(p), shard_file_bytes(2, 7, 2));
+  EXPECT_EQ(fs::file_size(p), shard_file_bytes(2, 7, 2));  // 2 documents, 3 + 4 tokens of 2 bytes
   Shard s(p, {1000, 42}, Verify::all);
   EXPECT_EQ(s.header().num_docs, 2u);
   EXPECT_EQ(s.header().num_tokens, 7u);
@@ -69,10 +73,61 @@ TEST(Shard, WideTokens) {
   w.add_document(a);
   w.write(dir.path / "w.bin");
   Shard s(dir.path / "w.bin", {}, Verify::all);
-  EXPECT_EQ(s.header().token_bytes, 4u);
+  EXPECT_EQ(s.header().token_bytes, 4u);  // a vocabulary of 100000 needs more than 16 bits
   std::vector<int32_t> out(3);
   s.read_tokens(0, 3, out.data());
   EXPECT_EQ(out, a);
+}
+
+// Whether each page of the file `path`'s mapping in this process is in its page table (bit 63 of
+// its /proc/self/pagemap entry): what the process holds of the file, not what the page cache has.
+std::vector<bool> mapped_pages(const fs::path& path) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  uint64_t begin = 0, end = 0;
+  while (std::getline(maps, line)) {
+    if (!line.ends_with(path.string())) continue;
+    std::istringstream in(line);
+    char dash = 0;
+    in >> std::hex >> begin >> dash >> end;
+    break;
+  }
+  EXPECT_GT(end, begin) << path << " is not mapped";
+  const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
+  const int fd = ::open("/proc/self/pagemap", O_RDONLY);  // 8 bytes a page, by address
+  EXPECT_GE(fd, 0);
+  std::vector<bool> present;
+  for (uint64_t a = begin; a < end; a += page) {
+    uint64_t entry = 0;
+    EXPECT_EQ(::pread(fd, &entry, 8, off_t(a / page * 8)), 8);
+    present.push_back(entry >> 63);
+  }
+  ::close(fd);
+  return present;
+}
+
+// A read drops the pages it touched from the process (the loader's bounded memory rests on it:
+// docs/data.md): afterwards no page the range overlaps is mapped, while the header's page,
+// which the open read and nothing released, still is (so the check can see a mapped page).
+TEST(Shard, AReadReleasesEveryPageItTouched) {
+  TempDir dir("shard");
+  ShardWriter w(1000, 42);
+  std::vector<int32_t> doc(40000);  // 80 KB of tokens: 20 pages of 4 KiB
+  for (size_t i = 0; i < doc.size(); ++i) doc[i] = int32_t(i % 1000);
+  w.add_document(doc);
+  const fs::path p = dir.path / "s.bin";
+  w.write(p);
+  Shard s(p, {1000, 42}, Verify::none);  // the open reads the header only
+  std::vector<int32_t> out(30000);
+  s.read_tokens(5000, out.size(), out.data());
+  EXPECT_EQ(out[0], 5000 % 1000);
+  const std::vector<bool> present = mapped_pages(p);
+  const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  const size_t first = (kShardHeaderBytes + 16 + 5000 * 2) / page;  // 1 document: 2 offsets
+  const size_t last = (kShardHeaderBytes + 16 + 35000 * 2 - 1) / page;
+  ASSERT_GT(present.size(), last);
+  EXPECT_TRUE(present[0]) << "the header's page is not mapped: the check sees nothing";
+  for (size_t i = first; i <= last; ++i) EXPECT_FALSE(present[i]) << "page " << i << " kept";
 }
 
 TEST(Shard, BadMagic) {
@@ -97,9 +152,9 @@ TEST(Shard, Truncated) {
   TempDir dir("shard");
   fs::path p = small_shard(dir.path);
   std::string b = read_bytes(p);
-  write_bytes(p, b.substr(0, b.size() - 3));
+  write_bytes(p, b.substr(0, b.size() - 3));  // 3 bytes short of what the header implies
   expect_error([&] { Shard(p, {}, Verify::none); }, p, "truncated");
-  write_bytes(p, b.substr(0, 10));
+  write_bytes(p, b.substr(0, 10));  // shorter than the 64-byte header itself
   expect_error([&] { Shard(p, {}, Verify::none); }, p, "truncated");
 }
 
@@ -187,7 +242,7 @@ TEST(Corpus, ReadsAcrossShards) {
   std::vector<uint64_t> lengths = {5, 7, 3, 9, 1};
   testing::write_corpus(dir.path, lengths, 2);
   Corpus c(dir.path, "train", {testing::kVocab, testing::kHash}, Verify::all, true);
-  EXPECT_EQ(c.num_tokens(), 25u);
+  EXPECT_EQ(c.num_tokens(), 25u);  // 5 + 7 + 3 + 9 + 1
   EXPECT_EQ(c.docs().num_docs(), 5u);
   EXPECT_EQ(c.docs().length(3), 9u);
   std::vector<int32_t> out(9);

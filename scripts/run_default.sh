@@ -6,7 +6,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 bash scripts/install_deps.sh
-bash scripts/build.sh build -DTRAINER_CUDA=OFF -DTRAINER_TESTS=OFF
+bash scripts/build.sh build -DTRAINER_CUDA=OFF -DTRAINER_TESTS=OFF -DTRAINER_TWIN_MARCH=
 TRAINER=build/trainer bash scripts/prepare_data.sh
 build/trainer train --config configs/gpt.yaml "$@"
 build/trainer eval --checkpoint runs/gpt

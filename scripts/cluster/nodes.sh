@@ -61,6 +61,7 @@ make_node() {  # INDEX
     mount --bind '$DIR/$node/local' '$NODE_LOCAL'
     echo \$\$ >'$DIR/$node/anchor.pid'
     exec sleep infinity" </dev/null >/dev/null 2>&1 &
+  # 5 s for a hostname, two bind mounts and an echo, milliseconds of work.
   for _ in $(seq 1 50); do [[ -s $DIR/$node/anchor.pid ]] && return 0; sleep 0.1; done
   say "$node's namespaces were not made"
   exit 1
@@ -85,7 +86,9 @@ start() {
     echo "node$i" >>"$DIR/names"
     make_node "$i"
   done
-  for i in $(seq 2 "$n"); do  # node1 reaches each other node: a closed port answers "refused"
+  # node1 reaches each other node: a closed port answers "refused" at once over the bridge; 5 s
+  # covers bash starting on a loaded machine.
+  for i in $(seq 2 "$n"); do
     [[ $("$0" exec node1 timeout 5 bash -c "echo >/dev/tcp/node$i/9" 2>&1) == *refused* ]] ||
       { say "node1 cannot reach node$i over $BRIDGE"; exit 1; }
   done
@@ -98,6 +101,7 @@ stop() {
     if [[ -e /run/netns/$ns ]]; then
       pids=$(ip netns pids "$ns" 2>/dev/null || true)
       [[ -z $pids ]] || kill -KILL $pids 2>/dev/null || true
+      # SIGKILLed processes leave within milliseconds; after 5 s the namespace goes regardless.
       for _ in $(seq 1 50); do [[ -z $(ip netns pids "$ns" 2>/dev/null) ]] && break; sleep 0.1; done
       ip netns del "$ns" 2>/dev/null || true
     fi

@@ -35,6 +35,7 @@ stop_one() {  # NAME PIDFILE
   local pid
   pid=$(cat "$2" 2>/dev/null) || return 0
   kill -TERM "$pid" 2>/dev/null || true
+  # 5 s for a daemon to save its state and exit on SIGTERM (a second or less), then SIGKILL.
   for _ in $(seq 1 50); do running "$1" "$2" || break; sleep 0.1; done
   if running "$1" "$2"; then kill -KILL "$pid" 2>/dev/null || true; fi
   rm -f "$2"
@@ -56,6 +57,8 @@ node_lines() {  # LAYOUT MEMORY_MB: the NodeName lines (the nodes share this mac
 configure() {  # LAYOUT: host (one slurmd here) or nodes
   local memory controller=127.0.0.1 slurmd_files=$DIR/state tmp=/tmp
   memory=$(slurmd -C 2>/dev/null | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p') || true
+  # Advertised under what slurmd -C measures (2048 MB where it prints none): a node claiming
+  # more memory than slurmd finds at registration is drained ("Low RealMemory"), so 10% under.
   memory=$(( ${memory:-2048} * 9 / 10 ))
   # In nodes, each slurmd keeps its pid and spool files in its node-local directory, and jobs'
   # temporary files (PMIx's among them) go there too: the nodes share this machine's /tmp.
@@ -134,6 +137,8 @@ start() {  # LAYOUT
   else
     for node in $nodes; do bash "$NODES_SH" exec "$node" slurmd -f "$SLURM_CONF"; done
   fi
+  # 30 s or more (each poll runs sinfo twice) for slurmd to register with slurmctld, a second
+  # or two after both start.
   for _ in $(seq 1 300); do
     [[ $(sinfo -h -o %T 2>/dev/null | grep -cvE '^(idle|mixed|allocated)') == 0 &&
        $(sinfo -h -N -o %N 2>/dev/null | sort -u | wc -l) == $(wc -w <<<"$nodes") ]] && return 0
@@ -146,6 +151,7 @@ start() {  # LAYOUT
 stop() {
   if running slurmctld "$DIR/slurmctld.pid"; then
     scancel --partition=test 2>/dev/null || true
+    # 10 s, 5x the default KillWait (2 s from TERM to KILL); past it the daemons stop regardless.
     for _ in $(seq 1 50); do [[ -z $(squeue -h -o %i 2>/dev/null) ]] && break; sleep 0.2; done
   fi
   local pid_file

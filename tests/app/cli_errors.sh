@@ -72,7 +72,7 @@ expect 2 "optimizer.lr x optimizer.weight_decay = 1 must stay below 1" \
   plan --set optimizer.lr=1 --set optimizer.weight_decay=1
 expect 2 "train.steps = 0 is out of range \[1, inf\)" plan --set train.steps=0
 # A run's name is its own folder under run.dir: nothing else is accepted, and nothing is written.
-long=$(printf 'n%.0s' $(seq 300))
+long=$(printf 'n%.0s' $(seq 300))  # over the 255 bytes of a path component (check_run_name)
 for name in . .. /tmp/elsewhere a/b "$long"; do
   expect 2 "run.name '.*' (is not a folder name|holds a path separator|is 300 bytes long)" \
     train --set run.dir=runs --set run.name="$name"

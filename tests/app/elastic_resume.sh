@@ -20,6 +20,8 @@ trap 'rm -rf "$DIR"' EXIT
 cd "$DIR"
 small_corpus "$TRAINER"
 export OMP_NUM_THREADS=1  # the same threads per rank: the GEMMs split their sums by threads
+# checkpoint.keep_last = 10, over the 4 saves a run makes (each leg's end: checkpoint.every's
+# 200 is never reached), keeps them all; step-12's is read below.
 common=(--set data.path=corpus --set data.tokenizer=tok.model --set run.dir=runs
         --set model.vocab_size=320 --set model.n_layer=2 --set model.n_head=4 --set model.n_embd=64
         --set model.max_seq_len=32 --set data.seq_len=32 --set data.batch_size=2

@@ -14,6 +14,8 @@ DIR=$(mktemp -d /tmp/trainer_launch_errors.XXXXXX)
 trap 'rm -rf "$DIR"' EXIT
 cd "$DIR"
 small_corpus "$TRAINER"
+# dist.timeout_s = 3: ranks launched together meet in MPI_Init well within a second, even on a
+# loaded machine (this test runs alone), so only a rank that never starts reaches it.
 common=(train --set data.path=corpus --set data.tokenizer=tok.model --set run.dir=runs
         --set model.vocab_size=320 --set model.n_layer=2 --set model.n_head=2 --set model.n_embd=32
         --set model.max_seq_len=32 --set data.seq_len=32 --set data.batch_size=2
@@ -26,6 +28,9 @@ expect() {  # what, expected exit ("nonzero" or a number), log, message
     echo "FAIL: $what: exit $status"; tail -3 "$log"; exit 1
   fi
   grep -qF "$message" "$log" || { echo "FAIL: $what: no '$message' in:"; head -5 "$log"; exit 1; }
+  # The slowest case waits dist.timeout_s (3 s) in MPI_Init, then mpirun starts and tears down
+  # the job in about a second each way: 20 s leaves 4x that on a loaded machine, and is well
+  # under the 30 s that the `sleep 30` rank below would last were the job not torn down.
   [[ $elapsed -le 20 ]] || { echo "FAIL: $what took $elapsed s"; exit 1; }
   echo "$what: exit $status in $elapsed s: $(grep -F "$message" "$log" | head -1 | cut -c1-150)"
 }
@@ -34,6 +39,7 @@ run() {  # log, then the command; sets status and elapsed
   shift
   start=$(date +%s)
   status=0
+  # A hang guard, 3x the 20 s bound: a hung case fails as too slow within the test's 120 s.
   timeout 60 "$@" >"$log" 2>&1 || status=$?
   elapsed=$(($(date +%s) - start))
 }

@@ -47,7 +47,8 @@ TEST(MemoryPlan, TensorParallel70BLayout) {
   EXPECT_EQ(whole, 70553706496);  // Llama 3 70B's published count
   // Each rank's slice: 1/8 of every cut matrix, the norms whole (replicated).
   EXPECT_EQ(mine, (2 * V * C + L * (block - 2 * C)) / T + L * 2 * C + C);
-  EXPECT_LE(slice.total() - mine, 16 * int64_t(slice.params().size()));  // alignment only
+  // Alignment only: each tensor starts at a multiple of 16 elements, so under 16 of padding each.
+  EXPECT_LE(slice.total() - mine, 16 * int64_t(slice.params().size()));
 
   // ZeRO-3 over the data group: 4 B of fp32 masters and 8 B of AdamW moments per parameter
   // of the slice, over 32 ranks (each unit padded to a multiple of 16 x 32 elements).
@@ -57,6 +58,8 @@ TEST(MemoryPlan, TensorParallel70BLayout) {
   EXPECT_NEAR(double(plan.state.optimizer), 8.0 * double(slice.total()) / D, 8 * padding);
   // 16 B per parameter in all (masters, moments, the fp32 gradient shard) over 256 ranks: 4.41
   // GB per GPU, the figure docs/dist.md gives for 70B at 256 ranks (4.375 GB at 70.0B).
+  // The slice holds the norms whole (1.3M parameters of its 8.8 billion: 1.3e-4 more than 1/8)
+  // and padding (under 16 elements a unit in a rank's slice, ~5e-6): 0.002 is 15x that.
   const double per_gpu = 16.0 * double(whole) / double(T * D);
   EXPECT_NEAR(double(plan.state.masters + plan.state.optimizer) + 4.0 * double(slice.total()) / D,
               per_gpu, 0.002 * per_gpu);
@@ -98,7 +101,9 @@ TEST(MemoryPlan, PipelineParallel70BLayout) {
     const MemoryPlan plan = plan_memory(r, int(D));
     const double state =
         double(plan.state.masters + plan.state.optimizer) + 4.0 * double(stage.total()) / double(D);
+    // The units' padding, under 16 elements each in a rank's slice: ~1e-6 of the state.
     EXPECT_NEAR(state, 16.0 * double(mine) / double(D), 0.001 * state);
+    // 106.97e6 is a block's slice, 106,971,136, rounded (1e-5); the final norm adds 8192.
     const double blocks = r.model.held_layers().size(), ends = s == 0 || s == P - 1;
     EXPECT_NEAR(state, 2.0 * (blocks * 106.97e6 + ends * double(V) * C / T), 0.001 * state);
     // The activations: with full checkpointing a held micro-batch keeps the residual stream

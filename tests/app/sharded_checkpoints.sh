@@ -142,7 +142,12 @@ expect_refused copied "its header says step 6 but the checkpoint expects 3"
 echo "self-describing shards: ok (swapped names and a shard of another step are refused)"
 
 # A save slower than dist.timeout_s completes; one slower than checkpoint.timeout_s fails on
-# every rank with the late rank named.
+# every rank with the late rank named. The delay is rank 0's, just after the save's first
+# barrier, so rank 1 waits for it at the next: 3 s is 3x dist.timeout_s (1 s; the run's other
+# waits, its start and each step's collectives, take milliseconds, and it runs alone) and far
+# inside checkpoint.timeout_s (1800 s by default); 4 s is 4x checkpoint.timeout_s (1 s), so
+# rank 1 times out even if it is itself up to 3 s late on a loaded machine, and sleeping rank 0
+# answers its ping, sent 0.25 s before that deadline, within its engine's 10 ms idle period.
 TRAINER_TEST_SAVE_DELAY_S=3 run 2 --set run.name=slow --set dist.sharding=full \
   --set dist.timeout_s=1 --set train.steps=4 --set checkpoint.every=2 >/dev/null
 test -d runs/slow/checkpoints/step-4 || { echo "slow save: no step-4 checkpoint"; exit 1; }

@@ -26,6 +26,10 @@ set -e
 source "$ROOT/tests/app/small_corpus.sh"
 cd "$DIR"
 small_corpus "$TRAINER"
+# 300 steps of ~450k parameters on 2 x 8 x 64 tokens (1.4 GFLOP a rank, 10 ms or more on one
+# core of any CPU here): the ~280 steps after step 20 take seconds, far longer than the poll
+# below and scancel need to stop the job before its end. checkpoint.every = 10 keeps step-20
+# (keep_last 3) until step 50, 30 steps (0.3 s or more) for a 0.1 s poll to see it.
 cat >c.yaml <<YAML
 run: {dir: $DIR/runs}
 data: {path: $DIR/corpus, tokenizer: $DIR/tok.model, seq_len: 64, batch_size: 8}
@@ -54,21 +58,27 @@ echo "launch errors: srun without PMIx and RANK/WORLD_SIZE name their fix"
 job=$(TRAINER="$TRAINER" sbatch --parsable --export=ALL "$ROOT/scripts/launch/train.sbatch" c.yaml \
   --set run.name=batch)
 state() { scontrol show job "$job" 2>/dev/null | sed -n "s/.*$1=\([A-Za-z0-9_:]*\).*/\1/p"; }
+# 60 s: the job's start, srun's PMIx start-up, 20 steps and two saves take a few seconds.
 for _ in $(seq 1 600); do [[ -e runs/batch/checkpoints/step-20 ]] && break; sleep 0.1; done
 [[ -e runs/batch/checkpoints/step-20 ]] || fail "the batch job never reached step 20"
 scancel --signal=USR1 "$job"
+# 60 s or more (each poll also runs scontrol): a step, a save, exit 75 and `scontrol requeue`
+# take about a second.
 for _ in $(seq 1 600); do
   [[ $(state Restarts) -ge 1 && $(state JobState) == PENDING ]] && break
   sleep 0.1
 done
 [[ $(state Restarts) -ge 1 ]] || fail "the job did not requeue itself (state $(state JobState))"
 # Slurm holds a requeued job a while; here it starts as soon as the node has torn down the
-# job's last run (no live slurmstepd).
+# job's last run (no live slurmstepd): seconds after the batch script's exit (KillWait 2 s,
+# scripts/cluster/slurm.sh, where a task must be killed); 60 s.
 for _ in $(seq 1 600); do
   [[ -z $(ps -C slurmstepd -o stat= | grep -v Z) ]] && break
   sleep 0.1
 done
 scontrol update JobId="$job" StartTime=now
+# 180 s or more: the start, then at most 280 steps and 28 saves, ~20 s at 20 GFLOP/s a core
+# (a slow AVX2 machine's): 9x.
 for _ in $(seq 1 900); do [[ $(state JobState) =~ ^(COMPLETED|FAILED|CANCELLED)$ ]] && break; sleep 0.2; done
 [[ $(state JobState) == COMPLETED ]] || fail "the requeued job ended $(state JobState)"
 stopped=$(sed -n 's/.*saving a checkpoint at step \([0-9]*\) and stopping.*/\1/p' "trainer-$job.out")

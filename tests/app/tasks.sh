@@ -59,7 +59,8 @@ t_lw=$(accuracy 1 accuracy <trained.txt) u_lw=$(accuracy 1 accuracy <untrained.t
 # the last word (1/320 per token); the trained model, which saw these sentences, scores 1.0
 # on both. The untrained one (its weights as initialised, the same on every machine) scores
 # 0.325 and 0: a tied head at initialisation favours repeating the current token, not chance
-# exactly, hence a bound of 0.4.
+# exactly, hence a bound of 0.4. Each bound is 8 to 32 examples of 161 away from the scores,
+# where another CPU's rounding moves only near-ties.
 python3 -c "import sys; t_mc, u_mc, t_lw, u_lw = map(float, sys.argv[1:])
 assert t_mc >= 0.8, f'trained multiple choice {t_mc} < 0.8'
 assert u_mc <= 0.4, f'untrained multiple choice {u_mc} > 0.4 (chance 0.25)'
@@ -105,7 +106,7 @@ bad "bad.jsonl:2: a multiple-choice example in a file of last-word ones" '{"text
 bad "bad.jsonl:1: neither a multiple-choice example" '{"context": "a"}'
 bad "bad.jsonl:1: \"label\" = \"x\" is not an ending's index" '{"ctx": "a", "endings": ["b", "c"], "label": "x"}'
 bad "bad.jsonl:1: \"label\" 4294967296 names no ending" '{"ctx": "a", "endings": ["b", "c"], "label": 4294967296}'
-long=$(python3 -c "print(' '.join(['fox'] * 80))")
+long=$(python3 -c "print(' '.join(['fox'] * 80))")  # 80 words, a token or more each: over 64
 bad "bad.jsonl:1: an ending of [0-9]+ tokens does not fit sequences of 64 tokens" \
   "{\"ctx\": \"a\", \"endings\": [\"b\", \"$long\"], \"label\": 0}"
 mkdir -p other && cp choice.jsonl other/

@@ -102,14 +102,14 @@ TEST(Checkpoint, CorruptedOrTruncatedFileIsNamed) {
   const fs::path ckpt = dir.path / "runs/r/checkpoints/step-2";
   {
     std::fstream f(ckpt / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(-5, std::ios::end);
+    f.seekp(-5, std::ios::end);  // into the last tensor's data, which ends the file
     f.put('\x7f');
   }
   std::string e = error_of([&] { open_checkpoint(ckpt); });
   EXPECT_NE(e.find("model.safetensors"), std::string::npos) << e;
   EXPECT_NE(e.find("checksum"), std::string::npos) << e;
   const fs::path earlier = dir.path / "runs/r/checkpoints/step-1";
-  fs::resize_file(earlier / "optimizer.safetensors", 100);
+  fs::resize_file(earlier / "optimizer.safetensors", 100);  // far under 8 B a parameter of moments
   e = error_of([&] { open_checkpoint(earlier); });
   EXPECT_NE(e.find("optimizer.safetensors"), std::string::npos) << e;
   EXPECT_NE(e.find("truncated"), std::string::npos) << e;
@@ -145,12 +145,15 @@ TEST(Checkpoint, AnotherModelIsAClearError) {
 TEST(Checkpoint, AKilledWriteLeavesTheLatestCheckpointLoadable) {
   TempDir dir("kill");
   const fs::path cfg = testing::write_tiny_run(dir.path);
-  // A ~5M-parameter model (60 MB per checkpoint) saved after every step, killed mid-write.
+  // A 3.7M-parameter model (44 MB per checkpoint: 4 B of weights and 8 B of moments each)
+  // saved after every step, killed mid-write.
   pid_t child = spawn_trainer(
       cfg, {"model.vocab_size=8192", "model.n_embd=256", "model.n_head=4", "train.steps=1000000",
             "checkpoint.every=1", "checkpoint.keep_last=2", "train.val_every=0"});
   ASSERT_GT(child, 0);
   const fs::path run = dir.path / "runs/r", root = run / "checkpoints";
+  // 120 s for the child's start-up and four steps of 64 tokens, each 1.4 GFLOP and a 44 MB
+  // save (seconds on a busy machine); the loop polls without sleeping, so a write is seen.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   bool killed_mid_write = false;
   int complete = 0;  // wait for a few complete checkpoints, then kill during the next write
@@ -174,7 +177,7 @@ TEST(Checkpoint, AKilledWriteLeavesTheLatestCheckpointLoadable) {
   ASSERT_FALSE(latest.empty());
   EXPECT_FALSE(latest.string().ends_with(".tmp"));
   SavedModel saved = open_saved_model(run);  // verifies every file, loads the weights
-  EXPECT_GT(saved.step, 0);
+  EXPECT_GT(saved.step, 0);  // three saves were complete before the kill
 }
 
 // oneDNN splits its sums by thread: a resume on another thread count says that its bits
@@ -298,10 +301,13 @@ TEST(Training, StopSignalSavesAtAStepBoundaryAndExitsWithItsOwnCode) {
   pid_t child = spawn_trainer(cfg, {"train.steps=1000000", "checkpoint.every=0"});
   ASSERT_GT(child, 0);
   const fs::path metrics = dir.path / "runs/r/metrics.jsonl";
+  // Up to 30 s (600 x 50 ms) for the child's first step, as in hardening_test's RunLock: its
+  // start-up and one step of 64 tokens take seconds at most.
   for (int i = 0; i < 600 && (!fs::exists(metrics) || fs::file_size(metrics) == 0); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ::kill(child, SIGUSR1);
   int status = 0;
+  // Up to 60 s (1200 x 50 ms) for the step in progress and one save of the tiny model.
   for (int i = 0; i < 1200 && ::waitpid(child, &status, WNOHANG) == 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   if (::kill(child, 0) == 0) {  // still running after a minute: fail without hanging CTest
@@ -314,8 +320,8 @@ TEST(Training, StopSignalSavesAtAStepBoundaryAndExitsWithItsOwnCode) {
   const fs::path latest = latest_checkpoint(dir.path / "runs/r");
   ASSERT_FALSE(latest.empty());
   Checkpoint c = open_checkpoint(latest);
-  EXPECT_GT(c.state.step, 0);
-  EXPECT_LT(c.state.step, 1000000);
+  EXPECT_GT(c.state.step, 0);        // it had written metrics, so had taken a step
+  EXPECT_LT(c.state.step, 1000000);  // and stopped before its train.steps
 }
 
 namespace {
@@ -379,7 +385,7 @@ TEST(Training, NeoxTrainsSamplesAndExportsAsHuggingFaceGptNeox) {
   EXPECT_EQ(config.at("architectures")[0], "GPTNeoXForCausalLM");
   EXPECT_EQ(config.at("rotary_pct"), 0.5);
   EXPECT_EQ(config.at("use_parallel_residual"), true);
-  EXPECT_EQ(config.at("intermediate_size"), 128);
+  EXPECT_EQ(config.at("intermediate_size"), 128);  // 4 x 32
   EXPECT_EQ(config.at("tie_word_embeddings"), false);
   SafetensorsFile exported(out / "model.safetensors");
   SafetensorsFile saved(dir.path / "runs/r/checkpoints/step-12/model.safetensors");

@@ -213,7 +213,7 @@ TEST(BpeTokenizer, SpecialsDecodeButTextNeverEncodesToThem) {
   BpeTokenizer llama = from_json(j);
   EXPECT_EQ(llama.bos_id(), 300);
   EXPECT_EQ(llama.eos_id(), 301);
-  EXPECT_EQ(llama.vocab_size(), 311);
+  EXPECT_EQ(llama.vocab_size(), 311);  // the largest id, 310, and one
   EXPECT_EQ(llama.decode(Ids{300, 'a', 310, 301}), "<|begin_of_text|>a  x<|end_of_text|>");
   EXPECT_EQ(from_json(tokenizer_json(kTokens, kMerges)).eos_id(), 262);  // in the vocabulary
   EXPECT_EQ(from_json(tokenizer_json({"ab"}, {"a b"})).eos_id(), -1);
@@ -230,7 +230,7 @@ TEST(BpeTokenizer, AddedTokensThatAreNotSpecialAreFoundInTheText) {
   EXPECT_EQ(tok.encode("abc  \xff  abc"), Ids({kAbc, 300, 0xff, 300, kAbc}));
   EXPECT_EQ(tok.encode("a<|endoftext|>"), tok.encode("a") + tok.encode("<|endoftext|>"));
   EXPECT_EQ(tok.decode(tok.encode(" a     b  ")), " a     b  ");
-  EXPECT_EQ(tok.vocab_size(), 302);
+  EXPECT_EQ(tok.vocab_size(), 302);  // the largest id, 301, and one
   json canonical = json::parse(tok.canonical_json());
   EXPECT_EQ(canonical["added_tokens"][1]["special"], false);
 }
@@ -239,7 +239,7 @@ TEST(BpeTokenizer, DecodeRefusesAnIdThatNamesNoToken) {
   json j = tokenizer_json(kTokens, kMerges);
   j["added_tokens"] = json::array({{{"id", 300}, {"content", "<s>"}, {"special", true}}});
   BpeTokenizer tok = from_json(j);
-  EXPECT_EQ(tok.vocab_size(), 301);
+  EXPECT_EQ(tok.vocab_size(), 301);  // the largest id, 300, and one
   for (int32_t bad : {-1, 290, 301, 1 << 30}) {
     try {
       tok.decode(Ids{'a', bad});

@@ -46,7 +46,7 @@ TEST(Loader, StreamWindows) {
     ASSERT_EQ(b->T, 16);
     EXPECT_TRUE(b->segments.empty());
     EXPECT_TRUE(b->lengths.empty());
-    EXPECT_EQ(b->loss_tokens, 64);
+    EXPECT_EQ(b->loss_tokens, 64);  // B x T: every window position has its next token
     for (int r = 0; r < 4; ++r)
       for (int t = 0; t + 1 < 16; ++t) EXPECT_EQ(b->targets[r * 16 + t], b->tokens[r * 16 + t + 1]);
   }
@@ -104,6 +104,10 @@ TEST(Loader, PackSegmentsTargetsAndSplitDocuments) {
   }
   for (size_t d = 0; d < lengths.size(); ++d)
     EXPECT_EQ(seen_tokens[int(d)], int(lengths[d])) << "document " << d;
+  // First fit closes a batch when its 4 rows are full or 4 pieces wait, each longer than every
+  // row's room: with pieces of 1-12 tokens that leaves a few of 16 free a row (one document a
+  // row would fill 6.5 / 16 = 41%). A function of the lengths and the seed alone: the same on
+  // every CPU.
   EXPECT_GT(double(real) / double(slots), 0.8);
 }
 
@@ -116,13 +120,13 @@ TEST(Loader, BucketPaddingNeverCounted) {
   while (auto b = l.next()) {
     ASSERT_EQ(int(b->lengths.size()), b->B);
     EXPECT_TRUE(b->segments.empty());
-    EXPECT_LE(b->B * b->T, 64);
-    EXPECT_TRUE(b->T % 8 == 0 || b->T == 16);
+    EXPECT_LE(b->B * b->T, 64);                // max_tokens: rows are max_tokens / T
+    EXPECT_TRUE(b->T % 8 == 0 || b->T == 16);  // the longest piece rounded up to 8, at most 16
     int64_t loss = 0;
     for (int r = 0; r < b->B; ++r) {
       int len = b->lengths[r];
-      ASSERT_GE(len, 1);
-      ASSERT_LE(len, b->T);
+      ASSERT_GE(len, 1);     // empty documents make no piece
+      ASSERT_LE(len, b->T);  // the batch's T is its longest piece's length, rounded up
       for (int t = 0; t < b->T; ++t) {
         int i = r * b->T + t;
         if (t >= len) {
@@ -173,7 +177,10 @@ TEST(Loader, ResumeAtSameAndOtherWorldSize) {
     SCOPED_TRACE(mode_name(mode));
     LoaderConfig c = config(dir.path, mode);
     c.max_epochs = 3;
-    auto ref = run_steps(c, 1, 1000, std::nullopt);  // three whole epochs on one rank
+    // Three whole epochs on one rank, within the 1000 steps asked for: an epoch is at most 300
+    // pieces (16 tokens at most, 2 a document of <= 30), 4 or more a batch but a window's last
+    // (4 rows; bucket: 64 / T >= 4), or 281 windows of 16 in 4s: under 80 batches an epoch.
+    auto ref = run_steps(c, 1, 1000, std::nullopt);
     LoaderState st;
     auto head = run_steps(c, 2, 5, std::nullopt, &st);  // 10 global batches at world size 2
     ASSERT_EQ(head.size(), 10u);
@@ -186,7 +193,7 @@ TEST(Loader, ResumeAtSameAndOtherWorldSize) {
     }
     // Resuming at the very end of the run yields nothing.
     LoaderState end;
-    run_steps(c, 1, 1000000, std::nullopt, &end);
+    run_steps(c, 1, 1000000, std::nullopt, &end);  // to the end: under 3 x 80 steps, as above
     EXPECT_EQ(end.epoch, 2);
     Loader done(c, 0, 1, LoaderState{c.seed, 3, 0});
     EXPECT_FALSE(done.next());
@@ -229,7 +236,7 @@ TEST(Loader, ValidatesTokenizerAndConfig) {
   c.split = "val";  // empty split
   EXPECT_THROW(Loader(c, 0, 1), Error);
   c.split = "train";
-  c.batch_size = 1000;  // drop_last leaves no whole step
+  c.batch_size = 1000;  // drop_last leaves no whole step: <= 600 tokens against 16000 a batch
   Loader l(c, 0, 1);
   EXPECT_THROW(l.next(), Error);
 }

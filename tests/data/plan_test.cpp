@@ -103,6 +103,9 @@ TEST_P(PlanModes, CoverageDisjointnessAndWorldSizeIndependence) {
     if (!drop_last) {
       EXPECT_EQ(total.size() + partial, units);
     } else {
+      // drop_last loses fewer than W global batches: each at most 3 x 32 tokens (pack),
+      // max_tokens = 128 (bucket) or 3 windows (stream, which also leaves its < 3 spare
+      // windows out); 3 x 80 a batch and 3 x 32 more are above each.
       EXPECT_GE(total.size() + uint64_t(W) * 3 * 80 + 3 * 32, units);
     }
   }
@@ -121,6 +124,8 @@ TEST(Plan, DeterministicAndReshuffledEachEpoch) {
     auto e1 = epoch_sequence(c, docs, 2, 1);
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(key(a[i]), key(b[i]));
+    // A batch repeats only with the same documents (windows) in the same places: ~none under
+    // another permutation; a quarter leaves room for chance. The same on every CPU.
     size_t same = 0;
     for (size_t i = 0; i < std::min(a.size(), e1.size()); ++i) same += key(a[i]) == key(e1[i]);
     EXPECT_LT(same, a.size() / 4 + 1) << mode_name(mode);
@@ -156,13 +161,13 @@ TEST(Plan, PackRowsAndBucketBudget) {
     for (const auto& row : p.pieces) {
       uint32_t used = 0;
       for (const Piece& x : row) used += x.count;
-      EXPECT_LE(used, 32u);
+      EXPECT_LE(used, 32u);  // seq_len: first fit never overfills a row
     }
   }
   c = config(Mode::bucket, false);
   for (const BatchPlan& p : epoch_sequence(c, docs, 1)) {
-    EXPECT_LE(int64_t(p.rows) * p.T, c.max_tokens);
-    EXPECT_EQ(p.T % 8, 0);
+    EXPECT_LE(int64_t(p.rows) * p.T, c.max_tokens);  // rows are max_tokens / T
+    EXPECT_EQ(p.T % 8, 0);                           // longest piece rounded up to 8, <= 32
     for (const auto& row : p.pieces) EXPECT_LE(row.front().count, uint32_t(p.T));
   }
 }
@@ -172,7 +177,7 @@ TEST(Plan, BadConfigs) {
   PlanConfig c = config(Mode::stream, true);
   EXPECT_THROW(StepPlanner(c, docs, 1), Error);  // 11 tokens < seq_len + 1
   c = config(Mode::bucket, true);
-  c.max_tokens = 16;
+  c.max_tokens = 16;  // under seq_len = 32: no row fits
   EXPECT_THROW(StepPlanner(c, docs, 1), UsageError);
   EXPECT_THROW(parse_mode("shuffle"), UsageError);
 }

@@ -33,6 +33,9 @@ TEST(Permutation, KeyedAndReproducible) {
     fixed += a(i) == i;
   }
   EXPECT_EQ(same_ab, 10000);
+  // Another key gives an unrelated permutation: ~1 coincidence (or fixed point) in 10000 is
+  // expected, a Poisson count of mean 1, so 50 is never reached by chance. Integer arithmetic:
+  // the same counts on every CPU.
   EXPECT_LT(same_ac, 50);
   EXPECT_LT(same_ad, 50);
   EXPECT_LT(fixed, 50);
@@ -42,6 +45,7 @@ TEST(Permutation, KeyedAndReproducible) {
 // domain would be 40 GB), and on a sample of it the outputs stay in range, distinct and
 // reproducible.
 TEST(Permutation, AHugeDomainNeedsNoStorage) {
+  // n_, key_, half_bits_ (padded to 8 bytes) and half_mask_: four words, no table.
   static_assert(sizeof(Permutation) <= 32, "a permutation holds no table");
   const uint64_t n = uint64_t(5) << 30;
   const Permutation p(n, 7), again(n, 7);

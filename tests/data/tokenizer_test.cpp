@@ -83,7 +83,9 @@ TEST_F(TokenizerTest, TrainEncodeDecodeRoundTrip) {
     for (int32_t id : ids) EXPECT_NE(id, 0) << "unknown piece for: " << s;  // byte fallback
     EXPECT_EQ(tok.decode(ids), s);
   }
-  EXPECT_LT(tok.encode("the model reads tokens").size(), 10u);  // merges were learned
+  // Merges were learned: 4 of the 28 words the text repeats equally often, a piece each (two
+  // would still be 8) among the ~140 pieces beside the 256 bytes; 22 characters unmerged.
+  EXPECT_LT(tok.encode("the model reads tokens").size(), 10u);
 }
 
 // Note [Tokenizer identity]: SentencePiece stores the training inputs' and the output's
@@ -142,7 +144,11 @@ TEST_F(TokenizerTest, PrepareIsDeterministicAndCountsRight) {
   PrepareSummary s2 = prepare_corpus(o);
   EXPECT_EQ(s1.documents, 2001u);  // 1500 + 500 paragraphs + the trailing line of b.txt
   EXPECT_EQ(s1.tokens, s2.tokens);
+  // Pieces never cross a space, so ~47k words (2000 paragraphs of 1-4 sentences of 4-15
+  // words) are at least as many 2-byte tokens: 95 KB, 4 or more shards of 0.02 MiB.
   EXPECT_GT(s1.shards, 2);
+  // Each document is in val by its hash with probability 0.1: 200 of 2001, sigma 13.4, so the
+  // bounds are 7 and 9 sigma off. A hash of the text: the same split on every CPU.
   EXPECT_GT(s1.val_documents, 100u);
   EXPECT_LT(s1.val_documents, 320u);
   int files = 0;
@@ -152,7 +158,7 @@ TEST_F(TokenizerTest, PrepareIsDeterministicAndCountsRight) {
     EXPECT_EQ(bytes_of(e.path()), bytes_of(other)) << e.path().filename();
     ++files;
   }
-  EXPECT_EQ(files, s1.shards + 1);
+  EXPECT_EQ(files, s1.shards + 1);  // and manifest.json
 
   Tokenizer tok(o.tokenizer);
   Corpus train(dir_->path / "out1", "train", {400, tok.hash()}, Verify::all, true);
@@ -172,6 +178,8 @@ TEST_F(TokenizerTest, PrepareIsDeterministicAndCountsRight) {
     EXPECT_NE(all.find(text + "\n\n"), std::string::npos) << text;
     EXPECT_EQ(text.find("\n\n"), std::string::npos);
   }
+  // A document is its paragraph less two newlines (its last line's and the blank line), the
+  // last line of b.txt less one: 4001 bytes of ~290 KB (1.4%) are not counted; 10% is 7x that.
   EXPECT_GT(bytes, all.size() * 9 / 10);
   EXPECT_LE(bytes, all.size());
 }

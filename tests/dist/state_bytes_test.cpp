@@ -69,6 +69,9 @@ TEST(StateBytes, PlanOfALayoutIsTheArithmeticPlusUnitBuffers) {
       const StateBytes plan = planned_state_bytes(layout, pc, world, DType::bf16, DType::f32);
       const StateBytes general =
           state_bytes_for(layout.total(), pc, world, DType::bf16, DType::f32);
+      // A unit's slice is padded by under kAlign elements, each costing 16 B on the rank (fp32
+      // masters, moments, gradient shard) and, in the full buffers, 6 B on each of the world's
+      // slices (bf16 weights, fp32 gradients): 16 + 6 world <= 20 world at world >= 2.
       const int64_t padding = int64_t(layout.units().size()) * ShardGeometry::kAlign * world * 20;
       EXPECT_GE(plan.total() - plan.buffers, general.total()) << sharding_stage_name(stage);
       EXPECT_LE(plan.total() - plan.buffers, general.total() + padding)

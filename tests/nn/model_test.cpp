@@ -373,9 +373,13 @@ TEST(Checkpointing, ActivationMemoryShrinksWithThePolicy) {
   auto bytes = [&](Recompute r) {
     return ActivationPlan(c, exec_for(4, 12, DType::f32, r)).bytes();
   };
+  // Plans are arithmetic, the same on every CPU. Here (2 blocks of C = 16, N = 48 tokens)
+  // selective keeps each block's statistics and expensive activations (28.5 KiB) where full
+  // keeps one shared copy: 28.5 KiB more; none keeps each block's cheap ones too, where
+  // selective recomputes them into one shared copy: 18 KiB more.
   EXPECT_LT(bytes(Recompute::full), bytes(Recompute::selective));
   EXPECT_LT(bytes(Recompute::selective), bytes(Recompute::none));
-  // bf16 halves what is stored in the compute dtype.
+  // bf16 halves what is stored in the compute dtype (82 KiB against 139 KiB here).
   EXPECT_LT(ActivationPlan(c, exec_for(4, 12, DType::bf16)).bytes(), bytes(Recompute::none));
 }
 

@@ -124,7 +124,9 @@ void check_rope(int rotary_dims) {
       else
         changed += y[i] != x[i];
     }
-  EXPECT_GT(changed, N * H * rotary_dims / 2);  // row 0 (position 0) keeps its values
+  // Rows 0 and 4 (position 0) keep their values; the other 5 of the 7 turn by >= 0.03 rad (the
+  // slowest pair at position 1), so 5/7 of the rotated channels change against a bound of 3.5/7.
+  EXPECT_GT(changed, N * H * rotary_dims / 2);
   std::vector<float> dx = r;
   rope_backward(env.ctx, view(dx, {N, width}).col_range(0, H * hs), view(pos, {N}), hs, rotary_dims,
                 100.0f);

@@ -182,7 +182,7 @@ TEST(PipelineLayout, UnitsMapToTheWholeModelsBuffer) {
   c.pipeline = stage_slice(pipeline_split(c, 2, 1, {}), 2, 0);  // the first stage: no head
   const ParamLayout first(c);
   EXPECT_EQ(first.final_unit(), -1);
-  EXPECT_EQ(first.units().size(), 3u);
+  EXPECT_EQ(first.units().size(), 3u);  // the embedding and blocks 0 and 1
 }
 
 TEST(PipelineLayout, ActivationsArePlannedPerSlot) {
@@ -195,7 +195,7 @@ TEST(PipelineLayout, ActivationsArePlannedPerSlot) {
   // What a micro-batch keeps, three times; one pass's scratch once (Note [Activation memory]).
   const ActivationPlan plan(c, e);
   EXPECT_EQ(three.activations, one.activations + 2 * plan.slot_bytes());
-  EXPECT_LT(plan.slot_bytes(), one.activations);
+  EXPECT_LT(plan.slot_bytes(), one.activations);  // one pass's d_res, d_ln and scratch lie beyond
   Transformer model(c, e);
   EXPECT_EQ(model.memory().activations, three.activations);
   EXPECT_EQ(model.memory().inputs, three.inputs);
@@ -208,6 +208,8 @@ TEST(PipelineSplit, BalancedByComputeListedOrEqual) {
   EXPECT_EQ(pipeline_split(c, 2, 1, {}), (Split{{0, 4}, {4, 8}}));  // a small head
   c.vocab_size = 4096;  // the head outweighs two blocks here: the last stage takes fewer
   const Split heavy = pipeline_split(c, 2, 1, {});
+  // FLOPs per token: a block 6 x 12 C^2 + 12 C T = 20736, the head 6 V C = 393216 (19 blocks),
+  // so the cut is 7 + 1 layers: the last stage at 20 blocks' worth, against 23 for 4 + 4.
   EXPECT_GT(heavy[0].second, 4);
   const std::vector<double> flops = stage_flops(c, heavy, 2);
   const std::vector<double> even = stage_flops(c, {{0, 4}, {4, 8}}, 2);

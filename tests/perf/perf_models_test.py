@@ -40,6 +40,8 @@ for shape in m.SHAPES:
 # The 3D layouts.
 one = m.Layout(1, 1, 1, "optimizer", 4096, 4096)
 t, eff, parts = m.layout_step(m.LLAMA_70B, one, 0.45, 0.1)
+# eff is compute / t, so eff * t is compute within two roundings (1e-15 s of a step of seconds):
+# 1e-9 s absorbs any reordering.
 if parts["tensor"] or parts["bubble"] or parts["data exposed"] or abs(eff * t - parts["compute"]) > 1e-9:
     errors.append(f"one GPU in the 3D model is not a plain step: {parts}")
 prev = 0.0
@@ -56,7 +58,8 @@ if not b2["bubble"] / b2["compute"] < b1["bubble"] / b1["compute"]:
     errors.append("twice the micro-batches does not shrink the pipeline bubble's share")
 # 6N + 12 L C T FLOPs per token (N = 70.6B, T = 4096), 4M tokens, over 256 GPUs.
 expected = (6 * m.LLAMA_70B.params() + 12 * 80 * 8192 * 4096) * 2**22 / 256 / (m.PEAK * 0.45)
-# Its matrices, and the 2 L + 1 norm vectors of C, are the published count.
+# Its matrices, and the 2 L + 1 norm vectors of C, are the published count (exact integers).
+# The compute is the same product in another order, a few roundings (1e-16 each) apart: 1e-9.
 if m.LLAMA_70B.params() + (2 * 80 + 1) * 8192 != 70553706496 or abs(b1["compute"] - expected) > 1e-9 * expected:
     errors.append(f"70B layout compute {b1['compute']} s, 6N tokens / GPUs gives {expected} s")
 m.IB_BUSBW /= 4

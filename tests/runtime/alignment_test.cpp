@@ -27,7 +27,8 @@ TEST(Alignment, EveryBufferAndWorkspaceBlock) {
     EXPECT_EQ(pointer_alignment(b.data()), kDeviceAlignment) << bytes;
   }
   // Odd sizes in a row, as ops take them: the bias gradient's sums of an output width that is
-  // not a multiple of 64, then cuBLASLt's workspace.
+  // not a multiple of 64, then cuBLASLt's workspace. Rounded up to 256 bytes each, the takes
+  // below need 7.25 KiB in all: 64 KiB holds them 8x.
   Workspace ws(64 << 10, Device::cpu);
   Workspace::Scope scope(&ws);
   for (int64_t count : {1, 7, 100, 1000, 3}) {

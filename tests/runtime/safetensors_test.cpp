@@ -28,7 +28,7 @@ TEST(Safetensors, RoundTrip) {
   ASSERT_EQ(f.tensors().size(), 2u);
   const TensorEntry& t = f.get("h.0.weight");
   EXPECT_EQ(t.shape, (std::vector<int64_t>{2, 3}));
-  EXPECT_EQ(std::memcmp(t.data, a.data(), 24), 0);
+  EXPECT_EQ(std::memcmp(t.data, a.data(), 24), 0);  // the 6 floats of a
   EXPECT_EQ(static_cast<const int32_t*>(f.get("ids").data)[1], -8);
   EXPECT_EQ(f.metadata().at("format"), "pt");
   EXPECT_THROW(f.get("missing"), Error);
@@ -41,7 +41,7 @@ TEST(Safetensors, TruncatedFileIsAClearError) {
   w.add("x", DType::f32, {1000}, a.data());
   fs::path p = temp_path("trunc.safetensors");
   w.write(p);
-  fs::resize_file(p, fs::file_size(p) - 100);
+  fs::resize_file(p, fs::file_size(p) - 100);  // into x's 4000 data bytes, which end the file
   try {
     SafetensorsFile f(p);
     FAIL() << "expected an error";

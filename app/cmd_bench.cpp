@@ -63,7 +63,8 @@ int cmd_bench(const Args& args) {
       "ffn", po::value<int>()->default_value(0), "llama: SwiGLU hidden size (0 = 8/3 C)")(
       "rotary-pct", po::value<double>()->default_value(1.0),
       "neox: the fraction of each head the rotary embeddings turn")(
-      "steps", po::value<int>()->default_value(10), "timed steps (after 2 warm-up steps)")(
+      "steps", po::value<int>()->default_value(10), "timed steps")(
+      "warmup", po::value<int>()->default_value(2), "untimed steps before them")(
       "precision", po::value<std::string>()->default_value("fp32"), "fp32 or bf16")(
       "device", po::value<std::string>()->default_value("cpu"), "cpu or cuda (GPU 0)")(
       "checkpointing", po::value<std::string>()->default_value("none"),
@@ -81,6 +82,7 @@ int cmd_bench(const Args& args) {
   if (!parse_options("bench", args, desc, vm)) return 0;
   for (const char* k : {"layers", "heads", "batch", "steps"})
     require_range("bench", vm, k, 1, 4096);
+  require_range("bench", vm, "warmup", 0, 4096);
   for (const char* k : {"embd", "seq"}) require_range("bench", vm, k, 1, 1 << 16);
   require_range("bench", vm, "vocab", 1, 1 << 24);
   require_range("bench", vm, "kv-heads", 0, 4096);
@@ -155,8 +157,7 @@ int cmd_bench(const Args& args) {
   const double stated = vm["peak-gflops"].as<double>();
   if (stated < 0) throw UsageError("bench: --peak-gflops must not be negative");
   const double peak = stated > 0 ? stated : measure_gemm_peak(ctx, exec.compute, 2.0);
-  step();
-  step();
+  for (int i = 0; i < vm["warmup"].as<int>(); ++i) step();
   synchronize(model.context());
   profile::set_enabled(vm.count("profile") > 0);
   profile::set_cuda_stream(exec.stream);

@@ -106,12 +106,16 @@ inline void write_corpus(const fs::path& dir, int train_docs = 120, int val_docs
 inline Config tiny_config(const fs::path& data_dir, const fs::path& runs_dir,
                           const std::string& name) {
   Config c;
+  // dist.timeout_s = 30: these runs are one process, whose collectives wait on no other rank
+  // (the start-up's file probe waits a quarter of it, at most 1 s). log.peak_gflops is stated:
+  // measuring the MFU reference takes rounds of 0.4 s at each start until two agree, up to 6 on
+  // a busy machine (app_default_configs runs the measurement).
   for (const char* s :
        {"model.vocab_size=64", "model.max_seq_len=16", "model.n_layer=2", "model.n_head=2",
         "model.n_embd=32", "data.batch_size=4", "data.seq_len=16", "train.steps=12",
         "train.val_every=4", "train.val_batches=2", "checkpoint.every=5", "checkpoint.keep_last=10",
         "log.every=1", "log.progress=off", "schedule.warmup_steps=3", "optimizer.lr=0.01",
-        "dist.timeout_s=30"})
+        "dist.timeout_s=30", "log.peak_gflops=100"})
     c.apply_override(s);
   c.set("data.path", data_dir.string());
   c.set("data.tokenizer", (data_dir / "tok.model").string());
@@ -171,8 +175,6 @@ inline std::string usage_error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
-// Starts the trainer binary on `cfg` with extra --set overrides; stdout goes to /dev/null.
-// (A fork that keeps running this process's code could deadlock in the OpenMP runtime.)
 // The corpus and the tiny config (run "r") under `dir`, for a trainer of its own
 // (spawn_trainer); returns the config file.
 inline fs::path write_tiny_run(const fs::path& dir) {
@@ -182,8 +184,16 @@ inline fs::path write_tiny_run(const fs::path& dir) {
   return cfg;
 }
 
+// The trainer binary of this build: its twin where this test is a twin (Note [Test labels]).
+inline std::string trainer_binary() {
+  const bool twin = fs::read_symlink("/proc/self/exe").string().ends_with("_twin");
+  return std::string(TRAINER_BINARY_DIR) + (twin ? "/trainer_twin" : "/trainer");
+}
+
+// Starts the trainer binary on `cfg` with extra --set overrides; stdout goes to /dev/null.
+// (A fork that keeps running this process's code could deadlock in the OpenMP runtime.)
 inline pid_t spawn_trainer(const fs::path& cfg, const std::vector<std::string>& sets) {
-  const std::string trainer = std::string(TRAINER_BINARY_DIR) + "/trainer";
+  const std::string trainer = trainer_binary();
   std::vector<std::string> args = {trainer, "--config", cfg.string()};
   for (const std::string& s : sets) args.insert(args.end(), {"--set", s});
   pid_t child = fork();

@@ -63,6 +63,7 @@ bash "$SLURM" start nodes || { echo "FAIL: scripts/cluster/slurm.sh start nodes"
 eval "$(bash "$SLURM" env)"
 set -e
 source "$ROOT/tests/app/small_corpus.sh"
+source "$ROOT/tests/app/ranks.sh"
 cd "$DIR"
 small_corpus "$TRAINER"
 cat >c.yaml <<YAML
@@ -170,14 +171,19 @@ limit_cpu 10000
   --set model.n_embd=128 --set data.seq_len=64 --set model.max_seq_len=64 --set data.batch_size=8 \
   >slow.log 2>&1) 2>/dev/null &
 launcher=$!
+ranks() {  # the job's ranks: its launcher's descendants named trainer, those on node $1 if given
+  local mine
+  mine=$(comm -12 <(descendants "$launcher" | sort) <(pgrep -x trainer | sort))
+  if [[ -z ${1:-} ]]; then echo "$mine"; else comm -12 <(echo "$mine") <(bash "$NODES" pids "$1" | sort); fi
+}
 for _ in $(seq 1 300); do
-  pids=$(comm -12 <(bash "$NODES" pids node2 | sort) <(pgrep -f "run.name=slow" | sort))
+  pids=$(ranks node2)
   [[ $(wc -w <<<"$pids") -ge 2 ]] && break
   sleep 0.05
 done
 for pid in $pids; do echo "$pid" >"$CG/cgroup.procs"; done
 for _ in $(seq 1 600); do grep -q "slow node" slow.log && break; sleep 0.1; done
-pkill -KILL -f "^$TRAINER train c.yaml --set run.name=slow" || true  # the ranks: mpirun then ends
+ranks | xargs -r kill -KILL 2>/dev/null || true  # the ranks: mpirun then ends
 wait "$launcher" 2>/dev/null || true
 grep -q "slow node: ranks 2-3 on node2 (all of its 2) has been behind for 5 steps in a row" slow.log ||
   fail "node2 under a CPU limit was not reported as a slow node: $(grep -m2 -E 'straggler|slow' slow.log)"

@@ -13,6 +13,10 @@
 #   5. Ctrl-C under scripts/launch/mpirun.sh (SIGINT to mpirun, which sends the ranks SIGTERM):
 #      the ranks save, mpirun exits 1, and the script exits 75 from the run's 'stopped' marker (Note [Stop
 #      marker]); the relaunch ends identical.
+#   6. Two pipeline stages, a stop signal (SIGUSR1) to stage 1's rank only: agreed in the step's
+#      all-reduce, so both stages save at the same step and exit 75; the relaunch ends identical.
+#   7. A pipeline stage that stops answering (SIGSTOP: alive, silent): the other stage's wait for
+#      its transfer fails within dist.timeout_s, naming the stage, and the job ends non-zero.
 #   rank_failure.sh <trainer> <mpiexec>
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/small_corpus.sh"
@@ -24,6 +28,8 @@ DIR=$(mktemp -d /tmp/trainer_rank_failure.XXXXXX)
 trap 'pkill -9 -f "$DIR" 2>/dev/null || true; rm -rf "$DIR"' EXIT
 cd "$DIR"
 small_corpus "$TRAINER"
+# 120 steps: a kill or signal sent once step 20 is saved lands about 10 steps later (measured:
+# the stop at step 28-31), and the 100 steps left keep a loaded machine from finishing first.
 common=(--set data.path="$DIR/corpus" --set data.tokenizer="$DIR/tok.model" --set run.dir="$DIR/runs"
         --set model.vocab_size=320 --set model.n_layer=2 --set model.n_head=4 --set model.n_embd=128
         --set model.max_seq_len=64 --set data.seq_len=64 --set data.batch_size=8
@@ -39,12 +45,14 @@ wait_for() {  # a file, up to 60 s
   echo "FAIL: $1 never appeared"
   exit 1
 }
-same_state() {  # the step-120 checkpoints of runs $1 and $2 hold the same bits
-  local f
-  for f in model.safetensors optimizer.safetensors; do
-    cmp -s "runs/$1/checkpoints/step-120/$f" "runs/$2/checkpoints/step-120/$f" ||
-      { echo "FAIL: $2's final $f differs from the uninterrupted run's"; exit 1; }
+same_state() {  # runs $1 and $2 end at step 120 with the same tensor files, bit for bit
+  local a=runs/$1/checkpoints/step-120 b=runs/$2/checkpoints/step-120 f n=0
+  for f in "$a"/*.safetensors; do  # model and optimizer, or a sharded run's shards
+    cmp -s "$f" "$b/${f##*/}" ||
+      { echo "FAIL: $2's final ${f##*/} differs from the uninterrupted run's"; exit 1; }
+    n=$((n + 1))
   done
+  [[ $n -gt 0 ]] || { echo "FAIL: $1 saved no step-120 checkpoint"; exit 1; }
 }
 
 launch --set run.name=straight >/dev/null 2>&1
@@ -53,7 +61,7 @@ launch --set run.name=straight >/dev/null 2>&1
 launch --set run.name=killed >killed.log 2>&1 &
 job=$!
 wait_for runs/killed/checkpoints/step-20
-pid=$(rank_pid killed 1)
+pid=$(rank_pid "$job" 1)
 [[ -n $pid ]] || { echo "FAIL: no rank 1 process found"; exit 1; }
 kill -9 "$pid"
 start=$(date +%s)
@@ -73,7 +81,9 @@ echo "rank killed: the job exited $status in ${elapsed} s; relaunched from $resu
 launch --set run.name=signalled >signalled.log 2>&1 &
 job=$!
 wait_for runs/signalled/checkpoints/step-20
-kill -USR1 "$(rank_pid signalled 1)"
+pid=$(rank_pid "$job" 1)
+[[ -n $pid ]] || { echo "FAIL: no rank 1 process found"; exit 1; }
+kill -USR1 "$pid"
 status=0
 wait "$job" || status=$?
 [[ $status -eq 75 ]] || { echo "FAIL: a stop signal to one rank gave exit $status, not 75"; exit 1; }
@@ -90,7 +100,9 @@ TRAINER_TEST_SAVE_DELAY_S=3 launch --set run.name=midsave --set checkpoint.timeo
   >midsave.log 2>&1 &
 job=$!
 wait_for runs/midsave/checkpoints/step-20.tmp
-kill -9 "$(rank_pid midsave 0)"
+pid=$(rank_pid "$job" 0)
+[[ -n $pid ]] || { echo "FAIL: no rank 0 process found"; exit 1; }
+kill -9 "$pid"
 status=0
 wait "$job" || status=$?
 [[ $status -ne 0 ]] || { echo "FAIL: the job exited 0 after rank 0 died in a save"; exit 1; }
@@ -125,3 +137,45 @@ launch --set run.name=ctrlc >/dev/null 2>&1
 [[ ! -e runs/ctrlc/stopped ]] || { echo "FAIL: the relaunch left the earlier stop marker"; exit 1; }
 same_state straight ctrlc
 echo "Ctrl-C under mpirun.sh: exit 75 ($(cat runs/ctrlc/stopped 2>/dev/null || echo marker removed by the relaunch)); the relaunch ends identical"
+
+# 6. SIGUSR1 to the last pipeline stage's rank only.
+pp=(--set dist.pipeline_parallel=2 --set train.global_batch=16)
+launch --set run.name=pp_straight "${pp[@]}" >/dev/null 2>&1
+launch --set run.name=pp_signalled "${pp[@]}" >pp_signalled.log 2>&1 &
+job=$!
+wait_for runs/pp_signalled/checkpoints/step-20
+pid=$(rank_pid "$job" 1)
+[[ -n $pid ]] || { echo "FAIL: no rank 1 process found in the pipeline run"; exit 1; }
+kill -USR1 "$pid"
+status=0
+wait "$job" || status=$?
+[[ $status -eq 75 ]] || { echo "FAIL: a stop signal to stage 1 gave exit $status, not 75"; tail -3 pp_signalled.log; exit 1; }
+stopped_at=$(readlink runs/pp_signalled/checkpoints/latest)
+[[ $stopped_at != step-120 ]] || { echo "FAIL: the signalled pipeline run finished anyway"; exit 1; }
+launch --set run.name=pp_signalled "${pp[@]}" >/dev/null 2>&1
+same_state pp_straight pp_signalled
+echo "stop signal to pipeline stage 1: both stages saved $stopped_at and exited 75; the relaunch ends identical"
+
+# 7. SIGSTOP to pipeline stage 1, which holds 7 of the 8 layers, so stage 0 spends its step
+#    waiting for its transfers.
+launch --set run.name=pp_stalled "${pp[@]}" --set model.n_layer=8 --set dist.pipeline_layers=[1,7] \
+  --set model.n_embd=32 --set data.batch_size=2 --set train.global_batch=4 \
+  --set train.steps=100000 --set checkpoint.every=0 >stalled.log 2>&1 &
+job=$!
+for _ in $(seq 1 300); do [[ -s runs/pp_stalled/metrics.jsonl ]] && break; sleep 0.1; done  # 30 s
+victim=$(rank_pid "$job" 1)
+[[ -n $victim ]] || { echo "FAIL: no rank 1 in the pipeline run"; exit 1; }
+start=$(date +%s)
+kill -STOP "$victim"
+status=0
+wait "$job" || status=$?
+kill -9 "$victim" 2>/dev/null || true
+elapsed=$(($(date +%s) - start))
+# dist.timeout_s (4 s) for stage 0's wait to fail, then mpirun's teardown, as in 1.
+[[ $status -ne 0 && $elapsed -le 20 ]] ||
+  { echo "FAIL: the stalled job exited $status after ${elapsed} s"; tail -5 stalled.log; exit 1; }
+# Stage 0 finds stage 1 silent in a transfer (which names stage 1) or in the step's all-reduce
+# (which names rank 1 and how ranks map to stages).
+grep -qE "waits for stage 1|stage 1 does not take|rank 1 .*world rank r is stage r / 1 mod 2" \
+  stalled.log || { echo "FAIL: the error does not name stage 1"; tail -5 stalled.log; exit 1; }
+echo "pipeline stage 1 silent: the job exited $status in ${elapsed} s, naming stage 1"

@@ -11,8 +11,8 @@
 #   - the bytes each group carried per step, against the closed form of docs/dist.md;
 #   - a TP=2 x DP=2 checkpoint resumes as TP=1 x DP=1, TP=4 x DP=1 and TP=1 x DP=4 and continues
 #     the same loss curve, and in its own layout with the very same bits; eval, sample and
-#     inspect read it directly;
-#   - bad layouts are refused at start-up, before anything is written, naming the constraint.
+#     inspect read it directly.
+# Bad layouts are layout_refusals.sh's.
 #   tensor_parallel.sh <trainer> <mpiexec>
 set -euo pipefail
 HERE=$(realpath "$(dirname "${BASH_SOURCE[0]}")")
@@ -186,28 +186,4 @@ grep -q "h.0.attn.c_attn.weight" inspect.txt || { echo "FAIL: inspect lists no t
 # that close to the boundary between two tokens).
 cmp -s sample_tp.txt sample_ref.txt || { echo "FAIL: samples differ"; diff sample_tp.txt sample_ref.txt; exit 1; }
 
-# Bad layouts: refused before anything is written, each naming the constraint.
-refused() {  # refused <ranks> <expected text> [--set ...]
-  local np=$1 want=$2 out
-  shift 2
-  if out=$(OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np "$np" \
-    "$TRAINER" train "${common[@]}" --set run.name=bad "$@" 2>&1); then
-    echo "FAIL: accepted $*"
-    exit 1
-  fi
-  grep -q -- "$want" <<<"$out" || { echo "FAIL: '$want' not in: $out"; exit 1; }
-  [ ! -e runs/bad ] || { echo "FAIL: $* wrote runs/bad"; exit 1; }
-}
-refused 3 "does not divide the 3 ranks" --set dist.tensor_parallel=2
-refused 3 "does not divide model.n_head = 4" --set dist.tensor_parallel=3
-refused 2 "neither divides model.n_kv_head = 3" "${llama[@]}" --set model.n_head=6 \
-  --set model.n_embd=48 --set model.n_kv_head=3 --set dist.tensor_parallel=2
-refused 2 "does not divide model.vocab_size = 321" --set model.vocab_size=321 \
-  --set dist.tensor_parallel=2
-refused 2 "needs dist.tensor_parallel > 1" --set dist.sequence_parallel=true
-refused 2 "data.mode = bucket" "${sp[@]}" --set data.mode=bucket
-refused 4 "does not cut into dist.tensor_parallel = 4" --set dist.tensor_parallel=4 \
-  --set dist.sequence_parallel=true --set data.batch_size=1 --set data.seq_len=30
-refused 4 "mlp.gate_proj.weight" "${llama[@]}" --set model.ffn_hidden=42 \
-  --set model.ffn_multiple_of=2 --set dist.tensor_parallel=4 --set model.n_kv_head=4
 echo "tensor parallelism: all layouts agree"

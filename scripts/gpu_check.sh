@@ -736,11 +736,12 @@ selftest() {
 # ---- rehearse: the whole main check on the CPU, through a real trainer ---------------------------
 
 # rehearse TRAINER: runs the main check with TRAINER (a CPU build) behind a shim that runs every
-# CUDA request on the CPU at a small size (GPT-2 blocks 12 -> 2, T 1024 -> 64, V 50304 -> 4096;
-# NCCL as the default backend; graphs off), so that every row fed by a training run or a bench
-# is made from real output. The rows that need a GPU fail as they must; every other row must
-# pass (a generated corpus the tokenizer refuses, a row reading a metric the run does not log,
-# a checker that misreads real metrics all fail here).
+# CUDA request on the CPU at a small size (GPT-2 blocks 12 -> 2 of width 768 -> 128 with heads
+# 12 -> 2, T 1024 -> 64, V 50304 -> 4096; NCCL as the default backend; graphs off), so that
+# every row fed by a training run or a bench is made from real output. The rows that need a
+# GPU fail as they must; every other row must pass (a generated corpus the tokenizer refuses,
+# a row reading a metric the run does not log, a checker that misreads real metrics all fail
+# here).
 rehearse() {
   local real=${1:?usage: scripts/gpu_check.sh rehearse TRAINER} dir rc bad=0 label text
   real=$(cd "$(dirname "$real")" && pwd)/$(basename "$real")
@@ -756,8 +757,9 @@ for a in "\$@"; do
     run.device=cuda) a=run.device=cpu ;; dist.backend=nccl) a=dist.backend=auto ;;
     train.cuda_graphs=true) a=train.cuda_graphs=false ;; --cuda-graphs) continue ;;
     cuda) a=cpu ;; model.n_layer=12) a=model.n_layer=2 ;;
+    model.n_embd=768) a=model.n_embd=128 ;; model.n_head=12) a=model.n_head=2 ;;
     model.max_seq_len=1024) a=model.max_seq_len=128 ;; data.seq_len=1024) a=data.seq_len=128 ;;
-    1024) a=64 ;; 12 | 24) a=2 ;; 50304) a=4096 ;;
+    1024) a=64 ;; 12 | 24) a=2 ;; 768) a=128 ;; 50304) a=4096 ;;
   esac
   args+=("\$a")
 done

@@ -76,11 +76,17 @@ for _ in $(seq 1 600); do
   [[ -z $(ps -C slurmstepd -o stat= | grep -v Z) ]] && break
   sleep 0.1
 done
+# slurmd revoked the job's credential when the requeue killed it, and refuses any credential
+# of that job made in the same second or before (a time in whole seconds), failing the job
+# ("Job credential revoked"): its new start must come in a later second than the requeue seen
+# above, which 1 s guarantees.
+sleep 1
 scontrol update JobId="$job" StartTime=now
 # 180 s or more: the start, then at most 280 steps and 28 saves, ~20 s at 20 GFLOP/s a core
 # (a slow AVX2 machine's): 9x.
 for _ in $(seq 1 900); do [[ $(state JobState) =~ ^(COMPLETED|FAILED|CANCELLED)$ ]] && break; sleep 0.2; done
-[[ $(state JobState) == COMPLETED ]] || fail "the requeued job ended $(state JobState)"
+[[ $(state JobState) == COMPLETED ]] ||
+  { tail -15 "trainer-$job.out"; fail "the requeued job ended $(state JobState)"; }
 stopped=$(sed -n 's/.*saving a checkpoint at step \([0-9]*\) and stopping.*/\1/p' "trainer-$job.out")
 grep -q "resumed from .*step-$stopped at step $stopped" "trainer-$job.out" ||
   fail "the requeued job did not resume from step $stopped: $(grep -E 'resumed|restart|stopping' "trainer-$job.out")"

@@ -55,6 +55,26 @@ same_state() {  # runs $1 and $2 end at step 120 with the same tensor files, bit
   [[ $n -gt 0 ]] || { echo "FAIL: $1 saved no step-120 checkpoint"; exit 1; }
 }
 
+# signal_rank_1 <what> <run> [--set ...]: SIGUSR1 to rank 1 alone at step 20 of run <run>,
+# which must save and exit 75 on every rank before its end; then relaunches <run> to its end,
+# for the caller to compare with the uninterrupted run. Sets stopped_at.
+signal_rank_1() {
+  local what=$1 run=$2 status=0 job pid
+  shift 2
+  launch --set run.name="$run" "$@" >"$run.log" 2>&1 &
+  job=$!
+  wait_for "runs/$run/checkpoints/step-20"
+  pid=$(rank_pid "$job" 1)
+  [[ -n $pid ]] || { echo "FAIL: no rank 1 process found in $what"; exit 1; }
+  kill -USR1 "$pid"
+  wait "$job" || status=$?
+  [[ $status -eq 75 ]] ||
+    { echo "FAIL: a stop signal to $what gave exit $status, not 75"; tail -3 "$run.log"; exit 1; }
+  stopped_at=$(readlink "runs/$run/checkpoints/latest")
+  [[ $stopped_at != step-120 ]] || { echo "FAIL: $what finished anyway"; exit 1; }
+  launch --set run.name="$run" "$@" >/dev/null 2>&1
+}
+
 launch --set run.name=straight >/dev/null 2>&1
 
 # 1. SIGKILL to rank 1.
@@ -78,18 +98,7 @@ same_state straight killed
 echo "rank killed: the job exited $status in ${elapsed} s; relaunched from $resumed_from, final state identical"
 
 # 2. SIGUSR1 to rank 1 only.
-launch --set run.name=signalled >signalled.log 2>&1 &
-job=$!
-wait_for runs/signalled/checkpoints/step-20
-pid=$(rank_pid "$job" 1)
-[[ -n $pid ]] || { echo "FAIL: no rank 1 process found"; exit 1; }
-kill -USR1 "$pid"
-status=0
-wait "$job" || status=$?
-[[ $status -eq 75 ]] || { echo "FAIL: a stop signal to one rank gave exit $status, not 75"; exit 1; }
-stopped_at=$(readlink runs/signalled/checkpoints/latest)
-[[ $stopped_at != step-120 ]] || { echo "FAIL: the signalled run finished anyway"; exit 1; }
-launch --set run.name=signalled >/dev/null 2>&1
+signal_rank_1 "rank 1" signalled
 same_state straight signalled
 echo "stop signal to rank 1: every rank saved $stopped_at and exited 75; the relaunch ends identical"
 
@@ -141,18 +150,7 @@ echo "Ctrl-C under mpirun.sh: exit 75 ($(cat runs/ctrlc/stopped 2>/dev/null || e
 # 6. SIGUSR1 to the last pipeline stage's rank only.
 pp=(--set dist.pipeline_parallel=2 --set train.global_batch=16)
 launch --set run.name=pp_straight "${pp[@]}" >/dev/null 2>&1
-launch --set run.name=pp_signalled "${pp[@]}" >pp_signalled.log 2>&1 &
-job=$!
-wait_for runs/pp_signalled/checkpoints/step-20
-pid=$(rank_pid "$job" 1)
-[[ -n $pid ]] || { echo "FAIL: no rank 1 process found in the pipeline run"; exit 1; }
-kill -USR1 "$pid"
-status=0
-wait "$job" || status=$?
-[[ $status -eq 75 ]] || { echo "FAIL: a stop signal to stage 1 gave exit $status, not 75"; tail -3 pp_signalled.log; exit 1; }
-stopped_at=$(readlink runs/pp_signalled/checkpoints/latest)
-[[ $stopped_at != step-120 ]] || { echo "FAIL: the signalled pipeline run finished anyway"; exit 1; }
-launch --set run.name=pp_signalled "${pp[@]}" >/dev/null 2>&1
+signal_rank_1 "pipeline stage 1" pp_signalled "${pp[@]}"
 same_state pp_straight pp_signalled
 echo "stop signal to pipeline stage 1: both stages saved $stopped_at and exited 75; the relaunch ends identical"
 

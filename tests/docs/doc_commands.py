@@ -6,13 +6,14 @@ usage: doc_commands.py <trainer> <source dir> <mpiexec>
 Each document's commands run in order in a scratch directory of their own (so one block can use
 what an earlier one wrote), two documents at a time, with `trainer` on PATH, configs/ and
 scripts/ linked from the source, the prepared Brown corpus at corpora/brown, a small text corpus
-at corpus/*.txt, and runs/gpt already trained two steps. Commands that train get a short run
-appended (train.steps=2, no validation, a stated MFU peak, and their own run.name unless they
-set one); a bench runs one step, without warm-up, against a stated peak; mpirun gets
---oversubscribe (and --allow-run-as-root as root). Commands that need a Slurm cluster or install
-and build the whole project are not run here: each names the test that runs it, and this
-script checks that the test still holds the command. A command that fails fails the test, and
-so does a docs/config.md that is not what `trainer config --schema` prints.
+at corpus/*.txt, and runs/gpt already trained two steps (its step-2 is one to rewind to).
+Commands that train get a short run appended (train.steps=1, no validation, a stated MFU peak,
+and their own run.name unless they set one); a bench runs one step, without warm-up, against a
+stated peak; an evaluation of the validation split reads two batches; mpirun gets
+--oversubscribe (and --allow-run-as-root as root). Commands that need a Slurm cluster or
+install and build the whole project are not run here: each names the test that runs it, and
+this script checks that the test still holds the command. A command that fails fails the test,
+and so does a docs/config.md that is not what `trainer config --schema` prints.
 """
 import concurrent.futures
 import os
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 
 TRAINER, SRC, MPIEXEC = Path(sys.argv[1]).resolve(), Path(sys.argv[2]).resolve(), sys.argv[3]
-SHORT = ["--set", "train.steps=2", "--set", "train.val_every=0", "--set", "log.peak_gflops=100",
+SHORT = ["--set", "train.steps=1", "--set", "train.val_every=0", "--set", "log.peak_gflops=100",
          "--set", "log.progress=off", "--set", "checkpoint.every=0"]
 
 # Commands run elsewhere: (regex on the command, test file, text that file must contain).
@@ -78,6 +79,8 @@ def prepare(argv, env, cwd):
     if argv[0] == "mpirun":
         argv = [MPIEXEC, "--oversubscribe", "-x", "OMP_NUM_THREADS=1"] + \
             (["--allow-run-as-root"] if os.geteuid() == 0 else []) + argv[1:]
+    if argv[0] == "trainer" and argv[1:2] == ["eval"] and "--task" not in argv:
+        argv += ["--max-batches", "2"]
     if argv[0] == "trainer" and argv[1:2] == ["bench"]:
         for flag, value in (("--steps", "1"), ("--warmup", "0"), ("--peak-gflops", "100")):
             if flag not in argv:
@@ -120,7 +123,8 @@ def fixture(root):
         shutil.copy(t, base / "corpus" / t.name)
     subprocess.run([str(TRAINER), "train", str(SRC / "configs" / "gpt.yaml"), "--set",
                     f"run.dir={base / 'runs'}", "--set",
-                    f"data.path={brown}", "--set", f"data.tokenizer={brown / 'tok.model'}"] + SHORT,
+                    f"data.path={brown}", "--set", f"data.tokenizer={brown / 'tok.model'}"] + SHORT
+                   + ["--set", "train.steps=2"],
                    check=True, stdout=subprocess.DEVNULL)
     return base
 
@@ -157,10 +161,10 @@ def run_doc(doc, base, root):
         env["PATH"] = f"{base / 'bin'}:{env['PATH']}"
         argv = prepare(argv, env, cwd)
         start = time.time()
-        # A hang guard: the heaviest commands (bench: 3 steps of 124M parameters on 4 x 64
-        # tokens; 2 steps of configs/gpt.yaml on 4 ranks) are ~0.6 TFLOP, 15 s at 40 GFLOP/s,
-        # a slow 2-core machine's, or twice that beside another document's: 300 s is 10x, and a
-        # hang still fails with its command named within the test's 900 s.
+        # A hang guard: the heaviest command (bench: a step of 124M parameters on 4 x 64
+        # tokens) is ~0.2 TFLOP, 5 s at 40 GFLOP/s, a slow 2-core machine's, or twice that
+        # beside another document's (measured 13 s): 300 s is over 20x, and a hang still fails
+        # with its command named within the test's 900 s.
         p = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, timeout=300)
         ran += 1

@@ -8,6 +8,7 @@
 
 #include "nn/arch.h"
 #include "nn/ops/attention.h"
+#include "nn/ops/linear.h"
 #include "nn/tensor_group.h"
 #include "runtime/context.h"
 #include "runtime/tensor.h"
@@ -60,6 +61,8 @@ enum class BlockPass : uint8_t { train, recompute_all, recompute_cheap };
 
 // What the block functions read tensors by (`using namespace block_access` in their files).
 namespace block_access {
+// The layout of Llama's and NeoX's product weights: (out, in), as Hugging Face stores them.
+inline constexpr WeightLayout kOutIn = WeightLayout::out_in;
 inline const Tensor& A(const BlockTensors& t, Act a) {
   return t.a[size_t(a)];
 }

@@ -57,8 +57,9 @@ avx2="${TRAINER_TEST_AVX2:-auto}"
 if [ "$avx2" = auto ]; then
   if grep -qw avx512f /proc/cpuinfo; then avx2=on; else avx2=off; fi
 fi
+# A unity build: a third less compile time (Note [Build options] in CMakeLists.txt).
 options=(-DTRAINER_TESTS=ON -DTRAINER_CUDA=AUTO -DCMAKE_CUDA_ARCHITECTURES=90
-         -DTRAINER_MARCH="${TRAINER_MARCH:-native}")
+         -DTRAINER_MARCH="${TRAINER_MARCH:-native}" -DCMAKE_UNITY_BUILD=ON)
 if [ "$avx2" = on ] && [ "$quick" = 0 ]; then
   options+=(-DTRAINER_TWIN_MARCH="${TRAINER_AVX2_MARCH:-znver3}")
 else

@@ -101,8 +101,6 @@ ArchSpec llama_spec(const ModelConfig& m) {
   return s;
 }
 
-constexpr WeightLayout kOutIn = WeightLayout::out_in;
-
 // `first` and the `more` tensors that follow it in the flat buffer, as one (rows, cols)
 // matrix: the stacked q/k/v or gate/up weights (or their gradients).
 Tensor stacked(const Tensor& first, std::initializer_list<const Tensor*> more) {

@@ -23,8 +23,6 @@ namespace {
 
 using namespace block_access;
 
-constexpr WeightLayout kOutIn = WeightLayout::out_in;
-
 void neox_validate(const ModelConfig& m) {
   USAGE_CHECK(m.n_kv_head == 0 || m.n_kv_head == m.n_head,
               "model.n_kv_head = {} needs model.arch = llama (GPT-NeoX has as many key/value "

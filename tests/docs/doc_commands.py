@@ -161,10 +161,10 @@ def run_doc(doc, base, root):
         env["PATH"] = f"{base / 'bin'}:{env['PATH']}"
         argv = prepare(argv, env, cwd)
         start = time.time()
-        # A hang guard: the heaviest command (bench: a step of 124M parameters on 4 x 64
-        # tokens) is ~0.2 TFLOP, 5 s at 40 GFLOP/s, a slow 2-core machine's, or twice that
-        # beside another document's (measured 13 s): 300 s is over 20x, and a hang still fails
-        # with its command named within the test's 900 s.
+        # A hang guard: the heaviest command (bench: 124M parameters set up, then a step on
+        # 4 x 64 tokens, ~0.2 TFLOP) took 13 s here beside another document's and 21 s beside
+        # another test as well: 300 s is over 10x that, and a hang still fails with its command
+        # named within the test's 900 s.
         p = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, timeout=300)
         ran += 1

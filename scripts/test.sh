@@ -87,8 +87,10 @@ echo
 echo "test: summary"
 printf '  %s\n' "${phases[@]}"
 echo "  the ten slowest tests:"
+# awk reads to the end: `head` would quit early, and under pipefail the SIGPIPE sort then gets
+# would end this script with 141 instead of the tests' own status.
 sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) \.+ *([^0-9]*[A-Za-z]+) +([0-9.]+) sec$/\3 \1 (\2)/p' "$log" |
-  sort -rn | head -10 | awk '{ printf "    %7.1f s  %s %s\n", $1, $2, $3 }'
+  sort -rn | awk 'NR <= 10 { printf "    %7.1f s  %s %s\n", $1, $2, $3 }'
 if [ "$status" != 0 ]; then
   echo "test: FAILED (CTest's log: $log)"
   exit "$status"

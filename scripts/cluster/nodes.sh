@@ -30,7 +30,7 @@ NET=10.77.0
 say() { echo "nodes: $*" >&2; }
 names() { [[ -r $DIR/names ]] && cat "$DIR/names"; }
 netns() { echo "trainer-$1"; }
-known() { names | grep -qx "$1" || { say "no node '$1' (nodes: $(names | tr '\n' ' '))"; exit 2; }; }
+known() { grep -qx "$1" <<<"$(names)" || { say "no node '$1' (nodes: $(names | tr '\n' ' '))"; exit 2; }; }
 
 enter() {  # NODE CMD...: CMD inside NODE's namespaces, those of its anchor process
   local node=$1

@@ -39,7 +39,7 @@ grep -Eq "error: .*(runs/gpt/checkpoints/step-[0-9]+\.tmp/[a-z_.]+|runs/gpt/[a-z
 latest=$(readlink runs/gpt/checkpoints/latest)
 [[ -n "$latest" && "$latest" != *.tmp ]] || errors+=("latest is '$latest'")
 "$TRAINER" inspect runs/gpt >/dev/null 2>&1 || errors+=("latest ($latest) does not load")
-ls runs/gpt/checkpoints | grep -q '\.tmp$' && errors+=("a partial checkpoint was left: $(ls runs/gpt/checkpoints)")
+grep -q '\.tmp$' <<<"$(ls runs/gpt/checkpoints)" && errors+=("a partial checkpoint was left: $(ls runs/gpt/checkpoints)")
 if ((${#errors[@]})); then
   printf 'disk_full: FAIL: %s\n' "${errors[@]}"
   cat err.log | tail -3

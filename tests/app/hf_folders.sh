@@ -56,10 +56,10 @@ for arch in gpt2 llama; do
   ls $arch-fp16-1/model-00001-of-*.safetensors $arch-fp16-1/model.safetensors.index.json >/dev/null
   diff -r $arch-export/model.safetensors $arch-fp32-1/model.safetensors >/dev/null ||
     fail "$arch: the fp32 folder's weights are not the export's"
-  "$TRAINER" eval $arch-fp16-1 --data corpus --max-batches 2 | grep -q "^eval val: loss" ||
+  grep -q "^eval val: loss" <<<"$("$TRAINER" eval $arch-fp16-1 --data corpus --max-batches 2)" ||
     fail "$arch: eval of a folder"
   "$TRAINER" sample $arch-hf --prompt "the quick" --max-new-tokens 4 >/dev/null
-  "$TRAINER" inspect $arch-fp16-1 | grep -q "F16 weights; all tensors checked" ||
+  grep -q "F16 weights; all tensors checked" <<<"$("$TRAINER" inspect $arch-fp16-1)" ||
     fail "$arch: inspect of a folder"
 done
 

@@ -133,10 +133,10 @@ HOSTFILE=hosts RANKS_PER_NODE=2 OMPI_MCA_plm_rsh_agent="$NODES rsh" OMPI_MCA_oob
   bash "$NODES" exec node1 bash "$ROOT/scripts/launch/mpirun.sh" 4 c.yaml --set run.name=mpirun \
   >mpirun.log 2>&1 || { tail -3 mpirun.log; fail "mpirun.sh with a hostfile"; }
 same_losses mpirun one_none
-tr -d ' \n' <runs/mpirun/checkpoints/step-16/trainer_state.json |
-  grep -q '"hosts":\["node1","node1","node2","node2"\]' ||
+grep -q '"hosts":\["node1","node1","node2","node2"\]' \
+  <<<"$(tr -d ' \n' <runs/mpirun/checkpoints/step-16/trainer_state.json)" ||
   fail "trainer_state.json has no rank-to-host map"
-"$TRAINER" inspect runs/mpirun | grep -q "saved by 4 rank(s): node1: ranks 0-1; node2: ranks 2-3" ||
+grep -q "saved by 4 rank(s): node1: ranks 0-1; node2: ranks 2-3" <<<"$("$TRAINER" inspect runs/mpirun)" ||
   fail "inspect shows no rank-to-host map"
 echo "mpirun.sh with a hostfile across node1 and node2: the same losses; the map in the log, trainer_state.json and inspect"
 

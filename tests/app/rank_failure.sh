@@ -65,7 +65,7 @@ signal_rank_1() {
   job=$!
   wait_for "runs/$run/checkpoints/step-20"
   pid=$(rank_pid "$job" 1)
-  [[ -n $pid ]] || { echo "FAIL: no rank 1 process found in $what"; exit 1; }
+  [[ -n $pid ]] || { echo "FAIL: no rank 1 process found in $what"; tail -3 "$run.log"; exit 1; }
   kill -USR1 "$pid"
   wait "$job" || status=$?
   [[ $status -eq 75 ]] ||
@@ -129,7 +129,7 @@ TRAINER_TEST_FAULT=1:15 launch --set run.name=fault --set log.level=warn >fault.
 [[ $status -ne 0 ]] || { echo "FAIL: the job exited 0 after an error on rank 1"; exit 1; }
 # Its last line, or the one before rank 0's own error about rank 1 (should rank 0 time out
 # before the launcher stops it).
-tail -n 2 runs/fault/train.log | grep -qxF "[rank 1] error: TRAINER_TEST_FAULT: rank 1 fails at step 15" ||
+grep -qxF "[rank 1] error: TRAINER_TEST_FAULT: rank 1 fails at step 15" <<<"$(tail -n 2 runs/fault/train.log)" ||
   { echo "FAIL: train.log does not end with rank 1's error:"; tail -n 3 runs/fault/train.log; exit 1; }
 echo "error on rank 1: the job exited $status; rank 0's train.log ends with it"
 

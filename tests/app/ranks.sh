@@ -16,7 +16,7 @@ descendants() {
 rank_pid() {
   local pid
   for pid in $(descendants "$1"); do
-    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+    if grep -qzx "OMPI_COMM_WORLD_RANK=$2" "/proc/$pid/environ" 2>/dev/null; then
       echo "$pid"
       return
     fi

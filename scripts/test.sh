@@ -92,6 +92,17 @@ echo "  the ten slowest tests:"
 sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) \.+ *([^0-9]*[A-Za-z]+) +([0-9.]+) sec$/\3 \1 (\2)/p' "$log" |
   sort -rn | awk 'NR <= 10 { printf "    %7.1f s  %s %s\n", $1, $2, $3 }'
 if [ "$status" != 0 ]; then
+  # Last, where a CI page that shows only the tail of the output still has it: each failed
+  # test's last lines, from CTest's record of every test's output.
+  echo "  the failed tests' last lines:"
+  awk '/^[0-9]+\/[0-9]+ Test: / { name = $3 }
+       /^Output:$/ { n = 0; getline; out = 1; next }
+       /^<end of output>$/ { out = 0; next }
+       out { line[n++] = $0; next }
+       /^Test / && !/^Test (time|Passed|Skipped)/ {
+         print "    " name ":"
+         for (i = (n > 6 ? n - 6 : 0); i < n; ++i) print "      " substr(line[i], 1, 200)
+       }' build/Testing/Temporary/LastTest.log
   echo "test: FAILED (CTest's log: $log)"
   exit "$status"
 fi

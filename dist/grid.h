@@ -20,7 +20,7 @@ namespace trainer::dist {
 // data-parallel replicas, so rank = (data_rank * pipeline + stage) * tensor + tensor_rank. A
 // tensor group holds one stage's layers cut in `tensor` slices (nn/arch.h, Note
 // [Tensor-parallel splits]); a pipeline group holds one tensor rank's slice of every stage
-// (Note [Pipeline stages] in nn/transformer.h); both read the same batches. A data group holds
+// (Note [Pipeline stages] in nn/transformer.cpp); both read the same batches. A data group holds
 // the same slice of `data` replicas, and the data-parallel layer (DDP or a sharding stage) runs
 // over it exactly as it runs over the world without the other two. The ranks of a tensor or a
 // data group issue the same collectives in the same order; over MPI every group shares the

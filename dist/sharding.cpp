@@ -53,7 +53,7 @@ namespace {
 // once, for the constructor and for planned_state_bytes alike. Local buffers hold this rank's
 // slices; padded ones hold whole units, each rank's slice at rank * shard. "The embedding" is
 // unit 0, which keeps slots of its own: on a pipeline stage without the embedding, that is
-// its first block (Note [Pipeline stages] in nn/transformer.h).
+// its first block (Note [Pipeline stages] in nn/transformer.cpp).
 struct ShardBuffers {
   int64_t masters = 0;            // fp32, local
   int64_t full_weights = 0;       // compute dtype, padded: every unit (all but full with reshard)

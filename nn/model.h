@@ -49,7 +49,7 @@ struct StepScalars {
 // transformer, forward needs the embedding, blocks 0..L-1, the final unit and the embedding
 // again (a tied head); backward needs the final unit and the embedding (tied), then block
 // L-1..0, each followed by its gradient, and the embedding's gradient last. A pipeline stage
-// (Note [Pipeline stages] in nn/transformer.h) reads only its units, a chunk at a time, with
+// (Note [Pipeline stages] in nn/transformer.cpp) reads only its units, a chunk at a time, with
 // other micro-batches' forwards and backwards between: the order holds within each chunk's
 // pass, and a store's prefetch by the schedule may then guess wrong (a wasted gather).
 class UnitStore {
@@ -107,7 +107,7 @@ class Model {
   // synchronisation (Note [Asynchronous step]).
   virtual StepScalars read_step_scalars(const ConstTensor& grads) = 0;
 
-  // Pipeline stages (Note [Pipeline stages] in nn/transformer.h). A stage holds several
+  // Pipeline stages (Note [Pipeline stages] in nn/transformer.cpp). A stage holds several
   // micro-batches' activations at once, one per slot (ExecConfig::activation_slots), and runs
   // its chunks of layers one at a time. Makes `slot` the one the calls below work on.
   virtual void select_slot(int slot) = 0;

@@ -37,7 +37,7 @@ struct TensorSlice {
 };
 
 // The layers one process holds under pipeline parallelism (Note [Pipeline stages] in
-// nn/transformer.h): one run of consecutive layers per virtual stage it runs, and whether it
+// nn/transformer.cpp): one run of consecutive layers per virtual stage it runs, and whether it
 // holds the embedding (the first stage) and the final norm, head and loss (the last). No chunks:
 // the whole model.
 struct PipelineSlice {

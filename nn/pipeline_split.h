@@ -1,5 +1,5 @@
 // How a model's layers are cut into pipeline stages (Note [Pipeline stages] in
-// nn/transformer.h): balanced by compute, or as the user lists them, and the slice one stage
+// nn/transformer.cpp): balanced by compute, or as the user lists them, and the slice one stage
 // holds.
 #pragma once
 

@@ -1,9 +1,11 @@
 #include "app/run_setup.h"
 
+#include <algorithm>
 #include <charconv>
 #include <filesystem>
 #include <string>
 
+#include "nn/param_layout.h"
 #include "nn/pipeline_split.h"
 #include "nn/transformer.h"
 #include "runtime/error.h"
@@ -275,6 +277,8 @@ void resolve_pipeline(const Config& c, RunConfig& r) {
   }
   if (!sizes.empty() && r.pipeline_parallel == 1)
     throw UsageError("dist.pipeline_layers needs dist.pipeline_parallel > 1");
+  if (interleaved && r.pipeline_parallel == 1)
+    throw UsageError("dist.pipeline_schedule = interleaved needs dist.pipeline_parallel > 1");
   r.pipeline_split = nn::pipeline_split(r.model, r.pipeline_parallel, r.pipeline_chunks, sizes);
   if (r.pipeline_parallel == 1) return;
   // What does not compose with pipelining yet, each named.
@@ -365,6 +369,12 @@ RunConfig resolve_run(const Config& c) {
       throw UsageError(fmt::format(
           "train.grad_accum_schedule: entry '{}:{}' exceeds 65536 micro-batches", step, v));
   r.freeze = c.list("train.freeze");
+  // Asked of the whole model: a pipeline stage may hold none of a pattern's parameters.
+  const nn::ParamLayout whole(r.model.whole());
+  for (const std::string& p : r.freeze)
+    if (std::none_of(whole.params().begin(), whole.params().end(),
+                     [&](const nn::ParamInfo& info) { return matches_any(info.name, {p}); }))
+      throw UsageError(fmt::format("train.freeze: pattern '{}' matches no parameter", p));
   r.on_nonfinite = kNonFiniteNames.parse(c.text("train.on_nonfinite"));
   r.max_consecutive_skips = c.integer("train.max_consecutive_skips");
   r.max_skips = c.integer("train.max_skips");

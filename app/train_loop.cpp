@@ -126,11 +126,6 @@ TrainLoop::TrainLoop(const Config& config, RunConfig rc, const TrainOptions& opt
           M, P, 100 * dist::bubble_fraction(rc_.pipeline_schedule, int(P), int(M), 1), P);
   }
   check_batch_over_ranks();
-  for (const std::string& p : rc_.freeze) {
-    bool any = false;
-    for (const nn::ParamInfo& info : model_.layout().params()) any |= matches_any(info.name, {p});
-    if (!any) throw UsageError(fmt::format("train.freeze: pattern '{}' matches no parameter", p));
-  }
 }
 
 // This rank's micro-batches at `step`: train.grad_accum (or its schedule), or its share of

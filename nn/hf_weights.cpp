@@ -71,7 +71,8 @@ bool is_hf_folder(const fs::path& dir) {
          (fs::is_regular_file(dir / kSingle) || fs::is_regular_file(dir / kIndex));
 }
 
-HfWeights::HfWeights(const fs::path& folder, const ParamLayout& layout) {
+HfWeights::HfWeights(const fs::path& folder, const ParamLayout& slice) {
+  const ParamLayout layout = slice.all_layers();
   const Architecture& arch = layout.config().architecture();
   // model.safetensors first, as Hugging Face reads a folder holding both.
   std::vector<std::string> shards = {kSingle};

@@ -19,22 +19,24 @@ bool is_hf_folder(const std::filesystem::path& dir);
 
 class HfWeights {
  public:
-  // Opens the folder's weights and checks them against `layout` (a model's, or any tensor
-  // slice of it) before any value is read. Throws a UsageError naming the file and the tensor
-  // for a shard the index names that is missing, a tensor named twice (in the index or in two
-  // files), a parameter missing, of another shape or not F32, BF16 or F16, or a tensor that is
-  // not one of the model's.
+  // Opens the folder's weights and checks them against the whole model `layout` is part of (a
+  // model's layout, or any tensor slice or pipeline stage of it: the folder holds every layer)
+  // before any value is read. Throws a UsageError naming the file and the tensor for a shard
+  // the index names that is missing, a tensor named twice (in the index or in two files), a
+  // parameter missing, of another shape or not F32, BF16 or F16, or a tensor that is not one of
+  // the model's.
   HfWeights(const std::filesystem::path& folder, const ParamLayout& layout);
   ~HfWeights();
 
-  // Elements [begin, end) of `p` (a parameter of the layout) in the layout's order, as fp32.
+  // Elements [begin, end) of `p` (a parameter of the layout, or of any slice or stage of its
+  // model) in the layout's order, as fp32.
   void read(const ParamInfo& p, int64_t begin, int64_t end, float* out) const;
   // The dtype of the first parameter's tensor (the folder's, in practice).
   DType dtype() const { return dtype_; }
 
  private:
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
-  std::map<std::string, const TensorEntry*> params_;  // by the layout's names
+  std::map<std::string, const TensorEntry*> params_;  // by the model's names
   DType dtype_ = DType::f32;
 };
 

@@ -102,11 +102,15 @@ uint64_t ParamLayout::digest() const {
   return hash64(s);
 }
 
-uint64_t ParamLayout::model_digest() const {
-  if (config_.pipeline.whole()) return digest();
+ParamLayout ParamLayout::all_layers() const {
+  if (config_.pipeline.whole()) return *this;
   ModelConfig all = config_;
   all.pipeline = {};
-  return ParamLayout(all).digest();
+  return ParamLayout(all);
+}
+
+uint64_t ParamLayout::model_digest() const {
+  return config_.pipeline.whole() ? digest() : all_layers().digest();
 }
 
 int64_t ParamInfo::full_numel() const {

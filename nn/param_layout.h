@@ -77,8 +77,11 @@ class ParamLayout {
   bool has(int u, Role role) const { return units_[size_t(u)].param[size_t(role)] >= 0; }
   // A digest of names, shapes and offsets: equal layouts have equal digests.
   uint64_t digest() const;
-  // The digest of the layout of every layer at this tensor-parallel degree: alike on every
-  // pipeline stage of one model.
+  // The layout of every layer at this tensor-parallel degree: the whole model as each
+  // pipeline stage of it sees it (this layout, where it holds every layer). What a question
+  // about the whole model (a file's tensors, a freeze pattern) is asked of.
+  ParamLayout all_layers() const;
+  // Its digest: alike on every pipeline stage of one model.
   uint64_t model_digest() const;
 
  private:

@@ -5,7 +5,9 @@
 # vocabulary nor a SwiGLU width; sequence parallelism without tensor parallelism, with padded
 # batches, or with rows that do not cut) and pipeline parallelism (more stages than layers,
 # listed stages that miss layers or hold none, virtual stages that do not divide the layers or
-# are missing, a grid the world does not fill, dist.deterministic). Whether a layout is accepted
+# are missing, a grid the world does not fill, dist.deterministic, an interleaved schedule or
+# listed stages without pipeline parallelism), and task evaluation while training under either
+# (no rank holds the whole model's logits). Whether a layout is accepted
 # does not depend on the CPU's kernels: this runs once (Note [Test labels]).
 #   layout_refusals.sh <trainer> <mpiexec>
 set -euo pipefail
@@ -62,4 +64,14 @@ refused 1 "the interleaved schedule runs 2 or more virtual stages" --set dist.pi
 refused 2 "does not divide the 2 ranks" --set dist.pipeline_parallel=2 --set dist.tensor_parallel=2
 refused 1 "dist.deterministic is not implemented with dist.pipeline_parallel > 1" \
   --set dist.pipeline_parallel=2 --set dist.deterministic=true
-echo "layout refusals: 15 bad layouts refused, each naming its constraint, nothing written"
+refused 1 "dist.pipeline_schedule = interleaved needs dist.pipeline_parallel > 1" \
+  --set dist.pipeline_schedule=interleaved --set dist.pipeline_virtual_stages=2
+refused 1 "dist.pipeline_layers needs dist.pipeline_parallel > 1" --set dist.pipeline_layers=[4,4]
+
+# Features that ask for the whole model's logits, which no stage or tensor rank holds alone.
+printf '{"context": "the quick", "continuation": " brown"}\n' >task.jsonl
+refused 2 "train.eval_tasks runs with dist.pipeline_parallel = 1 only" \
+  --set dist.pipeline_parallel=2 --set 'train.eval_tasks=[task.jsonl]'
+refused 2 "train.eval_tasks runs with dist.tensor_parallel = 1 only" \
+  --set dist.tensor_parallel=2 --set 'train.eval_tasks=[task.jsonl]'
+echo "layout refusals: 19 bad layouts refused, each naming its constraint, nothing written"

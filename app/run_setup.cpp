@@ -88,11 +88,7 @@ nn::ExecConfig exec_config(const Config& c, int max_rows, int max_seq_len) {
   e.recompute_layers = checkpoint_layers(c);
   e.max_rows = max_rows;
   e.max_seq_len = max_seq_len;
-  try {
-    e.validate(model_config(c));
-  } catch (const Error& err) {
-    throw UsageError(err.what());
-  }
+  e.validate(model_config(c));
   return e;
 }
 

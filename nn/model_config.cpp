@@ -77,19 +77,20 @@ Recompute ExecConfig::policy(int layer) const {
 }
 
 void ExecConfig::validate(const ModelConfig& model) const {
-  CHECK(compute == DType::f32 || compute == DType::bf16,
-        "model.precision must be fp32 or bf16, got {}", dtype_name(compute));
-  CHECK(grad == DType::f32 || grad == DType::bf16, "dist.grad_dtype must be fp32 or bf16, got {}",
-        dtype_name(grad));
-  CHECK(grad == DType::f32 || compute == DType::bf16,
-        "dist.grad_dtype = bf16 needs model.precision = bf16");
+  USAGE_CHECK(compute == DType::f32 || compute == DType::bf16,
+              "model.precision must be fp32 or bf16, got {}", dtype_name(compute));
+  USAGE_CHECK(grad == DType::f32 || grad == DType::bf16,
+              "dist.grad_dtype must be fp32 or bf16, got {}", dtype_name(grad));
+  USAGE_CHECK(grad == DType::f32 || compute == DType::bf16,
+              "dist.grad_dtype = bf16 needs model.precision = bf16");
   for (int l : recompute_layers)
-    CHECK(l >= 0 && l < model.n_layer,
-          "model.checkpoint_layers names block {}, but the model has blocks 0..{}", l,
-          model.n_layer - 1);
-  CHECK(max_rows > 0 && max_seq_len > 0, "a model sized for {} x {} tokens", max_rows, max_seq_len);
-  CHECK(max_seq_len <= model.max_seq_len, "sequence length {} exceeds model.max_seq_len {}",
-        max_seq_len, model.max_seq_len);
+    USAGE_CHECK(l >= 0 && l < model.n_layer,
+                "model.checkpoint_layers names block {}, but the model has blocks 0..{}", l,
+                model.n_layer - 1);
+  USAGE_CHECK(max_rows > 0 && max_seq_len > 0, "a model sized for {} x {} tokens", max_rows,
+              max_seq_len);
+  USAGE_CHECK(max_seq_len <= model.max_seq_len, "sequence length {} exceeds model.max_seq_len {}",
+              max_seq_len, model.max_seq_len);
 }
 
 }  // namespace trainer::nn

@@ -157,7 +157,7 @@ struct ExecConfig {
 
   // The policy for block l.
   Recompute policy(int layer) const;
-  // Throws trainer::Error when the dtypes or layers do not fit `model`.
+  // Throws a UsageError naming the key when the dtypes, layers or lengths do not fit `model`.
   void validate(const ModelConfig& model) const;
 };
 

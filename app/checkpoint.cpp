@@ -13,6 +13,7 @@
 
 #include "data/loader.h"
 #include "data/tokenizer.h"
+#include "dist/grid_shape.h"
 #include "dist/sharding.h"
 #include "nn/model_io.h"
 #include "runtime/error.h"
@@ -91,7 +92,7 @@ void agree(dist::Communicator& comm, const std::string& error, double timeout_s,
   }
   try {
     comm.barrier(timeout_s);
-  } catch (const Error& e) {
+  } catch (const dist::CommError& e) {
     THROW_ERROR("checkpoint save: {} (checkpoint.timeout_s = {} s)", e.what(), timeout_s);
   }
   const std::vector<int64_t> failed = comm.all_gather(std::vector<int64_t>{error.empty() ? 0 : 1});
@@ -128,10 +129,10 @@ SafetensorsWriter::Fill moments_fill(dist::DataParallel& dp, bool second) {
 // stage; the first data replica's ranks without sharding); otherwise rank 0 writes the whole
 // state.
 struct Writers {
-  int tensor = 1, pipeline = 1;  // the grid's group sizes (Note [Parallel grid])
-  bool sharded = false;          // a sharding stage over the data group
-  bool shards() const { return sharded || tensor > 1 || pipeline > 1; }
-  bool writes(int rank) const { return sharded || rank < tensor * pipeline; }
+  dist::GridShape grid;  // the run's (Note [Parallel grid])
+  bool sharded = false;  // a sharding stage over the data group
+  bool shards() const { return sharded || grid.tensor > 1 || grid.pipeline > 1; }
+  bool writes(int rank) const { return sharded || grid.place(rank).data_rank == 0; }
 };
 
 // The flat ranges this rank writes of the whole model's buffer at its tensor-parallel degree
@@ -208,7 +209,8 @@ uint32_t write_shard(const fs::path& path, dist::DataParallel& dp, const nn::Mod
   w.set_metadata("world", std::to_string(world));
   w.set_metadata("stage", dist::sharding_stage_name(dp.stage()));
   w.set_metadata("ranges", ranges.dump());
-  if (writers.tensor > 1) w.set_metadata("tensor_rank", std::to_string(rank % writers.tensor));
+  if (writers.grid.tensor > 1)
+    w.set_metadata("tensor_rank", std::to_string(writers.grid.place(rank).tensor_rank));
   return w.write(path);
 }
 
@@ -247,7 +249,8 @@ fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::
   const std::string name = fmt::format("step-{}", state.step);
   const fs::path tmp = root / (name + ".tmp"), final_dir = root / name;
   const bool leader = comm.rank() == 0;
-  const Writers writers{state.tensor_parallel, state.pipeline_parallel,
+  const int replica = state.tensor_parallel * state.pipeline_parallel;
+  const Writers writers{{state.tensor_parallel, state.pipeline_parallel, comm.size() / replica},
                         dp.stage() != dist::ShardingStage::none};
   const bool sharded = writers.shards();
   std::string error;
@@ -298,7 +301,7 @@ fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::
           files[file] = {{"bytes", all_info[size_t(2 * r + 1)]},
                          {"crc32", all_info[size_t(2 * r)]}};
           json shard = {{"file", file}, {"rank", r}, {"ranges", all_ranges[size_t(r)]}};
-          if (writers.tensor > 1) shard["tensor_rank"] = r % writers.tensor;
+          if (writers.grid.tensor > 1) shard["tensor_rank"] = writers.grid.place(r).tensor_rank;
           shards.push_back(shard);
         }
       const std::string state_text = state_to_json(state).dump(2) + "\n";
@@ -322,8 +325,8 @@ fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::
         manifest["stage"] = dist::sharding_stage_name(dp.stage());
         manifest["shards"] = shards;
       }
-      if (writers.tensor > 1) manifest["tensor_parallel"] = writers.tensor;
-      if (writers.pipeline > 1) manifest["pipeline_parallel"] = writers.pipeline;
+      if (writers.grid.tensor > 1) manifest["tensor_parallel"] = writers.grid.tensor;
+      if (writers.grid.pipeline > 1) manifest["pipeline_parallel"] = writers.grid.pipeline;
       write_file_atomic(tmp / kManifestFile, manifest.dump(2) + "\n");
       fsync_path(tmp);
 

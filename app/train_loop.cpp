@@ -332,18 +332,6 @@ void TrainLoop::save() {
 }
 
 int TrainLoop::run() {
-  if (!pipeline_) return run_steps();
-  try {
-    return run_steps();
-  } catch (const Error& e) {  // a timed-out collective names ranks: say which stage each is
-    const std::string_view what = e.what();
-    if (what.starts_with("pipeline stage") || what.find("timed out") == what.npos) throw;
-    THROW_ERROR("{} (pipeline stages: world rank r is stage r / {} mod {}; this is stage {})", what,
-                grid_.tensor_size(), grid_.pipeline_size(), grid_.stage());
-  }
-}
-
-int TrainLoop::run_steps() {
   start_up();
   const int64_t total = rc_.steps;
   log_setup();

@@ -57,10 +57,10 @@ class TrainLoop {
   // `rc`: `config` resolved for this rank's device.
   TrainLoop(const Config& config, RunConfig rc, const TrainOptions& options, dist::Grid& grid,
             const PeakReference& peak);
+  // Trains to train.steps (or the end of the data, or a stop signal); the exit code.
   int run();
 
  private:
-  int run_steps();
   void check_batch_over_ranks() const;
   void warn_of_changes(const Checkpoint& ckpt) const;
   int64_t micro_batches(int64_t step) const;

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include "runtime/error.h"
-#include "runtime/log.h"
 
 namespace trainer::dist {
 
@@ -132,7 +131,6 @@ void CommEngine::loop() {
         broken_ = true;
         broken_message_ = f.message;
       }
-      log::error("{}", f.message);
       q.state->complete(0, f.message);
     }
   }

@@ -48,9 +48,11 @@ struct CommJob {
 // MPI communicator's arrival notices count each communicator's own collectives instead, a
 // number its ranks share). A point-to-point transfer's job only posts it; its own Work
 // completes when the data has moved, outside this order (dist/mpi_p2p.h). The
-// first failure breaks the engine: it is logged once, its waiters get its message, and every
-// later operation completes at once with "not run: the communicator failed earlier" instead of
+// first failure breaks the engine: its waiters get its message, and every later operation
+// completes at once with "not run: the communicator failed earlier: <that message>" instead of
 // running (its peers may be dead, and a collective with them would only wait out its timeout).
+// The engine logs nothing: the first of these to reach a waiter propagates to main, which
+// prints it, so a failure is one line per rank.
 class CommEngine {
  public:
   // `world`: the ranks, for the statistics. `thread_start` runs first on the engine's thread

@@ -15,7 +15,7 @@ void Work::wait() {
   if (!state_) return;
   std::unique_lock lock(state_->mu);
   state_->cv.wait(lock, [&] { return state_->done; });
-  if (!state_->error.empty()) throw Error(state_->error);
+  if (!state_->error.empty()) throw CommError(state_->error);
 }
 
 bool Work::done() const {

@@ -14,14 +14,22 @@
 
 #include "dist/launch.h"
 #include "runtime/dtype.h"
+#include "runtime/error.h"
 
 namespace trainer::dist {
 
 // The shared state of one queued operation; implementations complete it.
 struct WorkState;
 
-// A handle to an operation in flight. wait() blocks until it is done and throws
-// trainer::Error (naming the operation, its sequence number and missing ranks) if it failed.
+// A collective or transfer that failed or timed out: its message names the operation, its
+// sequence number and the peers it waited for, each with its host and its role in the grid.
+class CommError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A handle to an operation in flight. wait() blocks until it is done and throws CommError if it
+// failed.
 class Work {
  public:
   Work() = default;
@@ -125,6 +133,10 @@ class Communicator {
 
   // The host each rank runs on, by rank (its hostname).
   virtual const std::vector<std::string>& hosts() const = 0;
+  // What each world rank is to the model (GridShape::role), for the messages that name ranks:
+  // "rank 1 (pipeline stage 1) on node2 does not answer". Set on the world by the grid, with no
+  // operation in flight, before it splits: the groups split from it after know them too.
+  virtual void name_ranks(std::vector<std::string> roles) { (void)roles; }
   // How the ranks reach each other between nodes, for the start-up log: "eth0 (10.0.0.5, the
   // address node1 resolves to)", or why no interface was chosen.
   virtual std::string network() const = 0;

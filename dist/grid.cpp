@@ -30,8 +30,12 @@ Grid::Grid(Communicator& world, int tensor, int pipeline, const LaunchInfo& laun
         "links are far slower than a node's; it works, slowly (choose a degree that divides the "
         "ranks per node)",
         tensor, launch.local_size);
-  const int r = world.rank(), t = r % tensor, s = r / tensor % pipeline,
-            d = r / (tensor * pipeline);
+  shape_ = {tensor, pipeline, n / (tensor * pipeline)};
+  std::vector<std::string> roles;
+  for (int rank = 0; rank < n; ++rank) roles.push_back(shape_.role(rank));
+  world.name_ranks(std::move(roles));
+  const int r = world.rank();
+  const auto [t, s, d] = shape_.place(r);
   tensor_ = tensor > 1 ? world.split(r / tensor, t) : make_single_process_communicator();
   if (pipeline > 1) {
     pipeline_ = world.split(d * tensor + t, s);
@@ -52,7 +56,7 @@ Grid::~Grid() {
 }
 
 std::string Grid::describe() const {
-  const int t = tensor_->size(), p = pipeline_->size(), d = world_.size() / t / p;
+  const auto [t, p, d] = shape_;
   if (t == 1 && p == 1) return fmt::format("{} data-parallel rank(s)", d);
   std::string dims;
   if (t > 1) dims += fmt::format("{} tensor x ", t);
@@ -62,7 +66,8 @@ std::string Grid::describe() const {
   std::vector<std::string> groups;
   for (int g = 0; g < shown && g < 4; ++g) {
     std::vector<int> ranks;
-    for (int i = 0; i < t; ++i) ranks.push_back(g * t + i);
+    for (int i = 0; i < t; ++i)
+      ranks.push_back(p > 1 ? shape_.rank({i, g, 0}) : shape_.rank({i, 0, g}));
     groups.push_back(fmt::format("{{{}}}", fmt::join(ranks, ",")));
   }
   return fmt::format("{}{} data ({} {}{})", dims, d,

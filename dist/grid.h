@@ -7,6 +7,7 @@
 
 #include "dist/communicator.h"
 #include "dist/data_parallel.h"
+#include "dist/grid_shape.h"
 #include "dist/launch.h"
 #include "nn/model.h"
 #include "nn/tensor_group.h"
@@ -17,7 +18,8 @@ namespace trainer::dist {
 // Note [Parallel grid]
 // Megatron-LM's order: tensor-parallel groups of `tensor` consecutive ranks (the GPUs of one
 // node, which NVLink joins), then `pipeline` stages of such groups (consecutive nodes), then
-// data-parallel replicas, so rank = (data_rank * pipeline + stage) * tensor + tensor_rank. A
+// data-parallel replicas, so rank = (data_rank * pipeline + stage) * tensor + tensor_rank
+// (GridShape, in dist/grid_shape.h, is the one place that formula is written). A
 // tensor group holds one stage's layers cut in `tensor` slices (nn/arch.h, Note
 // [Tensor-parallel splits]); a pipeline group holds one tensor rank's slice of every stage
 // (Note [Pipeline stages] in nn/transformer.cpp); both read the same batches. A data group holds
@@ -45,11 +47,14 @@ class Grid {
   Communicator& ends() { return *ends_; }
   int pipeline_size() const { return pipeline_->size(); }
   int stage() const { return pipeline_->rank(); }
+  // The groups' sizes, and where each rank sits.
+  const GridShape& shape() const { return shape_; }
   // "2 tensor x 2 pipeline x 2 data (tensor groups {0,1} {2,3} ...)": the log and the record.
   std::string describe() const;
 
  private:
   Communicator& world_;
+  GridShape shape_;
   std::unique_ptr<Communicator> data_, tensor_, pipeline_, ends_;
 };
 

@@ -29,8 +29,23 @@ int64_t count_on(const std::vector<std::string>& hosts, const std::string& host)
   return std::count(hosts.begin(), hosts.end(), host);
 }
 
-std::string ranks_word(const std::vector<int>& ranks) {
-  return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", rank_list(ranks));
+// "rank 1", "ranks 2-3", with what they are to the model where `roles` says (GridShape::role):
+// "rank 1 (pipeline stage 1)"; one role for ranks that share it, else each rank's.
+std::string ranks_word(const std::vector<int>& ranks, const std::vector<std::string>& roles) {
+  std::string out = fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", rank_list(ranks));
+  const bool named = !roles.empty() && std::all_of(ranks.begin(), ranks.end(), [&](int r) {
+    return r >= 0 && r < int(roles.size()) && !roles[size_t(r)].empty();
+  });
+  if (!named || ranks.empty()) return out;
+  const bool shared = std::all_of(ranks.begin(), ranks.end(), [&](int r) {
+    return roles[size_t(r)] == roles[size_t(ranks[0])];
+  });
+  if (shared) return out + " (" + roles[size_t(ranks[0])] + ")";
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::string> each;
+  for (int r : sorted) each.push_back(fmt::format("{}: {}", r, roles[size_t(r)]));
+  return fmt::format("{} ({})", out, fmt::join(each, "; "));
 }
 
 // What `describe_missing` says of the nodes whose every rank is silent.
@@ -66,14 +81,15 @@ std::string rank_list(const std::vector<int>& ranks) {
   return out;
 }
 
-std::string ranks_on_hosts(const std::vector<int>& ranks, const std::vector<std::string>& hosts) {
+std::string ranks_on_hosts(const std::vector<int>& ranks, const std::vector<std::string>& hosts,
+                           const std::vector<std::string>& roles) {
   const bool known = std::all_of(ranks.begin(), ranks.end(),
                                  [&](int r) { return r >= 0 && r < int(hosts.size()); });
-  if (!known || hosts.empty()) return ranks_word(ranks);
+  if (!known || hosts.empty()) return ranks_word(ranks, roles);
   std::string out;
   for (const auto& [host, on] : by_host(hosts, &ranks)) {
     const int64_t all = count_on(hosts, host);
-    out += fmt::format("{}{} on {}{}", out.empty() ? "" : ", ", ranks_word(on), host,
+    out += fmt::format("{}{} on {}{}", out.empty() ? "" : ", ", ranks_word(on, roles), host,
                        int64_t(on.size()) == all && all > 1 ? fmt::format(" (all of its {})", all)
                        : int64_t(on.size()) == all          ? " (its only rank)"
                                                             : "");
@@ -91,16 +107,17 @@ std::vector<std::string> whole_hosts(const std::vector<int>& ranks,
 
 std::string describe_missing(const std::vector<int>& silent, const std::vector<int>& late,
                              const std::vector<std::string>& hosts, int self,
-                             const std::vector<int>& members) {
+                             const std::vector<int>& members,
+                             const std::vector<std::string>& roles) {
   std::vector<std::string> parts;
   if (!silent.empty())
-    parts.push_back(fmt::format("{} {} not answer{}", ranks_on_hosts(silent, hosts),
+    parts.push_back(fmt::format("{} {} not answer{}", ranks_on_hosts(silent, hosts, roles),
                                 silent.size() == 1 ? "does" : "do",
                                 hosts.empty() ? "" : lost_nodes(silent, hosts, self, members)));
   if (!late.empty())
     parts.push_back(fmt::format(
         "{} answer{} but did not arrive (late, or issuing collectives in another order)",
-        ranks_on_hosts(late, hosts), late.size() == 1 ? "s" : ""));
+        ranks_on_hosts(late, hosts, roles), late.size() == 1 ? "s" : ""));
   if (parts.empty()) return "every rank arrived and answers; the operation itself stalled in MPI";
   return fmt::format("{}", fmt::join(parts, "; "));
 }
@@ -108,7 +125,7 @@ std::string describe_missing(const std::vector<int>& silent, const std::vector<i
 std::string placement(const std::vector<std::string>& hosts) {
   std::string out;
   for (const auto& [host, on] : by_host(hosts, nullptr))
-    out += fmt::format("{}{}: {}", out.empty() ? "" : "; ", host, ranks_word(on));
+    out += fmt::format("{}{}: {}", out.empty() ? "" : "; ", host, ranks_word(on, {}));
   return out;
 }
 

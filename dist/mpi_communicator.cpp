@@ -143,6 +143,7 @@ class MpiCommunicator final : public Communicator {
       : options_(parent.options_),
         network_(parent.network_),
         world_hosts_(parent.world_hosts_),
+        world_roles_(parent.world_roles_),
         world_rank_(parent.world_rank_),
         rank_(rank),
         size_(size),
@@ -245,6 +246,7 @@ class MpiCommunicator final : public Communicator {
   // This communicator's own, though it may share the engine (split()).
   CommStats stats() const override { return engine_->stats(account_); }
   const std::vector<std::string>& hosts() const override { return hosts_; }
+  void name_ranks(std::vector<std::string> roles) override { world_roles_ = std::move(roles); }
   std::string network() const override { return describe(network_); }
 
  private:
@@ -264,8 +266,10 @@ class MpiCommunicator final : public Communicator {
                          p2p_ = std::make_unique<MpiPointToPoint>(comm_, [this](int r) {
                            const int w = to_world({r})[0];
                            const auto& hosts = known_hosts();
-                           return hosts.empty() ? fmt::format("rank {}", w)
-                                                : fmt::format("rank {} on {}", w, hosts[size_t(w)]);
+                           std::string who = fmt::format("rank {}", w);
+                           if (size_t(w) < world_roles_.size() && !world_roles_[size_t(w)].empty())
+                             who += " (" + world_roles_[size_t(w)] + ")";
+                           return hosts.empty() ? who : who + " on " + hosts[size_t(w)];
                          });
                        p2p_->post(send, data, bytes, peer, tag, options_.timeout_s, state);
                        poll_transfers();
@@ -426,7 +430,7 @@ class MpiCommunicator final : public Communicator {
     std::vector<int> members(static_cast<size_t>(size_));
     std::iota(members.begin(), members.end(), 0);
     return describe_missing(to_world(silent), to_world(late), known_hosts(), world_rank_,
-                            to_world(members));
+                            to_world(members), world_roles_);
   }
 
   // Runs the operation; returns the seconds it took.
@@ -549,6 +553,7 @@ class MpiCommunicator final : public Communicator {
   CommOptions options_;
   NetworkChoice network_;
   std::vector<std::string> world_hosts_;  // each world rank's host; empty until gathered
+  std::vector<std::string> world_roles_;  // each world rank's role (name_ranks); may be empty
   int world_rank_ = 0;                    // this process's
   std::vector<int> world_ranks_;          // this communicator's ranks' world ranks
   std::vector<std::string> hosts_;        // this communicator's ranks' hosts

@@ -59,19 +59,20 @@ void Pipeline::wait(Transfer& t, Times& times) {
   Timer timer;
   try {
     t.work.wait();
-  } catch (const Error& e) {
+  } catch (const CommError& e) {
     // A forward's input and a backward's output go back a virtual stage, the others ahead.
     const PipelineAction& a = t.action;
     const int v = virtual_stage(a.chunk), back = (v - 1 + stages()) % stages(),
               ahead = (v + 1) % stages();
     const std::string what = a.forward ? "activations" : "gradient";
-    THROW_ERROR("pipeline stage {} of {}: {}: {}", stage(), stages(),
-                t.send ? fmt::format("stage {} does not take micro-batch {}'s {} (chunk {})",
-                                     a.forward ? ahead : back, a.micro, what, a.chunk)
-                       : fmt::format("the {} of micro-batch {} (chunk {}) waits for stage {}",
-                                     a.forward ? "forward" : "backward", a.micro, a.chunk,
-                                     a.forward ? back : ahead),
-                e.what());
+    throw CommError(
+        fmt::format("pipeline stage {} of {}: {}: {}", stage(), stages(),
+                    t.send ? fmt::format("stage {} does not take micro-batch {}'s {} (chunk {})",
+                                         a.forward ? ahead : back, a.micro, what, a.chunk)
+                           : fmt::format("the {} of micro-batch {} (chunk {}) waits for stage {}",
+                                         a.forward ? "forward" : "backward", a.micro, a.chunk,
+                                         a.forward ? back : ahead),
+                    e.what()));
   }
   times.idle_s += timer.seconds();
   t.work = Work();

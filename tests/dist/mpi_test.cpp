@@ -11,6 +11,7 @@
 #include "dist/communicator.h"
 #include "dist/consistency.h"
 #include "dist/ddp.h"
+#include "dist/grid_shape.h"
 #include "dist/hosts.h"
 #include "dist/join.h"
 #include "dist/step_stats.h"
@@ -490,6 +491,36 @@ TEST(Hosts, MissingRanksAreDescribedByNode) {
   EXPECT_EQ(describe_missing({1}, {}, {}, 0, {0, 1}), "rank 1 does not answer");
   EXPECT_EQ(describe_missing({}, {}, hosts, 0, all),
             "every rank arrived and answers; the operation itself stalled in MPI");
+}
+
+// Where each rank sits (Note [Parallel grid]): the formula and its inverse agree on every rank,
+// and messages name a rank's place by the dimensions over 1.
+TEST(GridShapes, PlacesAndRolesFollowTheRankFormula) {
+  const GridShape g{2, 3, 2};
+  for (int r = 0; r < g.world(); ++r) EXPECT_EQ(g.rank(g.place(r)), r);
+  const GridPlace p = g.place(9);  // (data 1 x 3 stages + stage 1) x 2 tensor + tensor rank 1
+  EXPECT_EQ(p.tensor_rank, 1);
+  EXPECT_EQ(p.stage, 1);
+  EXPECT_EQ(p.data_rank, 1);
+  EXPECT_EQ(g.role(9), "pipeline stage 1, tensor rank 1, data rank 1");
+  EXPECT_EQ((GridShape{1, 2, 1}).role(1), "pipeline stage 1");
+  EXPECT_EQ((GridShape{1, 1, 4}).role(3), "");  // data ranks alone: the rank says it all
+}
+
+TEST(Hosts, MissingRanksSayTheirRoles) {
+  const std::vector<std::string> hosts = {"a", "a", "b", "b"};
+  const GridShape g{2, 2, 1};
+  std::vector<std::string> roles;
+  for (int r = 0; r < g.world(); ++r) roles.push_back(g.role(r));
+  EXPECT_EQ(describe_missing({1}, {}, hosts, 0, {0, 1, 2, 3}, roles),
+            "rank 1 (pipeline stage 0, tensor rank 1) on a does not answer");
+  EXPECT_EQ(ranks_on_hosts({2, 3}, hosts, roles),
+            "ranks 2-3 (2: pipeline stage 1, tensor rank 0; 3: pipeline stage 1, tensor rank 1) "
+            "on b (all of its 2)");
+  const GridShape stages{1, 2, 2};
+  roles.clear();
+  for (int r = 0; r < stages.world(); ++r) roles.push_back(stages.role(r));
+  EXPECT_EQ(ranks_on_hosts({1}, {}, roles), "rank 1 (pipeline stage 1, data rank 0)");
 }
 
 }  // namespace

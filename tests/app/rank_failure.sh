@@ -16,7 +16,8 @@
 #   6. Two pipeline stages, a stop signal (SIGUSR1) to stage 1's rank only: agreed in the step's
 #      all-reduce, so both stages save at the same step and exit 75; the relaunch ends identical.
 #   7. A pipeline stage that stops answering (SIGSTOP: alive, silent): the other stage's wait for
-#      its transfer fails within dist.timeout_s, naming the stage, and the job ends non-zero.
+#      its transfer fails within dist.timeout_s, naming the stage in one line, and the job ends
+#      non-zero.
 #   rank_failure.sh <trainer> <mpiexec>
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/small_corpus.sh"
@@ -176,4 +177,7 @@ elapsed=$(($(date +%s) - start))
 # (which names rank 1 and its stage).
 grep -qE "waits for stage 1|stage 1 does not take|rank 1 \(pipeline stage 1\)" \
   stalled.log || { echo "FAIL: the error does not name stage 1"; tail -5 stalled.log; exit 1; }
-echo "pipeline stage 1 silent: the job exited $status in ${elapsed} s, naming stage 1"
+# One line: the error is printed where it ends the rank, not also where it happened.
+[[ $(grep -c "^\[rank 0\] error:" stalled.log) -eq 1 ]] ||
+  { echo "FAIL: rank 0 printed its error more than once"; grep "error:" stalled.log; exit 1; }
+echo "pipeline stage 1 silent: the job exited $status in ${elapsed} s, naming stage 1 in one line"

@@ -294,17 +294,10 @@ int64_t most_micro_batches(const RunConfig& r, int data_ranks) {
   return r.global_batch > 0 ? most / data_ranks : most;
 }
 
-int64_t pipeline_micro_batches(const RunConfig& r, int64_t micro_batches) {
-  if (r.pipeline_schedule != dist::PipelineSchedule::interleaved) return micro_batches;
-  const int64_t P = r.pipeline_parallel;
-  return (micro_batches + P - 1) / P * P;
-}
-
 int held_micro_batches(const RunConfig& r, dist::PipelineSchedule schedule, int chunks, int stage,
                        int data_ranks) {
-  RunConfig s = r;
-  s.pipeline_schedule = schedule;
-  const int64_t M = pipeline_micro_batches(s, most_micro_batches(s, data_ranks));
+  const int64_t M = dist::pipeline_micro_batches(schedule, r.pipeline_parallel,
+                                                 most_micro_batches(r, data_ranks));
   return dist::max_in_flight(
       dist::pipeline_actions(schedule, r.pipeline_parallel, stage, int(M), chunks));
 }

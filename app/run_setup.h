@@ -76,10 +76,9 @@ struct RunConfig {
 };
 
 // The most micro-batches a data-parallel rank runs in a step (train.grad_accum, or its share of
-// train.global_batch, over their schedules), and as a pipeline runs them (interleaved: rounded
-// up to a multiple of the stages, with empty ones).
+// train.global_batch, over their schedules); a pipeline may run more
+// (dist::pipeline_micro_batches).
 int64_t most_micro_batches(const RunConfig& r, int data_ranks);
-int64_t pipeline_micro_batches(const RunConfig& r, int64_t micro_batches);
 // The micro-batches stage `stage` holds at once under `schedule` with `chunks` per stage, at
 // the most micro-batches a step of `r` runs on `data_ranks` (its activation slots).
 int held_micro_batches(const RunConfig& r, dist::PipelineSchedule schedule, int chunks, int stage,

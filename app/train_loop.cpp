@@ -9,7 +9,6 @@
 
 #include "app/stop_signals.h"
 #include "dist/data_parallel.h"
-#include "dist/exact_norm.h"
 #include "dist/join.h"
 #include "nn/adamw.h"
 #include "runtime/error.h"
@@ -50,15 +49,6 @@ void truncate_batch(data::Batch& b, int t) {
   b.loss_tokens = 0;
   for (int32_t x : b.targets) b.loss_tokens += x >= 0;
 }
-
-// One row of n tokens that counts nothing: an empty pass's batch (Join).
-struct EmptyBatch {
-  explicit EmptyBatch(int n) : tokens(size_t(n), 0), targets(size_t(n), -1) {}
-  nn::BatchView view() const {
-    return {1, int(tokens.size()), tokens.data(), targets.data(), nullptr, nullptr};
-  }
-  std::vector<int32_t> tokens, targets;
-};
 
 nn::BatchView view_of(const data::Batch& b) {
   return {b.B,
@@ -110,13 +100,13 @@ TrainLoop::TrainLoop(const Config& config, RunConfig rc, const TrainOptions& opt
       nonfinite_(comm_, model_, *dp_,
                  {rc_.on_nonfinite, rc_.max_consecutive_skips, rc_.max_skips}) {
   if (grid_.tensor_size() > 1) transformer_.attach_tensor_group(&tensor_group_);
-  if (grid_.tensor_size() > 1 || grid_.pipeline_size() > 1) {
-    norm_share_ = std::make_unique<dist::GradNormShare>(model_, *dp_, grid_.tensor_rank(),
-                                                        model_.layout().holds_tied_copy());
-  }
+  step_ = std::make_unique<dist::TrainStep>(
+      grid_, model_, *dp_,
+      dist::TrainStepConfig{.schedule = rc_.pipeline_schedule,
+                            .chunks = rc_.pipeline_chunks,
+                            .activation_slots = rc_.exec.activation_slots,
+                            .exact_norm = rc_.deterministic});
   if (grid_.pipeline_size() > 1) {
-    pipeline_ = std::make_unique<dist::Pipeline>(grid_.pipeline(), model_, rc_.pipeline_schedule,
-                                                 rc_.pipeline_chunks, rc_.exec.activation_slots);
     const int64_t M = micro_batches(0), P = grid_.pipeline_size();
     if (M < P && leader_)  // (interleaved pads to P micro-batches, with empty ones: no better)
       log::warn(
@@ -151,54 +141,25 @@ std::optional<std::vector<data::Batch>> TrainLoop::next_step_batches(int micro) 
 }
 
 // One optimizer step on the global batch (docs/architecture.md, "Data flow of one training
-// step"): this rank's micro-batches, or none when it has joined; DDP sums gradients over ranks.
+// step"): this rank's micro-batches (none when it has joined) through the step at this layout,
+// then the update.
 StepStats TrainLoop::train_step(const std::optional<std::vector<data::Batch>>& batches,
                                 const dist::StepCounts& counts) {
+  std::vector<nn::BatchView> views;
+  if (batches)
+    for (const data::Batch& b : *batches) views.push_back(view_of(b));
+  const dist::StepResult r = step_->run(views, counts, [this] {
+    return dist::StepFlags{stop_signal_received(), !write_failure().empty()};
+  });
   StepStats s;
   s.tokens = counts.global_tokens;
-  const size_t mine = batches ? batches->size() : 0;
-  if (pipeline_) {
-    pipeline_passes(batches, counts, s);
-    finish_gradients(s);
-    return update(s);
-  }
-  dp_->begin_step(dp_->collective_backward() ? counts.max_micro_batches : int64_t(mine));
-  model_.reset_loss();
-  for (size_t m = 0; m < mine; ++m) {
-    dp_->begin_micro_batch();
-    Timer t;
-    model_.forward(view_of((*batches)[m]));
-    s.times.forward_s += t.seconds();
-    t.reset();
-    model_.backward(1.0f / float(counts.global_tokens));
-    s.times.backward_s += t.seconds();
-  }
-  // Join under sharding: passes whose collectives the other ranks' micro-batches need.
-  if (dp_->collective_backward())
-    for (int64_t m = int64_t(mine); m < counts.max_micro_batches; ++m)
-      dist::empty_pass(model_, *dp_, true);
-  finish_gradients(s);
+  s.loss = r.loss_sum / double(s.tokens);
+  s.grad_norm = r.grad_norm;
+  s.bubble = r.bubble;
+  s.stop_requested = r.stop_requested;
+  s.write_failed = r.write_failed;
+  s.times = r.times;
   return update(s);
-}
-
-// Pipeline parallelism: every replica runs the same number of micro-batches through its
-// stages (the most any data rank has, interleaved rounded up to a multiple of the stages), the
-// missing ones empty (Join: a micro-batch of one token that counts nothing adds exactly zero),
-// so every data group's collectives match by construction.
-void TrainLoop::pipeline_passes(const std::optional<std::vector<data::Batch>>& batches,
-                                const dist::StepCounts& counts, StepStats& s) {
-  const int64_t M = pipeline_micro_batches(rc_, counts.max_micro_batches);
-  const EmptyBatch empty(model_.tokens_multiple());
-  std::vector<nn::BatchView> views;
-  for (int64_t m = 0; m < M; ++m)
-    views.push_back(batches && m < int64_t(batches->size()) ? view_of((*batches)[size_t(m)])
-                                                            : empty.view());
-  dp_->begin_step(M);
-  model_.reset_loss();
-  const dist::Pipeline::Times t = pipeline_->train(views, 1.0f / float(counts.global_tokens),
-                                                   [this] { dp_->begin_micro_batch(); });
-  s.times.forward_s = t.compute_s;  // forward and backward passes interleave
-  s.bubble = t.idle_s;              // summed over the world in finish_gradients, then a share
 }
 
 // With the gradients summed and the loss and norm agreed: the update, unless they are not
@@ -218,59 +179,6 @@ StepStats TrainLoop::update(StepStats& s) {
   return s;
 }
 
-// Completes the gradient sum over ranks and agrees on the loss, the norm (a sum of the ranks'
-// shares when sharded), whether a signal asked to stop and whether rank 0 failed to write,
-// so that every rank takes the same decisions. The loss and the norm come back from the
-// device here, once per step.
-void TrainLoop::finish_gradients(StepStats& s) {
-  dp_->finish();
-  if (pipeline_) sum_tied_embedding();
-  s.times.comm_wait_s = dp_->last_wait_seconds();
-  s.times.comm_busy_s = dp_->last_comm_seconds();
-  // A tensor group's ranks each hold a share of the loss (its vocabulary slice's targets) and
-  // of the norm (GradNormShare), which the world's sum adds up (once per data replica).
-  nn::StepScalars local =
-      model_.read_step_scalars(rc_.deterministic || norm_share_ ? Tensor{} : dp_->grads());
-  if (norm_share_) local.grad_norm_sq = norm_share_->sum_squares(model_.context(), dp_->grads());
-  const bool summed = dp_->grads_sharded() || norm_share_;
-  const bool counted = dp_->grads_sharded() || data_.rank() == 0;  // one replica's, unsharded
-  std::vector<double> agreed = {local.loss_sum, stop_signal_received() ? 1.0 : 0.0,
-                                write_failure().empty() ? 0.0 : 1.0,
-                                summed && counted ? local.grad_norm_sq : 0.0};
-  if (pipeline_) agreed.insert(agreed.end(), {s.bubble, s.bubble + s.times.forward_s});
-  if (comm_.size() > 1) comm_.all_reduce(agreed);
-  if (pipeline_)  // every stage's idle share of its step, pooled
-    s.bubble = agreed[5] > 0 ? agreed[4] / agreed[5] : 0;
-  s.loss = agreed[0] / double(s.tokens);
-  s.stop_requested = agreed[1] > 0;
-  s.write_failed = agreed[2] > 0;
-  s.grad_norm = std::sqrt(summed ? agreed[3] : local.grad_norm_sq);
-  if (rc_.deterministic)  // Note [Exact sum of squares]
-    s.grad_norm = std::sqrt(dist::exact_sum_squares(comm_, dp_->grads(), dp_->grads_sharded()));
-}
-
-// The first and last stages' copies of a tied embedding get the sum of their gradients (the
-// token embedding's and the head's), so both take the same update and stay equal.
-void TrainLoop::sum_tied_embedding() {
-  const nn::ParamLayout& layout = model_.layout();
-  const int E = layout.embedding_unit();
-  if (!rc_.model.tie_embeddings || E < 0) return;
-  const nn::Unit& u = layout.units()[size_t(E)];  // first, alike in both stages' layouts
-  const Tensor grads = dp_->grads();
-  for (const nn::FlatSlice& sl : dp_->slices()) {
-    const int64_t b = std::max(sl.begin, u.begin), e = std::min(sl.end, u.end);
-    if (b >= e) continue;
-    const Tensor g = grads.flat(sl.local + (b - sl.begin), e - b);
-    grid_.ends().all_reduce_async(g.data, g.numel(), g.dtype).wait();
-  }
-}
-
-int64_t TrainLoop::forward_only(const nn::BatchView& batch) {
-  if (!pipeline_) return model_.forward(batch);
-  const int64_t counted = pipeline_->forward(batch);
-  return rc_.model.pipeline.last ? counted : 0;  // the loss's stage counts its tokens
-}
-
 double TrainLoop::validate() {
   data::LoaderConfig vc = rc_.val_data;
   if (val_verified_) vc.verify = data::Verify::none;
@@ -283,13 +191,8 @@ double TrainLoop::validate() {
     std::optional<data::Batch> b = val.next();
     const double counted_here = grid_.tensor_rank() == 0 ? 1.0 : 0.0;
     if (b)
-      sums[1] += counted_here * double(forward_only(view_of(*b)));
-    else if (pipeline_)  // the stages' passes
-      forward_only(EmptyBatch(model_.tokens_multiple()).view());
-    else if (dp_->collective_forward())
-      dist::empty_pass(model_, *dp_,
-                       false);  // the others' forwards gather the weights with this rank
-    else
+      sums[1] += counted_here * double(step_->forward(view_of(*b)));
+    else if (!step_->idle_forward())  // the others' passes need none of this rank
       break;
   }
   sums[0] = model_.read_step_scalars({}).loss_sum;
@@ -301,7 +204,7 @@ double TrainLoop::validate() {
 // A collective over the data group: each rank scores its share of the examples.
 void TrainLoop::score_tasks() {
   std::function<void()> idle;
-  if (dp_->collective_forward()) idle = [this] { dist::empty_pass(model_, *dp_, false); };
+  if (dp_->collective_forward()) idle = [this] { step_->idle_forward(); };
   const TaskSplit split{data_.rank(), data_.size(), &data_, idle};
   nlohmann::json record = {{"step", state_.step}};
   for (const Task& task : tasks_) {

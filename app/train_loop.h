@@ -24,8 +24,8 @@
 #include "dist/data_parallel.h"
 #include "dist/grid.h"
 #include "dist/join.h"
-#include "dist/pipeline.h"
 #include "dist/step_stats.h"
+#include "dist/train_step.h"
 #include "nn/transformer.h"
 #include "runtime/file_io.h"
 #include "runtime/timer.h"
@@ -75,13 +75,7 @@ class TrainLoop {
   std::optional<std::vector<data::Batch>> next_step_batches(int micro);
   StepStats train_step(const std::optional<std::vector<data::Batch>>& batches,
                        const dist::StepCounts& counts);
-  void pipeline_passes(const std::optional<std::vector<data::Batch>>& batches,
-                       const dist::StepCounts& counts, StepStats& s);
-  void sum_tied_embedding();
   StepStats update(StepStats& s);
-  // One forward without backward (validation): the model's, or through the pipeline.
-  int64_t forward_only(const nn::BatchView& batch);
-  void finish_gradients(StepStats& s);
   std::string write_failure() const;
   double validate();
   void score_tasks();
@@ -109,8 +103,7 @@ class TrainLoop {
   dist::CommTensorGroup tensor_group_;      // the model's other slices (tensor parallelism)
   nn::Model& model_;                        // what the loop uses of it
   std::unique_ptr<dist::DataParallel> dp_;  // how the ranks share its state
-  std::unique_ptr<dist::GradNormShare> norm_share_;  // tensor or pipeline parallelism: its share
-  std::unique_ptr<dist::Pipeline> pipeline_;         // pipeline parallelism: this stage's step
+  std::unique_ptr<dist::TrainStep> step_;   // the step's passes and agreement at this layout
   dist::Join join_;
   std::unique_ptr<data::Loader> loader_;
   TrainerState state_;

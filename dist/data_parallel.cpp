@@ -159,11 +159,19 @@ double grad_norm(Communicator& comm, DataParallel& dp, nn::Model& model, bool de
   return std::sqrt(sq[0]);
 }
 
+EmptyRow::EmptyRow(const nn::Model& model)
+    : tokens(size_t(model.tokens_multiple()), 0), targets(tokens.size(), -1) {}
+
+nn::BatchView EmptyRow::view(bool with_targets) const {
+  return {
+      1,      int(tokens.size()), tokens.data(), with_targets ? targets.data() : nullptr, nullptr,
+      nullptr};
+}
+
 void empty_pass(nn::Model& model, DataParallel& dp, bool backward) {
-  const int n = model.tokens_multiple();  // one row of token 0, no target counted
-  const std::vector<int32_t> tokens(size_t(n), 0), targets(size_t(n), -1);
+  const EmptyRow row(model);
   if (backward) dp.begin_micro_batch();
-  model.forward({1, n, tokens.data(), backward ? targets.data() : nullptr, nullptr, nullptr});
+  model.forward(row.view(backward));
   if (backward) model.backward(1.0f);
 }
 

@@ -144,10 +144,19 @@ void set_masters(DataParallel& dp, const nn::Model& model,
 // seed and its name, so every rank and shard agree).
 void init_masters(DataParallel& dp, const nn::Model& model, uint64_t seed);
 
-// A forward (and backward, as one of the step's passes) of one token that counts nothing: it
-// adds exactly zero to the loss and the gradients and issues the collectives of a real
-// micro-batch, so that a rank without (enough) data takes part in the others' gathers and
-// reductions (Join under sharding).
+// One row of the model's smallest length (nn::Model::tokens_multiple) that counts nothing:
+// token 0 everywhere, no target. A pass over it adds exactly zero to the loss and the
+// gradients (Join's passes, and a pipeline's missing micro-batches).
+struct EmptyRow {
+  explicit EmptyRow(const nn::Model& model);
+  // With its targets (all ignored), or without (a forward that computes no loss).
+  nn::BatchView view(bool with_targets = true) const;
+  std::vector<int32_t> tokens, targets;
+};
+
+// A forward (and backward, as one of the step's passes) of an EmptyRow: it issues the
+// collectives of a real micro-batch, so that a rank without (enough) data takes part in the
+// others' gathers and reductions (Join under sharding).
 void empty_pass(nn::Model& model, DataParallel& dp, bool backward);
 
 // The global gradient norm once finish() has run: summed exactly (deterministic: Note [Exact

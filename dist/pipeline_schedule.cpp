@@ -60,4 +60,9 @@ double bubble_fraction(PipelineSchedule schedule, int P, int M, int V) {
   return double(P - 1) / (double(V) * M + P - 1);
 }
 
+int64_t pipeline_micro_batches(PipelineSchedule schedule, int stages, int64_t micro_batches) {
+  if (schedule != PipelineSchedule::interleaved) return micro_batches;
+  return (micro_batches + stages - 1) / stages * stages;
+}
+
 }  // namespace trainer::dist

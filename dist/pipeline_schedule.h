@@ -49,4 +49,8 @@ int max_in_flight(const std::vector<PipelineAction>& actions);
 // interleaved (V = 1: (P - 1) / (M + P - 1)), the same as 1F1B's for GPipe.
 double bubble_fraction(PipelineSchedule schedule, int stages, int micro_batches, int chunks);
 
+// The micro-batches a step of `micro_batches` runs on `stages` stages: the interleaved schedule
+// rounds up to a multiple of the stages (the others run them as they are).
+int64_t pipeline_micro_batches(PipelineSchedule schedule, int stages, int64_t micro_batches);
+
 }  // namespace trainer::dist

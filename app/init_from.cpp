@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "app/hf_folder.h"
+#include "app/run_setup.h"
 #include "data/tokenizer.h"
 #include "nn/hf_weights.h"
 #include "runtime/error.h"
@@ -13,16 +14,6 @@
 namespace trainer::app {
 
 namespace fs = std::filesystem;
-
-const std::initializer_list<const char*>& model_keys() {
-  static const std::initializer_list<const char*> keys = {
-      "model.arch",       "model.vocab_size", "model.max_seq_len",
-      "model.n_layer",    "model.n_head",     "model.n_embd",
-      "model.n_kv_head",  "model.ffn_hidden", "model.ffn_multiple_of",
-      "model.rope_theta", "model.rotary_pct", "model.tie_embeddings",
-      "model.gelu"};
-  return keys;
-}
 
 namespace {
 

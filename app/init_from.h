@@ -35,7 +35,4 @@ InitSource open_init_source(const std::filesystem::path& from, const Config& run
 // alike), a range at a time, and makes the model's weights agree.
 void load_init_weights(const InitSource& source, const nn::Model& model, dist::DataParallel& dp);
 
-// The keys that define a model's parameters and what they compute.
-const std::initializer_list<const char*>& model_keys();
-
 }  // namespace trainer::app

@@ -45,38 +45,75 @@ nn::ModelConfig model_config(const Config& c) {
   return m;
 }
 
+namespace {
+
+// Note [Model keys]
+// The keys that define a model's parameters and what they compute, each with its field of
+// nn::ModelConfig: the one list that reading a model from a config, writing one into a config
+// (a Hugging Face folder's), and comparing two (fine-tuning, resuming, inspecting) go through.
+// The schema (config_schema.cpp) gives each its type, default and range.
+struct ModelKey {
+  const char* key;
+  void (*read)(const Config& c, const char* key, nn::ModelConfig& m);
+  void (*write)(Config& c, const char* key, const nn::ModelConfig& m);
+};
+
+// An integer key's ModelKey.
+template <int nn::ModelConfig::*field>
+ModelKey int_key(const char* key) {
+  return {key,
+          [](const Config& c, const char* k, nn::ModelConfig& m) { m.*field = int(c.integer(k)); },
+          [](Config& c, const char* k, const nn::ModelConfig& m) { c.set(k, int64_t(m.*field)); }};
+}
+
+const ModelKey kModelKeys[] = {
+    {"model.arch", [](const Config& c, const char* k, nn::ModelConfig& m) { m.arch = c.text(k); },
+     [](Config& c, const char* k, const nn::ModelConfig& m) { c.set(k, m.arch); }},
+    int_key<&nn::ModelConfig::vocab_size>("model.vocab_size"),
+    int_key<&nn::ModelConfig::max_seq_len>("model.max_seq_len"),
+    int_key<&nn::ModelConfig::n_layer>("model.n_layer"),
+    int_key<&nn::ModelConfig::n_head>("model.n_head"),
+    int_key<&nn::ModelConfig::n_embd>("model.n_embd"),
+    int_key<&nn::ModelConfig::n_kv_head>("model.n_kv_head"),
+    int_key<&nn::ModelConfig::ffn_hidden>("model.ffn_hidden"),
+    int_key<&nn::ModelConfig::ffn_multiple_of>("model.ffn_multiple_of"),
+    {"model.rope_theta",
+     [](const Config& c, const char* k, nn::ModelConfig& m) { m.rope_theta = float(c.real(k)); },
+     [](Config& c, const char* k, const nn::ModelConfig& m) { c.set(k, double(m.rope_theta)); }},
+    {"model.rotary_pct",
+     [](const Config& c, const char* k, nn::ModelConfig& m) { m.rotary_pct = c.real(k); },
+     [](Config& c, const char* k, const nn::ModelConfig& m) { c.set(k, m.rotary_pct); }},
+    {"model.tie_embeddings",
+     [](const Config& c, const char* k, nn::ModelConfig& m) { m.tie_embeddings = c.boolean(k); },
+     [](Config& c, const char* k, const nn::ModelConfig& m) { c.set(k, m.tie_embeddings); }},
+    {"model.gelu",
+     [](const Config& c, const char* k, nn::ModelConfig& m) {
+       m.gelu = c.text(k) == "erf" ? nn::GeluForm::erf : nn::GeluForm::tanh;
+     },
+     [](Config& c, const char* k, const nn::ModelConfig& m) {
+       c.set(k, std::string(m.gelu == nn::GeluForm::erf ? "erf" : "tanh"));
+     }},
+};
+
+}  // namespace
+
+const std::vector<const char*>& model_keys() {
+  static const std::vector<const char*> keys = [] {
+    std::vector<const char*> out;
+    for (const ModelKey& k : kModelKeys) out.push_back(k.key);
+    return out;
+  }();
+  return keys;
+}
+
 nn::ModelConfig stated_model(const Config& c) {
   nn::ModelConfig m;
-  m.arch = c.text("model.arch");
-  m.n_kv_head = int(c.integer("model.n_kv_head"));
-  m.ffn_hidden = int(c.integer("model.ffn_hidden"));
-  m.ffn_multiple_of = int(c.integer("model.ffn_multiple_of"));
-  m.rope_theta = float(c.real("model.rope_theta"));
-  m.rotary_pct = c.real("model.rotary_pct");
-  m.tie_embeddings = c.boolean("model.tie_embeddings");
-  m.gelu = c.text("model.gelu") == "erf" ? nn::GeluForm::erf : nn::GeluForm::tanh;
-  m.vocab_size = int(c.integer("model.vocab_size"));
-  m.max_seq_len = int(c.integer("model.max_seq_len"));
-  m.n_layer = int(c.integer("model.n_layer"));
-  m.n_head = int(c.integer("model.n_head"));
-  m.n_embd = int(c.integer("model.n_embd"));
+  for (const ModelKey& k : kModelKeys) k.read(c, k.key, m);
   return m;
 }
 
 void set_model_keys(Config& c, const nn::ModelConfig& m) {
-  c.set("model.arch", m.arch);
-  c.set("model.n_kv_head", int64_t(m.n_kv_head));
-  c.set("model.ffn_hidden", int64_t(m.ffn_hidden));
-  c.set("model.ffn_multiple_of", int64_t(m.ffn_multiple_of));
-  c.set("model.rope_theta", double(m.rope_theta));
-  c.set("model.rotary_pct", m.rotary_pct);
-  c.set("model.tie_embeddings", m.tie_embeddings);
-  c.set("model.gelu", std::string(m.gelu == nn::GeluForm::erf ? "erf" : "tanh"));
-  c.set("model.vocab_size", int64_t(m.vocab_size));
-  c.set("model.max_seq_len", int64_t(m.max_seq_len));
-  c.set("model.n_layer", int64_t(m.n_layer));
-  c.set("model.n_head", int64_t(m.n_head));
-  c.set("model.n_embd", int64_t(m.n_embd));
+  for (const ModelKey& k : kModelKeys) k.write(c, k.key, m);
 }
 
 nn::ExecConfig exec_config(const Config& c, int max_rows, int max_seq_len) {

@@ -99,6 +99,8 @@ nn::ModelConfig model_config(const Config& c);
 nn::ModelConfig stated_model(const Config& c);
 // Sets every model.* key to describe `m` (the inverse of model_config).
 void set_model_keys(Config& c, const nn::ModelConfig& m);
+// The keys that define a model's parameters and what they compute (Note [Model keys]).
+const std::vector<const char*>& model_keys();
 // How the model runs (precision, gradient dtype, checkpointing) for batches of up to
 // max_rows x max_seq_len tokens.
 nn::ExecConfig exec_config(const Config& c, int max_rows, int max_seq_len);

@@ -1,6 +1,7 @@
 // The config schema: unknown keys, types, ranges, choices, overrides and their messages.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 
 #include "app/config.h"
@@ -84,6 +85,33 @@ TEST(Config, RangeAndChoices) {
   EXPECT_NE(yaml_error("data:\n  mode: packed\n").find("not one of stream, pack, bucket"),
             std::string::npos);
   EXPECT_NE(yaml_error("model: [1, 2\n").find("malformed YAML"), std::string::npos);
+}
+
+// Note [Model keys]: every model.* key of the schema either defines the model (the table that
+// reads, writes and compares models) or says how it runs (precision, recomputation), and a
+// model written into a config reads back as itself.
+TEST(Config, ModelKeysAreTheSchemasModelKeysThatDefineTheModel) {
+  const std::set<std::string> runs = {"model.precision", "model.activation_checkpointing",
+                                      "model.checkpoint_layers"};
+  std::set<std::string> defines(model_keys().begin(), model_keys().end());
+  for (const KeySpec& k : schema())
+    if (k.key.starts_with("model."))
+      EXPECT_TRUE(defines.erase(k.key) == 1 || runs.contains(k.key)) << k.key;
+  EXPECT_TRUE(defines.empty()) << "not in the schema: " << *defines.begin();
+  Config c;
+  nn::ModelConfig m = stated_model(c);
+  m.arch = "llama", m.n_layer = 3, m.n_kv_head = 2, m.rope_theta = 5e5f, m.rotary_pct = 0.5;
+  m.tie_embeddings = false, m.gelu = nn::GeluForm::erf, m.ffn_hidden = 100;
+  set_model_keys(c, m);
+  const nn::ModelConfig back = stated_model(c);
+  EXPECT_EQ(back.arch, "llama");
+  EXPECT_EQ(back.n_layer, 3);
+  EXPECT_EQ(back.n_kv_head, 2);
+  EXPECT_EQ(back.ffn_hidden, 100);
+  EXPECT_EQ(back.rope_theta, 5e5f);
+  EXPECT_EQ(back.rotary_pct, 0.5);
+  EXPECT_FALSE(back.tie_embeddings);
+  EXPECT_EQ(back.gelu, nn::GeluForm::erf);
 }
 
 TEST(Config, OverridesApplyAfterTheFileAndAreChecked) {

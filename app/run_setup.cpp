@@ -419,13 +419,17 @@ RunConfig resolve_run(const Config& c) {
   r.keep_every = c.integer("checkpoint.keep_every");
   r.checkpoint_timeout_s = c.real("checkpoint.timeout_s");
   r.log_every = c.integer("log.every");
+  r.log_level = log::parse_level(c.text("log.level"));
   r.log_all_ranks = c.boolean("log.all_ranks");
+  r.memory_check_warns = c.text("train.memory_check") == "warn";
   r.progress = c.text("log.progress");
   r.peak_gflops = c.real("log.peak_gflops");
   r.bucket_mb = c.real("dist.bucket_mb");
   r.timeout_s = c.real("dist.timeout_s");
+  r.interface = c.text("dist.interface");
   r.join = dist::parse_join_mode(c.text("dist.join"));
-  if (c.text("dist.backend") == "nccl" && r.exec.device != Device::cuda)
+  r.nccl_asked = c.text("dist.backend") == "nccl";
+  if (r.nccl_asked && r.exec.device != Device::cuda)
     throw UsageError("dist.backend = nccl needs run.device = cuda (NCCL connects GPUs)");
   r.deterministic = c.boolean("dist.deterministic");
   if (r.deterministic && r.tensor_parallel > 1)

@@ -18,6 +18,7 @@
 #include "nn/lr_schedule.h"
 #include "nn/model_config.h"
 #include "runtime/enum_names.h"
+#include "runtime/log.h"
 
 namespace trainer::app {
 
@@ -57,11 +58,15 @@ struct RunConfig {
   int64_t checkpoint_every = 0, keep_last = 0, keep_every = 0;
   double checkpoint_timeout_s = 0;
   int64_t log_every = 1;
-  bool log_all_ranks = false;  // every rank writes <run>/logs/rank-R.log
+  log::Level log_level = log::Level::info;
+  bool log_all_ranks = false;       // every rank writes <run>/logs/rank-R.log
+  bool memory_check_warns = false;  // train.memory_check: warn (else refuse)
   std::string progress;
   double peak_gflops = 0;  // the MFU reference; 0 = measured at start-up
   double bucket_mb = 0, timeout_s = 0;
-  int tensor_parallel = 1;         // dist.tensor_parallel (Note [Parallel grid])
+  std::string interface;    // dist.interface
+  bool nccl_asked = false;  // dist.backend: nccl (auto takes NCCL for a CUDA run of 2+ ranks)
+  int tensor_parallel = 1;  // dist.tensor_parallel (Note [Parallel grid])
   bool sequence_parallel = false;  // dist.sequence_parallel (Note [Sequence parallelism])
   // dist.pipeline_*: stages, their schedule and chunks, and each virtual stage's layers
   // (Note [Pipeline stages]); the model's slice is set per rank by run_training.

@@ -29,12 +29,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The GPU run_training chose for this rank, and the stream the model's work goes to.
-struct GpuChoice {
-  int device = -1;
-  void* stream = nullptr;
-};
-
 PeakReference peak_reference(const RunConfig& rc) {
   if (rc.peak_gflops > 0)
     return {rc.peak_gflops,
@@ -47,16 +41,6 @@ PeakReference peak_reference(const RunConfig& rc) {
               float_dtype_name(rc.exec.compute), p.gflops,
               p.stable ? fmt::format("stable within 3% over {} rounds", p.rounds)
                        : fmt::format("still changing after {} rounds: a busy machine?", p.rounds))};
-}
-
-// The run's resolved config, on the chosen GPU when it runs on CUDA.
-RunConfig resolve_on_device(const Config& config, const GpuChoice& gpu) {
-  RunConfig rc = resolve_run(config);
-  if (rc.exec.device == Device::cuda) {
-    rc.exec.device_index = gpu.device;
-    rc.exec.stream = gpu.stream;
-  }
-  return rc;
 }
 
 // Relative data paths are made absolute, so that the run's saved config (and eval, sample or
@@ -90,31 +74,30 @@ int run_training(const Config& config, const TrainOptions& options) {
     // OpenMP's threads start here, blocking the stop signals.
   }
   const dist::LaunchInfo launch = dist::discover_launch();
-  log::configure(launch.rank, launch.world_size, log::parse_level(config.text("log.level")),
-                 config.boolean("log.all_ranks"));
-  dist::CommOptions comm_options{.timeout_s = config.real("dist.timeout_s"),
-                                 .interface = config.text("dist.interface")};
+  log::configure(launch.rank, launch.world_size);  // what resolving warns of: rank 0's, once
+  // Every key is read once, here, before anything starts: a bad config ends each rank at once.
+  const Config absolute = with_init_model(with_absolute_paths(config));
+  RunConfig rc = resolve_run(absolute);
+  log::configure(launch.rank, launch.world_size, rc.log_level, rc.log_all_ranks);
+  dist::CommOptions comm_options{.timeout_s = rc.timeout_s, .interface = rc.interface};
   auto comm = dist::make_communicator(launch, comm_options);
   // A CUDA run takes GPU local rank, queues its work on a stream of its own, and talks to
   // other GPUs over NCCL (its id sent over MPI, host buffers still through MPI), whose
   // collectives follow that stream.
-  GpuChoice gpu;
   std::unique_ptr<CudaStream> stream;
   std::unique_ptr<dist::Communicator> nccl;
-  if (config.text("run.device") == "cuda") {
-    gpu.device = dist::bind_device(launch);
-    if (gpu.device < 0)
+  if (rc.exec.device == Device::cuda) {
+    rc.exec.device_index = dist::bind_device(launch);
+    if (rc.exec.device_index < 0)
       throw UsageError(
           cuda_built() ? fmt::format("run.device = cuda but rank {} sees no CUDA GPU", launch.rank)
                        : std::string("run.device = cuda but this trainer was built "
                                      "without the CUDA backend (TRAINER_CUDA=ON)"));
     stream = std::make_unique<CudaStream>();
-    gpu.stream = comm_options.cuda_stream = stream->get();
-    if (comm->size() > 1 || config.text("dist.backend") == "nccl")
-      nccl = dist::make_nccl_communicator(*comm, gpu.device, comm_options);
+    rc.exec.stream = comm_options.cuda_stream = stream->get();
+    if (comm->size() > 1 || rc.nccl_asked)
+      nccl = dist::make_nccl_communicator(*comm, rc.exec.device_index, comm_options);
   }
-  const Config absolute = with_init_model(with_absolute_paths(config));
-  RunConfig rc = resolve_on_device(absolute, gpu);
   if (rc.pipeline_parallel > 1 && (nccl || rc.exec.device == Device::cuda))
     throw UsageError(
         "dist.pipeline_parallel > 1 runs on CPU ranks over MPI for now: the transfers over NCCL "
@@ -130,8 +113,7 @@ int run_training(const Config& config, const TrainOptions& options) {
   }
   // GPUs are one per rank; CPU ranks on a node share its memory.
   check_memory(*comm, plan_memory(rc, grid.data().size()), rc.exec.device,
-               rc.exec.device == Device::cuda ? 1 : launch.local_size,
-               config.text("train.memory_check") == "warn");
+               rc.exec.device == Device::cuda ? 1 : launch.local_size, rc.memory_check_warns);
   const PeakReference peak = peak_reference(rc);
   TrainLoop loop(absolute, std::move(rc), options, grid, peak);
   return loop.run();

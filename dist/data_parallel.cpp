@@ -163,9 +163,8 @@ EmptyRow::EmptyRow(const nn::Model& model)
     : tokens(size_t(model.tokens_multiple()), 0), targets(tokens.size(), -1) {}
 
 nn::BatchView EmptyRow::view(bool with_targets) const {
-  return {
-      1,      int(tokens.size()), tokens.data(), with_targets ? targets.data() : nullptr, nullptr,
-      nullptr};
+  const int32_t* counted = with_targets ? targets.data() : nullptr;
+  return {1, int(tokens.size()), tokens.data(), counted, nullptr, nullptr};
 }
 
 void empty_pass(nn::Model& model, DataParallel& dp, bool backward) {

@@ -96,6 +96,8 @@ void TrainStep::sum_tied_embedding() {
 // the loss and the norm come back from the device here, once per step.
 void TrainStep::agree(StepResult& r, StepFlags flags) {
   Communicator& world = grid_.world();
+  // A tensor group's ranks each hold a share of the loss (its vocabulary slice's targets) and
+  // of the norm (GradNormShare), which the world's sum adds up (once per data replica).
   nn::StepScalars local =
       model_.read_step_scalars(config_.exact_norm || norm_share_ ? Tensor{} : dp_.grads());
   if (norm_share_) local.grad_norm_sq = norm_share_->sum_squares(model_.context(), dp_.grads());

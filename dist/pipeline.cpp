@@ -110,9 +110,7 @@ Pipeline::Transfer Pipeline::post_receive(const PipelineAction& a, const nn::Bat
   Transfer t;
   t.action = a;
   if ((a.forward && v == 0) || (!a.forward && v == last_virtual_stage())) return t;
-  // The residual stream of this tensor rank's tokens (Note [Pipeline stages]).
-  const int64_t n =
-      int64_t(batch.B) * batch.T / model_.tokens_multiple() * model_.layout().config().n_embd;
+  const int64_t n = model_.residual_numel(batch);  // Note [Pipeline stages]
   t.buffer = staging(size_t(n) * sizeof(float));
   staging_busy_[size_t(t.buffer)] = true;
   const int peer = (a.forward ? v - 1 : v + 1) % stages();

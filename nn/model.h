@@ -125,6 +125,9 @@ class Model {
   virtual Tensor chunk_input(int chunk) = 0;
   virtual Tensor chunk_output(int chunk) = 0;
   virtual Tensor residual_grad() = 0;
+  // The elements of those three for `batch`, before it is staged (a transfer's buffer is sized
+  // when its receive is posted).
+  virtual int64_t residual_numel(const BatchView& batch) const = 0;
 
   using GradsReadyHook = std::function<void(int64_t begin, int64_t end)>;
   using ParamsNeededHook = std::function<void(int unit, ParamUse use)>;

@@ -101,6 +101,18 @@ Transformer::Memory Transformer::memory() const {
           int64_t(workspace_.capacity()), inputs};
 }
 
+// Note [Pipeline stages]
+// Under pipeline parallelism each process holds some of the layers (ModelConfig::pipeline): its
+// chunks, one per virtual stage it runs, the embedding on the first stage and the final norm,
+// head and loss on the last (which holds the token embedding too when the head reads it, its
+// gradient summed with the first stage's by the caller). Its layout holds those units in the
+// whole model's order, each a range of the whole model's buffer (Unit::whole_begin), so
+// checkpoints are written in the whole model's coordinates and load at any layout. Activations
+// and batch inputs are planned once per slot: a slot is one micro-batch in flight between its
+// forward and its backward. The residual stream crosses between stages at chunk boundaries;
+// every stage stages the same batch itself (tokens for the embedding, targets for the loss,
+// segment ids and lengths for attention's masks), so only activations and their gradients
+// travel, and their shapes are known to both sides.
 void Transformer::select_slot(int slot) {
   TRAINER_ASSERT(slot >= 0 && slot < int(slots_.size()), "slot {} of {}", slot, slots_.size());
   if (slot == slot_) return;
@@ -142,9 +154,13 @@ void Transformer::sync_working_params() {
   if (working_.bytes()) cast(ctx_, working_params(), params());
 }
 
+int64_t Transformer::rows(const ActSlot& slot, int B, int T) const {
+  return int64_t(B) * T / (slot.sliced ? config_.sequence_slices() : 1);
+}
+
 Tensor Transformer::act(const ActSlot& slot) const {
   TRAINER_ASSERT(slot.offset >= 0, "an activation without a slot");
-  const int64_t N = int64_t(mb_.B) * mb_.T / (slot.sliced ? config_.sequence_slices() : 1);
+  const int64_t N = rows(slot, mb_.B, mb_.T);
   const int64_t kept = plan_.slot_bytes();  // Note [Activation memory]
   char* at = slot.offset < kept ? static_cast<char*>(mb_.acts.data()) + slot.offset
                                 : static_cast<char*>(scratch_.data()) + (slot.offset - kept);
@@ -313,272 +329,6 @@ void Transformer::put(PinnedUpload* up, Buffer& dst, const void* src, DType dtyp
     up->copy(dst.data(), src, size_t(count) * dtype_size(dtype), ctx_.stream);
   else
     copy(ctx_, dst.view(dtype, count), make_tensor(src, dtype, {count}));
-}
-
-int64_t Transformer::forward(const BatchView& batch) {
-  TRAINER_ASSERT(config_.pipeline.whole(), "a whole-model forward on a pipeline stage");
-  const int64_t counted = stage_batch(batch, 0);
-  graphed_ = graphs_allowed();
-  forward_blocks_and_head(nullptr);
-  return counted;
-}
-
-bool Transformer::graphs_allowed() const {
-  if (!exec_.cuda_graphs || mb_.has_segments || profile::g_enabled) return false;
-  TRAINER_ASSERT(!store_ && !group_ && exec_.device == Device::cuda,
-                 "CUDA graphs of a sharded, tensor-parallel or CPU model");
-  return true;
-}
-
-void Transformer::segment(bool backward, int unit, const std::function<void()>& work) {
-  if (!graphed_) return work();
-  graphs_.run({.backward = backward,
-               .unit = unit,
-               .rows = mb_.B,
-               .seq_len = mb_.T,
-               .targets = mb_.has_targets,
-               .lengths = mb_.has_lengths},
-              ctx_.stream, work);
-}
-
-void Transformer::forward_cached(const int32_t* tokens, int count, KvCache& cache) {
-  TRAINER_ASSERT(cache.layers_ == config_.n_layer && cache.P_ == config_.max_seq_len &&
-                     cache.C_ == config_.kv_channels() && cache.dtype_ == exec_.compute,
-                 "a KV cache of another model");
-  TRAINER_ASSERT(config_.tensor.degree == 1, "decoding with a tensor-parallel slice");
-  CHECK(count > 0 && cache.length() + count <= config_.max_seq_len,
-        "the sequence is full ({} positions, model.max_seq_len)", config_.max_seq_len);
-  stage_batch({1, count, tokens, nullptr, nullptr, nullptr}, cache.length());
-  graphed_ = false;
-  forward_blocks_and_head(&cache);
-  cache.length_ += count;
-}
-
-void Transformer::forward_blocks_and_head(KvCache* cache) {
-  embedding_forward_pass();
-  blocks_forward(0, config_.n_layer, cache);
-  head_forward_pass();
-}
-
-void Transformer::embedding_forward_pass() {
-  const int E = layout_.embedding_unit();
-  const int64_t N = int64_t(mb_.B) * mb_.T;
-  const Tensor we = unit_weights(E, ParamUse::forward);
-  TensorGroup* const g = group();
-  segment(false, E, [&] {
-    // Vocabulary-parallel: each rank adds the rows of its slice (and rank 0 the positions),
-    // summed over the group (into each rank's tokens under sequence parallelism).
-    const bool positions = layout_.has(E, Role::pos_embedding) && (!g || g->rank() == 0);
-    const bool sliced = config_.sequence_slices() > 1;
-    const Tensor x = act(plan_.input(0)), all = sliced ? all_tokens(plan_.partial, x.dtype) : x;
-    embedding_forward(ctx_, all, mb_.tokens.view(DType::i32, N), mb_.positions.view(DType::i32, N),
-                      param(we, E, Role::tok_embedding),
-                      positions ? param(we, E, Role::pos_embedding) : Tensor{},
-                      config_.vocab_begin());
-    if (sliced)
-      g->reduce_scatter(x, all);
-    else if (g)
-      g->all_reduce(x);
-  });
-}
-
-void Transformer::blocks_forward(int begin, int end, KvCache* cache) {
-  for (int l = begin; l < end; ++l) {
-    BlockTensors t = block_tensors(l, ParamUse::forward);
-    if (cache) {
-      t.k_cache = cache->keys(l);
-      t.v_cache = cache->values(l);
-      t.q_pos = cache->length();
-    }
-    segment(false, layout_.block_unit(l), [&] { arch_.block_forward(ctx_, t, BlockPass::train); });
-  }
-}
-
-void Transformer::head_forward_pass() {
-  const int F = layout_.final_unit(), last = chunks_.back().second - 1;
-  const Tensor wf = unit_weights(F, ParamUse::forward);
-  const Tensor head = head_weight(wf, ParamUse::forward);
-  segment(false, F, [&] {
-    if (spec_.norm == NormKind::rmsnorm)
-      rmsnorm_forward(ctx_, act(plan_.lnf), act(plan_.lnf_rstd), act(plan_.output(last)),
-                      param(wf, F, Role::final_norm_w));
-    else
-      layernorm_forward(ctx_, act(plan_.lnf), act(plan_.lnf_mean), act(plan_.lnf_rstd),
-                        act(plan_.output(last)), param(wf, F, Role::final_norm_w),
-                        param(wf, F, Role::final_norm_b));
-    {
-      PROFILE_SCOPE("lm_head_forward", "gemm");
-      matmul(ctx_, logits(), gathered(plan_.lnf), false, head, true);
-    }
-    if (mb_.has_targets) loss_forward();
-  });
-}
-
-void Transformer::set_loss_scale(float loss_scale) {
-  if (scale_upload_) scale_upload_->begin();
-  put(scale_upload_.get(), loss_scale_, &loss_scale, DType::f32, 1);
-  if (scale_upload_) scale_upload_->end(ctx_.stream);
-}
-
-void Transformer::backward(float loss_scale) {
-  TRAINER_ASSERT(mb_.has_targets && exec_.training,
-                 "backward needs a training model and a forward pass with targets");
-  set_loss_scale(loss_scale);
-  graphed_ = graphs_allowed();
-  head_backward_pass();
-  for (int l = config_.n_layer - 1; l >= 0; --l) {
-    backward_block(l);
-    unit_ready(layout_.block_unit(l));
-  }
-  embedding_backward_pass();
-}
-
-// From the loss to d_res at the final norm's input; the final unit's gradient is then ready
-// (the tied embedding's only once its own backward adds to it).
-void Transformer::head_backward_pass() {
-  const int E = layout_.embedding_unit(), F = layout_.final_unit(),
-            last = chunks_.back().second - 1;
-  const int64_t N = int64_t(mb_.B) * mb_.T;
-  const Tensor wf = unit_weights(F, ParamUse::backward);
-  const Tensor head = head_weight(wf, ParamUse::backward);
-  const Tensor gf = unit_grads(F);
-  const Tensor dhead =
-      tied() ? param(unit_grads(E), E, Role::tok_embedding) : param(gf, F, Role::lm_head);
-  segment(true, F, [&] {
-    const Tensor dlogits = logits();  // overwrites the logits in place
-    cross_entropy_backward(ctx_, dlogits, logits(), act(plan_.ce_stats),
-                           mb_.targets.view(DType::i32, N), loss_scale_.view(DType::f32, 1),
-                           config_.vocab_begin());
-    const bool sliced = config_.sequence_slices() > 1;
-    const Tensor d_ln = act(plan_.d_ln),
-                 d_all = sliced ? all_tokens(plan_.partial, d_ln.dtype) : d_ln;
-    {
-      // Through the head (V, C): d lnf = dlogits @ head; d head += dlogits^T @ lnf.
-      PROFILE_SCOPE("lm_head_backward", "gemm");
-      matmul(ctx_, d_all, dlogits, false, head, false);
-      matmul(ctx_, dhead, dlogits, true, gathered(plan_.lnf), false, 1.0f, 1.0f);
-    }
-    // Each vocabulary slice's part of d lnf, summed (into each rank's tokens, sliced).
-    if (sliced)
-      group()->reduce_scatter(d_ln, d_all);
-    else if (TensorGroup* g = group())
-      g->all_reduce(d_ln);
-    std::vector<Tensor> partial;
-    for (Role r : {Role::final_norm_w, Role::final_norm_b})
-      if (layout_.has(F, r) && partial_grad(F, r)) partial.push_back(param(gf, F, r));
-    sum_partial_grads(partial, [&] {
-      fill_zero(ctx_, act(plan_.d_res));
-      if (spec_.norm == NormKind::rmsnorm)
-        rmsnorm_backward(ctx_, act(plan_.d_res), param(gf, F, Role::final_norm_w), act(plan_.d_ln),
-                         act(plan_.output(last)), param(wf, F, Role::final_norm_w),
-                         act(plan_.lnf_rstd));
-      else
-        layernorm_backward(ctx_, act(plan_.d_res), param(gf, F, Role::final_norm_w),
-                           param(gf, F, Role::final_norm_b), act(plan_.d_ln),
-                           act(plan_.output(last)), param(wf, F, Role::final_norm_w),
-                           act(plan_.lnf_mean), act(plan_.lnf_rstd));
-    });
-  });
-  unit_ready(F);
-}
-
-// From d_res at the first block's input into the embedding's gradient, then ready.
-void Transformer::embedding_backward_pass() {
-  const int E = layout_.embedding_unit();
-  const int64_t N = int64_t(mb_.B) * mb_.T;
-  const Tensor ge = unit_grads(E);
-  segment(true, E, [&] {
-    // Every token's gradient reaches every vocabulary slice (gathered, sliced).
-    const Tensor d_res = act(plan_.d_res);
-    Tensor d_all = d_res;
-    if (config_.sequence_slices() > 1) {
-      d_all = all_tokens(plan_.partial, DType::f32);
-      group()->all_gather(d_all, d_res);
-    }
-    embedding_backward(
-        ctx_, param(ge, E, Role::tok_embedding),
-        layout_.has(E, Role::pos_embedding) ? param(ge, E, Role::pos_embedding) : Tensor{}, d_all,
-        mb_.tokens.view(DType::i32, N), mb_.positions.view(DType::i32, N), config_.vocab_begin());
-  });
-  unit_ready(E);
-}
-
-// Note [Pipeline stages]
-// Under pipeline parallelism each process holds some of the layers (ModelConfig::pipeline): its
-// chunks, one per virtual stage it runs, the embedding on the first stage and the final norm,
-// head and loss on the last (which holds the token embedding too when the head reads it, its
-// gradient summed with the first stage's by the caller). Its layout holds those units in the
-// whole model's order, each a range of the whole model's buffer (Unit::whole_begin), so
-// checkpoints are written in the whole model's coordinates and load at any layout. Activations
-// and batch inputs are planned once per slot: a slot is one micro-batch in flight between its
-// forward and its backward. The residual stream crosses between stages at chunk boundaries;
-// every stage stages the same batch itself (tokens for the embedding, targets for the loss,
-// segment ids and lengths for attention's masks), so only activations and their gradients
-// travel, and their shapes are known to both sides.
-void Transformer::forward_chunk(int chunk) {
-  const auto [begin, end] = chunks_[size_t(chunk)];
-  graphed_ = false;
-  if (chunk == 0 && config_.pipeline.first) embedding_forward_pass();
-  blocks_forward(begin, end, nullptr);
-  if (chunk + 1 == int(chunks_.size()) && config_.holds_head()) head_forward_pass();
-}
-
-void Transformer::backward_chunk(int chunk, float loss_scale) {
-  TRAINER_ASSERT(exec_.training, "backward of a forward-only model");
-  const auto [begin, end] = chunks_[size_t(chunk)];
-  graphed_ = false;
-  const bool head = chunk + 1 == int(chunks_.size()) && config_.holds_head();
-  if (head) {
-    TRAINER_ASSERT(mb_.has_targets, "backward of a forward without targets");
-    set_loss_scale(loss_scale);
-    head_backward_pass();
-  }
-  for (int l = end - 1; l >= begin; --l) {
-    backward_block(l);
-    unit_ready(layout_.block_unit(l));
-  }
-  if (chunk == 0 && config_.pipeline.first)
-    embedding_backward_pass();
-  else if (head && tied())  // the last stage's share of the tied embedding's gradient
-    unit_ready(layout_.embedding_unit());
-}
-
-Tensor Transformer::chunk_input(int chunk) {
-  return act(plan_.input(chunks_[size_t(chunk)].first));
-}
-
-Tensor Transformer::chunk_output(int chunk) {
-  return act(plan_.output(chunks_[size_t(chunk)].second - 1));
-}
-
-Tensor Transformer::residual_grad() {
-  return act(plan_.d_res);
-}
-
-// On entry d_res holds the gradient of the block's output; on exit, of its input.
-void Transformer::backward_block(int l) {
-  const BlockTensors t = block_tensors(l, ParamUse::backward);
-  segment(true, layout_.block_unit(l), [&] {
-    switch (exec_.policy(l)) {
-      case Recompute::none:
-        break;
-      case Recompute::selective: {
-        PROFILE_SCOPE("recompute", "other");
-        arch_.block_forward(ctx_, t, BlockPass::recompute_cheap);
-        break;
-      }
-      case Recompute::full: {
-        PROFILE_SCOPE("recompute", "other");
-        arch_.block_forward(ctx_, t, BlockPass::recompute_all);
-        break;
-      }
-    }
-    std::vector<Tensor> partial;
-    const int u = layout_.block_unit(l);
-    for (size_t r = 0; r < size_t(Role::kCount); ++r)
-      if (!t.g[r].empty() && partial_grad(u, Role(r))) partial.push_back(t.g[r]);
-    sum_partial_grads(partial, [&] { arch_.block_backward(ctx_, t); });
-  });
 }
 
 void Transformer::zero_grads() {

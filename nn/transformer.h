@@ -62,6 +62,7 @@ class Transformer final : public Model {
   Tensor chunk_input(int chunk) override;
   Tensor chunk_output(int chunk) override;
   Tensor residual_grad() override;
+  int64_t residual_numel(const BatchView& batch) const override;
 
   const ModelConfig& config() const { return config_; }
   const ExecConfig& exec() const { return exec_; }
@@ -94,6 +95,8 @@ class Transformer final : public Model {
   // The weights forward reads (compute dtype): params() itself in an fp32 model.
   Tensor working_params();
   Tensor act(const ActSlot& slot) const;
+  // The rows (tokens) `slot` holds for a B x T batch: a slice of them under sequence parallelism.
+  int64_t rows(const ActSlot& slot, int B, int T) const;
   // Unit `unit`'s weights and gradients (Note [Unit storage]), and its parameter `role` in
   // either.
   Tensor unit_weights(int unit, ParamUse use);

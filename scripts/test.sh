@@ -99,7 +99,7 @@ if [ "$status" != 0 ]; then
        /^Output:$/ { n = 0; getline; out = 1; next }
        /^<end of output>$/ { out = 0; next }
        out { line[n++] = $0; next }
-       /^Test / && !/^Test (time|Passed|Skipped)/ {
+       /^Test / && !/^Test (time|Passed|Pass Reason|Skipped)/ {
          print "    " name ":"
          for (i = (n > 6 ? n - 6 : 0); i < n; ++i) print "      " substr(line[i], 1, 200)
        }' build/Testing/Temporary/LastTest.log

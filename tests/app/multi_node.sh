@@ -156,7 +156,10 @@ refused() {  # NAME EXPECTED [trainer options]: srun over two nodes fails fast w
 }
 refused mgmt0 "node1 (rank 0, mgmt0 10.78.1.1) cannot reach node2 (rank 2) at 10.78.2.1:" --set dist.interface=mgmt0
 refused lo "dist.interface lo: lo is this host's loopback interface, but the job's 4 ranks span 2 nodes" --set dist.interface=lo
-refused eth9 "dist.interface eth9: node2 (rank 2) has no such interface (it has lo 127.0.0.1/8, eth0 10.77.0.12/24, mgmt0 10.78.2.1/24)" --set dist.interface=eth9
+# Each of node2's ranks finds eth9 missing: whichever says so first names itself.
+refused eth9 "has no such interface (it has lo 127.0.0.1/8, eth0 10.77.0.12/24, mgmt0 10.78.2.1/24)" --set dist.interface=eth9
+grep -qE "dist.interface eth9: node2 \(rank [23]\) has no such interface" eth9.log ||
+  fail "eth9: the error does not name node2 and its rank: $(grep -m1 error eth9.log)"
 refused local "is not shared between the nodes: ranks 2-3 on node2 (all of its 2) do not see the file rank 0 wrote there" \
   --set run.dir=/tmp/trainer-node-local/runs
 

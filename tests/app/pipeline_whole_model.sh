@@ -6,9 +6,8 @@
 #     final weights, within pipeline_parallel.sh's bound (1e-5, argued there);
 #   - train.freeze patterns that match the first stage's parameters only (h.0.*), the last's
 #     (ln_f.*), or the tied embedding both hold (wte.*): the same run as one process's, the
-#     frozen tensors the folder's bits; a pattern
-#     that matches no parameter of the whole model is refused in one line, leaving no run
-#     directory.
+#     frozen tensors the folder's bits; a pattern that matches no parameter of the whole model
+#     is refused in one line, leaving no run directory.
 #   pipeline_whole_model.sh <trainer> <mpiexec>
 set -euo pipefail
 HERE=$(realpath "$(dirname "${BASH_SOURCE[0]}")")

@@ -97,6 +97,12 @@ std::string ranks_on_hosts(const std::vector<int>& ranks, const std::vector<std:
   return out;
 }
 
+std::string rank_name(int rank, const std::vector<std::string>& hosts,
+                      const std::vector<std::string>& roles) {
+  const std::string word = ranks_word({rank}, roles);
+  return rank >= 0 && rank < int(hosts.size()) ? word + " on " + hosts[size_t(rank)] : word;
+}
+
 std::vector<std::string> whole_hosts(const std::vector<int>& ranks,
                                      const std::vector<std::string>& hosts) {
   std::vector<std::string> out;

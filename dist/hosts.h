@@ -17,6 +17,11 @@ std::string rank_list(const std::vector<int>& ranks);
 std::string ranks_on_hosts(const std::vector<int>& ranks, const std::vector<std::string>& hosts,
                            const std::vector<std::string>& roles = {});
 
+// One rank as messages name it: "rank 1 (pipeline stage 1) on node2", its role and host where
+// `roles` and `hosts` (each world rank's; either may be empty) know them.
+std::string rank_name(int rank, const std::vector<std::string>& hosts,
+                      const std::vector<std::string>& roles);
+
 // The hosts whose every rank is in `ranks`, in order of first appearance.
 std::vector<std::string> whole_hosts(const std::vector<int>& ranks,
                                      const std::vector<std::string>& hosts);

@@ -264,12 +264,7 @@ class MpiCommunicator final : public Communicator {
                      [=, this](const std::string&, int64_t) {
                        if (!p2p_)
                          p2p_ = std::make_unique<MpiPointToPoint>(comm_, [this](int r) {
-                           const int w = to_world({r})[0];
-                           const auto& hosts = known_hosts();
-                           std::string who = fmt::format("rank {}", w);
-                           if (size_t(w) < world_roles_.size() && !world_roles_[size_t(w)].empty())
-                             who += " (" + world_roles_[size_t(w)] + ")";
-                           return hosts.empty() ? who : who + " on " + hosts[size_t(w)];
+                           return rank_name(to_world({r})[0], known_hosts(), world_roles_);
                          });
                        p2p_->post(send, data, bytes, peer, tag, options_.timeout_s, state);
                        poll_transfers();

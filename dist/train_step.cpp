@@ -21,10 +21,6 @@ TrainStep::TrainStep(Grid& grid, nn::Model& model, DataParallel& dp, const Train
 
 TrainStep::~TrainStep() = default;
 
-int64_t TrainStep::pipeline_micro_batches(int64_t most) const {
-  return dist::pipeline_micro_batches(config_.schedule, grid_.pipeline_size(), most);
-}
-
 StepResult TrainStep::run(const std::vector<nn::BatchView>& micro_batches, const StepCounts& counts,
                           const std::function<StepFlags()>& flags) {
   StepResult r;
@@ -47,7 +43,8 @@ void TrainStep::passes(const std::vector<nn::BatchView>& micro_batches, const St
   const float loss_scale = 1.0f / float(counts.global_tokens);
   const int64_t mine = int64_t(micro_batches.size());
   if (pipeline_) {
-    const int64_t M = pipeline_micro_batches(counts.max_micro_batches);
+    const int64_t M =
+        pipeline_micro_batches(config_.schedule, grid_.pipeline_size(), counts.max_micro_batches);
     std::vector<nn::BatchView> views;
     for (int64_t m = 0; m < M; ++m)
       views.push_back(m < mine ? micro_batches[size_t(m)] : empty_.view());

@@ -60,9 +60,6 @@ class TrainStep {
   // A forward that counts nothing, where this rank has no batch left but the others' forwards
   // need it (their stages, or their gathers of sharded weights); false where none is needed.
   bool idle_forward();
-  // Micro-batches a step of `most` (the most any data rank has) runs: the interleaved schedule
-  // rounds up to a multiple of the stages.
-  int64_t pipeline_micro_batches(int64_t most) const;
 
  private:
   void passes(const std::vector<nn::BatchView>& micro_batches, const StepCounts& counts,

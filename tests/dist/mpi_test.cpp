@@ -521,6 +521,8 @@ TEST(Hosts, MissingRanksSayTheirRoles) {
   roles.clear();
   for (int r = 0; r < stages.world(); ++r) roles.push_back(stages.role(r));
   EXPECT_EQ(ranks_on_hosts({1}, {}, roles), "rank 1 (pipeline stage 1, data rank 0)");
+  EXPECT_EQ(rank_name(1, hosts, roles), "rank 1 (pipeline stage 1, data rank 0) on a");
+  EXPECT_EQ(rank_name(3, hosts, {}), "rank 3 on b");
 }
 
 }  // namespace

@@ -94,11 +94,15 @@ struct ParamSpec {
 // parallel) or along its inputs (row parallel).
 enum class Parallel : uint8_t { none, column, row };
 
-// One matrix product of a block, as (inputs, outputs) per token.
+// One matrix product of a block, as (inputs, outputs) per token. A block names a product by its
+// weight when it runs it (block_access::product_forward), and how the product is cut decides
+// which collective goes with it: the architecture places none (Note [Tensor-parallel splits]).
 struct Matmul {
   int64_t in, out;
   Parallel parallel = Parallel::none;
-  int64_t whole_out = 0;  // of a column-parallel product's outputs, those not cut (replicated)
+  Role weight;               // the product's weight (the first of stacked ones: Llama's q/k/v)
+  Role bias = Role::kCount;  // its bias, or kCount: none
+  int64_t whole_out = 0;     // of a column-parallel product's outputs, those not cut (replicated)
 };
 
 // What a block activation is.

@@ -1,6 +1,9 @@
 // What every architecture's block functions share: the packed q/k/v views, attention with the
-// KV cache and its backward, and the bf16 copy of the residual gradient the branches read.
+// KV cache and its backward, the bf16 copy of the residual gradient the branches read, and
+// tensor parallelism applied to each product as the spec cuts it.
 #include "nn/block.h"
+
+#include <algorithm>
 
 #include "nn/ops/attention.h"
 #include "nn/ops/cast.h"
@@ -52,16 +55,13 @@ Tensor whole(const BlockTensors& t, const Tensor& buffer, const Tensor& like) {
   return make_tensor(buffer.data, like.dtype, {N, like.cols()}, buffer.device);
 }
 
-}  // namespace
-
-Tensor block_access::gather_tokens(const BlockTensors& t, const Tensor& x) {
+// x, every token of it: gathered from the slices under sequence parallelism.
+Tensor gather_tokens(const BlockTensors& t, const Tensor& x) {
   if (t.gathered.empty()) return x;
   const Tensor all = whole(t, t.gathered, x);
   t.group->all_gather(all, x);
   return all;
 }
-
-namespace {
 
 // Where each rank's partial sums of `target` are made: target itself, or every token of it.
 Tensor partials_of(const BlockTensors& t, const Tensor& target) {
@@ -70,31 +70,36 @@ Tensor partials_of(const BlockTensors& t, const Tensor& target) {
 
 // target = the group's sum of partials_of(target): in place, or scattered to each rank's tokens.
 void sum_into(const BlockTensors& t, const Tensor& target) {
-  if (!t.group) return;
   if (t.partial.empty()) return t.group->all_reduce(target);
   t.group->reduce_scatter(target, partials_of(t, target));
 }
 
+// How the spec cuts the product whose weight is `weight`.
+const Matmul& product(const BlockTensors& t, Role weight) {
+  const auto m = std::find_if(t.products->begin(), t.products->end(),
+                              [&](const Matmul& p) { return p.weight == weight; });
+  TRAINER_ASSERT(m != t.products->end(), "a block product that its architecture's spec lacks");
+  return *m;
+}
+
 }  // namespace
 
-Tensor block_access::row_output(const BlockTensors& t) {
-  return partials_of(t, t.tmp);
+void block_access::product_forward(const BlockTensors& t, Role weight, const Tensor& y,
+                                   const Tensor& x, const ProductForward& op) {
+  const Matmul& m = product(t, weight);
+  const Tensor bias = m.bias == Role::kCount ? Tensor{} : W(t, m.bias);
+  if (!t.group || m.parallel == Parallel::none) return op(y, x, bias);
+  if (m.parallel == Parallel::column) return op(y, gather_tokens(t, x), bias);
+  op(partials_of(t, y), x, t.group->rank() == 0 ? bias : Tensor{});
+  sum_into(t, y);
 }
 
-void block_access::sum_partial_outputs(const BlockTensors& t) {
-  sum_into(t, t.tmp);
-}
-
-Tensor block_access::column_input_grad(const BlockTensors& t) {
-  return partials_of(t, t.d_ln);
-}
-
-void block_access::sum_partial_input_grads(const BlockTensors& t) {
-  sum_into(t, t.d_ln);
-}
-
-Tensor block_access::row_parallel_bias(const BlockTensors& t, Role bias) {
-  return !t.group || t.group->rank() == 0 ? W(t, bias) : Tensor{};
+void block_access::product_backward(const BlockTensors& t, Role weight, const Tensor& dx,
+                                    const Tensor& dy, const Tensor& x, const ProductBackward& op) {
+  const Matmul& m = product(t, weight);
+  if (!t.group || m.parallel != Parallel::column) return op(dx, dy, x);
+  op(partials_of(t, dx), dy, gather_tokens(t, x));
+  sum_into(t, dx);
 }
 
 Tensor block_access::branch_grad(const Context& ctx, const BlockTensors& t) {

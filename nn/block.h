@@ -5,6 +5,8 @@
 #pragma once
 
 #include <array>
+#include <functional>
+#include <vector>
 
 #include "nn/arch.h"
 #include "nn/ops/attention.h"
@@ -21,17 +23,18 @@ namespace trainer::nn {
 // parallelism (Megatron-LM's) those regions hold N/degree consecutive tokens each: the
 // residual stream, the norms' outputs and statistics, the branch outputs and their gradients
 // (`sliced` activation slots). A column-parallel product's input is gathered from the slices
-// first (gather_tokens) and a row-parallel product's partial output is reduce-scattered into
-// them (sum_partial_outputs), so the forward all-reduce becomes an all-gather and a
+// first and a row-parallel product's partial output is reduce-scattered into them
+// (block_access::product_forward), so the forward all-reduce becomes an all-gather and a
 // reduce-scatter of the same bytes; backward mirrors it (branch_grad gathers the output
-// gradient, sum_partial_input_grads scatters the input gradient), and a column product's
-// weight gradient gathers its input again rather than keep it whole. The norms' weight
-// gradients are then partial sums over the slices, summed over the group with the unit's
-// backward (Transformer).
+// gradient, product_backward scatters a column product's input gradient), and a column
+// product's weight gradient gathers its input again rather than keep it whole. The norms'
+// weight gradients are then partial sums over the slices, summed over the group with the
+// unit's backward (Transformer).
 struct BlockTensors {
   const ModelConfig* model = nullptr;  // the keys the block reads (heads, rotary embeddings)
   int B = 0, T = 0, n_head = 0;        // n_head: the heads of this slice
   TensorGroup* group = nullptr;        // the other slices' ranks (tensor parallelism), or null
+  const std::vector<Matmul>* products = nullptr;  // the block's, as the spec cuts them
   // Sequence parallelism only: every token of a sliced tensor gathered (compute dtype), and a
   // row-parallel product's partial output or a column-parallel one's input gradient before
   // it is scattered (fp32 bytes), (N, C) each; empty otherwise.
@@ -76,21 +79,26 @@ inline const Tensor& G(const BlockTensors& t, Role r) {
 // copy in a bf16 model (made here, once per branch), gathered under sequence parallelism.
 Tensor branch_grad(const Context& ctx, const BlockTensors& t);
 
-// Tensor parallelism (Note [Tensor-parallel splits], Note [Sequence parallelism]); each is the
-// tensor itself, or nothing, without a group. A column-parallel product's input (q/k/v's, the
-// MLP's first): a norm's output x, every token of it.
-Tensor gather_tokens(const BlockTensors& t, const Tensor& x);
-// Where a row-parallel product (the attention projection, the MLP's second) writes its
-// output, and then sums each rank's partial output over the group into t.tmp.
-Tensor row_output(const BlockTensors& t);
-void sum_partial_outputs(const BlockTensors& t);
-// Where a column-parallel product's backward writes its input gradient (each rank's heads' or
-// hidden units' part), and then sums it over the group into t.d_ln, before the norm's backward.
-Tensor column_input_grad(const BlockTensors& t);
-void sum_partial_input_grads(const BlockTensors& t);
-// A row-parallel product's bias: added on the group's rank 0 only (the sum would add every
-// rank's); its gradient is every rank's alike.
-Tensor row_parallel_bias(const BlockTensors& t, Role bias);
+// Tensor parallelism applied to a product (Note [Tensor-parallel splits], Note [Sequence
+// parallelism]). A block runs each of its products through these two, naming it by its weight
+// (Matmul::weight); how the spec cuts that product decides what goes with it. Without a group
+// they only run `op`.
+// op(y, x, bias) writes the product of x into y (N rows), adding bias unless it is empty. A
+// column-parallel product's x is first gathered from the token slices; a row-parallel one
+// writes this rank's partial sum, which is then summed over the group into y (scattered to
+// the slices), and its bias is passed on the group's rank 0 only (the sum would add every
+// rank's).
+using ProductForward = std::function<void(const Tensor& y, const Tensor& x, const Tensor& bias)>;
+void product_forward(const BlockTensors& t, Role weight, const Tensor& y, const Tensor& x,
+                     const ProductForward& op);
+// op(dx, dy, x) writes the gradient dx of the product's input from its output's gradient dy
+// and adds its parameters' gradients (a row-parallel bias's is every rank's alike). A
+// column-parallel product's x is gathered again, and it writes this rank's part of dx (its
+// heads' or hidden units'), then summed over the group into dx; a row-parallel product's dy
+// is branch_grad, every token already.
+using ProductBackward = std::function<void(const Tensor& dx, const Tensor& dy, const Tensor& x)>;
+void product_backward(const BlockTensors& t, Role weight, const Tensor& dx, const Tensor& dy,
+                      const Tensor& x, const ProductBackward& op);
 // The queries (B,T,C), keys and values (B,T,Ckv) of a packed (N, C + 2 Ckv) tensor (the qkv
 // product, or its gradient): strided views, in that order.
 std::array<Tensor, 3> qkv_parts(const BlockTensors& t, const Tensor& packed);

@@ -234,6 +234,7 @@ BlockTensors Transformer::block_tensors(int l, ParamUse use) {
   t.model = &config_;
   t.n_head = config_.local_heads();
   t.group = group();
+  t.products = &spec_.block_matmuls;
   t.positions = mb_.positions.view(DType::i32, int64_t(mb_.B) * mb_.T);
   const int u = layout_.block_unit(l);
   const Tensor w = unit_weights(u, use);

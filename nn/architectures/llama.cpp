@@ -94,10 +94,10 @@ ArchSpec llama_spec(const ModelConfig& m) {
                   {Act::d_atty, C, false, K::scratch, true},
                   {Act::d_gate_up, 2 * F, false, K::scratch, true},
                   {Act::d_swiglu, F, false, K::scratch, true}};
-  s.block_matmuls = {{C, qkv, Parallel::column, kv_kept},
-                     {C, C, Parallel::row},
-                     {C, 2 * F, Parallel::column},
-                     {F, C, Parallel::row}};
+  s.block_matmuls = {{C, qkv, Parallel::column, Role::q_w, Role::kCount, kv_kept},
+                     {C, C, Parallel::row, Role::attn_proj_w},
+                     {C, 2 * F, Parallel::column, Role::gate_w},
+                     {F, C, Parallel::row, Role::down_w}};
   return s;
 }
 
@@ -134,19 +134,25 @@ void llama_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pa
   }
   const int hs = t.model->head_size();
   rmsnorm_forward(ctx, A(t, ln1), A(t, ln1_rstd), t.x, W(t, R::norm1_w));
-  linear_forward(ctx, A(t, qkv), gather_tokens(t, A(t, ln1)), qkv_weight(t, t.w), {}, kOutIn);
+  product_forward(t, R::q_w, A(t, qkv), A(t, ln1), [&](auto& y, auto& x, auto&) {
+    linear_forward(ctx, y, x, qkv_weight(t, t.w), {}, kOutIn);
+  });
   const auto [q, k, v] = qkv_parts(t, A(t, qkv));
   rope_forward(ctx, q, t.positions, hs, hs, t.model->rope_theta);
   rope_forward(ctx, k, t.positions, hs, hs, t.model->rope_theta);
   attend(ctx, t, q, k, v);
-  linear_forward(ctx, row_output(t), A(t, atty), W(t, R::attn_proj_w), {}, kOutIn);
-  sum_partial_outputs(t);
+  product_forward(t, R::attn_proj_w, t.tmp, A(t, atty), [&](auto& y, auto& x, auto&) {
+    linear_forward(ctx, y, x, W(t, R::attn_proj_w), {}, kOutIn);
+  });
   rmsnorm_residual_forward(ctx, A(t, res_mid), A(t, ln2), A(t, ln2_rstd), t.x, t.tmp,
                            W(t, R::norm2_w));
-  linear_forward(ctx, A(t, gate_up), gather_tokens(t, A(t, ln2)), gate_up_weight(t.w), {}, kOutIn);
+  product_forward(t, R::gate_w, A(t, gate_up), A(t, ln2), [&](auto& y, auto& x, auto&) {
+    linear_forward(ctx, y, x, gate_up_weight(t.w), {}, kOutIn);
+  });
   swiglu_forward(ctx, A(t, swiglu), A(t, gate_up));
-  linear_forward(ctx, row_output(t), A(t, swiglu), W(t, R::down_w), {}, kOutIn);
-  sum_partial_outputs(t);
+  product_forward(t, R::down_w, t.tmp, A(t, swiglu), [&](auto& y, auto& x, auto&) {
+    linear_forward(ctx, y, x, W(t, R::down_w), {}, kOutIn);
+  });
   if (pass == BlockPass::train) residual_forward(ctx, t.out, A(t, res_mid), t.tmp);
 }
 
@@ -155,25 +161,31 @@ void llama_block_backward(const Context& ctx, const BlockTensors& t) {
   using R = Role;
   const int hs = t.model->head_size();
   // MLP branch.
-  linear_backward(ctx, A(t, d_swiglu), G(t, R::down_w), {}, branch_grad(ctx, t), A(t, swiglu),
-                  W(t, R::down_w), kOutIn);
+  product_backward(t, R::down_w, A(t, d_swiglu), branch_grad(ctx, t), A(t, swiglu),
+                   [&](auto& dx, auto& dy, auto& x) {
+                     linear_backward(ctx, dx, G(t, R::down_w), {}, dy, x, W(t, R::down_w), kOutIn);
+                   });
   swiglu_backward(ctx, A(t, d_gate_up), A(t, d_swiglu), A(t, gate_up));
-  linear_backward(ctx, column_input_grad(t), gate_up_weight(t.g), {}, A(t, d_gate_up),
-                  gather_tokens(t, A(t, ln2)), gate_up_weight(t.w), kOutIn);
-  sum_partial_input_grads(t);
+  product_backward(
+      t, R::gate_w, t.d_ln, A(t, d_gate_up), A(t, ln2), [&](auto& dx, auto& dy, auto& x) {
+        linear_backward(ctx, dx, gate_up_weight(t.g), {}, dy, x, gate_up_weight(t.w), kOutIn);
+      });
   rmsnorm_backward(ctx, t.d_res, G(t, R::norm2_w), t.d_ln, A(t, res_mid), W(t, R::norm2_w),
                    A(t, ln2_rstd));
   // Attention branch.
-  linear_backward(ctx, A(t, d_atty), G(t, R::attn_proj_w), {}, branch_grad(ctx, t), A(t, atty),
-                  W(t, R::attn_proj_w), kOutIn);
+  product_backward(t, R::attn_proj_w, A(t, d_atty), branch_grad(ctx, t), A(t, atty),
+                   [&](auto& dx, auto& dy, auto& x) {
+                     linear_backward(ctx, dx, G(t, R::attn_proj_w), {}, dy, x, W(t, R::attn_proj_w),
+                                     kOutIn);
+                   });
   const std::array<Tensor, 3> d = qkv_parts(t, A(t, d_qkv));
   attend_backward(ctx, t, d, qkv_parts(t, A(t, qkv)));
   const Tensor &dq = d[0], &dk = d[1];
   rope_backward(ctx, dq, t.positions, hs, hs, t.model->rope_theta);
   rope_backward(ctx, dk, t.positions, hs, hs, t.model->rope_theta);
-  linear_backward(ctx, column_input_grad(t), qkv_weight(t, t.g), {}, A(t, d_qkv),
-                  gather_tokens(t, A(t, ln1)), qkv_weight(t, t.w), kOutIn);
-  sum_partial_input_grads(t);
+  product_backward(t, R::q_w, t.d_ln, A(t, d_qkv), A(t, ln1), [&](auto& dx, auto& dy, auto& x) {
+    linear_backward(ctx, dx, qkv_weight(t, t.g), {}, dy, x, qkv_weight(t, t.w), kOutIn);
+  });
   rmsnorm_backward(ctx, t.d_res, G(t, R::norm1_w), t.d_ln, t.x, W(t, R::norm1_w), A(t, ln1_rstd));
 }
 

@@ -90,10 +90,10 @@ ArchSpec neox_spec(const ModelConfig& m) {
                   {Act::d_qkv, 3 * C, false, K::scratch, true},
                   {Act::d_atty, C, false, K::scratch, true},
                   {Act::d_fch, 4 * C, false, K::scratch, true}};
-  s.block_matmuls = {{C, 3 * C, Parallel::column},
-                     {C, C, Parallel::row},
-                     {C, 4 * C, Parallel::column},
-                     {4 * C, C, Parallel::row}};
+  s.block_matmuls = {{C, 3 * C, Parallel::column, Role::qkv_w, Role::qkv_b},
+                     {C, C, Parallel::row, Role::attn_proj_w, Role::attn_proj_b},
+                     {C, 4 * C, Parallel::column, Role::fc_w, Role::fc_b},
+                     {4 * C, C, Parallel::row, Role::fc_proj_w, Role::fc_proj_b}};
   return s;
 }
 
@@ -115,22 +115,24 @@ void neox_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
   const float theta = t.model->rope_theta;
   norms();
   // Attention branch.
-  linear_forward(ctx, A(t, qkv), gather_tokens(t, A(t, ln1)), W(t, R::qkv_w), W(t, R::qkv_b),
-                 kOutIn);
+  product_forward(t, R::qkv_w, A(t, qkv), A(t, ln1), [&](auto& y, auto& x, auto& b) {
+    linear_forward(ctx, y, x, W(t, R::qkv_w), b, kOutIn);
+  });
   const auto [q, k, v] = qkv_parts(t, A(t, qkv));
   rope_forward(ctx, q, t.positions, hs, rd, theta);
   rope_forward(ctx, k, t.positions, hs, rd, theta);
   attend(ctx, t, q, k, v);
-  linear_forward(ctx, row_output(t), A(t, atty), W(t, R::attn_proj_w),
-                 row_parallel_bias(t, R::attn_proj_b), kOutIn);
-  sum_partial_outputs(t);
+  product_forward(t, R::attn_proj_w, t.tmp, A(t, atty), [&](auto& y, auto& x, auto& b) {
+    linear_forward(ctx, y, x, W(t, R::attn_proj_w), b, kOutIn);
+  });
   if (pass == BlockPass::train) residual_forward(ctx, t.out, t.x, t.tmp);
   // MLP branch, beside it.
-  linear_gelu_forward(ctx, A(t, fch_gelu), A(t, fch), gather_tokens(t, A(t, ln2)), W(t, R::fc_w),
-                      W(t, R::fc_b), t.model->gelu, kOutIn);
-  linear_forward(ctx, row_output(t), A(t, fch_gelu), W(t, R::fc_proj_w),
-                 row_parallel_bias(t, R::fc_proj_b), kOutIn);
-  sum_partial_outputs(t);
+  product_forward(t, R::fc_w, A(t, fch), A(t, ln2), [&](auto& y, auto& x, auto& b) {
+    linear_gelu_forward(ctx, A(t, fch_gelu), y, x, W(t, R::fc_w), b, t.model->gelu, kOutIn);
+  });
+  product_forward(t, R::fc_proj_w, t.tmp, A(t, fch_gelu), [&](auto& y, auto& x, auto& b) {
+    linear_forward(ctx, y, x, W(t, R::fc_proj_w), b, kOutIn);
+  });
   if (pass == BlockPass::train) residual_forward(ctx, t.out, t.out, t.tmp);
 }
 
@@ -141,15 +143,21 @@ void neox_block_backward(const Context& ctx, const BlockTensors& t) {
   using R = Role;
   const int hs = t.model->head_size(), rd = t.model->rotary_dims();
   const float theta = t.model->rope_theta;
-  const Tensor& dy = branch_grad(ctx, t);
-  gelu_linear_backward(ctx, A(t, d_fch), G(t, R::fc_proj_w), G(t, R::fc_proj_b), dy, A(t, fch_gelu),
-                       W(t, R::fc_proj_w), A(t, fch), t.model->gelu, kOutIn);
-  linear_backward(ctx, A(t, d_atty), G(t, R::attn_proj_w), G(t, R::attn_proj_b), dy, A(t, atty),
-                  W(t, R::attn_proj_w), kOutIn);
+  const Tensor& d_out = branch_grad(ctx, t);
+  product_backward(t, R::fc_proj_w, A(t, d_fch), d_out, A(t, fch_gelu),
+                   [&](auto& dx, auto& dy, auto& x) {
+                     gelu_linear_backward(ctx, dx, G(t, R::fc_proj_w), G(t, R::fc_proj_b), dy, x,
+                                          W(t, R::fc_proj_w), A(t, fch), t.model->gelu, kOutIn);
+                   });
+  product_backward(t, R::attn_proj_w, A(t, d_atty), d_out, A(t, atty),
+                   [&](auto& dx, auto& dy, auto& x) {
+                     linear_backward(ctx, dx, G(t, R::attn_proj_w), G(t, R::attn_proj_b), dy, x,
+                                     W(t, R::attn_proj_w), kOutIn);
+                   });
   // MLP branch.
-  linear_backward(ctx, column_input_grad(t), G(t, R::fc_w), G(t, R::fc_b), A(t, d_fch),
-                  gather_tokens(t, A(t, ln2)), W(t, R::fc_w), kOutIn);
-  sum_partial_input_grads(t);
+  product_backward(t, R::fc_w, t.d_ln, A(t, d_fch), A(t, ln2), [&](auto& dx, auto& dy, auto& x) {
+    linear_backward(ctx, dx, G(t, R::fc_w), G(t, R::fc_b), dy, x, W(t, R::fc_w), kOutIn);
+  });
   layernorm_backward(ctx, t.d_res, G(t, R::norm2_w), G(t, R::norm2_b), t.d_ln, t.x,
                      W(t, R::norm2_w), A(t, ln2_mean), A(t, ln2_rstd));
   // Attention branch.
@@ -158,9 +166,9 @@ void neox_block_backward(const Context& ctx, const BlockTensors& t) {
   const Tensor &dq = d[0], &dk = d[1];
   rope_backward(ctx, dq, t.positions, hs, rd, theta);
   rope_backward(ctx, dk, t.positions, hs, rd, theta);
-  linear_backward(ctx, column_input_grad(t), G(t, R::qkv_w), G(t, R::qkv_b), A(t, d_qkv),
-                  gather_tokens(t, A(t, ln1)), W(t, R::qkv_w), kOutIn);
-  sum_partial_input_grads(t);
+  product_backward(t, R::qkv_w, t.d_ln, A(t, d_qkv), A(t, ln1), [&](auto& dx, auto& dy, auto& x) {
+    linear_backward(ctx, dx, G(t, R::qkv_w), G(t, R::qkv_b), dy, x, W(t, R::qkv_w), kOutIn);
+  });
   layernorm_backward(ctx, t.d_res, G(t, R::norm1_w), G(t, R::norm1_b), t.d_ln, t.x,
                      W(t, R::norm1_w), A(t, ln1_mean), A(t, ln1_rstd));
 }

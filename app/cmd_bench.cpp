@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "app/options.h"
+#include "app/run_setup.h"
 #include "nn/adamw.h"
 #include "nn/transformer.h"
 #include "runtime/buffer.h"
@@ -23,12 +24,6 @@
 namespace trainer::app {
 
 namespace {
-
-DType parse_precision(const std::string& p) {
-  if (p == "fp32") return DType::f32;
-  if (p == "bf16") return DType::bf16;
-  throw UsageError(fmt::format("bench: --precision must be fp32 or bf16, got '{}'", p));
-}
 
 // Each scope's own time per step and share of the `total_ms` the steps took, then the kernel
 // families' (the scopes' own times, so each moment counts once: Note [Profile families]).
@@ -52,59 +47,34 @@ void print_profile(int steps, double total_ms) {
 
 int cmd_bench(const Args& args) {
   po::options_description desc("bench options");
-  desc.add_options()("layers,L", po::value<int>()->default_value(6), "blocks")(
-      "embd,C", po::value<int>()->default_value(384), "channels")(
-      "heads,H", po::value<int>()->default_value(6), "attention heads")(
-      "vocab,V", po::value<int>()->default_value(8192), "vocabulary")(
-      "batch,B", po::value<int>()->default_value(8), "rows per step")(
-      "seq,T", po::value<int>()->default_value(256), "row length")(
-      "arch", po::value<std::string>()->default_value("gpt2"), "an architecture (model.arch)")(
-      "kv-heads", po::value<int>()->default_value(0), "llama: key/value heads (0 = heads)")(
-      "ffn", po::value<int>()->default_value(0), "llama: SwiGLU hidden size (0 = 8/3 C)")(
-      "rotary-pct", po::value<double>()->default_value(1.0),
-      "neox: the fraction of each head the rotary embeddings turn")(
+  po::positional_options_description pos;
+  add_config_options(desc, pos);
+  desc.add_options()("batch,B", po::value<int>()->default_value(8), "rows per step")(
+      "seq,T", po::value<int>()->default_value(256),
+      "row length (also model.max_seq_len unless the config states it)")(
       "steps", po::value<int>()->default_value(10), "timed steps")(
       "warmup", po::value<int>()->default_value(2), "untimed steps before them")(
-      "precision", po::value<std::string>()->default_value("fp32"), "fp32 or bf16")(
-      "device", po::value<std::string>()->default_value("cpu"), "cpu or cuda (GPU 0)")(
-      "checkpointing", po::value<std::string>()->default_value("none"),
-      "activation checkpointing: none, selective or full")(
-      "attention-backward", po::value<std::string>()->default_value("deterministic"),
-      "CUDA: deterministic or fast (train.attention_backward)")(
       "peak-gflops", po::value<double>()->default_value(0),
       "the rate MFU is reported against (0: the GEMM rate measured here; 989000 for an H100 or "
       "H200's dense bf16)")("profile", "print a per-op time profile (CUDA: timed by events)")(
-      "cuda-graphs",
-      "replay forward and backward as CUDA graphs (train.cuda_graphs; not with "
-      "--profile, whose scopes are host work)")(
-      "gemm", "only measure the GEMM rate (of --precision) at a few square sizes");
+      "gemm", "only measure the GEMM rate (of model.precision) at a few square sizes");
   po::variables_map vm;
-  if (!parse_options("bench", args, desc, vm)) return 0;
-  for (const char* k : {"layers", "heads", "batch", "steps"})
-    require_range("bench", vm, k, 1, 4096);
+  if (!parse_options("bench", args, desc, vm, &pos)) return 0;
+  for (const char* k : {"batch", "steps"}) require_range("bench", vm, k, 1, 4096);
   require_range("bench", vm, "warmup", 0, 4096);
-  for (const char* k : {"embd", "seq"}) require_range("bench", vm, k, 1, 1 << 16);
-  require_range("bench", vm, "vocab", 1, 1 << 24);
-  require_range("bench", vm, "kv-heads", 0, 4096);
-  require_range("bench", vm, "ffn", 0, 1 << 20);
-  nn::ExecConfig exec;
-  exec.compute = parse_precision(vm["precision"].as<std::string>());
-  exec.recompute = nn::parse_recompute(vm["checkpointing"].as<std::string>());
-  const std::string device = vm["device"].as<std::string>();
-  if (device != "cpu" && device != "cuda")
-    throw UsageError(fmt::format("bench: --device must be cpu or cuda, got '{}'", device));
-  exec.device = device == "cuda" ? Device::cuda : Device::cpu;
-  const std::string attention_backward = vm["attention-backward"].as<std::string>();
-  if (attention_backward != "deterministic" && attention_backward != "fast")
-    throw UsageError(fmt::format(
-        "bench: --attention-backward must be deterministic or fast, got '{}'", attention_backward));
-  exec.deterministic = attention_backward == "deterministic";
-  exec.cuda_graphs = vm.count("cuda-graphs") > 0;
+  require_range("bench", vm, "seq", 1, 1 << 16);
+  const int B = vm["batch"].as<int>(), T = vm["seq"].as<int>(), steps = vm["steps"].as<int>();
+  // The model, its precision, checkpointing, device and CUDA options are the run's keys.
+  Config config = config_from(vm);
+  if (!config.stated("model.max_seq_len")) config.set("model.max_seq_len", int64_t(T));
+  const nn::ModelConfig mc = model_config(config);
+  nn::ExecConfig exec = exec_config(config, B, T);
   if (exec.cuda_graphs && exec.device != Device::cuda)
-    throw UsageError("bench: --cuda-graphs needs --device cuda");
+    throw UsageError("bench: train.cuda_graphs needs run.device = cuda");
   if (exec.device == Device::cuda && cuda_device_count() == 0)
-    throw UsageError(cuda_built() ? "bench: --device cuda but this machine has no CUDA GPU"
-                                  : "bench: --device cuda but this trainer has no CUDA backend");
+    throw UsageError(cuda_built()
+                         ? "bench: run.device = cuda but this machine has no CUDA GPU"
+                         : "bench: run.device = cuda but this trainer has no CUDA backend");
   std::unique_ptr<CudaStream> stream;  // a GPU model's work goes to its own stream
   if (exec.device == Device::cuda) {
     stream = std::make_unique<CudaStream>();
@@ -121,20 +91,6 @@ int cmd_bench(const Args& args) {
                   measure_gemm_gflops(ctx, exec.compute, n, 1.0));
     return 0;
   }
-  nn::ModelConfig mc{.vocab_size = vm["vocab"].as<int>(),
-                     .max_seq_len = vm["seq"].as<int>(),
-                     .n_layer = vm["layers"].as<int>(),
-                     .n_head = vm["heads"].as<int>(),
-                     .n_embd = vm["embd"].as<int>()};
-  mc.arch = vm["arch"].as<std::string>();
-  mc.rotary_pct = vm["rotary-pct"].as<double>();
-  mc.n_kv_head = vm["kv-heads"].as<int>();
-  mc.ffn_hidden = vm["ffn"].as<int>();
-  mc.ffn_multiple_of = 64;
-  mc.validate();
-  const int B = vm["batch"].as<int>(), T = vm["seq"].as<int>(), steps = vm["steps"].as<int>();
-  exec.max_rows = B;
-  exec.max_seq_len = T;
   nn::Transformer model(mc, exec);
   model.init_weights(1);
   nn::AdamW opt(model.layout(), {}, {{0, model.layout().total(), 0}}, nullptr, exec.device);

@@ -54,9 +54,9 @@ void print_configured(const RunConfig& rc, int world) {
   row("op workspace", double(m.workspace));
   if (e.device == Device::cuda && e.compute == DType::bf16 && e.training) {
     // The largest share, cuDNN attention's backward (Note [cuDNN attention workspace]).
-    const nn::CudnnAttentionWorkspace w =
-        nn::cudnn_attention_workspace_plan(e.max_rows, rc.model.local_heads(), e.max_seq_len,
-                                           rc.model.head_size(), true, e.deterministic);
+    const nn::CudnnAttentionWorkspace w = nn::cudnn_attention_workspace_plan(
+        e.max_rows, rc.model.local_heads(), e.max_seq_len, rc.model.head_size(), true,
+        e.attention_backward == nn::AttentionBackward::deterministic);
     row("  of which cuDNN attention", double(w.total()));
   }
   row("batch inputs", double(m.inputs));

@@ -2,10 +2,13 @@
 #include "app/config.h"
 #include "app/run_setup.h"
 #include "data/plan.h"
+#include "data/shard.h"
 #include "dist/data_parallel.h"
 #include "dist/join.h"
 #include "nn/architecture.h"
 #include "nn/lr_schedule.h"
+#include "runtime/device.h"
+#include "runtime/log.h"
 
 namespace trainer::app {
 
@@ -30,7 +33,7 @@ const std::vector<KeySpec>& schema() {
        0},
       {"run.device", Kind::text, std::string("cpu"),
        "Where the model runs: cpu, or cuda (each rank takes GPU local rank mod the node's GPUs)",
-       -1e300, 1e300, L{"cpu", "cuda"}},
+       -1e300, 1e300, kDeviceNames.names()},
 
       {"model.arch", Kind::text, std::string("gpt2"), architecture_summaries(), -1e300, 1e300,
        nn::architecture_names()},
@@ -59,13 +62,13 @@ const std::vector<KeySpec>& schema() {
       {"model.gelu", Kind::text, std::string("tanh"),
        "gpt2, neox: the MLP's GELU, GPT-2's tanh approximation or the exact one through erf "
        "(Pythia's; Hugging Face's \"gelu\")",
-       -1e300, 1e300, L{"tanh", "erf"}},
+       -1e300, 1e300, nn::kGeluNames.names()},
       {"model.tie_embeddings", Kind::boolean, true,
        "The output head reads the token embedding (false: its own lm_head; llama, neox)"},
       {"model.precision", Kind::text, std::string("fp32"),
        "fp32, or bf16 mixed precision: bf16 matmul inputs and saved activations, fp32 master "
        "weights, optimizer state, statistics and loss",
-       -1e300, 1e300, L{"fp32", "bf16"}},
+       -1e300, 1e300, nn::kPrecisionNames.names()},
       {"model.activation_checkpointing", Kind::text, std::string("none"),
        "Recompute activations in backward to save memory: none, selective (norms and GELU) or "
        "full (the whole block from its input)",
@@ -95,7 +98,7 @@ const std::vector<KeySpec>& schema() {
        "When each shard's payload (checksum, offsets, token ids) is checked: all (every rank "
        "reads the whole split at start), first_use (a shard when this rank first reads from it, "
        "on the loader thread), none (headers and sizes only)",
-       -1e300, 1e300, L{"all", "first_use", "none"}},
+       -1e300, 1e300, data::kVerifyNames.names()},
       {"data.epochs", Kind::integer, int64_t(0),
        "Stop after this many epochs (0 = run train.steps)", 0},
 
@@ -159,11 +162,11 @@ const std::vector<KeySpec>& schema() {
        "CUDA: cuDNN attention's backward writes dQ by its own product (deterministic: the same "
        "bits every run, a workspace of B x H x T^2 x 2 bytes) or accumulates it by atomic adds "
        "(fast: less memory, bits that vary between runs)",
-       -1e300, 1e300, L{"deterministic", "fast"}},
+       -1e300, 1e300, nn::kAttentionBackwardNames.names()},
       {"train.memory_check", Kind::text, std::string("refuse"),
        "A memory plan larger than the memory available (MemAvailable or the cgroup's limit; "
        "the GPU's free memory) refuses the start (refuse) or only warns (warn)",
-       -1e300, 1e300, L{"refuse", "warn"}},
+       -1e300, 1e300, kMemoryCheckNames.names()},
       {"train.val_every", Kind::integer, int64_t(100), "Validate every N steps (0 = never)", 0},
       {"train.val_batches", Kind::integer, int64_t(20), "Batches per validation", 1},
       {"train.eval_tasks", Kind::list, L{},
@@ -187,7 +190,7 @@ const std::vector<KeySpec>& schema() {
       {"log.every", Kind::integer, int64_t(10), "Write a metrics line every N steps", 1},
       {"log.level", Kind::text, std::string("info"),
        "Least severe log lines shown: debug (every rank prints everything), info, warn, error",
-       -1e300, 1e300, L{"debug", "info", "warn", "error"}},
+       -1e300, 1e300, log::kLevelNames.names()},
       {"log.all_ranks", Kind::boolean, false,
        "Every rank also writes its lines to <run>/logs/rank-R.log (rank 0's are train.log)"},
       {"log.peak_gflops", Kind::real, 0.0,
@@ -195,18 +198,18 @@ const std::vector<KeySpec>& schema() {
        "until stable (the log says which)",
        0},
       {"log.progress", Kind::text, std::string("auto"),
-       "Live progress bar: auto (on a terminal), on, off", -1e300, 1e300, L{"auto", "on", "off"}},
+       "Live progress bar: auto (on a terminal), on, off", -1e300, 1e300, kProgressNames.names()},
 
       {"dist.bucket_mb", Kind::real, 25.0, "DDP gradient bucket size in MiB", 0.001, 1e6},
       {"dist.grad_dtype", Kind::text, std::string("fp32"),
        "Gradient buffer dtype: fp32, or bf16 (needs model.precision bf16; halves gradient memory "
        "and all-reduce bytes; sums are computed in fp32 and rounded)",
-       -1e300, 1e300, L{"fp32", "bf16"}},
+       -1e300, 1e300, nn::kGradDtypeNames.names()},
       {"dist.backend", Kind::text, std::string("auto"),
        "auto (MPI between CPU ranks, NCCL between GPUs when there are several), or nccl (NCCL "
        "even for one GPU, whose collectives then run for real: to measure them and their "
        "overlap on a single GPU; run.device cuda)",
-       -1e300, 1e300, L{"auto", "nccl"}},
+       -1e300, 1e300, kBackendNames.names()},
       {"dist.timeout_s", Kind::real, 300.0,
        "A collective waiting longer than this fails every rank", 0.1, 1e6},
       {"dist.interface", Kind::text, std::string("auto"),

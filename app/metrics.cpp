@@ -49,8 +49,8 @@ bool MetricsLog::write(const nlohmann::json& record) {
   return true;
 }
 
-Progress::Progress(const std::string& mode, int64_t total_steps) : total_(total_steps) {
-  live_ = mode == "on" || (mode == "auto" && ::isatty(STDOUT_FILENO));
+Progress::Progress(ProgressMode mode, int64_t total_steps) : total_(total_steps) {
+  live_ = mode == ProgressMode::on || (mode == ProgressMode::automatic && ::isatty(STDOUT_FILENO));
 }
 
 static std::string format_duration(double s) {

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/enum_names.h"
+
 namespace trainer::app {
 
 class MetricsLog {
@@ -31,10 +33,15 @@ class MetricsLog {
   std::string why_;
 };
 
+// log.progress: a live bar when stdout is a terminal (automatic), always, or never.
+enum class ProgressMode : uint8_t { automatic, on, off };
+inline constexpr EnumNames<ProgressMode, 3> kProgressNames{
+    "log.progress",
+    {{{ProgressMode::automatic, "auto"}, {ProgressMode::on, "on"}, {ProgressMode::off, "off"}}}};
+
 class Progress {
  public:
-  // mode: "auto" (bar when stdout is a terminal), "on" or "off".
-  Progress(const std::string& mode, int64_t total_steps);
+  Progress(ProgressMode mode, int64_t total_steps);
   // Redraws the bar (terminal) or prints a plain line when `log_line` is set.
   void update(int64_t step, double loss, double tokens_per_s, double mfu, double eta_s,
               bool log_line);

@@ -33,10 +33,6 @@ std::vector<int> checkpoint_layers(const Config& c) {
   return layers;
 }
 
-DType dtype_choice(const Config& c, const std::string& key) {
-  return c.text(key) == "bf16" ? DType::bf16 : DType::f32;
-}
-
 }  // namespace
 
 nn::ModelConfig model_config(const Config& c) {
@@ -88,10 +84,10 @@ const ModelKey kModelKeys[] = {
      [](Config& c, const char* k, const nn::ModelConfig& m) { c.set(k, m.tie_embeddings); }},
     {"model.gelu",
      [](const Config& c, const char* k, nn::ModelConfig& m) {
-       m.gelu = c.text(k) == "erf" ? nn::GeluForm::erf : nn::GeluForm::tanh;
+       m.gelu = nn::kGeluNames.parse(c.text(k));
      },
      [](Config& c, const char* k, const nn::ModelConfig& m) {
-       c.set(k, std::string(m.gelu == nn::GeluForm::erf ? "erf" : "tanh"));
+       c.set(k, std::string(nn::kGeluNames.name(m.gelu)));
      }},
 };
 
@@ -118,11 +114,13 @@ void set_model_keys(Config& c, const nn::ModelConfig& m) {
 
 nn::ExecConfig exec_config(const Config& c, int max_rows, int max_seq_len) {
   nn::ExecConfig e;
-  e.device = c.text("run.device") == "cuda" ? Device::cuda : Device::cpu;
-  e.compute = dtype_choice(c, "model.precision");
-  e.grad = dtype_choice(c, "dist.grad_dtype");
-  e.recompute = nn::parse_recompute(c.text("model.activation_checkpointing"));
+  e.device = kDeviceNames.parse(c.text("run.device"));
+  e.compute = nn::kPrecisionNames.parse(c.text("model.precision"));
+  e.grad = nn::kGradDtypeNames.parse(c.text("dist.grad_dtype"));
+  e.recompute = nn::kRecomputeNames.parse(c.text("model.activation_checkpointing"));
   e.recompute_layers = checkpoint_layers(c);
+  e.attention_backward = nn::kAttentionBackwardNames.parse(c.text("train.attention_backward"));
+  e.cuda_graphs = c.boolean("train.cuda_graphs");
   e.max_rows = max_rows;
   e.max_seq_len = max_seq_len;
   e.validate(model_config(c));
@@ -241,7 +239,7 @@ data::LoaderConfig loader_config(const Config& c, const std::string& split) {
   l.drop_last = c.boolean("data.drop_last");
   l.prefetch = int(c.integer("data.prefetch"));
   l.max_epochs = c.integer("data.epochs");
-  l.verify = data::parse_verify(c.text("data.verify_checksums"));
+  l.verify = data::kVerifyNames.parse(c.text("data.verify_checksums"));
   l.vocab_size = uint32_t(c.integer("model.vocab_size"));
   if (l.seq_len > c.integer("model.max_seq_len"))
     throw UsageError(fmt::format("data.seq_len = {} exceeds model.max_seq_len = {}", l.seq_len,
@@ -360,8 +358,6 @@ RunConfig resolve_run(const Config& c) {
   resolve_pipeline(c, r);
   r.reshard_after_forward = c.boolean("dist.reshard_after_forward");
   r.exec.own_params = r.sharding == dist::ShardingStage::none;  // else the shards hold them
-  r.exec.deterministic = c.text("train.attention_backward") == "deterministic";
-  r.exec.cuda_graphs = c.boolean("train.cuda_graphs");
   nn::Transformer::check_plan_magnitude(r.model, r.exec);
   if (r.exec.cuda_graphs && r.exec.device != Device::cuda)
     throw UsageError("train.cuda_graphs needs run.device = cuda");
@@ -419,17 +415,17 @@ RunConfig resolve_run(const Config& c) {
   r.keep_every = c.integer("checkpoint.keep_every");
   r.checkpoint_timeout_s = c.real("checkpoint.timeout_s");
   r.log_every = c.integer("log.every");
-  r.log_level = log::parse_level(c.text("log.level"));
+  r.log_level = log::kLevelNames.parse(c.text("log.level"));
   r.log_all_ranks = c.boolean("log.all_ranks");
-  r.memory_check_warns = c.text("train.memory_check") == "warn";
-  r.progress = c.text("log.progress");
+  r.memory_check = kMemoryCheckNames.parse(c.text("train.memory_check"));
+  r.progress = kProgressNames.parse(c.text("log.progress"));
   r.peak_gflops = c.real("log.peak_gflops");
   r.bucket_mb = c.real("dist.bucket_mb");
   r.timeout_s = c.real("dist.timeout_s");
   r.interface = c.text("dist.interface");
   r.join = dist::parse_join_mode(c.text("dist.join"));
-  r.nccl_asked = c.text("dist.backend") == "nccl";
-  if (r.nccl_asked && r.exec.device != Device::cuda)
+  r.backend = kBackendNames.parse(c.text("dist.backend"));
+  if (r.backend == Backend::nccl && r.exec.device != Device::cuda)
     throw UsageError("dist.backend = nccl needs run.device = cuda (NCCL connects GPUs)");
   r.deterministic = c.boolean("dist.deterministic");
   if (r.deterministic && r.tensor_parallel > 1)

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "app/config.h"
+#include "app/metrics.h"
 #include "data/loader.h"
 #include "dist/data_parallel.h"
 #include "dist/join.h"
@@ -33,6 +34,17 @@ struct StepSchedule {
 enum class NonFinite { stop, skip };
 inline constexpr EnumNames<NonFinite, 2> kNonFiniteNames{
     "train.on_nonfinite", {{{NonFinite::stop, "stop"}, {NonFinite::skip, "skip"}}}};
+
+// train.memory_check: a memory plan above what is available refuses the start, or warns.
+enum class MemoryCheck : uint8_t { refuse, warn };
+inline constexpr EnumNames<MemoryCheck, 2> kMemoryCheckNames{
+    "train.memory_check", {{{MemoryCheck::refuse, "refuse"}, {MemoryCheck::warn, "warn"}}}};
+
+// dist.backend: MPI between CPU ranks and NCCL between 2+ GPUs (automatic), or NCCL even for
+// one GPU.
+enum class Backend : uint8_t { automatic, nccl };
+inline constexpr EnumNames<Backend, 2> kBackendNames{
+    "dist.backend", {{{Backend::automatic, "auto"}, {Backend::nccl, "nccl"}}}};
 
 struct RunConfig {
   std::filesystem::path run_dir;  // run.dir / run.name
@@ -59,14 +71,14 @@ struct RunConfig {
   double checkpoint_timeout_s = 0;
   int64_t log_every = 1;
   log::Level log_level = log::Level::info;
-  bool log_all_ranks = false;       // every rank writes <run>/logs/rank-R.log
-  bool memory_check_warns = false;  // train.memory_check: warn (else refuse)
-  std::string progress;
+  bool log_all_ranks = false;  // every rank writes <run>/logs/rank-R.log
+  MemoryCheck memory_check = MemoryCheck::refuse;
+  ProgressMode progress = ProgressMode::automatic;
   double peak_gflops = 0;  // the MFU reference; 0 = measured at start-up
   double bucket_mb = 0, timeout_s = 0;
-  std::string interface;    // dist.interface
-  bool nccl_asked = false;  // dist.backend: nccl (auto takes NCCL for a CUDA run of 2+ ranks)
-  int tensor_parallel = 1;  // dist.tensor_parallel (Note [Parallel grid])
+  std::string interface;  // dist.interface
+  Backend backend = Backend::automatic;
+  int tensor_parallel = 1;         // dist.tensor_parallel (Note [Parallel grid])
   bool sequence_parallel = false;  // dist.sequence_parallel (Note [Sequence parallelism])
   // dist.pipeline_*: stages, their schedule and chunks, and each virtual stage's layers
   // (Note [Pipeline stages]); the model's slice is set per rank by run_training.

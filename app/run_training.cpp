@@ -95,7 +95,7 @@ int run_training(const Config& config, const TrainOptions& options) {
                                      "without the CUDA backend (TRAINER_CUDA=ON)"));
     stream = std::make_unique<CudaStream>();
     rc.exec.stream = comm_options.cuda_stream = stream->get();
-    if (comm->size() > 1 || rc.nccl_asked)
+    if (comm->size() > 1 || rc.backend == Backend::nccl)
       nccl = dist::make_nccl_communicator(*comm, rc.exec.device_index, comm_options);
   }
   if (rc.pipeline_parallel > 1 && (nccl || rc.exec.device == Device::cuda))
@@ -113,7 +113,8 @@ int run_training(const Config& config, const TrainOptions& options) {
   }
   // GPUs are one per rank; CPU ranks on a node share its memory.
   check_memory(*comm, plan_memory(rc, grid.data().size()), rc.exec.device,
-               rc.exec.device == Device::cuda ? 1 : launch.local_size, rc.memory_check_warns);
+               rc.exec.device == Device::cuda ? 1 : launch.local_size,
+               rc.memory_check == MemoryCheck::warn);
   const PeakReference peak = peak_reference(rc);
   TrainLoop loop(absolute, std::move(rc), options, grid, peak);
   return loop.run();

@@ -149,7 +149,7 @@ StepStats TrainLoop::train_step(const std::optional<std::vector<data::Batch>>& b
   if (batches)
     for (const data::Batch& b : *batches) views.push_back(view_of(b));
   const dist::StepResult r = step_->run(views, counts, [this] {
-    return dist::StepFlags{stop_signal_received(), !write_failure().empty()};
+    return dist::StepFlags{stop_signal_received() != 0, !write_failure().empty()};
   });
   StepStats s;
   s.tokens = counts.global_tokens;
@@ -238,7 +238,7 @@ int TrainLoop::run() {
   start_up();
   const int64_t total = rc_.steps;
   log_setup();
-  progress_ = std::make_unique<Progress>(leader_ ? rc_.progress : "off", total);
+  progress_ = std::make_unique<Progress>(leader_ ? rc_.progress : ProgressMode::off, total);
   take_stop_signals();  // Note [Stop signals]
   run_timer_.reset();
   while (state_.step < total) {

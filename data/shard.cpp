@@ -135,14 +135,6 @@ void verify_shard_payload(const uint8_t* data, size_t size, const ShardHeader& h
         h.vocab_size);
 }
 
-Verify parse_verify(std::string_view name) {
-  if (name == "all") return Verify::all;
-  if (name == "first_use") return Verify::first_use;
-  if (name == "none") return Verify::none;
-  throw UsageError(
-      fmt::format("shard verification must be all, first_use or none, got '{}'", name));
-}
-
 Shard::Shard(const fs::path& path, const ShardExpect& expect, Verify verify) : verify_(verify) {
   std::error_code ec;
   CHECK(fs::is_regular_file(path, ec), "{}: no such shard file", path.string());

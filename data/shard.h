@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/enum_names.h"
 #include "runtime/file_io.h"
 
 namespace trainer::data {
@@ -60,8 +61,9 @@ void verify_shard_payload(const uint8_t* data, size_t size, const ShardHeader& h
 // (on the reading thread, only the shards this process reads), `none` never (the header,
 // sizes and manifest are always checked).
 enum class Verify : uint8_t { all, first_use, none };
-// Parses "all", "first_use" or "none"; throws a UsageError otherwise.
-Verify parse_verify(std::string_view name);
+inline constexpr EnumNames<Verify, 3> kVerifyNames{
+    "data.verify_checksums",
+    {{{Verify::all, "all"}, {Verify::first_use, "first_use"}, {Verify::none, "none"}}}};
 
 // A shard file mapped read-only. Resident memory follows what was read and not released.
 class Shard {

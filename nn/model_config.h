@@ -46,6 +46,9 @@ struct PipelineSlice {
   bool whole() const { return chunks.empty(); }
 };
 
+inline constexpr EnumNames<GeluForm, 2> kGeluNames{
+    "model.gelu", {{{GeluForm::tanh, "tanh"}, {GeluForm::erf, "erf"}}}};
+
 struct ModelConfig {
   std::string arch = "gpt2";  // an architecture's name (nn/architecture.h lists them)
   int vocab_size = 8192;      // V: embedding rows (pad to a multiple of 64 for speed)
@@ -133,6 +136,21 @@ inline const char* recompute_name(Recompute r) {
   return kRecomputeNames.name(r);
 }
 
+// The floating-point dtypes a run computes in (model.precision) and sums gradients in
+// (dist.grad_dtype).
+inline constexpr EnumNames<DType, 2> kPrecisionNames{
+    "model.precision", {{{DType::f32, "fp32"}, {DType::bf16, "bf16"}}}};
+inline constexpr EnumNames<DType, 2> kGradDtypeNames{
+    "dist.grad_dtype", {{{DType::f32, "fp32"}, {DType::bf16, "bf16"}}}};
+
+// How cuDNN attention's backward writes dQ (train.attention_backward): by its own product, the
+// same bits every run, or accumulated by atomic adds, faster in less memory but not
+// reproducible (Context::deterministic).
+enum class AttentionBackward : uint8_t { deterministic, fast };
+inline constexpr EnumNames<AttentionBackward, 2> kAttentionBackwardNames{
+    "train.attention_backward",
+    {{{AttentionBackward::deterministic, "deterministic"}, {AttentionBackward::fast, "fast"}}}};
+
 struct ExecConfig {
   Device device = Device::cpu;
   int device_index = 0;
@@ -143,14 +161,14 @@ struct ExecConfig {
   // Micro-batches whose activations are held at once (a pipeline stage's in-flight ones): the
   // activations and the batch inputs are planned this many times.
   int activation_slots = 1;
-  int max_rows = 1;             // the largest batch: up to max_rows * max_seq_len
-  int max_seq_len = 1;          // tokens, in rows of at most max_seq_len
-  bool training = true;         // false: forward only (no gradients, no backward memory)
-  bool own_params = true;       // false: weights and gradients come from a UnitStore (sharding)
-  void* stream = nullptr;       // CUDA: the stream the model's work is queued on (null: the legacy
-                                // default stream); the caller owns it
-  bool cuda_graphs = false;     // CUDA: replay training passes as graphs (Note [CUDA graphs])
-  bool deterministic = true;    // ops give the same bits every run (Context::deterministic)
+  int max_rows = 1;          // the largest batch: up to max_rows * max_seq_len
+  int max_seq_len = 1;       // tokens, in rows of at most max_seq_len
+  bool training = true;      // false: forward only (no gradients, no backward memory)
+  bool own_params = true;    // false: weights and gradients come from a UnitStore (sharding)
+  void* stream = nullptr;    // CUDA: the stream the model's work is queued on (null: the legacy
+                             // default stream); the caller owns it
+  bool cuda_graphs = false;  // CUDA: replay training passes as graphs (Note [CUDA graphs])
+  AttentionBackward attention_backward = AttentionBackward::deterministic;
   bool cudnn_attention = true;  // CUDA: cuDNN's fused attention where it applies (Context)
   // The CPU's bf16 path (Context::bf16_math); unset: detect_cpu_bf16_math's choice.
   std::optional<CpuBf16Math> cpu_bf16;

@@ -30,7 +30,7 @@ Context context_for(const ExecConfig& e) {
   c.bf16_math = e.cpu_bf16 ? *e.cpu_bf16 : detect_cpu_bf16_math();
   c.cudnn_attention = e.cudnn_attention;
   c.threads = omp_get_max_threads();  // fixed for the model's life: its workspace is sized so
-  c.deterministic = e.deterministic;
+  c.deterministic = e.attention_backward == AttentionBackward::deterministic;
   return c;
 }
 

@@ -6,12 +6,17 @@
 #include <cstdint>
 #include <string_view>
 
+#include "runtime/enum_names.h"
+
 namespace trainer {
 
 enum class Device : uint8_t { cpu, cuda };
 
+inline constexpr EnumNames<Device, 2> kDeviceNames{
+    "run.device", {{{Device::cpu, "cpu"}, {Device::cuda, "cuda"}}}};
+
 constexpr std::string_view device_name(Device d) {
-  return d == Device::cpu ? "cpu" : "cuda";
+  return kDeviceNames.name(d);
 }
 
 // True when this binary was built with the CUDA backend.

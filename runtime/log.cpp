@@ -39,14 +39,6 @@ void configure(int rank, int world_size, Level min_level, bool all_ranks) {
   s.all_ranks = all_ranks;
 }
 
-Level parse_level(const std::string& name) {
-  if (name == "debug") return Level::debug;
-  if (name == "info") return Level::info;
-  if (name == "warn") return Level::warn;
-  if (name == "error") return Level::error;
-  throw UsageError(fmt::format("log level must be debug, info, warn or error, got '{}'", name));
-}
-
 namespace {
 // Whether `level` goes to the console (as opposed to the rank's log file only).
 bool on_console(const State& s, Level level) {

@@ -9,15 +9,20 @@
 #include <cstdio>
 #include <string>
 
+#include "runtime/enum_names.h"
+
 namespace trainer::log {
 
 enum class Level { debug, info, warn, error };
+inline constexpr EnumNames<Level, 4> kLevelNames{"log.level",
+                                                 {{{Level::debug, "debug"},
+                                                   {Level::info, "info"},
+                                                   {Level::warn, "warn"},
+                                                   {Level::error, "error"}}}};
 
 // Sets the rank and world size shown in the prefix, the minimum level that prints, and whether
 // every rank (not only rank 0) writes its info lines to its log file.
 void configure(int rank, int world_size, Level min_level = Level::info, bool all_ranks = false);
-// "debug", "info", "warn" or "error"; throws trainer::UsageError otherwise.
-Level parse_level(const std::string& name);
 // Also appends every printed line to this file (the run's log); empty closes it. Throws
 // trainer::Error when the file cannot be opened.
 void set_file(const std::string& path);

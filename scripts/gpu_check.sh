@@ -366,8 +366,8 @@ fallback_row() {
 bench_rows() {
   local name=$1 line
   shift
-  if step "bench-$name" "$T_BENCH" trainer bench --device cuda --precision bf16 "$@" \
-      -V 50304 -B 8 -T 1024 --steps 10 --peak-gflops 989000 --profile; then
+  if step "bench-$name" "$T_BENCH" trainer bench --set run.device=cuda --set model.precision=bf16 "$@" \
+      --set model.vocab_size=50304 -B 8 -T 1024 --steps 10 --peak-gflops 989000 --profile; then
     line=$(grep '^bench ' "$LOGS/bench-$name.log" | tail -n 1 | sed -n 's/.*: \([0-9.]* ms\/step\) | \([0-9]* tok\/s\).*MFU \([0-9.]*%\).*device buffers \([0-9.]* MiB\).*/\1, \2, MFU \3 (of 989 TFLOP\/s), \4 device memory/p')
     row "bench GPT-2 $name bf16 T=1024" "${line:-FAIL: no result line (bench-$name.log)}"
     line=$(sed -n 's/^  families: //p' "$LOGS/bench-$name.log")
@@ -378,8 +378,9 @@ bench_rows() {
     row "  kernel families, GPT-2 $name" "SKIP (needs bench-$name)"
     row "  fallbacks, GPT-2 $name" "SKIP (needs bench-$name)"
   fi
-  if step "bench-$name-graphs" "$T_BENCH" trainer bench --device cuda --precision bf16 "$@" \
-      -V 50304 -B 8 -T 1024 --steps 10 --peak-gflops 989000 --cuda-graphs; then
+  if step "bench-$name-graphs" "$T_BENCH" trainer bench --set run.device=cuda --set model.precision=bf16 "$@" \
+      --set model.vocab_size=50304 -B 8 -T 1024 --steps 10 --peak-gflops 989000 \
+      --set train.cuda_graphs=true; then
     line=$(grep '^bench ' "$LOGS/bench-$name-graphs.log" | tail -n 1 | sed -n 's/.*: \([0-9.]* ms\/step\) | \([0-9]* tok\/s\).*MFU \([0-9.]*%\).*/\1, \2, MFU \3/p')
     row "  with CUDA graphs" "${line:-FAIL: no result line (bench-$name-graphs.log)}"
   else
@@ -491,11 +492,12 @@ checks() {
 
   # MFU against 989 TFLOP/s, the H100/H200 datasheet's dense bf16 rate; the profile's kernel
   # families are timed by CUDA events on the model's stream.
-  bench_rows 124M -L 12 -C 768 -H 12
-  bench_rows 350M -L 24 -C 1024 -H 16
+  bench_rows 124M --set model.n_layer=12 --set model.n_embd=768 --set model.n_head=12
+  bench_rows 350M --set model.n_layer=24 --set model.n_embd=1024 --set model.n_head=16
   # The attention backward that accumulates dQ (train.attention_backward: fast), 124M.
-  if step "bench-124M-fast" "$T_BENCH" trainer bench --device cuda --precision bf16 -L 12 -C 768 \
-      -H 12 -V 50304 -B 8 -T 1024 --steps 10 --peak-gflops 989000 --attention-backward fast; then
+  if step "bench-124M-fast" "$T_BENCH" trainer bench --set run.device=cuda --set model.precision=bf16 \
+      --set model.n_layer=12 --set model.n_embd=768 --set model.n_head=12 --set model.vocab_size=50304 \
+      -B 8 -T 1024 --steps 10 --peak-gflops 989000 --set train.attention_backward=fast; then
     line=$(grep '^bench ' "$LOGS/bench-124M-fast.log" | tail -n 1 | sed -n 's/.*: \([0-9.]* ms\/step\) | \([0-9]* tok\/s\).*MFU \([0-9.]*%\).*/\1, \2, MFU \3/p')
     row "  attention backward fast, 124M" "${line:-FAIL: no result line (bench-124M-fast.log)}"
     fallback_row "124M-fast" "$LOGS/bench-124M-fast.log"
@@ -624,7 +626,7 @@ case $(basename "$0") in
       bench)
         [[ $* == *--profile* ]] && echo "  families: gemm 61.0% attention 20.0% (between ops) 19.0%"
         fallbacks=none
-        if [[ $* == *"--attention-backward fast"* && ${GPU_CHECK_INJECT:-} == *fallback:bench* ]]; then
+        if [[ $* == *"train.attention_backward=fast"* && ${GPU_CHECK_INJECT:-} == *fallback:bench* ]]; then
           echo "  fallback: cudnn_attention_backward, 120 calls (injected)"
           fallbacks="1 path(s), see above"
         fi
@@ -755,9 +757,10 @@ args=()
 for a in "\$@"; do
   case \$a in
     run.device=cuda) a=run.device=cpu ;; dist.backend=nccl) a=dist.backend=auto ;;
-    train.cuda_graphs=true) a=train.cuda_graphs=false ;; --cuda-graphs) continue ;;
-    cuda) a=cpu ;; model.n_layer=12) a=model.n_layer=2 ;;
-    model.n_embd=768) a=model.n_embd=128 ;; model.n_head=12) a=model.n_head=2 ;;
+    train.cuda_graphs=true) a=train.cuda_graphs=false ;;
+    cuda) a=cpu ;; model.n_layer=12 | model.n_layer=24) a=model.n_layer=2 ;;
+    model.n_embd=768 | model.n_embd=1024) a=model.n_embd=128 ;;
+    model.n_head=12 | model.n_head=16) a=model.n_head=2 ;; model.vocab_size=50304) a=model.vocab_size=4096 ;;
     model.max_seq_len=1024) a=model.max_seq_len=128 ;; data.seq_len=1024) a=data.seq_len=128 ;;
     1024) a=64 ;; 12 | 24) a=2 ;; 768) a=128 ;; 50304) a=4096 ;;
   esac

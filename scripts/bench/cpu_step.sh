@@ -14,7 +14,8 @@ shapes=("gpt2-124m 12 768 12 50304 4 64" "small 6 384 6 8192 8 256")
 for shape in "${shapes[@]}"; do
   read -r name L C H V B T <<<"$shape"
   echo "== $name: L=$L C=$C H=$H V=$V B=$B T=$T"
-  ours=$("$TRAINER" bench -L "$L" -C "$C" -H "$H" -V "$V" -B "$B" -T "$T" --steps "$STEPS" --profile)
+  ours=$("$TRAINER" bench --set model.n_layer="$L" --set model.n_embd="$C" --set model.n_head="$H" \
+    --set model.vocab_size="$V" -B "$B" -T "$T" --steps "$STEPS" --profile)
   echo "$ours"
   theirs=$("$PY" "$ROOT/scripts/bench/torch_step.py" "$L" "$C" "$H" "$V" "$B" "$T" "$STEPS")
   ours_ms=$(echo "$ours" | sed -n 's/.*: \([0-9.]*\) ms\/step.*/\1/p')
@@ -28,9 +29,11 @@ for shape in "${shapes[@]}"; do
 done
 
 echo "== llama vs gpt2 at one size: L=6 C=384 H=6 (llama: 2 key/value heads, SwiGLU 1152) V=8192 B=8 T=256"
-gpt=$("$TRAINER" bench -L 6 -C 384 -H 6 -V 8192 -B 8 -T 256 --steps "$STEPS")
-llama=$("$TRAINER" bench --arch llama --kv-heads 2 --ffn 1152 -L 6 -C 384 -H 6 -V 8192 -B 8 \
-  -T 256 --steps "$STEPS" --profile)
+small=(--set model.n_layer=6 --set model.n_embd=384 --set model.n_head=6 --set model.vocab_size=8192
+       -B 8 -T 256 --steps "$STEPS")
+gpt=$("$TRAINER" bench "${small[@]}")
+llama=$("$TRAINER" bench "${small[@]}" --set model.arch=llama --set model.n_kv_head=2 \
+  --set model.ffn_hidden=1152 --set model.ffn_multiple_of=64 --profile)
 echo "$gpt"
 echo "$llama"
 mfu() { sed -n 's/.*MFU \([0-9.]*\)%.*/\1/p' <<<"$1"; }

@@ -11,7 +11,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 TRAINER="${TRAINER:-$ROOT/build/trainer}"
 BASE_REF="${1:-8c5a5e2}"
 STEPS="${2:-4}"
-SHAPE=(-L 12 -C 768 -H 12 -V 50304 -B 4 -T 64 --steps "$STEPS")
+SHAPE=(--set model.n_layer=12 --set model.n_embd=768 --set model.n_head=12
+       --set model.vocab_size=50304 -B 4 -T 64 --steps "$STEPS")
+source "$ROOT/scripts/bench/bench_args.sh"
 [[ -x "$TRAINER" ]] || { echo "bench/precision: no trainer at $TRAINER (set \$TRAINER)" >&2; exit 1; }
 
 # The base commit, built once into its own worktree (kept for reruns).
@@ -32,8 +34,8 @@ min() { awk -v a="$1" -v b="$2" 'BEGIN { print (a < b ? a : b) }'; }
 echo "== fp32 against the base commit (alternating, best of 2 each)"
 base_ms=1e9 ours_ms=1e9
 for round in 1 2; do
-  b=$("$BASE_DIR/build/trainer" bench "${SHAPE[@]}")
-  o=$("$TRAINER" bench "${SHAPE[@]}")
+  b=$(bench_run "$BASE_DIR/build/trainer" "${SHAPE[@]}")
+  o=$(bench_run "$TRAINER" "${SHAPE[@]}")
   base_ms=$(min "$base_ms" "$(ms "$b")")
   ours_ms=$(min "$ours_ms" "$(ms "$o")")
 done
@@ -44,7 +46,8 @@ echo "== precision x activation checkpointing"
 declare -A T M
 for p in fp32 bf16; do
   for c in none selective full; do
-    out=$("$TRAINER" bench "${SHAPE[@]}" --precision "$p" --checkpointing "$c")
+    out=$("$TRAINER" bench "${SHAPE[@]}" --set model.precision="$p" \
+      --set model.activation_checkpointing="$c")
     T[$p.$c]=$(ms "$out")
     M[$p.$c]=$(mib "$out")
     printf "   %-4s %-9s %8.1f ms/step %8.1f MiB activations\n" "$p" "$c" "${T[$p.$c]}" "${M[$p.$c]}"

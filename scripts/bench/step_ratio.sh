@@ -10,15 +10,16 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BASE="$1"
 NEW="${2:-$ROOT/build/trainer}"
 ROUNDS="${3:-5}"
+source "$ROOT/scripts/bench/bench_args.sh"
 archs=$("$NEW" config --schema | sed -n 's/^| `model.arch` | one of \([a-z0-9, ]*\) |.*/\1/p' | tr -d ,)
 for arch in $archs; do
   # A binary that predates an architecture cannot run it: compare what both have.
-  "$BASE" bench --arch "$arch" --steps 1 --peak-gflops 1 >/dev/null 2>&1 || continue
+  bench_run "$BASE" --set model.arch="$arch" --steps 1 --peak-gflops 1 >/dev/null 2>&1 || continue
   for ((r = 0; r < ROUNDS; ++r)); do
     for who in base new; do
       bin=$BASE
       [ "$who" = new ] && bin=$NEW
-      ms=$("$bin" bench --arch "$arch" --steps 10 --peak-gflops 100 | sed -n 's/.*: \([0-9.]*\) ms\/step.*/\1/p')
+      ms=$(bench_run "$bin" --set model.arch="$arch" --steps 10 --peak-gflops 100 | sed -n 's/.*: \([0-9.]*\) ms\/step.*/\1/p')
       echo "$arch $who $ms"
     done
   done

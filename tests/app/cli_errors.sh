@@ -32,7 +32,8 @@ expect 2 "unexpected argument" train two.yaml extra
 expect 2 "unexpected argument" eval runs/x extra
 expect 2 "unexpected argument" prepare stray --tokenizer t --input x --out o
 expect 2 "unexpected argument" tokenizer info stray --tokenizer m
-expect 2 "unexpected argument" bench stray
+expect 2 "unexpected argument" bench two.yaml extra
+expect 2 "cannot read missing.yaml" bench missing.yaml
 expect 2 "is a directory" config confdir
 expect 2 "is a directory" train --config confdir
 expect 2 "the config is empty" config empty.yaml

@@ -85,7 +85,7 @@ void run(int argc, char** argv) {
   const int64_t total = model.layout().total();
   check_consistency(*comm, {{"the parameter layout", std::to_string(model.layout().digest())}});
   ParallelConfig pc;
-  pc.stage = a.sharding;
+  pc.sharding = a.sharding;
   pc.bucket_mb = a.bucket_mb;
   pc.deterministic = a.deterministic;
   auto dp = make_data_parallel(*comm, model, pc);

@@ -143,7 +143,7 @@ struct Writers {
 json shard_ranges(const nn::ParamLayout& layout, dist::DataParallel& dp) {
   const int64_t skip_end =
       layout.holds_tied_copy() ? layout.units()[size_t(layout.embedding_unit())].end : 0;
-  const bool whole = dp.stage() == dist::ShardingStage::none;
+  const bool whole = dp.sharding() == dist::ShardingStage::none;
   json ranges = json::array();
   for (const nn::FlatSlice& sl : dp.slices())
     layout.for_each_whole_range(
@@ -207,7 +207,7 @@ uint32_t write_shard(const fs::path& path, dist::DataParallel& dp, const nn::Mod
   w.set_metadata("step", std::to_string(state.step));
   w.set_metadata("rank", std::to_string(rank));
   w.set_metadata("world", std::to_string(world));
-  w.set_metadata("stage", dist::sharding_stage_name(dp.stage()));
+  w.set_metadata("stage", dist::sharding_stage_name(dp.sharding()));
   w.set_metadata("ranges", ranges.dump());
   if (writers.grid.tensor > 1)
     w.set_metadata("tensor_rank", std::to_string(writers.grid.place(rank).tensor_rank));
@@ -251,7 +251,7 @@ fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::
   const bool leader = comm.rank() == 0;
   const int replica = state.tensor_parallel * state.pipeline_parallel;
   const Writers writers{{state.tensor_parallel, state.pipeline_parallel, comm.size() / replica},
-                        dp.stage() != dist::ShardingStage::none};
+                        dp.sharding() != dist::ShardingStage::none};
   const bool sharded = writers.shards();
   std::string error;
   auto attempt = [&](auto&& fn) {
@@ -322,7 +322,7 @@ fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::
                        {"retention", retention_json(options.policy)},
                        {"files", files}};
       if (sharded) {
-        manifest["stage"] = dist::sharding_stage_name(dp.stage());
+        manifest["stage"] = dist::sharding_stage_name(dp.sharding());
         manifest["shards"] = shards;
       }
       if (writers.grid.tensor > 1) manifest["tensor_parallel"] = writers.grid.tensor;

@@ -13,7 +13,7 @@ namespace trainer::app {
 MemoryPlan plan_memory(const RunConfig& rc, int data_ranks) {
   const nn::ParamLayout layout(rc.model);
   dist::ParallelConfig pc;
-  pc.stage = rc.sharding;
+  pc.sharding = rc.sharding;
   pc.reshard_after_forward = rc.reshard_after_forward;
   return {dist::planned_state_bytes(layout, pc, data_ranks, rc.exec.compute, rc.exec.grad),
           nn::Transformer::planned_memory(rc.model, rc.exec)};

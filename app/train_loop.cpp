@@ -84,7 +84,7 @@ TrainLoop::TrainLoop(const Config& config, RunConfig rc, const TrainOptions& opt
       model_(transformer_),
       dp_(dist::make_data_parallel(
           data_, model_,
-          {.stage = rc_.sharding,
+          {.sharding = rc_.sharding,
            .bucket_mb = rc_.bucket_mb,
            .reshard_after_forward = rc_.reshard_after_forward,
            .adamw = rc_.adamw,

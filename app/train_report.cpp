@@ -155,9 +155,9 @@ void TrainLoop::log_setup() {
       "memory plan per rank: {:.1f} MiB (sharding {}: fp32 masters {:.1f}, working weights "
       "{:.1f}, gradients {:.1f}, optimizer {:.1f}, buffers {:.1f}; activations {:.1f}, workspace "
       "{:.1f}); {}",
-      planned_mib(), dist::sharding_stage_name(dp_->stage()), st.masters / kMiB, st.working / kMiB,
-      st.grads / kMiB, st.optimizer / kMiB, st.buffers / kMiB, mem.activations / kMiB,
-      mem.workspace / kMiB, grid_.describe());
+      planned_mib(), dist::sharding_stage_name(dp_->sharding()), st.masters / kMiB,
+      st.working / kMiB, st.grads / kMiB, st.optimizer / kMiB, st.buffers / kMiB,
+      mem.activations / kMiB, mem.workspace / kMiB, grid_.describe());
   if (grid_.pipeline_size() > 1) {  // the stages' layers and compute (Note [Pipeline stages])
     const int P = grid_.pipeline_size();
     const std::vector<double> flops = nn::stage_flops(rc_.model, rc_.pipeline_split, P);

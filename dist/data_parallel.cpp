@@ -8,19 +8,16 @@
 
 #include "dist/consistency.h"
 #include "dist/exact_norm.h"
+#include "dist/sharding.h"
 #include "dist/tree_sum.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
 
 namespace trainer::dist {
 
-// sharding.cpp
+// sharding.cpp: the sharded stages.
 std::unique_ptr<DataParallel> make_sharded(Communicator& comm, nn::Model& model,
                                            const ParallelConfig& config);
-StateBytes planned_sharded_bytes(const nn::ParamLayout& layout, const ParallelConfig& config,
-                                 int world, DType compute, DType grad);
-StateBytes sharded_bytes_for(int64_t params, const ParallelConfig& config, int world, DType compute,
-                             DType grad);
 
 namespace {
 
@@ -53,7 +50,7 @@ class Replicated final : public DataParallel {
       tree_ = std::make_unique<TreeSum>(model.context(), model.layout().total());
   }
 
-  ShardingStage stage() const override { return ShardingStage::none; }
+  ShardingStage sharding() const override { return ShardingStage::none; }
   const std::vector<nn::FlatSlice>& slices() const override { return slices_; }
   Tensor masters() override { return model_.params(); }
   nn::AdamW& optimizer() override { return opt_; }
@@ -124,7 +121,8 @@ class Replicated final : public DataParallel {
 
 std::unique_ptr<DataParallel> make_data_parallel(Communicator& comm, nn::Model& model,
                                                  const ParallelConfig& config) {
-  if (!stage_record(config.stage).sharded) return std::make_unique<Replicated>(comm, model, config);
+  if (!stage_record(config.sharding).sharded)
+    return std::make_unique<Replicated>(comm, model, config);
   return make_sharded(comm, model, config);
 }
 
@@ -176,14 +174,14 @@ void empty_pass(nn::Model& model, DataParallel& dp, bool backward) {
 
 StateBytes planned_state_bytes(const nn::ParamLayout& layout, const ParallelConfig& config,
                                int world, DType compute, DType grad) {
-  if (stage_record(config.stage).sharded)
+  if (stage_record(config.sharding).sharded)
     return planned_sharded_bytes(layout, config, world, compute, grad);
   return replicated_bytes(layout.total(), compute, grad);
 }
 
 StateBytes state_bytes_for(int64_t params, const ParallelConfig& config, int world, DType compute,
                            DType grad) {
-  if (stage_record(config.stage).sharded)
+  if (stage_record(config.sharding).sharded)
     return sharded_bytes_for(params, config, world, compute, grad);
   return replicated_bytes(params, compute, grad);
 }

@@ -63,7 +63,7 @@ inline const char* sharding_stage_name(ShardingStage stage) {
 }
 
 struct ParallelConfig {
-  ShardingStage stage = ShardingStage::none;
+  ShardingStage sharding = ShardingStage::none;
   double bucket_mb = 25;              // DDP bucket capacity (stage none)
   bool reshard_after_forward = true;  // full: free a unit's gathered weights after its forward
   nn::AdamWConfig adamw;
@@ -86,7 +86,7 @@ struct StateBytes {
 class DataParallel {
  public:
   virtual ~DataParallel() = default;
-  virtual ShardingStage stage() const = 0;
+  virtual ShardingStage sharding() const = 0;
 
   // The slices of the model's flat buffer this rank holds (all of it when replicated), in
   // the local coordinates of masters(), grads() and optimizer().
@@ -164,7 +164,7 @@ void empty_pass(nn::Model& model, DataParallel& dp, bool backward);
 // collective. (The training loop folds the sharded sum into its step's one small all-reduce.)
 double grad_norm(Communicator& comm, DataParallel& dp, nn::Model& model, bool deterministic);
 
-// What one rank holds of the model state under `config.stage` on `world` ranks: what
+// What one rank holds of the model state under `config.sharding` on `world` ranks: what
 // make_data_parallel allocates, computed without allocating (`trainer plan`). Counts the
 // model's own parameter buffers under stage none.
 StateBytes planned_state_bytes(const nn::ParamLayout& layout, const ParallelConfig& config,

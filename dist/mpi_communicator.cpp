@@ -18,6 +18,7 @@
 #include "dist/fixed_tree.h"
 #include "dist/hosts.h"
 #include "dist/mpi_arrivals.h"
+#include "dist/mpi_op.h"
 #include "dist/mpi_p2p.h"
 #include "dist/mpi_process.h"
 #include "runtime/error.h"
@@ -42,65 +43,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int kTreeTag = 8;
-constexpr int64_t kMaxChunk = int64_t(1) << 30;  // elements per MPI call (counts are int)
-
-MPI_Datatype mpi_type(DType t) {
-  switch (t) {
-    case DType::f32:
-      return MPI_FLOAT;
-    case DType::bf16:
-      return MPI_UINT16_T;  // summed by the bf16 op below
-    case DType::f64:
-      return MPI_DOUBLE;
-    case DType::i32:
-      return MPI_INT32_T;
-    case DType::i64:
-      return MPI_INT64_T;
-    case DType::u8:
-      return MPI_BYTE;
-    case DType::f16:
-      return MPI_UINT16_T;  // moved, never summed (nothing computes in F16)
-  }
-  return MPI_BYTE;
-}
-
-// MPI has no bf16: sums of bf16 buffers go through this user-defined op, which adds each pair
-// in fp32 and rounds the result once (what NCCL's bf16 sum does).
-extern "C" void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
-  add_into(DType::bf16, inout, in, *len);
-}
-
-enum class Kind { all_reduce, reduce_scatter, all_gather, broadcast, barrier };
-
-const char* kind_name(Kind k) {
-  switch (k) {
-    case Kind::all_reduce:
-      return "all_reduce";
-    case Kind::reduce_scatter:
-      return "reduce_scatter";
-    case Kind::all_gather:
-      return "all_gather";
-    case Kind::broadcast:
-      return "broadcast";
-    case Kind::barrier:
-      return "barrier";
-  }
-  return "?";
-}
-
-struct Op {
-  Kind kind = Kind::barrier;
-  const void* send = nullptr;
-  void* data = nullptr;
-  int64_t count = 0;
-  DType type = DType::u8;
-  ReduceOrder order = ReduceOrder::any;
-  int root = 0;
-  double timeout_s = 0;  // the deadline, from the operation's start
-  // Set by the engine as it runs the operation (Note [Communication engine]).
-  int64_t seq = 0;
-  std::string name;  // for messages: "all_reduce #12 (4096 x fp32)"
-};
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -216,24 +158,25 @@ class MpiCommunicator final : public Communicator {
 
   Work all_reduce_async(void* data, int64_t count, DType type, ReduceOrder order) override {
     check_order(order, count);
-    return enqueue(Kind::all_reduce, data, data, count, type, order);
+    return enqueue(MpiKind::all_reduce, data, data, count, type, order);
   }
   Work reduce_scatter_async(const void* send, void* recv, int64_t count, DType type,
                             ReduceOrder order) override {
     CHECK(count * size_ <= INT_MAX, "reduce_scatter of {} elements per rank is too large", count);
     check_order(order, count);
-    return enqueue(Kind::reduce_scatter, send, recv, count, type, order);
+    return enqueue(MpiKind::reduce_scatter, send, recv, count, type, order);
   }
   Work all_gather_async(const void* send, void* recv, int64_t count, DType type) override {
     CHECK(count * size_ <= INT_MAX, "all_gather of {} elements per rank is too large", count);
-    return enqueue(Kind::all_gather, send, recv, count, type);
+    return enqueue(MpiKind::all_gather, send, recv, count, type);
   }
   Work broadcast_async(void* data, int64_t bytes, int root) override {
     CHECK(root >= 0 && root < size_, "broadcast from rank {} of {}", root, size_);
-    return enqueue(Kind::broadcast, data, data, bytes, DType::u8, ReduceOrder::any, root);
+    return enqueue(MpiKind::broadcast, data, data, bytes, DType::u8, ReduceOrder::any, root);
   }
   Work barrier_async(double timeout_s) override {
-    return enqueue(Kind::barrier, nullptr, nullptr, 0, DType::u8, ReduceOrder::any, 0, timeout_s);
+    return enqueue(MpiKind::barrier, nullptr, nullptr, 0, DType::u8, ReduceOrder::any, 0,
+                   timeout_s);
   }
 
   Work send_async(const void* data, int64_t count, DType type, int peer, int tag) override {
@@ -323,9 +266,9 @@ class MpiCommunicator final : public Communicator {
     CHECK(count <= INT_MAX, "a fixed-tree reduction of {} elements is too large", count);
   }
 
-  Work enqueue(Kind kind, const void* send, void* data, int64_t count, DType type,
+  Work enqueue(MpiKind kind, const void* send, void* data, int64_t count, DType type,
                ReduceOrder order = ReduceOrder::any, int root = 0, double timeout_s = 0) {
-    Op op;
+    MpiOp op;
     op.kind = kind;
     op.order = size_ > 1 ? order : ReduceOrder::any;
     op.timeout_s = timeout_s > 0 ? timeout_s : options_.timeout_s;
@@ -376,17 +319,11 @@ class MpiCommunicator final : public Communicator {
   }
 
   // What messages say of the operation after its kind and number.
-  static std::string detail(const Op& op) {
-    if (op.kind == Kind::barrier) return {};
-    if (op.kind == Kind::broadcast)
-      return fmt::format(" ({} bytes from rank {})", op.count, op.root);
-    return fmt::format(" ({} x {})", op.count, dtype_name(op.type));
-  }
 
   // Tests `req` until it completes or the operation's deadline passes. Near the deadline the
   // peers are pinged, so that the error can tell the ranks that are gone from those merely
   // late (Note [Timeouts and missing ranks]).
-  void progress(MPI_Request& req, const Op& op, Clock::time_point start) {
+  void progress(MPI_Request& req, const MpiOp& op, Clock::time_point start) {
     const auto deadline = start + std::chrono::duration<double>(op.timeout_s);
     const auto ping_at = deadline - std::chrono::duration<double>(std::min(1.0, op.timeout_s / 4));
     for (int64_t i = 0;; ++i) {
@@ -429,7 +366,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   // Runs the operation; returns the seconds it took.
-  double run(const Op& op) {
+  double run(const MpiOp& op) {
     const auto start = Clock::now();
     arrivals_->announce(op.seq);
     if (op.order == ReduceOrder::fixed_tree)
@@ -439,60 +376,23 @@ class MpiCommunicator final : public Communicator {
     return std::chrono::duration<double>(Clock::now() - start).count();
   }
 
-  // The operation as MPI's own collective.
-  void run_native(const Op& op, Clock::time_point start) {
-    MPI_Request req = MPI_REQUEST_NULL;
-    const MPI_Datatype type = mpi_type(op.type);
-    const MPI_Op sum = op.type == DType::bf16 ? bf16_sum_op_ : MPI_SUM;
-    TRAINER_ASSERT(
-        op.type != DType::f16 || (op.kind != Kind::all_reduce && op.kind != Kind::reduce_scatter),
-        "F16 is never summed");
-    const size_t esize = dtype_size(op.type);
-    auto check = [&](int rc) { started(op, rc); };
-    switch (op.kind) {
-      case Kind::all_reduce:
-        for (int64_t off = 0; off < op.count; off += kMaxChunk) {
-          const int n = int(std::min(kMaxChunk, op.count - off));
-          check(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(op.data) + size_t(off) * esize, n,
-                               type, sum, comm_, &req));
-          progress(req, op, start);
-        }
-        break;
-      case Kind::broadcast:
-        for (int64_t off = 0; off < op.count; off += kMaxChunk) {
-          const int n = int(std::min(kMaxChunk, op.count - off));
-          check(MPI_Ibcast(static_cast<char*>(op.data) + off, n, MPI_BYTE, op.root, comm_, &req));
-          progress(req, op, start);
-        }
-        break;
-      case Kind::reduce_scatter:
-        check(MPI_Ireduce_scatter_block(op.send == op.data ? MPI_IN_PLACE : op.send, op.data,
-                                        int(op.count), type, sum, comm_, &req));
-        progress(req, op, start);
-        break;
-      case Kind::all_gather: {
-        const void* in_place = static_cast<char*>(op.data) + size_t(rank_ * op.count) * esize;
-        check(MPI_Iallgather(op.send == in_place ? MPI_IN_PLACE : op.send, int(op.count), type,
-                             op.data, int(op.count), type, comm_, &req));
-        progress(req, op, start);
-        break;
-      }
-      case Kind::barrier:
-        check(MPI_Ibarrier(comm_, &req));
-        progress(req, op, start);
-        break;
-    }
+  // The operation as MPI's own collective (mpi_op.h), each call tested to the deadline.
+  void run_native(const MpiOp& op, Clock::time_point start) {
+    start_native(op, comm_, rank_, bf16_sum_op_, [&](int rc, MPI_Request& req) {
+      started(op, rc);
+      progress(req, op, start);
+    });
   }
 
   // The bytes of the operation's whole buffer.
-  double buffer_bytes(const Op& op) const {
+  double buffer_bytes(const MpiOp& op) const {
     const double b = double(op.count) * double(dtype_size(op.type));
-    return op.kind == Kind::reduce_scatter || op.kind == Kind::all_gather ? b * size_ : b;
+    return op.kind == MpiKind::reduce_scatter || op.kind == MpiKind::all_gather ? b * size_ : b;
   }
 
   // A fixed-tree all-reduce or reduce-scatter (Note [Fixed-tree reductions], dist/fixed_tree.h).
-  void run_fixed_tree(const Op& op, Clock::time_point start) {
-    const bool scatter = op.kind == Kind::reduce_scatter;
+  void run_fixed_tree(const MpiOp& op, Clock::time_point start) {
+    const bool scatter = op.kind == MpiKind::reduce_scatter;
     const FixedTree tree(size_, rank_, scatter ? op.count * size_ : op.count, op.type, scatter);
     const size_t es = dtype_size(op.type);
     char* buf = static_cast<char*>(op.data);
@@ -524,7 +424,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   // Sends send_ to `peer` while receiving recv_.size() bytes from it.
-  void exchange(const Op& op, int peer, Clock::time_point start) {
+  void exchange(const MpiOp& op, int peer, Clock::time_point start) {
     const size_t chunk = size_t(kMaxChunk);
     for (size_t off = 0; off < std::max(send_.size(), recv_.size()); off += chunk) {
       MPI_Request rr = MPI_REQUEST_NULL, sr = MPI_REQUEST_NULL;
@@ -539,7 +439,7 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  void started(const Op& op, int rc) const {
+  void started(const MpiOp& op, int rc) const {
     if (rc != MPI_SUCCESS)
       throw CommFailure{fmt::format("{} failed to start on rank {}: {}", op.name, world_rank_,
                                     mpi_error_string(rc))};

@@ -97,7 +97,7 @@ int Pipeline::slot_of(int m, const std::vector<nn::BatchView>& batches, int64_t*
     if (slot_micro_[s] < 0) {
       slot_micro_[s] = m;
       model_.select_slot(int(s));
-      const int64_t n = model_.stage(batches[size_t(m)]);
+      const int64_t n = model_.load_batch(batches[size_t(m)]);
       if (counted) *counted = n;
       return int(s);
     }

@@ -14,7 +14,7 @@
 namespace trainer::dist {
 
 // Note [Pipeline transfers]
-// Every stage of a pipeline stages the same batches (they read the same data, as a tensor
+// Every stage of a pipeline loads the same batches (they read the same data, as a tensor
 // group does), so a transfer's shape is known to both sides and nothing but activations and
 // their gradients crosses: the residual stream (fp32, this tensor rank's tokens) at a chunk's
 // output, to the stage of the next virtual stage, and its gradient back. Every transfer goes
@@ -66,7 +66,7 @@ class Pipeline {
             float loss_scale, Times& times);
   int virtual_stage(int chunk) const { return chunk * stages() + stage(); }
   int last_virtual_stage() const { return chunks_ * stages() - 1; }
-  // The slot of micro-batch m, taken and the batch staged at its first pass here.
+  // The slot of micro-batch m, taken and the batch loaded at its first pass here.
   int slot_of(int m, const std::vector<nn::BatchView>& batches, int64_t* counted = nullptr);
   // The receive action `a` needs (none where it starts the model or ends it), posted.
   Transfer post_receive(const PipelineAction& a, const nn::BatchView& batch);

@@ -17,108 +17,7 @@
 
 namespace trainer::dist {
 
-ShardGeometry::ShardGeometry(const nn::ParamLayout& layout, int world, int rank)
-    : world_(world), rank_(rank) {
-  TRAINER_ASSERT(world >= 1 && rank >= 0 && rank < world, "rank {} of {}", rank, world);
-  for (const nn::Unit& u : layout.units()) {
-    const int64_t per_rank = (u.end - u.begin + world - 1) / world;
-    const int64_t shard = (per_rank + kAlign - 1) / kAlign * kAlign;
-    units_.push_back({u.begin, u.end, shard, local_size_, local_size_ * world});
-    local_size_ += shard;
-  }
-}
-
-nn::FlatSlice ShardGeometry::slice(int u, int r) const {
-  const UnitShard& x = units_[size_t(u)];
-  const int64_t b = std::min(x.begin + r * x.shard, x.end);
-  return {b, std::min(b + x.shard, x.end), x.local};
-}
-
-std::vector<nn::FlatSlice> ShardGeometry::slices() const {
-  std::vector<nn::FlatSlice> out;
-  for (size_t u = 0; u < units_.size(); ++u)
-    if (const nn::FlatSlice s = slice(int(u), rank_); s.size() > 0) out.push_back(s);
-  return out;
-}
-
-int64_t ShardGeometry::largest_unit_padded() const {
-  int64_t n = 0;
-  for (const UnitShard& u : units_) n = std::max(n, u.shard * world_);
-  return n;
-}
-
 namespace {
-
-// The buffers a sharded stage allocates, in elements (Note [Sharding stages]): planned here
-// once, for the constructor and for planned_state_bytes alike. Local buffers hold this rank's
-// slices; padded ones hold whole units, each rank's slice at rank * shard. "The embedding" is
-// unit 0, which keeps slots of its own: on a pipeline stage without the embedding, that is
-// its first block (Note [Pipeline stages] in nn/transformer.cpp).
-struct ShardBuffers {
-  int64_t masters = 0;            // fp32, local
-  int64_t full_weights = 0;       // compute dtype, padded: every unit (all but full with reshard)
-  int64_t embedding_weights = 0;  // compute dtype, padded embedding unit (full with reshard)
-  int64_t weight_slot = 0;        // compute dtype, x kSlots: the largest other unit (the same)
-  int64_t full_grads = 0;         // grad dtype, padded: every unit (optimizer)
-  int64_t received = 0;           // grad dtype, local (optimizer: bf16 or deterministic)
-  int64_t embedding_grad = 0;     // grad dtype, padded embedding unit (gradients, full)
-  int64_t grad_slot = 0;          // grad dtype, x kSlots: the largest other unit (the same)
-  int64_t grad_shard = 0;         // fp32, local: the step's summed gradient
-  int world = 1;
-  // Each gradient scratch buffer has a receive buffer of one rank's slice of it.
-  int64_t slot_received() const { return (embedding_grad + kSlots * grad_slot) / world; }
-  static constexpr int kSlots = 2;
-};
-
-// The sizes the buffers follow, in elements: a rank's local slices, the padded whole, the
-// padded embedding unit and the largest other padded unit.
-struct ShardSizes {
-  int64_t local = 0, padded = 0, embedding = 0, largest_other = 0;
-  int world = 1;
-};
-
-ShardSizes sizes_of(const ShardGeometry& g) {
-  ShardSizes z{g.local_size(), g.padded_size(), g.units().front().shard * g.world(), 0, g.world()};
-  for (size_t u = 1; u < g.units().size(); ++u)
-    z.largest_other = std::max(z.largest_other, g.units()[u].shard * g.world());
-  return z;
-}
-
-ShardBuffers plan_buffers(const ShardSizes& z, const ParallelConfig& c, DType grad) {
-  const StageRecord stage = stage_record(c.stage);
-  ShardBuffers b;
-  b.world = z.world;
-  b.masters = z.local;
-  if (stage.weights_by_unit && c.reshard_after_forward) {
-    b.embedding_weights = z.embedding;
-    b.weight_slot = z.largest_other;
-  } else {
-    b.full_weights = z.padded;
-  }
-  if (!stage.grads_by_unit) {
-    b.full_grads = z.padded;
-    b.received = grad == DType::f32 && !c.deterministic ? 0 : z.local;
-  } else {
-    b.embedding_grad = z.embedding;
-    b.grad_slot = z.largest_other;
-  }
-  b.grad_shard = z.local;
-  return b;
-}
-
-StateBytes bytes_of(const ShardBuffers& b, DType compute, DType grad, int64_t optimizer_state) {
-  const int64_t cs = int64_t(dtype_size(compute)), gs = int64_t(dtype_size(grad));
-  StateBytes s;
-  s.masters = b.masters * 4;
-  s.optimizer = optimizer_state * 2 * 4;
-  s.grads = b.grad_shard * 4;
-  s.working = b.full_weights * cs;
-  s.grads += b.full_grads * gs;
-  s.buffers =
-      (b.embedding_weights + ShardBuffers::kSlots * b.weight_slot) * cs +
-      (b.embedding_grad + ShardBuffers::kSlots * b.grad_slot + b.received + b.slot_received()) * gs;
-  return s;
-}
 
 class Sharded final : public DataParallel, public nn::UnitStore {
  public:
@@ -126,7 +25,7 @@ class Sharded final : public DataParallel, public nn::UnitStore {
   ~Sharded() override;
 
   // DataParallel.
-  ShardingStage stage() const override { return config_.stage; }
+  ShardingStage sharding() const override { return config_.sharding; }
   const std::vector<nn::FlatSlice>& slices() const override { return opt_.slices(); }
   Tensor masters() override { return masters_.view(DType::f32, geo_.local_size()); }
   nn::AdamW& optimizer() override { return opt_; }
@@ -221,7 +120,7 @@ Sharded::Sharded(Communicator& comm, nn::Model& model, const ParallelConfig& con
     : comm_(comm),
       model_(model),
       config_(config),
-      stage_(stage_record(config.stage)),
+      stage_(stage_record(config.sharding)),
       geo_(model.layout(), comm.size(), comm.rank()),
       compute_(model.compute_dtype()),
       grad_(model.grad_dtype()),
@@ -501,21 +400,6 @@ void Sharded::step(float lr, float grad_scale) {
 std::unique_ptr<DataParallel> make_sharded(Communicator& comm, nn::Model& model,
                                            const ParallelConfig& config) {
   return std::make_unique<Sharded>(comm, model, config);
-}
-
-StateBytes planned_sharded_bytes(const nn::ParamLayout& layout, const ParallelConfig& config,
-                                 int world, DType compute, DType grad) {
-  const ShardGeometry geo(layout, world, 0);
-  int64_t state = 0;  // rank 0's share of the elements (freezing is not planned)
-  for (const nn::FlatSlice& s : geo.slices()) state += s.size();
-  return bytes_of(plan_buffers(sizes_of(geo), config, grad), compute, grad, state);
-}
-
-StateBytes sharded_bytes_for(int64_t params, const ParallelConfig& config, int world, DType compute,
-                             DType grad) {
-  const int64_t local = (params + world - 1) / world;
-  const ShardSizes z{local, local * world, 0, 0, world};  // no unit buffers
-  return bytes_of(plan_buffers(z, config, grad), compute, grad, local);
 }
 
 }  // namespace trainer::dist

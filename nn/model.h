@@ -91,14 +91,16 @@ class Model {
   // the optimizer (initialisation, loading, broadcast).
   virtual void sync_working_params() = 0;
 
-  // Runs the model on a batch (validated here: token ids, targets, shapes; throws a one-line
+  // Runs the whole model (not a pipeline stage) on a batch, as load_batch and its one chunk's
+  // forward_chunk (validated here: token ids, targets, shapes; throws a one-line
   // trainer::Error on bad input). With targets, adds the batch's summed loss to the loss
   // accumulator, keeps what backward needs and returns the number of counted targets.
   virtual int64_t forward(const BatchView& batch) = 0;
   // Every batch's token count (B x T) is a multiple of this (sequence parallelism cuts the
   // tokens into equal slices).
   virtual int tokens_multiple() const { return 1; }
-  // Gradients of loss_scale * (the last forward's summed loss), added to grads().
+  // Gradients of loss_scale * (the last forward's summed loss), added to grads(): the whole
+  // model's one backward_chunk.
   virtual void backward(float loss_scale) = 0;
   virtual void zero_grads() = 0;
   virtual void reset_loss() = 0;
@@ -111,9 +113,9 @@ class Model {
   // micro-batches' activations at once, one per slot (ExecConfig::activation_slots), and runs
   // its chunks of layers one at a time. Makes `slot` the one the calls below work on.
   virtual void select_slot(int slot) = 0;
-  // Validates `batch` and copies it to the selected slot (every stage stages the same batch);
+  // Validates `batch` and copies it to the selected slot (every stage loads the same batch);
   // returns its counted targets.
-  virtual int64_t stage(const BatchView& batch) = 0;
+  virtual int64_t load_batch(const BatchView& batch) = 0;
   // Chunk `chunk`'s forward on the selected slot's batch, its input in chunk_input(chunk)
   // unless it starts with the embedding; adds the loss where the chunk ends with the head.
   virtual void forward_chunk(int chunk) = 0;
@@ -121,11 +123,11 @@ class Model {
   // output in residual_grad(); leaves the gradient of its input there (but the embedding's).
   virtual void backward_chunk(int chunk, float loss_scale) = 0;
   // The selected slot's residual stream at the chunk's input and output, and its gradient:
-  // (N, C) fp32 of the staged batch (N / degree tokens under sequence parallelism).
+  // (N, C) fp32 of the loaded batch (N / degree tokens under sequence parallelism).
   virtual Tensor chunk_input(int chunk) = 0;
   virtual Tensor chunk_output(int chunk) = 0;
   virtual Tensor residual_grad() = 0;
-  // The elements of those three for `batch`, before it is staged (a transfer's buffer is sized
+  // The elements of those three for `batch`, before it is loaded (a transfer's buffer is sized
   // when its receive is posted).
   virtual int64_t residual_numel(const BatchView& batch) const = 0;
 

@@ -110,7 +110,7 @@ Transformer::Memory Transformer::memory() const {
 // checkpoints are written in the whole model's coordinates and load at any layout. Activations
 // and batch inputs are planned once per slot: a slot is one micro-batch in flight between its
 // forward and its backward. The residual stream crosses between stages at chunk boundaries;
-// every stage stages the same batch itself (tokens for the embedding, targets for the loss,
+// every stage loads the same batch itself (tokens for the embedding, targets for the loss,
 // segment ids and lengths for attention's masks), so only activations and their gradients
 // travel, and their shapes are known to both sides.
 void Transformer::select_slot(int slot) {
@@ -266,7 +266,7 @@ BlockTensors Transformer::block_tensors(int l, ParamUse use) {
   return t;
 }
 
-int64_t Transformer::stage_batch(const BatchView& b, int first_position) {
+int64_t Transformer::copy_batch(const BatchView& b, int first_position) {
   CHECK(b.B > 0 && b.T > 0, "empty batch ({} x {})", b.B, b.T);
   CHECK(int64_t(b.B) * b.T <= plan_.capacity() && b.T <= exec_.max_seq_len,
         "batch {} x {} exceeds the {} x {} the model was sized for", b.B, b.T, exec_.max_rows,
@@ -303,24 +303,24 @@ int64_t Transformer::stage_batch(const BatchView& b, int first_position) {
   mb_.B = b.B;
   mb_.T = b.T;
   if (upload_) upload_->begin();
-  auto stage = [&](Buffer& dst, const int32_t* src, int64_t count) {
+  auto copy = [&](Buffer& dst, const int32_t* src, int64_t count) {
     put(upload_.get(), dst, src, DType::i32, count);
   };
-  stage(mb_.tokens, b.tokens, N);
-  stage(mb_.positions, host_positions_.data(), N);
+  copy(mb_.tokens, b.tokens, N);
+  copy(mb_.positions, host_positions_.data(), N);
   mb_.has_targets = b.targets != nullptr;
   mb_.has_segments = b.segments != nullptr;
   mb_.has_lengths = b.lengths != nullptr;
-  if (mb_.has_targets) stage(mb_.targets, b.targets, N);
-  if (mb_.has_segments) stage(mb_.segments, b.segments, N);
+  if (mb_.has_targets) copy(mb_.targets, b.targets, N);
+  if (mb_.has_segments) copy(mb_.segments, b.segments, N);
   mb_.runs_count = 0;
   if (mb_.has_segments &&
       exec_.device == Device::cuda) {  // only cuDNN's ragged attention reads them
     const std::vector<int32_t> runs = segment_runs(b.segments, b.B, b.T);
     mb_.runs_count = runs.empty() ? 0 : int64_t(runs.size()) - 1;
-    if (mb_.runs_count > 0) stage(mb_.runs, runs.data(), int64_t(runs.size()));
+    if (mb_.runs_count > 0) copy(mb_.runs, runs.data(), int64_t(runs.size()));
   }
-  if (mb_.has_lengths) stage(mb_.lengths, b.lengths, b.B);
+  if (mb_.has_lengths) copy(mb_.lengths, b.lengths, b.B);
   if (upload_) upload_->end(ctx_.stream);
   return counted;
 }

@@ -56,7 +56,7 @@ class Transformer final : public Model {
   void reset_loss() override;
   StepScalars read_step_scalars(const ConstTensor& grads) override;
   void select_slot(int slot) override;
-  int64_t stage(const BatchView& batch) override { return stage_batch(batch, 0); }
+  int64_t load_batch(const BatchView& batch) override { return copy_batch(batch, 0); }
   void forward_chunk(int chunk) override;
   void backward_chunk(int chunk, float loss_scale) override;
   Tensor chunk_input(int chunk) override;
@@ -108,11 +108,10 @@ class Transformer final : public Model {
   BlockTensors block_tensors(int layer, ParamUse use);
   // Validates the batch and copies it to the device; positions start at first_position.
   // Returns the number of counted targets.
-  int64_t stage_batch(const BatchView& b, int first_position);
+  int64_t copy_batch(const BatchView& b, int first_position);
   // dst[0, count) = the host values src of `dtype`, queued on the model's stream: through `up`
   // on CUDA (upload_ or scale_upload_), between its begin() and end() (Note [Batch upload]).
   void put(PinnedUpload* up, Buffer& dst, const void* src, DType dtype, int64_t count);
-  void forward_blocks_and_head(KvCache* cache);
   // The parts of a pass: the embedding into the first block's input, blocks [begin, end), the
   // final norm, head and loss; backward's head (from the loss into d_res) and embedding.
   void embedding_forward_pass();

@@ -1,5 +1,5 @@
-// The model's passes: the whole model's forward and backward, a pipeline stage's chunks, and
-// generation's cached forward; the model's state, staging and scalars are transformer.cpp's.
+// The model's passes: a pipeline stage's chunks (the whole model is one), and generation's
+// cached forward; the model's state, batch loading and scalars are transformer.cpp's.
 // See transformer.h.
 #include <vector>
 
@@ -13,16 +13,23 @@
 #include "nn/ops/rmsnorm.h"
 #include "nn/transformer.h"
 #include "runtime/error.h"
+#include "runtime/gemm.h"
+#include "runtime/memory.h"
 #include "runtime/profile.h"
 
 namespace trainer::nn {
 
+// The whole model is one chunk: its passes are that chunk's.
 int64_t Transformer::forward(const BatchView& batch) {
   TRAINER_ASSERT(config_.pipeline.whole(), "a whole-model forward on a pipeline stage");
-  const int64_t counted = stage_batch(batch, 0);
-  graphed_ = graphs_allowed();
-  forward_blocks_and_head(nullptr);
+  const int64_t counted = copy_batch(batch, 0);
+  forward_chunk(0);
   return counted;
+}
+
+void Transformer::backward(float loss_scale) {
+  TRAINER_ASSERT(config_.pipeline.whole(), "a whole-model backward on a pipeline stage");
+  backward_chunk(0, loss_scale);
 }
 
 bool Transformer::graphs_allowed() const {
@@ -50,16 +57,12 @@ void Transformer::forward_cached(const int32_t* tokens, int count, KvCache& cach
   TRAINER_ASSERT(config_.tensor.degree == 1, "decoding with a tensor-parallel slice");
   CHECK(count > 0 && cache.length() + count <= config_.max_seq_len,
         "the sequence is full ({} positions, model.max_seq_len)", config_.max_seq_len);
-  stage_batch({1, count, tokens, nullptr, nullptr, nullptr}, cache.length());
+  copy_batch({1, count, tokens, nullptr, nullptr, nullptr}, cache.length());
   graphed_ = false;
-  forward_blocks_and_head(&cache);
-  cache.length_ += count;
-}
-
-void Transformer::forward_blocks_and_head(KvCache* cache) {
   embedding_forward_pass();
-  blocks_forward(0, config_.n_layer, cache);
+  blocks_forward(0, config_.n_layer, &cache);
   head_forward_pass();
+  cache.length_ += count;
 }
 
 void Transformer::embedding_forward_pass() {
@@ -120,19 +123,6 @@ void Transformer::set_loss_scale(float loss_scale) {
   if (scale_upload_) scale_upload_->begin();
   put(scale_upload_.get(), loss_scale_, &loss_scale, DType::f32, 1);
   if (scale_upload_) scale_upload_->end(ctx_.stream);
-}
-
-void Transformer::backward(float loss_scale) {
-  TRAINER_ASSERT(mb_.has_targets && exec_.training,
-                 "backward needs a training model and a forward pass with targets");
-  set_loss_scale(loss_scale);
-  graphed_ = graphs_allowed();
-  head_backward_pass();
-  for (int l = config_.n_layer - 1; l >= 0; --l) {
-    backward_block(l);
-    unit_ready(layout_.block_unit(l));
-  }
-  embedding_backward_pass();
 }
 
 // From the loss to d_res at the final norm's input; the final unit's gradient is then ready
@@ -205,10 +195,11 @@ void Transformer::embedding_backward_pass() {
   unit_ready(E);
 }
 
-// A pipeline stage's chunks (Note [Pipeline stages] in transformer.cpp).
+// A pipeline stage's chunks (Note [Pipeline stages] in transformer.cpp), or the whole model's
+// one; CUDA graphs replay the whole model's passes only.
 void Transformer::forward_chunk(int chunk) {
   const auto [begin, end] = chunks_[size_t(chunk)];
-  graphed_ = false;
+  graphed_ = config_.pipeline.whole() && graphs_allowed();
   if (chunk == 0 && config_.pipeline.first) embedding_forward_pass();
   blocks_forward(begin, end, nullptr);
   if (chunk + 1 == int(chunks_.size()) && config_.holds_head()) head_forward_pass();
@@ -217,7 +208,7 @@ void Transformer::forward_chunk(int chunk) {
 void Transformer::backward_chunk(int chunk, float loss_scale) {
   TRAINER_ASSERT(exec_.training, "backward of a forward-only model");
   const auto [begin, end] = chunks_[size_t(chunk)];
-  graphed_ = false;
+  graphed_ = config_.pipeline.whole() && graphs_allowed();
   const bool head = chunk + 1 == int(chunks_.size()) && config_.holds_head();
   if (head) {
     TRAINER_ASSERT(mb_.has_targets, "backward of a forward without targets");

@@ -219,7 +219,7 @@ inline void poison_checkpoint(const fs::path& run, const std::string& param, flo
   nn::Transformer model(rc.model, rc.exec);
   auto comm = dist::make_single_process_communicator();
   dist::ParallelConfig pc;
-  pc.stage = rc.sharding;
+  pc.sharding = rc.sharding;
   pc.adamw = rc.adamw;
   auto dp = dist::make_data_parallel(*comm, model, pc);
   load_training_state(ckpt, model, *dp);

@@ -175,7 +175,7 @@ std::vector<float> train_deterministic(Communicator& comm, ShardingStage stage,
   exec.own_params = stage == ShardingStage::none;
   nn::Transformer model(mc, exec);
   ParallelConfig pc;
-  pc.stage = stage;
+  pc.sharding = stage;
   pc.bucket_mb = 0.01;
   pc.deterministic = true;
   auto dp = make_data_parallel(comm, model, pc);

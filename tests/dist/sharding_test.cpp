@@ -59,7 +59,7 @@ Trained train(ShardingStage stage, const MicroSchedule& micro, int steps,
   Trained t;
   t.model = std::make_unique<nn::Transformer>(deep_config(arch), exec);
   ParallelConfig pc;
-  pc.stage = stage;
+  pc.sharding = stage;
   pc.bucket_mb = 0.02;
   pc.reshard_after_forward = reshard_after_forward;
   t.dp = make_data_parallel(c, *t.model, pc);
@@ -215,7 +215,7 @@ TEST(Sharding, FullHoldsAtMostOneNthOfDdpPlusUnitBuffers) {
     nn::Transformer model(deep_config(), exec);
     const nn::Transformer::Memory own = model.memory();
     ParallelConfig pc;
-    pc.stage = stage;
+    pc.sharding = stage;
     auto dp = make_data_parallel(c, model, pc);
     *held = dp->state_bytes();
     const StateBytes plan = planned_state_bytes(model.layout(), pc, N, DType::f32, DType::f32);

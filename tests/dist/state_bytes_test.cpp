@@ -13,7 +13,7 @@ constexpr double GB = 1e9;
 
 StateBytes bytes(ShardingStage stage, int world) {
   ParallelConfig pc;
-  pc.stage = stage;
+  pc.sharding = stage;
   return state_bytes_for(kParams, pc, world, DType::bf16, DType::bf16);
 }
 
@@ -65,7 +65,7 @@ TEST(StateBytes, PlanOfALayoutIsTheArithmeticPlusUnitBuffers) {
        {ShardingStage::optimizer, ShardingStage::gradients, ShardingStage::full})
     for (int world : {2, 8, 64}) {
       ParallelConfig pc;
-      pc.stage = stage;
+      pc.sharding = stage;
       const StateBytes plan = planned_state_bytes(layout, pc, world, DType::bf16, DType::f32);
       const StateBytes general =
           state_bytes_for(layout.total(), pc, world, DType::bf16, DType::f32);

@@ -95,7 +95,7 @@ TEST_P(Stages, AddUpToTheWholeModel) {
     for (int v = 0; v < V; ++v) {
       Transformer& s = *stage[size_t(v % P)];
       s.select_slot(m);
-      if (v < P) s.stage(batches[size_t(m)].view());
+      if (v < P) s.load_batch(batches[size_t(m)].view());
       if (v > 0) {
         Transformer& prev = *stage[size_t((v - 1) % P)];
         prev.select_slot(m);

@@ -91,7 +91,7 @@ void print_stages(const RunConfig& rc, const nn::ParamLayout& layout, int world)
     }
     for (const auto& [stage, name] : dist::kShardingStageNames.entries) {
       dist::ParallelConfig pc;
-      pc.stage = stage;
+      pc.sharding = stage;
       pc.reshard_after_forward = rc.reshard_after_forward;
       const dist::StateBytes st = dist::planned_state_bytes(layout, pc, world, e.compute, e.grad);
       std::printf("  %-10s %-9s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f /%8.1f %10.1f /%9.1f\n", name,
@@ -195,7 +195,7 @@ int cmd_plan(const Args& args) {
   const Config c = config_from(vm);
   require_range("plan", vm, "world-size", 1, 1 << 20);
   const int world = vm["world-size"].as<int>();
-  RunConfig rc = resolve_run(c);
+  RunConfig rc = resolve_run(c, /*planning=*/true);
   if (vm.count("tensor-parallel")) {
     require_range("plan", vm, "tensor-parallel", 1, 4096);
     rc.tensor_parallel = vm["tensor-parallel"].as<int>();

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <string>
 
+#include "app/refusals.h"
 #include "nn/param_layout.h"
 #include "nn/pipeline_split.h"
 #include "nn/transformer.h"
@@ -172,14 +173,6 @@ void check_resume_source(const std::string& resume) {
 void check_sequence_parallel(const RunConfig& r) {
   if (!r.sequence_parallel) return;
   const int n = r.tensor_parallel;
-  if (n == 1)
-    throw UsageError(
-        "dist.sequence_parallel needs dist.tensor_parallel > 1 (it cuts the tensor group's "
-        "tokens)");
-  if (r.train_data.mode == data::Mode::bucket)
-    throw UsageError(
-        "dist.sequence_parallel cuts every batch's tokens into equal slices, but data.mode = "
-        "bucket makes batches of varying shapes: use stream or pack");
   std::vector<int64_t> lengths = {r.train_data.seq_len};
   for (const auto& [step, v] : r.seq_len_schedule.entries) lengths.push_back(v);
   for (int64_t t : lengths)
@@ -286,42 +279,98 @@ std::filesystem::path run_dir_of(const Config& c) {
   return std::filesystem::path(c.text("run.dir")) / c.text("run.name");
 }
 
-// dist.pipeline_*: the stages, schedule and layers, with every constraint named.
-void resolve_pipeline(const Config& c, RunConfig& r) {
+namespace {
+
+// dist.*: the grid's degrees, the pipeline's schedule and layers, sharding and the
+// communication options, as stated.
+void read_dist(const Config& c, RunConfig& r) {
+  r.tensor_parallel = int(c.integer("dist.tensor_parallel"));
+  r.sequence_parallel = c.boolean("dist.sequence_parallel");
   r.pipeline_parallel = int(c.integer("dist.pipeline_parallel"));
   r.pipeline_schedule = dist::kPipelineScheduleNames.parse(c.text("dist.pipeline_schedule"));
   r.pipeline_chunks = int(c.integer("dist.pipeline_virtual_stages"));
-  const bool interleaved = r.pipeline_schedule == dist::PipelineSchedule::interleaved;
-  if (interleaved != (r.pipeline_chunks > 1))
-    throw UsageError(fmt::format(
-        "dist.pipeline_virtual_stages = {} with dist.pipeline_schedule = {}: the interleaved "
-        "schedule runs 2 or more virtual stages per stage, the others one",
-        r.pipeline_chunks, dist::kPipelineScheduleNames.name(r.pipeline_schedule)));
-  std::vector<int> sizes;
   for (const std::string& entry : c.list("dist.pipeline_layers")) {
     int v = 0;
     auto [end, ec] = std::from_chars(entry.data(), entry.data() + entry.size(), v);
     if (ec != std::errc() || end != entry.data() + entry.size())
       throw UsageError(
           fmt::format("dist.pipeline_layers: entry '{}' is not a number of layers", entry));
-    sizes.push_back(v);
+    r.pipeline_layers.push_back(v);
   }
-  if (!sizes.empty() && r.pipeline_parallel == 1)
-    throw UsageError("dist.pipeline_layers needs dist.pipeline_parallel > 1");
-  if (interleaved && r.pipeline_parallel == 1)
-    throw UsageError("dist.pipeline_schedule = interleaved needs dist.pipeline_parallel > 1");
-  r.pipeline_split = nn::pipeline_split(r.model, r.pipeline_parallel, r.pipeline_chunks, sizes);
-  if (r.pipeline_parallel == 1) return;
-  // What does not compose with pipelining yet, each named.
-  if (c.boolean("train.cuda_graphs"))
-    throw UsageError("train.cuda_graphs runs with dist.pipeline_parallel = 1 only, for now");
-  if (c.boolean("dist.deterministic"))
-    throw UsageError(
-        "dist.deterministic is not implemented with dist.pipeline_parallel > 1 yet (its reduction "
-        "trees and exact norm span the data-parallel ranks of a whole model)");
-  if (!c.list("train.eval_tasks").empty())
-    throw UsageError("train.eval_tasks runs with dist.pipeline_parallel = 1 only, for now");
+  r.sharding = dist::parse_sharding_stage(c.text("dist.sharding"));
+  r.reshard_after_forward = c.boolean("dist.reshard_after_forward");
+  r.bucket_mb = c.real("dist.bucket_mb");
+  r.timeout_s = c.real("dist.timeout_s");
+  r.interface = c.text("dist.interface");
+  r.join = dist::parse_join_mode(c.text("dist.join"));
+  r.backend = kBackendNames.parse(c.text("dist.backend"));
+  r.deterministic = c.boolean("dist.deterministic");
 }
+
+// train.*, checkpoint.* and log.*: the schedule of batches, what the loop does, as stated.
+void read_loop(const Config& c, RunConfig& r) {
+  r.adamw = adamw_config(c);
+  r.schedule = lr_schedule(c);
+  r.grad_clip = float(c.real("optimizer.grad_clip"));
+  r.steps = c.integer("train.steps");
+  r.grad_accum = c.integer("train.grad_accum");
+  r.global_batch = c.integer("train.global_batch");
+  r.grad_accum_schedule = parse_schedule(c, "train.grad_accum_schedule");
+  r.seq_len_schedule = parse_schedule(c, "train.seq_len_schedule");
+  r.freeze = c.list("train.freeze");
+  r.on_nonfinite = kNonFiniteNames.parse(c.text("train.on_nonfinite"));
+  r.max_consecutive_skips = c.integer("train.max_consecutive_skips");
+  r.max_skips = c.integer("train.max_skips");
+  r.resume = c.text("train.resume");
+  r.init_from = c.text("train.init_from");
+  r.val_every = c.integer("train.val_every");
+  r.val_batches = c.integer("train.val_batches");
+  r.eval_tasks = c.list("train.eval_tasks");
+  r.eval_tasks_every = c.integer("train.eval_tasks_every");
+  r.checkpoint_every = c.integer("checkpoint.every");
+  r.keep_last = c.integer("checkpoint.keep_last");
+  r.keep_every = c.integer("checkpoint.keep_every");
+  r.checkpoint_timeout_s = c.real("checkpoint.timeout_s");
+  r.log_every = c.integer("log.every");
+  r.log_level = log::kLevelNames.parse(c.text("log.level"));
+  r.log_all_ranks = c.boolean("log.all_ranks");
+  r.memory_check = kMemoryCheckNames.parse(c.text("train.memory_check"));
+  r.progress = kProgressNames.parse(c.text("log.progress"));
+  r.peak_gflops = c.real("log.peak_gflops");
+}
+
+// What follows from the options and the model's shape, each check naming what does not fit:
+// the tensor-parallel cut, the pipeline's stages, the schedules' lengths, the freeze patterns.
+void derive(RunConfig& r) {
+  // Whether the model cuts evenly (rank 0's slice: every rank's cuts alike), before anything
+  // runs; run_training sets the rank's own slice.
+  r.model.tensor = {r.tensor_parallel, 0, r.sequence_parallel};
+  r.model.validate();
+  (void)nn::arch_spec(r.model);  // each parameter's cut (slice_spec)
+  r.pipeline_split =
+      nn::pipeline_split(r.model, r.pipeline_parallel, r.pipeline_chunks, r.pipeline_layers);
+  r.exec.own_params = r.sharding == dist::ShardingStage::none;  // else the shards hold them
+  nn::Transformer::check_plan_magnitude(r.model, r.exec);
+  check_sequence_parallel(r);
+  for (const auto& [step, v] : r.seq_len_schedule.entries)
+    if (v > r.train_data.seq_len)
+      throw UsageError(fmt::format(
+          "train.seq_len_schedule: entry '{}:{}' exceeds data.seq_len = {} (rows are at most that "
+          "long)",
+          step, v, r.train_data.seq_len));
+  for (const auto& [step, v] : r.grad_accum_schedule.entries)
+    if (v > (1 << 16))
+      throw UsageError(fmt::format(
+          "train.grad_accum_schedule: entry '{}:{}' exceeds 65536 micro-batches", step, v));
+  // Asked of the whole model: a pipeline stage may hold none of a pattern's parameters.
+  const nn::ParamLayout whole(r.model.whole());
+  for (const std::string& p : r.freeze)
+    if (std::none_of(whole.params().begin(), whole.params().end(),
+                     [&](const nn::ParamInfo& info) { return matches_any(info.name, {p}); }))
+      throw UsageError(fmt::format("train.freeze: pattern '{}' matches no parameter", p));
+}
+
+}  // namespace
 
 int64_t most_micro_batches(const RunConfig& r, int data_ranks) {
   int64_t most = r.global_batch > 0 ? r.global_batch : r.grad_accum;
@@ -337,7 +386,7 @@ int held_micro_batches(const RunConfig& r, dist::PipelineSchedule schedule, int 
       dist::pipeline_actions(schedule, r.pipeline_parallel, stage, int(M), chunks));
 }
 
-RunConfig resolve_run(const Config& c) {
+RunConfig resolve_run(const Config& c, bool planning) {
   RunConfig r;
   r.run_dir = run_dir_of(c);
   r.seed = uint64_t(c.integer("run.seed"));
@@ -347,98 +396,10 @@ RunConfig resolve_run(const Config& c) {
   r.val_data.max_epochs = 1;
   r.tokenizer = c.text("data.tokenizer");
   r.exec = exec_config(c, model_rows(r.train_data), r.train_data.seq_len);
-  r.sharding = dist::parse_sharding_stage(c.text("dist.sharding"));
-  r.tensor_parallel = int(c.integer("dist.tensor_parallel"));
-  r.sequence_parallel = c.boolean("dist.sequence_parallel");
-  // Whether the model cuts evenly (rank 0's slice: every rank's cuts alike), before anything
-  // runs; run_training sets the rank's own slice.
-  r.model.tensor = {r.tensor_parallel, 0, r.sequence_parallel};
-  r.model.validate();
-  (void)nn::arch_spec(r.model);  // each parameter's cut (slice_spec)
-  resolve_pipeline(c, r);
-  r.reshard_after_forward = c.boolean("dist.reshard_after_forward");
-  r.exec.own_params = r.sharding == dist::ShardingStage::none;  // else the shards hold them
-  nn::Transformer::check_plan_magnitude(r.model, r.exec);
-  if (r.exec.cuda_graphs && r.exec.device != Device::cuda)
-    throw UsageError("train.cuda_graphs needs run.device = cuda");
-  // A sharded unit's gathered weights change buffers from step to step (Note [CUDA graphs]).
-  if (r.exec.cuda_graphs && !r.exec.own_params)
-    throw UsageError("train.cuda_graphs runs with dist.sharding = none only, for now");
-  // A tensor group's collectives run inside forward and backward, outside any graph.
-  if (r.exec.cuda_graphs && r.tensor_parallel > 1)
-    throw UsageError("train.cuda_graphs runs with dist.tensor_parallel = 1 only, for now");
-  r.adamw = adamw_config(c);
-  r.schedule = lr_schedule(c);
-  r.grad_clip = float(c.real("optimizer.grad_clip"));
-  r.steps = c.integer("train.steps");
-  r.grad_accum = c.integer("train.grad_accum");
-  r.global_batch = c.integer("train.global_batch");
-  if (r.global_batch > 0 && r.grad_accum != 1)
-    throw UsageError(fmt::format(
-        "train.grad_accum = {} and train.global_batch = {} both set the batch: keep one",
-        r.grad_accum, r.global_batch));
-  r.grad_accum_schedule = parse_schedule(c, "train.grad_accum_schedule");
-  r.seq_len_schedule = parse_schedule(c, "train.seq_len_schedule");
-  check_sequence_parallel(r);
-  for (const auto& [step, v] : r.seq_len_schedule.entries)
-    if (v > r.train_data.seq_len)
-      throw UsageError(fmt::format(
-          "train.seq_len_schedule: entry '{}:{}' exceeds data.seq_len = {} (rows are at most that "
-          "long)",
-          step, v, r.train_data.seq_len));
-  for (const auto& [step, v] : r.grad_accum_schedule.entries)
-    if (v > (1 << 16))
-      throw UsageError(fmt::format(
-          "train.grad_accum_schedule: entry '{}:{}' exceeds 65536 micro-batches", step, v));
-  r.freeze = c.list("train.freeze");
-  // Asked of the whole model: a pipeline stage may hold none of a pattern's parameters.
-  const nn::ParamLayout whole(r.model.whole());
-  for (const std::string& p : r.freeze)
-    if (std::none_of(whole.params().begin(), whole.params().end(),
-                     [&](const nn::ParamInfo& info) { return matches_any(info.name, {p}); }))
-      throw UsageError(fmt::format("train.freeze: pattern '{}' matches no parameter", p));
-  r.on_nonfinite = kNonFiniteNames.parse(c.text("train.on_nonfinite"));
-  r.max_consecutive_skips = c.integer("train.max_consecutive_skips");
-  r.max_skips = c.integer("train.max_skips");
-  r.resume = c.text("train.resume");
-  r.init_from = c.text("train.init_from");
-  r.val_every = c.integer("train.val_every");
-  r.val_batches = c.integer("train.val_batches");
-  r.eval_tasks = c.list("train.eval_tasks");
-  r.eval_tasks_every = c.integer("train.eval_tasks_every");
-  if (!r.eval_tasks.empty() && r.tensor_parallel > 1)
-    throw UsageError(
-        "train.eval_tasks runs with dist.tensor_parallel = 1 only, for now (a tensor group's "
-        "logits are cut by vocabulary)");
-  r.checkpoint_every = c.integer("checkpoint.every");
-  r.keep_last = c.integer("checkpoint.keep_last");
-  r.keep_every = c.integer("checkpoint.keep_every");
-  r.checkpoint_timeout_s = c.real("checkpoint.timeout_s");
-  r.log_every = c.integer("log.every");
-  r.log_level = log::kLevelNames.parse(c.text("log.level"));
-  r.log_all_ranks = c.boolean("log.all_ranks");
-  r.memory_check = kMemoryCheckNames.parse(c.text("train.memory_check"));
-  r.progress = kProgressNames.parse(c.text("log.progress"));
-  r.peak_gflops = c.real("log.peak_gflops");
-  r.bucket_mb = c.real("dist.bucket_mb");
-  r.timeout_s = c.real("dist.timeout_s");
-  r.interface = c.text("dist.interface");
-  r.join = dist::parse_join_mode(c.text("dist.join"));
-  r.backend = kBackendNames.parse(c.text("dist.backend"));
-  if (r.backend == Backend::nccl && r.exec.device != Device::cuda)
-    throw UsageError("dist.backend = nccl needs run.device = cuda (NCCL connects GPUs)");
-  r.deterministic = c.boolean("dist.deterministic");
-  if (r.deterministic && r.tensor_parallel > 1)
-    throw UsageError(
-        "dist.deterministic is not implemented with dist.tensor_parallel > 1 yet (its exact norm "
-        "and reduction trees span the data-parallel ranks only)");
-  if (r.deterministic && r.exec.device != Device::cpu)
-    throw UsageError(
-        "dist.deterministic is implemented for CPU runs (MPI), not yet for run.device = cuda");
-  if (r.deterministic && r.exec.grad != DType::f32)
-    throw UsageError(
-        "dist.deterministic needs dist.grad_dtype = fp32 (bf16 sums round at every node of the "
-        "tree)");
+  read_dist(c, r);
+  read_loop(c, r);
+  check_combinations(r, planning);  // Note [Refusals] in app/refusals.cpp
+  derive(r);
   return r;
 }
 

@@ -85,6 +85,7 @@ struct RunConfig {
   int pipeline_parallel = 1;
   dist::PipelineSchedule pipeline_schedule = dist::PipelineSchedule::one_f_one_b;
   int pipeline_chunks = 1;
+  std::vector<int> pipeline_layers;  // as stated; empty: stages balanced by compute
   std::vector<std::pair<int, int>> pipeline_split;
   dist::ShardingStage sharding = dist::ShardingStage::none;
   bool reshard_after_forward = true;
@@ -102,7 +103,9 @@ int held_micro_batches(const RunConfig& r, dist::PipelineSchedule schedule, int 
                        int data_ranks);
 
 // Everything the training job needs from `c`, checked; throws UsageError naming the key.
-RunConfig resolve_run(const Config& c);
+// `planning` (trainer plan) accepts what no run can do yet but a plan may show (Note
+// [Refusals] in app/refusals.cpp).
+RunConfig resolve_run(const Config& c, bool planning = false);
 // run.dir/run.name: where the run keeps its checkpoints, logs and metrics.
 std::filesystem::path run_dir_of(const Config& c);
 // What only starting a training run asks of `c`, before anything is written: run.name is a

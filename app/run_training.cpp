@@ -98,10 +98,6 @@ int run_training(const Config& config, const TrainOptions& options) {
     if (comm->size() > 1 || rc.backend == Backend::nccl)
       nccl = dist::make_nccl_communicator(*comm, rc.exec.device_index, comm_options);
   }
-  if (rc.pipeline_parallel > 1 && (nccl || rc.exec.device == Device::cuda))
-    throw UsageError(
-        "dist.pipeline_parallel > 1 runs on CPU ranks over MPI for now: the transfers over NCCL "
-        "are not written yet (`trainer plan` plans GPU layouts)");
   dist::Grid grid(nccl ? *nccl : *comm, rc.tensor_parallel, rc.pipeline_parallel, launch);
   rc.model.tensor.degree = grid.tensor_size();
   rc.model.tensor.rank = grid.tensor_rank();

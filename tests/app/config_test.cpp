@@ -1,10 +1,12 @@
 // The config schema: unknown keys, types, ranges, choices, overrides and their messages.
 #include <gtest/gtest.h>
+#include <fstream>
 
 #include <set>
 #include <string>
 
 #include "app/config.h"
+#include "app/refusals.h"
 #include "app/run_setup.h"
 #include "common/temp_dir.h"
 #include "runtime/error.h"
@@ -189,6 +191,34 @@ TEST(Config, ConflictingKeysAreUsageErrors) {
             std::string::npos);
   EXPECT_EQ(message({"run.device=cuda", "train.cuda_graphs=true", "dist.backend=nccl"}),
             "(accepted)");
+  // Pipeline options without a pipeline, or at odds with the schedule.
+  EXPECT_NE(message({"dist.pipeline_virtual_stages=2"})
+                .find("dist.pipeline_virtual_stages = 2 with dist.pipeline_schedule = 1f1b"),
+            std::string::npos);
+  EXPECT_NE(message({"dist.pipeline_parallel=2", "dist.pipeline_schedule=interleaved"})
+                .find("the interleaved schedule runs 2 or more virtual stages"),
+            std::string::npos);
+  // A pipeline on GPUs cannot run yet, but trainer plan plans it.
+  const char* gpu_pipeline[] = {"run.device=cuda", "dist.pipeline_parallel=2"};
+  EXPECT_NE(message({gpu_pipeline[0], gpu_pipeline[1]}).find("runs on CPU ranks over MPI"),
+            std::string::npos);
+  Config planned;
+  for (const char* s : gpu_pipeline) planned.apply_override(s);
+  EXPECT_EQ(resolve_run(planned, /*planning=*/true).pipeline_parallel, 2);
+}
+
+// Every refusal of a combination (Note [Refusals]) is explained in docs/errors.md: its message
+// up to the first parenthesis or colon, as written there (placeholders included).
+TEST(Config, EveryRefusalIsDocumented) {
+  std::ifstream in(std::string(TRAINER_SOURCE_DIR) + "/docs/errors.md");
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(doc.empty());
+  const std::vector<std::string> messages = refusal_messages();
+  EXPECT_GE(messages.size(), 10u);
+  for (const std::string& m : messages) {
+    const std::string head = m.substr(0, std::min(m.find(" ("), m.find(": ")));
+    EXPECT_NE(doc.find("`" + head), std::string::npos) << "docs/errors.md lacks: " << head;
+  }
 }
 
 TEST(Config, ModelShapeErrorsAreUsageErrors) {

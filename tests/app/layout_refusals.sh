@@ -67,6 +67,8 @@ refused 1 "dist.deterministic is not implemented with dist.pipeline_parallel > 1
 refused 1 "dist.pipeline_schedule = interleaved needs dist.pipeline_parallel > 1" \
   --set dist.pipeline_schedule=interleaved --set dist.pipeline_virtual_stages=2
 refused 1 "dist.pipeline_layers needs dist.pipeline_parallel > 1" --set dist.pipeline_layers=[4,4]
+refused 1 "dist.pipeline_virtual_stages = 2 with dist.pipeline_schedule = 1f1b" \
+  --set dist.pipeline_parallel=2 --set dist.pipeline_virtual_stages=2
 
 # Features that ask for the whole model's logits, which no stage or tensor rank holds alone.
 printf '{"context": "the quick", "continuation": " brown"}\n' >task.jsonl

@@ -63,8 +63,9 @@ int cmd_inspect(const Args& args) {
   po::variables_map vm;
   if (!parse_options("inspect", args, desc, vm, &pos)) return 0;
   const fs::path dir = vm["checkpoint"].as<std::string>();
-  if (nn::is_hf_folder(dir)) return inspect_folder(dir);
-  Checkpoint c = open_checkpoint_of(dir);
+  const ModelSource source = open_model_source(dir, dir.string());
+  if (!source.checkpoint) return inspect_folder(dir);
+  const Checkpoint& c = *source.checkpoint;
   std::printf("checkpoint %s (all %zu files verified)\n\nmanifest:\n%s\n\nconfig:\n%s\n",
               c.dir.c_str(), c.manifest.at("files").size(), c.manifest.dump(2).c_str(),
               c.config_yaml.c_str());

@@ -10,8 +10,8 @@
 #include <optional>
 #include <string>
 
-#include "app/checkpoint.h"
 #include "app/config.h"
+#include "app/model_source.h"
 #include "dist/data_parallel.h"
 #include "nn/hf_weights.h"
 #include "nn/model.h"
@@ -19,9 +19,8 @@
 namespace trainer::app {
 
 struct InitSource {
-  std::filesystem::path dir;
-  std::optional<Checkpoint> checkpoint;         // else a Hugging Face folder:
-  std::shared_ptr<const nn::HfWeights> folder;  // its weights, checked against the model
+  ModelSource source;
+  std::shared_ptr<const nn::HfWeights> folder;  // a folder's weights, checked against the model
 };
 
 // Opens `from` and checks it against the run that `run_config` describes (its parameters laid

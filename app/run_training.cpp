@@ -7,13 +7,13 @@
 
 #include "app/hf_folder.h"
 #include "app/memory_plan.h"
+#include "app/model_source.h"
 #include "app/run_setup.h"
 #include "app/stop_signals.h"
 #include "app/train_loop.h"
 #include "dist/communicator.h"
 #include "dist/grid.h"
 #include "dist/launch.h"
-#include "nn/hf_weights.h"
 #include "nn/pipeline_split.h"
 #include "nn/transformer.h"
 #include "runtime/cuda/stream.h"
@@ -60,7 +60,7 @@ Config with_absolute_paths(Config c) {
 // Fine-tuning a Hugging Face folder: the model keys come from its config.json.
 Config with_init_model(Config c) {
   const fs::path from = c.text("train.init_from");
-  if (from.empty() || !nn::is_hf_folder(from)) return c;
+  if (from.empty() || source_kind(from) != SourceKind::hf_folder) return c;
   return fit_seq_len(with_hf_model(c, from, fmt::format("train.init_from = {}", from.string())));
 }
 

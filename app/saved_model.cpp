@@ -13,11 +13,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The tokenizer a checkpoint holds or names.
+// The tokenizer a checkpoint holds (verified with it), or `requested` or the run's
+// data.tokenizer (for checkpoints written before they held one), checked against the hash the
+// checkpoint records.
 TokenizerBytes checkpoint_tokenizer(const SavedModel& saved, const std::string& requested) {
+  const std::optional<TokenizerBytes> own = saved.own_tokenizer();
+  if (requested.empty() && own) return *own;
   const Checkpoint& c = *saved.checkpoint;
-  if (requested.empty() && !c.tokenizer.empty())  // verified by open_checkpoint
-    return {c.tokenizer, std::string(c.bytes(c.tokenizer.filename().string()))};
   const fs::path path =
       !requested.empty() ? fs::path(requested) : fs::path(saved.config.text("data.tokenizer"));
   CHECK(fs::exists(path), "tokenizer {} not found (pass --tokenizer)", path.string());
@@ -28,28 +30,25 @@ TokenizerBytes checkpoint_tokenizer(const SavedModel& saved, const std::string& 
   return {path, t.bytes()};
 }
 
-// The tokenizer a folder holds, or `requested` (the same one, where it holds one).
-TokenizerBytes folder_tokenizer_bytes(const SavedModel& saved, const std::string& requested) {
-  const std::unique_ptr<data::Tokenizer> own = hf_folder_tokenizer(saved.dir);
+// The tokenizer a folder holds, or `requested` (the same one, where it holds one); refused
+// when it has more tokens than the model (a published model's vocabulary covers its
+// tokenizer's; a checkpoint's tokenizer is the one it trained with, whatever its size).
+TokenizerBytes folder_tokenizer(const SavedModel& saved, const std::string& requested) {
+  const std::optional<TokenizerBytes> own = saved.own_tokenizer();
+  TokenizerBytes t;
   if (requested.empty()) {
     USAGE_CHECK(own,
                 "{} holds no tokenizer (tokenizer.model, tokenizer.json or vocab.json + "
                 "merges.txt): pass --tokenizer",
                 saved.dir.string());
-    return {own->path(), own->bytes()};
+    t = *own;
+  } else {
+    const data::Tokenizer mine(requested);
+    USAGE_CHECK(!own || data::tokenizer_is(own->bytes, mine.hash()),
+                "tokenizer {} (hash {:016x}) is not the one {} holds ({:016x})", requested,
+                mine.hash(), saved.dir.string(), own ? data::tokenizer_hash(own->bytes) : 0);
+    t = {requested, mine.bytes()};
   }
-  const data::Tokenizer t(requested);
-  USAGE_CHECK(!own || own->hash() == t.hash(),
-              "tokenizer {} (hash {:016x}) is not the one {} holds ({:016x})", requested, t.hash(),
-              saved.dir.string(), own->hash());
-  return {requested, t.bytes()};
-}
-
-// The tokenizer a folder holds, or `requested` (the same one, where it holds one); refused
-// when it has more tokens than the model (a published model's vocabulary covers its
-// tokenizer's; a checkpoint's tokenizer is the one it trained with, whatever its size).
-TokenizerBytes folder_tokenizer(const SavedModel& saved, const std::string& requested) {
-  TokenizerBytes t = folder_tokenizer_bytes(saved, requested);
   const int vocab = data::Tokenizer(t.bytes, t.from).vocab_size();
   USAGE_CHECK(vocab <= saved.model->config().vocab_size,
               "tokenizer {} has {} tokens but the model in {} has a vocabulary of {}: another "
@@ -71,22 +70,7 @@ int32_t document_start(const SavedModel& saved, const data::Tokenizer& tok) {
 }
 
 SavedModel open_saved_model(const fs::path& dir, int rows, int seq_len) {
-  SavedModel s;
-  if (nn::is_hf_folder(dir)) {
-    s.dir = dir;
-    s.config = hf_folder_config(dir);
-    if (fs::is_regular_file(dir / "trainer_config.yaml"))
-      s.config_yaml = read_file(dir / "trainer_config.yaml");
-    const nlohmann::json hf = nlohmann::json::parse(read_file(dir / "config.json"));
-    if (hf.contains("trainer_step") && hf["trainer_step"].is_number_integer())
-      s.step = hf["trainer_step"].get<int64_t>();
-  } else {
-    s.checkpoint = open_checkpoint_of(dir);
-    s.dir = s.checkpoint->dir;
-    s.step = s.checkpoint->state.step;
-    s.config_yaml = s.checkpoint->config_yaml;
-    s.config.merge_yaml(s.config_yaml, (s.dir / "config.yaml").string());
-  }
+  SavedModel s{open_model_source(dir, dir.string())};
   const nn::ModelConfig mc = model_config(s.config);
   if (rows <= 0) rows = model_rows(loader_config(s.config, "val"));
   if (seq_len <= 0) seq_len = int(s.config.integer("data.seq_len"));
@@ -99,7 +83,7 @@ SavedModel open_saved_model(const fs::path& dir, int rows, int seq_len) {
   if (s.checkpoint)
     load_weights(*s.checkpoint, *s.model);
   else
-    load_hf_weights(dir, *s.model);
+    load_hf_weights(s.dir, *s.model);
   return s;
 }
 

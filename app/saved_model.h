@@ -1,37 +1,25 @@
-// A trained model opened for eval, sample, inspect and export: from a checkpoint directory
-// (its config and weights, verified by the checkpoint's manifest) or from a Hugging Face model
-// folder (app/hf_folder.h), in a forward-only model on the host.
+// A trained model opened for eval, sample and export: its source (app/model_source.h) and its
+// weights in a forward-only model on the host, with the tokenizer it was trained with.
 #pragma once
 
 #include <memory>
 #include <optional>
 
-#include "app/checkpoint.h"
-#include "app/config.h"
+#include "app/model_source.h"
 #include "data/tokenizer.h"
 #include "nn/transformer.h"
 
 namespace trainer::app {
 
-struct SavedModel {
-  std::filesystem::path dir;             // the checkpoint's step directory, or the folder
-  std::optional<Checkpoint> checkpoint;  // when it is a checkpoint
-  int64_t step = 0;                      // the training step of its weights (0: unknown)
-  std::string config_yaml;               // the run's config as saved with it ("": none)
-  Config config;
+// The source, and its weights in a forward-only model on the host.
+struct SavedModel : ModelSource {
   std::unique_ptr<nn::Transformer> model;
 };
 
 // Opens `dir` (a step directory, a run directory whose `latest` is used, or a Hugging Face
-// folder) with activations for batches of up to rows x seq_len (0 = the config's
-// data.batch_size / data.seq_len), in the run's precision.
+// folder: app/model_source.h) with activations for batches of up to rows x seq_len (0 = the
+// config's data.batch_size / data.seq_len), in the run's precision.
 SavedModel open_saved_model(const std::filesystem::path& dir, int rows = 0, int seq_len = 0);
-
-// A tokenizer's one-file bytes (data::Tokenizer::bytes) and where they were read.
-struct TokenizerBytes {
-  std::filesystem::path from;
-  std::string bytes;
-};
 
 // The tokenizer `saved` was trained with: `requested` when given (refused unless it is the
 // one the checkpoint or folder holds), else the one it holds (for checkpoints written before

@@ -109,14 +109,9 @@ fs::path TrainLoop::resume_path() {
 }
 
 // The same for train.init_from: a run directory (a live one too) means the checkpoint its
-// `latest` names when rank 0 looks; a checkpoint or an export is itself.
+// `latest` names when rank 0 looks; a checkpoint or a folder is itself (source_dir).
 fs::path TrainLoop::init_path() {
-  fs::path path = rc_.init_from;
-  std::error_code ec;
-  if (leader_ && fs::is_directory(path, ec) && !fs::exists(path / "manifest.json", ec) &&
-      !fs::exists(path / "trainer_config.yaml", ec))
-    if (const fs::path latest = latest_checkpoint(path); !latest.empty()) path = latest;
-  return from_leader(path.string());
+  return from_leader(leader_ ? source_dir(rc_.init_from).string() : std::string());
 }
 
 // Rank 0's `text` on every rank (a collective).
@@ -350,7 +345,7 @@ void TrainLoop::start_up() {
     log::info("resumed from {} at step {}", from.string(), state_.step);
   } else if (init) {
     load_init_weights(*init, model_, *dp_);
-    log::info("fine-tuning from {}: its weights, a fresh optimizer, step 0", init->dir.string());
+    log::info("fine-tuning from {}: its weights, a fresh optimizer, step 0", init->source.dir.string());
   } else {
     dist::init_masters(*dp_, model_, rc_.seed);
   }

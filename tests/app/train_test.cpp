@@ -458,8 +458,8 @@ TEST(Training, FineTuningStartsFromSavedWeightsWithAFreshOptimizer) {
   Config missing = tiny_config(dir.path / "data", dir.path / "runs", "missing");
   missing.set("train.init_from", (dir.path / "nowhere").string());
   e = usage_error_of([&] { run_training(missing); });
-  EXPECT_NE(e.find("nowhere is neither a checkpoint, a run directory nor a Hugging Face model "
-                   "folder"),
+  EXPECT_NE(e.find("nowhere is neither a checkpoint, a run directory with checkpoints nor a "
+                   "Hugging Face model folder"),
             std::string::npos)
       << e;
   e = usage_error_of([&] { run_training(wide); });

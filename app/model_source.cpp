@@ -1,0 +1,70 @@
+// See model_source.h.
+#include "app/model_source.h"
+
+#include <nlohmann/json.hpp>
+
+#include "app/hf_folder.h"
+#include "app/run_checkpoints.h"
+#include "nn/hf_weights.h"
+#include "runtime/error.h"
+#include "runtime/file_io.h"
+
+namespace trainer::app {
+
+namespace fs = std::filesystem;
+
+SourceKind source_kind(const fs::path& path) {
+  std::error_code ec;
+  if (nn::is_hf_folder(path)) return SourceKind::hf_folder;
+  if (!fs::is_directory(path, ec)) return SourceKind::none;
+  if (fs::exists(path / kCheckpointManifest, ec)) return SourceKind::checkpoint;
+  return latest_checkpoint(path).empty() ? SourceKind::none : SourceKind::run_dir;
+}
+
+fs::path source_dir(const fs::path& path) {
+  return source_kind(path) == SourceKind::run_dir ? latest_checkpoint(path) : path;
+}
+
+std::optional<TokenizerBytes> ModelSource::own_tokenizer() const {
+  if (checkpoint) {
+    if (checkpoint->tokenizer.empty()) return std::nullopt;  // saved before checkpoints held one
+    // From the mapping, which a live run's pruning cannot take away.
+    const std::string name = checkpoint->tokenizer.filename().string();
+    return TokenizerBytes{checkpoint->tokenizer, std::string(checkpoint->bytes(name))};
+  }
+  const std::unique_ptr<data::Tokenizer> own = hf_folder_tokenizer(dir);
+  if (!own) return std::nullopt;
+  return TokenizerBytes{own->path(), own->bytes()};
+}
+
+ModelSource open_model_source(const fs::path& path, const std::string& what) {
+  ModelSource s;
+  switch (source_kind(path)) {
+    case SourceKind::none:
+      throw UsageError(fmt::format(
+          "{} is neither a checkpoint, a run directory with checkpoints nor a Hugging Face model "
+          "folder (config.json and safetensors weights)",
+          what));
+    case SourceKind::hf_folder: {
+      s.dir = path;
+      s.config = hf_folder_config(path);
+      if (fs::is_regular_file(path / "trainer_config.yaml"))
+        s.config_yaml = read_file(path / "trainer_config.yaml");
+      const nlohmann::json hf = nlohmann::json::parse(read_file(path / "config.json"));
+      if (hf.contains("trainer_step") && hf["trainer_step"].is_number_integer())
+        s.step = hf["trainer_step"].get<int64_t>();
+      return s;
+    }
+    case SourceKind::checkpoint:
+    case SourceKind::run_dir:
+      s.checkpoint = open_checkpoint_of(path);  // a live run's latest, read safely
+      s.dir = s.checkpoint->dir;
+      s.step = s.checkpoint->state.step;
+      s.config_yaml = s.checkpoint->config_yaml;
+      s.config.merge_yaml(s.config_yaml, (s.dir / "config.yaml").string());
+      return s;
+  }
+  return s;
+}
+
+}  // namespace trainer::app

@@ -1,0 +1,47 @@
+// Where saved weights come from, classified in one place: a Hugging Face model folder
+// (config.json and safetensors weights, such as `trainer export` writes), a checkpoint (a step
+// directory), or a run directory, which stands for the checkpoint its `latest` names.
+// train.init_from, eval, sample, export and inspect open their model through here, and its
+// tokenizer is found here.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "app/checkpoint.h"
+#include "app/config.h"
+
+namespace trainer::app {
+
+enum class SourceKind : uint8_t { hf_folder, checkpoint, run_dir, none };
+
+// What `path` is (a run directory only while it has a checkpoint).
+SourceKind source_kind(const std::filesystem::path& path);
+// The directory `path` stands for: the checkpoint a run directory's `latest` names now, else
+// `path` itself.
+std::filesystem::path source_dir(const std::filesystem::path& path);
+
+// A tokenizer's one-file bytes (data::Tokenizer::bytes) and where they were read.
+struct TokenizerBytes {
+  std::filesystem::path from;
+  std::string bytes;
+};
+
+struct ModelSource {
+  std::filesystem::path dir;             // the checkpoint's step directory, or the folder
+  std::optional<Checkpoint> checkpoint;  // opened and verified; none for a folder
+  int64_t step = 0;                      // the training step of its weights (0: unknown)
+  std::string config_yaml;               // the training run's config ("": a published folder)
+  Config config;                         // every key: the run's, or the folder's model keys
+  // The tokenizer it holds (a checkpoint's copy, verified with it; a folder's files), or none.
+  std::optional<TokenizerBytes> own_tokenizer() const;
+};
+
+// Opens `path` (a checkpoint's files verified against its manifest; no weights read). A path
+// that is none of the three is a UsageError naming `what` ("train.init_from = <path>", or the
+// path itself).
+ModelSource open_model_source(const std::filesystem::path& path, const std::string& what);
+
+}  // namespace trainer::app

@@ -61,7 +61,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--bucket-mb")
       a.bucket_mb = std::atof(argv[i + 1]);
     else if (k == "--sharding")
-      a.sharding = parse_sharding_stage(argv[i + 1]);
+      a.sharding = kShardingStageNames.parse(argv[i + 1]);
     else
       THROW_ERROR("unknown option {}", k);
   }
@@ -143,7 +143,7 @@ void run(int argc, char** argv) {
         "tokens_per_s={:.0f} "
         "forward_s={:.3f} backward_s={:.3f} comm_busy_s={:.4f} comm_wait_s={:.4f} "
         "optimizer_s={:.3f} hidden={:.3f} state_mib={:.1f} live_mib={:.1f}\n",
-        N, sharding_stage_name(a.sharding), int(a.deterministic), a.accum, total, a.bucket_mb,
+        N, kShardingStageNames.name(a.sharding), int(a.deterministic), a.accum, total, a.bucket_mb,
         wall / k, double(N) * a.B * a.T * a.accum * k / wall, sum.forward_s / k, sum.backward_s / k,
         sum.comm_busy_s / k, sum.comm_wait_s / k, sum.optimizer_s / k, sum.hidden_fraction(),
         double(dp->state_bytes().total()) / 1048576.0, live_mib);

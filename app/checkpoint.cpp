@@ -207,7 +207,7 @@ uint32_t write_shard(const fs::path& path, dist::DataParallel& dp, const nn::Mod
   w.set_metadata("step", std::to_string(state.step));
   w.set_metadata("rank", std::to_string(rank));
   w.set_metadata("world", std::to_string(world));
-  w.set_metadata("stage", dist::sharding_stage_name(dp.sharding()));
+  w.set_metadata("stage", dist::kShardingStageNames.name(dp.sharding()));
   w.set_metadata("ranges", ranges.dump());
   if (writers.grid.tensor > 1)
     w.set_metadata("tensor_rank", std::to_string(writers.grid.place(rank).tensor_rank));
@@ -322,7 +322,7 @@ fs::path save_checkpoint(dist::Communicator& comm, const fs::path& run_dir, nn::
                        {"retention", retention_json(options.policy)},
                        {"files", files}};
       if (sharded) {
-        manifest["stage"] = dist::sharding_stage_name(dp.sharding());
+        manifest["stage"] = dist::kShardingStageNames.name(dp.sharding());
         manifest["shards"] = shards;
       }
       if (writers.grid.tensor > 1) manifest["tensor_parallel"] = writers.grid.tensor;

@@ -138,7 +138,7 @@ int cmd_bench(const Args& args) {
       "bench %s L=%d C=%d H=%d V=%d B=%d T=%d %s %s: %.1f ms/step | %.0f tok/s | %.1f GFLOP/s | "
       "%s %.1f GFLOP/s | MFU %.1f%% | activations %.1f MiB%s%s | fallbacks: %s\n",
       mc.arch.c_str(), mc.n_layer, mc.n_embd, mc.n_head, mc.vocab_size, B, T,
-      std::string(float_dtype_name(exec.compute)).c_str(), nn::recompute_name(exec.recompute),
+      std::string(float_dtype_name(exec.compute)).c_str(), nn::kRecomputeNames.name(exec.recompute),
       s * 1e3, tok_s, gflops, stated > 0 ? "stated peak" : "GEMM peak", peak, 100 * gflops / peak,
       double(model.memory().activations) / 1048576.0, device_memory.c_str(),
       exec.cuda_graphs && !vm.count("profile") ? " | CUDA graphs" : "",

@@ -34,9 +34,9 @@ void print_configured(const RunConfig& rc, int world) {
       "precision %s, gradients %s, activation checkpointing %s; micro-batch %d x %d tokens; "
       "world size %d = %d tensor x %d pipeline x %d data, sharding %s%s\n",
       std::string(float_dtype_name(e.compute)).c_str(),
-      std::string(float_dtype_name(e.grad)).c_str(), nn::recompute_name(e.recompute), e.max_rows,
-      e.max_seq_len, world, rc.tensor_parallel, rc.pipeline_parallel, data,
-      dist::sharding_stage_name(rc.sharding),
+      std::string(float_dtype_name(e.grad)).c_str(), nn::kRecomputeNames.name(e.recompute),
+      e.max_rows, e.max_seq_len, world, rc.tensor_parallel, rc.pipeline_parallel, data,
+      dist::kShardingStageNames.name(rc.sharding),
       rc.pipeline_parallel > 1 ? "; the first pipeline stage (every stage: below)" : "");
   auto row = [&](const char* what, double bytes) {
     std::printf("  %-34s %10.1f MiB\n", what, bytes / kMiB);
@@ -113,7 +113,7 @@ void print_tensor_degrees(RunConfig rc, int world) {
       "\nevery tensor-parallel degree on %d rank(s), sharding %s, MiB per rank (activations and "
       "totals: without / with sequence parallelism):\n  %-7s %-6s %14s %9s %9s %9s %9s %21s "
       "%21s\n",
-      world, dist::sharding_stage_name(rc.sharding), "tensor", "data", "parameters", "masters",
+      world, dist::kShardingStageNames.name(rc.sharding), "tensor", "data", "parameters", "masters",
       "gradients", "optimizer", "buffers", "activations", "total");
   for (int t = 1; t <= std::min(world, 4096); ++t) {  // dist.tensor_parallel's range
     if (world % t != 0) continue;
@@ -145,7 +145,7 @@ void print_pipeline(const RunConfig& rc, int world) {
   std::printf(
       "\nevery pipeline stage on %d data-parallel rank(s) of %d tensor rank(s), sharding %s, "
       "%lld micro-batch(es) per step, MiB per rank:\n  %-12s %-5s %-11s %5s %14s %9s %11s %9s\n",
-      D, rc.tensor_parallel, dist::sharding_stage_name(rc.sharding),
+      D, rc.tensor_parallel, dist::kShardingStageNames.name(rc.sharding),
       (long long)most_micro_batches(rc, D), "schedule", "stage", "layers", "held", "parameters",
       "state", "activations", "total");
   for (const auto& [schedule, name] : dist::kPipelineScheduleNames.entries) {

@@ -215,7 +215,7 @@ nn::LrSchedule lr_schedule(const Config& c) {
   if (s.min_lr > s.max_lr)
     throw UsageError(
         fmt::format("optimizer.min_lr = {} exceeds optimizer.lr = {}", s.min_lr, s.max_lr));
-  s.decay = nn::LrSchedule::parse_decay(c.text("schedule.decay"));
+  s.decay = nn::kDecayNames.parse(c.text("schedule.decay"));
   return s;
 }
 
@@ -223,7 +223,7 @@ data::LoaderConfig loader_config(const Config& c, const std::string& split) {
   data::LoaderConfig l;
   l.data_dir = c.text("data.path");
   l.split = split;
-  l.mode = data::parse_mode(c.text("data.mode"));
+  l.mode = data::kModeNames.parse(c.text("data.mode"));
   l.batch_size = int(c.integer("data.batch_size"));
   l.seq_len = int(c.integer("data.seq_len"));
   l.max_tokens = c.integer("data.max_tokens");
@@ -297,12 +297,12 @@ void read_dist(const Config& c, RunConfig& r) {
           fmt::format("dist.pipeline_layers: entry '{}' is not a number of layers", entry));
     r.pipeline_layers.push_back(v);
   }
-  r.sharding = dist::parse_sharding_stage(c.text("dist.sharding"));
+  r.sharding = dist::kShardingStageNames.parse(c.text("dist.sharding"));
   r.reshard_after_forward = c.boolean("dist.reshard_after_forward");
   r.bucket_mb = c.real("dist.bucket_mb");
   r.timeout_s = c.real("dist.timeout_s");
   r.interface = c.text("dist.interface");
-  r.join = dist::parse_join_mode(c.text("dist.join"));
+  r.join = dist::kJoinModeNames.parse(c.text("dist.join"));
   r.backend = kBackendNames.parse(c.text("dist.backend"));
   r.deterministic = c.boolean("dist.deterministic");
 }

@@ -148,14 +148,14 @@ void TrainLoop::log_setup() {
       "model: {} parameters; precision {}{}; gradients {}; activation checkpointing {}{}",
       model_.layout().total(), float_dtype_name(e.compute),
       e.compute == DType::bf16 ? " (" + bf16_path + ")" : "", float_dtype_name(e.grad),
-      nn::recompute_name(e.recompute),
+      nn::kRecomputeNames.name(e.recompute),
       e.recompute_layers.empty() ? "" : fmt::format(" on {} blocks", e.recompute_layers.size()));
   const dist::StateBytes st = dp_->state_bytes();
   log::info(
       "memory plan per rank: {:.1f} MiB (sharding {}: fp32 masters {:.1f}, working weights "
       "{:.1f}, gradients {:.1f}, optimizer {:.1f}, buffers {:.1f}; activations {:.1f}, workspace "
       "{:.1f}); {}",
-      planned_mib(), dist::sharding_stage_name(dp_->sharding()), st.masters / kMiB,
+      planned_mib(), dist::kShardingStageNames.name(dp_->sharding()), st.masters / kMiB,
       st.working / kMiB, st.grads / kMiB, st.optimizer / kMiB, st.buffers / kMiB,
       mem.activations / kMiB, mem.workspace / kMiB, grid_.describe());
   if (grid_.pipeline_size() > 1) {  // the stages' layers and compute (Note [Pipeline stages])

@@ -21,14 +21,6 @@ enum class Mode { stream, pack, bucket };
 inline constexpr EnumNames<Mode, 3> kModeNames{
     "data.mode", {{{Mode::stream, "stream"}, {Mode::pack, "pack"}, {Mode::bucket, "bucket"}}}};
 
-// A name of kModeNames; throws trainer::UsageError otherwise.
-inline Mode parse_mode(std::string_view s) {
-  return kModeNames.parse(s);
-}
-inline const char* mode_name(Mode m) {
-  return kModeNames.name(m);
-}
-
 struct PlanConfig {
   Mode mode = Mode::stream;
   int batch_size = 8;      // rows per batch (stream, pack)

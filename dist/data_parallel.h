@@ -54,14 +54,6 @@ constexpr StageRecord stage_record(ShardingStage stage) {
   return {};
 }
 
-// Parses a name of kShardingStageNames; throws a UsageError naming the value.
-inline ShardingStage parse_sharding_stage(const std::string& name) {
-  return kShardingStageNames.parse(name);
-}
-inline const char* sharding_stage_name(ShardingStage stage) {
-  return kShardingStageNames.name(stage);
-}
-
 struct ParallelConfig {
   ShardingStage sharding = ShardingStage::none;
   double bucket_mb = 25;              // DDP bucket capacity (stage none)

@@ -23,11 +23,6 @@ inline constexpr EnumNames<JoinMode, 3> kJoinModeNames{"dist.join",
                                                          {JoinMode::disabled, "false"},
                                                          {JoinMode::throw_error, "throw"}}}};
 
-// Parses a name of kJoinModeNames; throws a UsageError otherwise.
-inline JoinMode parse_join_mode(const std::string& text) {
-  return kJoinModeNames.parse(text);
-}
-
 struct StepCounts {
   int64_t global_tokens = 0;      // loss tokens of the global batch (the loss divisor)
   int64_t max_micro_batches = 0;  // the most micro-batches any rank has this step

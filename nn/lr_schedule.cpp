@@ -18,8 +18,4 @@ float LrSchedule::at(int64_t step) const {
   return float(min_lr + (max_lr - min_lr) * shape);
 }
 
-LrSchedule::Decay LrSchedule::parse_decay(const std::string& name) {
-  return kDecayNames.parse(name);
-}
-
 }  // namespace trainer::nn

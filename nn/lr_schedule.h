@@ -19,8 +19,6 @@ struct LrSchedule {
 
   // The learning rate for step `step` (0-based).
   float at(int64_t step) const;
-  // Parses a name of kDecayNames; throws naming the value otherwise.
-  static Decay parse_decay(const std::string& name);
 };
 
 inline constexpr EnumNames<LrSchedule::Decay, 3> kDecayNames{

@@ -128,14 +128,6 @@ inline constexpr EnumNames<Recompute, 3> kRecomputeNames{
     "model.activation_checkpointing",
     {{{Recompute::none, "none"}, {Recompute::selective, "selective"}, {Recompute::full, "full"}}}};
 
-// Parses a name of kRecomputeNames; throws naming the value otherwise.
-inline Recompute parse_recompute(const std::string& name) {
-  return kRecomputeNames.parse(name);
-}
-inline const char* recompute_name(Recompute r) {
-  return kRecomputeNames.name(r);
-}
-
 // The floating-point dtypes a run computes in (model.precision) and sums gradients in
 // (dist.grad_dtype).
 inline constexpr EnumNames<DType, 2> kPrecisionNames{

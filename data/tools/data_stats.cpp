@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
         std::printf(
             "imbalance %-6s world=%d: %lld steps, mean %.2f%%, max %.2f%% "
             "((max-min)/mean real tokens per step)\n",
-            mode_name(mode), world, (long long)s.steps,
+            kModeNames.name(mode), world, (long long)s.steps,
             100.0 * s.imbalance_sum / double(std::max<int64_t>(1, s.steps)),
             100.0 * s.imbalance_max);
       }
@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
         batches += 1;
         s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
-      std::printf("loader %-6s: %lld batches, %.2f M loss tokens/s\n", mode_name(mode),
+      std::printf("loader %-6s: %lld batches, %.2f M loss tokens/s\n", kModeNames.name(mode),
                   (long long)batches, double(tokens) / s / 1e6);
     }
   } catch (const po::error& e) {

@@ -174,7 +174,7 @@ TEST(Loader, ResumeAtSameAndOtherWorldSize) {
   TempDir dir("loader");
   testing::write_corpus(dir.path, testing::random_lengths(150, 1, 30, 4), 40);
   for (Mode mode : {Mode::stream, Mode::pack, Mode::bucket}) {
-    SCOPED_TRACE(mode_name(mode));
+    SCOPED_TRACE(kModeNames.name(mode));
     LoaderConfig c = config(dir.path, mode);
     c.max_epochs = 3;
     // Three whole epochs on one rank, within the 1000 steps asked for: an epoch is at most 300

@@ -74,7 +74,7 @@ TEST_P(PlanModes, CoverageDisjointnessAndWorldSizeIndependence) {
   // The stream planner pads its last partial batch; the others never make partial batches.
   int64_t full = mode == Mode::stream ? int64_t(units / 3) : int64_t(ref.size());
   for (int W = 1; W <= 8; ++W) {
-    SCOPED_TRACE(fmt::format("{} drop_last={} W={}", mode_name(mode), drop_last, W));
+    SCOPED_TRACE(fmt::format("{} drop_last={} W={}", kModeNames.name(mode), drop_last, W));
     std::vector<BatchPlan> seq = epoch_sequence(c, docs, W);
     int64_t M = int64_t(ref.size());
     if (drop_last) {
@@ -128,13 +128,13 @@ TEST(Plan, DeterministicAndReshuffledEachEpoch) {
     // another permutation; a quarter leaves room for chance. The same on every CPU.
     size_t same = 0;
     for (size_t i = 0; i < std::min(a.size(), e1.size()); ++i) same += key(a[i]) == key(e1[i]);
-    EXPECT_LT(same, a.size() / 4 + 1) << mode_name(mode);
+    EXPECT_LT(same, a.size() / 4 + 1) << kModeNames.name(mode);
     PlanConfig other = c;
     other.seed = 18;
     auto s = epoch_sequence(other, docs, 2, 0);
     same = 0;
     for (size_t i = 0; i < std::min(a.size(), s.size()); ++i) same += key(a[i]) == key(s[i]);
-    EXPECT_LT(same, a.size() / 4 + 1) << mode_name(mode);
+    EXPECT_LT(same, a.size() / 4 + 1) << kModeNames.name(mode);
   }
 }
 
@@ -179,7 +179,7 @@ TEST(Plan, BadConfigs) {
   c = config(Mode::bucket, true);
   c.max_tokens = 16;  // under seq_len = 32: no row fits
   EXPECT_THROW(StepPlanner(c, docs, 1), UsageError);
-  EXPECT_THROW(parse_mode("shuffle"), UsageError);
+  EXPECT_THROW(kModeNames.parse("shuffle"), UsageError);
 }
 
 }  // namespace

@@ -87,11 +87,11 @@ TEST(Streaming, OwnedMemoryStaysWithinTheLoadersBuffers) {
       if (++batches_read % 16 == 0) peak = std::max(peak, anon_resident_bytes());
     }
     peak = std::max(peak, anon_resident_bytes());
-    EXPECT_GE(tokens * 2, corpus_bytes * 9 / 10) << mode_name(mode);  // read it all
+    EXPECT_GE(tokens * 2, corpus_bytes * 9 / 10) << kModeNames.name(mode);  // read it all
     const uint64_t growth = peak - std::min(peak, base);
-    EXPECT_LT(growth, bound) << mode_name(mode);
+    EXPECT_LT(growth, bound) << kModeNames.name(mode);
     std::printf("%s: %.0f MiB corpus, owned memory grew %.1f MiB (bound %.1f MiB)\n",
-                mode_name(mode), double(corpus_bytes) / (1 << 20), double(growth) / (1 << 20),
+                kModeNames.name(mode), double(corpus_bytes) / (1 << 20), double(growth) / (1 << 20),
                 double(bound) / (1 << 20));
   }
 }

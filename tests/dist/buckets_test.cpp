@@ -70,9 +70,9 @@ TEST(Join, SingleProcessCountsAndModes) {
   c = exchange_counts(*comm, false, 0);
   EXPECT_TRUE(c.none_have_data());
   EXPECT_EQ(join.decide(c, false, 1), StepAction::stop);  // the end of the data, not an error
-  EXPECT_EQ(parse_join_mode("true"), JoinMode::enabled);
-  EXPECT_EQ(parse_join_mode("false"), JoinMode::disabled);
-  EXPECT_THROW(parse_join_mode("True"), Error);
+  EXPECT_EQ(kJoinModeNames.parse("true"), JoinMode::enabled);
+  EXPECT_EQ(kJoinModeNames.parse("false"), JoinMode::disabled);
+  EXPECT_THROW(kJoinModeNames.parse("True"), Error);
 }
 
 TEST(Consistency, HashIsStableAndSingleProcessPasses) {

@@ -353,8 +353,8 @@ TEST(Join, ThrowAndFalseModesStopEveryRankAtTheFirstUnevenStep) {
   }
   EXPECT_NE(error.find("uneven inputs at step 2: rank(s) 1 have no data"), std::string::npos)
       << error;
-  EXPECT_EQ(parse_join_mode("throw"), JoinMode::throw_error);
-  EXPECT_THROW(parse_join_mode("maybe"), Error);
+  EXPECT_EQ(kJoinModeNames.parse("throw"), JoinMode::throw_error);
+  EXPECT_THROW(kJoinModeNames.parse("maybe"), Error);
 }
 
 TEST(Consistency, MismatchesAreCaughtOnEveryRankByContentAndNamed) {

@@ -157,7 +157,7 @@ TEST(Sharding, EveryStageMatchesDdp) {
     for (ShardingStage s : kSharded) {
       Trained t = train(s, two, 20, nn::Recompute::none, DType::f32, arch);
       EXPECT_LT(max_diff_to(*t.dp, *t.model, ref, 20), 1e-5)  // Note [Sharded against DDP]
-          << sharding_stage_name(s) << " " << arch;
+          << kShardingStageNames.name(s) << " " << arch;
     }
     // full, keeping every unit gathered from its forward to the step's end.
     Trained kept =
@@ -182,7 +182,8 @@ TEST(Sharding, JoinAndUnevenMicroBatchesMatchDdp) {
       for (ShardingStage s : kSharded) {
         Trained t = train(s, uneven, 12, r, DType::f32, arch);
         EXPECT_LT(max_diff_to(*t.dp, *t.model, ref, 12), 1e-5)  // Note [Sharded against DDP]
-            << sharding_stage_name(s) << " recompute " << nn::recompute_name(r) << " " << arch;
+            << kShardingStageNames.name(s) << " recompute " << nn::kRecomputeNames.name(r) << " "
+            << arch;
       }
     }
 }
@@ -196,7 +197,7 @@ TEST(Sharding, Bf16MatchesDdp) {
   const std::vector<float> ref = ddp_params(one, 6, nn::Recompute::none, DType::bf16);
   for (ShardingStage s : kSharded) {
     Trained t = train(s, one, 6, nn::Recompute::none, DType::bf16);
-    EXPECT_LT(max_diff_to(*t.dp, *t.model, ref, 6), 1e-4) << sharding_stage_name(s);
+    EXPECT_LT(max_diff_to(*t.dp, *t.model, ref, 6), 1e-4) << kShardingStageNames.name(s);
   }
 }
 
@@ -220,9 +221,9 @@ TEST(Sharding, FullHoldsAtMostOneNthOfDdpPlusUnitBuffers) {
     *held = dp->state_bytes();
     const StateBytes plan = planned_state_bytes(model.layout(), pc, N, DType::f32, DType::f32);
     if (c.rank() == 0) {
-      EXPECT_EQ(held->total(), plan.total()) << sharding_stage_name(stage);
+      EXPECT_EQ(held->total(), plan.total()) << kShardingStageNames.name(stage);
     }
-    EXPECT_LE(held->total(), plan.total()) << sharding_stage_name(stage);
+    EXPECT_LE(held->total(), plan.total()) << kShardingStageNames.name(stage);
     // Everything allocated, less the model's activations, workspace and inputs.
     return int64_t(Buffer::live_bytes(Device::cpu) - before) -
            (own.activations + own.workspace + own.inputs);

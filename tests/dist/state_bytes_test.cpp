@@ -73,9 +73,9 @@ TEST(StateBytes, PlanOfALayoutIsTheArithmeticPlusUnitBuffers) {
       // masters, moments, gradient shard) and, in the full buffers, 6 B on each of the world's
       // slices (bf16 weights, fp32 gradients): 16 + 6 world <= 20 world at world >= 2.
       const int64_t padding = int64_t(layout.units().size()) * ShardGeometry::kAlign * world * 20;
-      EXPECT_GE(plan.total() - plan.buffers, general.total()) << sharding_stage_name(stage);
+      EXPECT_GE(plan.total() - plan.buffers, general.total()) << kShardingStageNames.name(stage);
       EXPECT_LE(plan.total() - plan.buffers, general.total() + padding)
-          << sharding_stage_name(stage) << " at " << world;
+          << kShardingStageNames.name(stage) << " at " << world;
     }
 }
 

@@ -27,8 +27,8 @@ TEST(ActivationPlan, EverySlotIsDeviceAligned) {
         auto check = [&](const ActSlot& s, const std::string& what) {
           if (s.offset >= 0) {
             EXPECT_EQ(s.offset % int64_t(kDeviceAlignment), 0)
-                << arch << " " << dtype_name(compute) << " " << recompute_name(r) << ": " << what
-                << " at " << s.offset;
+                << arch << " " << dtype_name(compute) << " " << kRecomputeNames.name(r) << ": "
+                << what << " at " << s.offset;
           }
         };
         for (int l = 0; l <= m.n_layer; ++l) check(plan.residual(l), "residual");

@@ -191,7 +191,7 @@ TEST(LrSchedule, WarmupThenCosineToTheFloor) {
   EXPECT_FLOAT_EQ(s.at(110), 0.1f);
   s.decay = LrSchedule::Decay::linear;
   EXPECT_NEAR(s.at(35), 0.775f, 1e-6);  // as at(60)
-  EXPECT_THROW(LrSchedule::parse_decay("cosin"), Error);
+  EXPECT_THROW(kDecayNames.parse("cosin"), Error);
 }
 
 TEST(AdamW, MatchesTheClosedFormFirstStep) {
@@ -318,7 +318,7 @@ TEST_P(Checkpointing, GradientsAreBitIdenticalToKeepingEverything) {
 std::string policy_and_mask(
     const ::testing::TestParamInfo<std::tuple<Recompute, int, std::string>>& info) {
   static const char* const kMasks[] = {"plain", "packed", "padded"};
-  return std::string(recompute_name(std::get<0>(info.param))) + "_" +
+  return std::string(kRecomputeNames.name(std::get<0>(info.param))) + "_" +
          kMasks[std::get<1>(info.param)] + "_" + std::get<2>(info.param);
 }
 
@@ -397,8 +397,8 @@ TEST_P(EveryArch, PlannedBytesAreWhatIsAllocated) {
         Transformer model(c, e);
         const int64_t allocated = int64_t(Buffer::live_bytes(Device::cpu) - before);
         const Transformer::Memory plan = Transformer::planned_memory(c, e);
-        EXPECT_EQ(allocated, plan.total())
-            << float_dtype_name(compute) << " " << recompute_name(r) << " training " << training;
+        EXPECT_EQ(allocated, plan.total()) << float_dtype_name(compute) << " "
+                                           << kRecomputeNames.name(r) << " training " << training;
         EXPECT_EQ(model.memory().activations, ActivationPlan(c, e).bytes());
         // A training step stays within the workspace it was given.
         if (training) {

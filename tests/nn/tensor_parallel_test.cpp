@@ -208,7 +208,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"llama", 2, 4, Recompute::none}, Case{"llama", 1, 2, Recompute::full, true}),
     [](const auto& info) {
       return info.param.arch + "_kv" + std::to_string(info.param.kv_heads) + "_tp" +
-             std::to_string(info.param.degree) + "_" + recompute_name(info.param.recompute) +
+             std::to_string(info.param.degree) + "_" + kRecomputeNames.name(info.param.recompute) +
              (info.param.sequence ? "_sp" : "");
     });
 

@@ -105,8 +105,8 @@ void agree(dist::Communicator& comm, const std::string& error, double timeout_s,
 // AdamW's first (or, with `second`, second) moments over this rank's local flat buffer (its
 // slices at their local offsets, zero elsewhere), a piece at a time as the file is written:
 // a whole copy of both would add 2 x 4 bytes per parameter to the run's memory at every save.
-SafetensorsWriter::Fill moments_fill(dist::DataParallel& dp, bool second) {
-  return [&dp, second](int64_t begin, int64_t end, void* out) {
+SafetensorsWriter::Fill moments_fill(dist::DataParallel& dp, const nn::Model& model, bool second) {
+  return [&dp, &model, second](int64_t begin, int64_t end, void* out) {
     float* dst = static_cast<float*>(out);
     std::fill(dst, dst + (end - begin), 0.0f);
     std::vector<float> other;
@@ -117,9 +117,9 @@ SafetensorsWriter::Fill moments_fill(dist::DataParallel& dp, bool second) {
       float* mine = dst + (b - begin);
       const int64_t g = sl.begin + (b - sl.local);
       if (second)
-        dp.optimizer().export_moments(g, g + (e - b), other.data(), mine);
+        dp.optimizer().export_moments(model.context(), g, g + (e - b), other.data(), mine);
       else
-        dp.optimizer().export_moments(g, g + (e - b), mine, other.data());
+        dp.optimizer().export_moments(model.context(), g, g + (e - b), mine, other.data());
     }
   };
 }
@@ -201,8 +201,8 @@ uint32_t write_shard(const fs::path& path, dist::DataParallel& dp, const nn::Mod
   const int64_t n = masters.numel();
   SafetensorsWriter w;
   add_f32(w, "params", {n}, model.context(), masters, 0);
-  w.add_generated("adamw.m", DType::f32, {n}, moments_fill(dp, false));
-  w.add_generated("adamw.v", DType::f32, {n}, moments_fill(dp, true));
+  w.add_generated("adamw.m", DType::f32, {n}, moments_fill(dp, model, false));
+  w.add_generated("adamw.v", DType::f32, {n}, moments_fill(dp, model, true));
   w.set_metadata("steps", std::to_string(dp.optimizer().steps()));
   w.set_metadata("step", std::to_string(state.step));
   w.set_metadata("rank", std::to_string(rank));
@@ -230,8 +230,8 @@ void write_whole(const fs::path& dir, nn::Model& model, dist::DataParallel& dp,
   }
   const int64_t n = model.layout().total();
   SafetensorsWriter w;
-  w.add_generated("adamw.m", DType::f32, {n}, moments_fill(dp, false));
-  w.add_generated("adamw.v", DType::f32, {n}, moments_fill(dp, true));
+  w.add_generated("adamw.m", DType::f32, {n}, moments_fill(dp, model, false));
+  w.add_generated("adamw.v", DType::f32, {n}, moments_fill(dp, model, true));
   w.set_metadata("begin", "0");
   w.set_metadata("end", std::to_string(n));
   w.set_metadata("steps", std::to_string(dp.optimizer().steps()));

@@ -257,7 +257,7 @@ void load_training_state(const Checkpoint& ckpt, nn::Model& model, dist::DataPar
       src.read_params(b, e, p.data());
       copy(model.context(), masters.flat(sl.local + pb, n), make_tensor(p.data(), DType::f32, {n}));
       src.read_moments(b, e, m.data(), v.data());
-      dp.optimizer().import_moments(b, e, m.data(), v.data());
+      dp.optimizer().import_moments(model.context(), b, e, m.data(), v.data());
     });
   dp.optimizer().set_steps(src.optimizer_steps());
   dp.masters_changed();

@@ -64,10 +64,10 @@ void AdamW::for_spans_in(int64_t begin, int64_t end, Fn fn) const {
   }
 }
 
-void AdamW::export_moments(int64_t begin, int64_t end, float* m, float* v) const {
+void AdamW::export_moments(const Context& ctx, int64_t begin, int64_t end, float* m,
+                           float* v) const {
   std::fill(m, m + (end - begin), 0.0f);
   std::fill(v, v + (end - begin), 0.0f);
-  const Context ctx;
   for_spans_in(begin, end, [&](const Span& s, int64_t b, int64_t e) {
     const Tensor ms = moments(m_, s).flat(b - s.begin, e - b),
                  vs = moments(v_, s).flat(b - s.begin, e - b);
@@ -76,8 +76,8 @@ void AdamW::export_moments(int64_t begin, int64_t end, float* m, float* v) const
   });
 }
 
-void AdamW::import_moments(int64_t begin, int64_t end, const float* m, const float* v) {
-  const Context ctx;
+void AdamW::import_moments(const Context& ctx, int64_t begin, int64_t end, const float* m,
+                           const float* v) {
   for_spans_in(begin, end, [&](const Span& s, int64_t b, int64_t e) {
     copy(ctx, moments(m_, s).flat(b - s.begin, e - b),
          make_tensor(m + (b - begin), DType::f32, {e - b}));

@@ -65,9 +65,12 @@ class AdamW {
   int64_t state_size() const { return state_size_; }
   // Copies the moments of flat elements [begin, end) (which must lie in one slice) to/from
   // host arrays of end - begin floats; frozen elements read as zero and ignore writes. The
-  // layout checkpoints use, independent of what is frozen or sharded.
-  void export_moments(int64_t begin, int64_t end, float* m, float* v) const;
-  void import_moments(int64_t begin, int64_t end, const float* m, const float* v);
+  // layout checkpoints use, independent of what is frozen or sharded. `ctx` is the model's:
+  // on a GPU the copies are ordered on its stream, after the steps queued there and before
+  // the next (an import is queued; an export is complete when it returns).
+  void export_moments(const Context& ctx, int64_t begin, int64_t end, float* m, float* v) const;
+  void import_moments(const Context& ctx, int64_t begin, int64_t end, const float* m,
+                      const float* v);
   const AdamWConfig& config() const { return config_; }
 
  private:

@@ -176,11 +176,15 @@ Outputs embedding_case(Arena& a, DType act, DType grad) {
   const Tensor slice_out = a.poisoned(DType::f32, {N, C}), dslice = a.random(6, grad, {9, C});
   embedding_forward(a.ctx, slice_out, t, p, wte.row_range(0, 9), {}, 11);
   embedding_backward(a.ctx, dslice, {}, dout, t, p, 11);
-  return {{"out", a.read(out)},
-          {"dwte", a.read(dwte)},
-          {"dwpe", a.read(dwpe)},
-          {"slice out", a.read(slice_out)},
-          {"dslice", a.read(dslice)}};
+  // The first slice, rows [0, 9): ids above it (up to 28) share low bits with its own, which a
+  // sort on the slice's bits alone would interleave (a row's run split between writers).
+  const Tensor first_out = a.poisoned(DType::f32, {N, C}), dfirst = a.random(7, grad, {9, C});
+  embedding_forward(a.ctx, first_out, t, p, wte.row_range(0, 9), {}, 0);
+  embedding_backward(a.ctx, dfirst, {}, dout, t, p, 0);
+  return {{"out", a.read(out)},       {"dwte", a.read(dwte)},
+          {"dwpe", a.read(dwpe)},     {"slice out", a.read(slice_out)},
+          {"dslice", a.read(dslice)}, {"first slice out", a.read(first_out)},
+          {"dfirst", a.read(dfirst)}};
 }
 
 Outputs layernorm_case(Arena& a, DType act, DType grad) {

@@ -49,8 +49,12 @@ __global__ void run_sums_kernel(G* table, const uint32_t* sorted_index, const in
   }
 }
 
-// Bits that hold every index of a table of `rows` rows.
-int index_bits(int64_t rows) {
+// Token ids: any non-negative int32 (the op does not know the vocabulary; a slice's table does
+// not bound them).
+constexpr int kTokenBits = 31;
+
+// Bits that hold every index below `rows` (positions, which the table holds all of).
+int bits_below(int64_t rows) {
   int bits = 1;
   while (bits < 32 && (int64_t(1) << bits) < rows) ++bits;
   return bits;
@@ -64,10 +68,12 @@ size_t cub_sort_bound(int64_t N) {
 }
 
 // table[index[n] - begin] += dout[n] for every n whose index the table's `rows` rows hold, each
-// table row's rows in row order.
+// table row's rows in row order. Every index is below 2^index_bits: the sort must order all of
+// them, those of other slices too, or an id above the slice would land amid an id of the
+// slice that shares its low bits, splitting its run between blocks that write one row.
 template <typename G>
 void add_rows(const Context& ctx, G* table, int64_t begin, int64_t rows, const int32_t* index,
-              const float* dout, int64_t N, int64_t C) {
+              const float* dout, int64_t N, int64_t C, int index_bits) {
   Workspace::Scope scratch(ctx.workspace);
   uint32_t* sorted_index = scratch.take<uint32_t>(N);
   int32_t* row = scratch.take<int32_t>(N);
@@ -76,16 +82,16 @@ void add_rows(const Context& ctx, G* table, int64_t begin, int64_t rows, const i
   void* temp = scratch.take<char>(int64_t(bound));
   const cudaStream_t stream = stream_of(ctx);
   iota_kernel<<<blocks_for(N), kThreads, 0, stream>>>(row, N);
-  // Ids were validated non-negative: sorted as unsigned, on the bits a table row needs. cub's
-  // radix sort is stable, so equal ids keep their rows in order.
+  // Ids were validated non-negative: sorted as unsigned, on the bits they need. cub's radix sort
+  // is stable, so equal ids keep their rows in order.
   const auto* keys = reinterpret_cast<const uint32_t*>(index);
   size_t bytes = 0;
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, keys, sorted_index, row, sorted_row, N,
-                                             0, index_bits(begin + rows), stream));
+                                             0, index_bits, stream));
   TRAINER_ASSERT(bytes <= bound, "cub's radix sort of {} pairs wants {} bytes, {} planned", N,
                  bytes, bound);
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, bytes, keys, sorted_index, row, sorted_row, N, 0,
-                                             index_bits(begin + rows), stream));
+                                             index_bits, stream));
   run_sums_kernel<<<unsigned(N), 256, 0, stream>>>(table, sorted_index, sorted_row, dout, N, C,
                                                    begin, rows);
 }
@@ -112,9 +118,10 @@ void embedding_backward(const Context& ctx, const Tensor& dwte, const Tensor& dw
   with_float(dwte.dtype, [&](auto tag) {
     using G = decltype(tag);
     add_rows(ctx, ptr<G>(dwte), vocab_begin, dwte.rows(), ptr<int32_t>(tokens), ptr<float>(dout), N,
-             C);
+             C, kTokenBits);
     if (!dwpe.empty())
-      add_rows(ctx, ptr<G>(dwpe), 0, dwpe.rows(), ptr<int32_t>(positions), ptr<float>(dout), N, C);
+      add_rows(ctx, ptr<G>(dwpe), 0, dwpe.rows(), ptr<int32_t>(positions), ptr<float>(dout), N, C,
+               bits_below(dwpe.rows()));
   });
   check_launch("embedding_backward");
 }

@@ -52,9 +52,12 @@ bool meant_for_cudnn(const Context& ctx, const ConstTensor& q, const ConstTensor
 // [Attention masks]: the causal mask, with row lengths, or with segments that form runs, or
 // neither). Before 9.15.1 a backward without lengths could go wrong when T is not a multiple of
 // 128 (cudnn-frontend issue 160); ragged statistics need 9.6, and its frontend composes them for
-// head sizes that are multiples of 16.
+// head sizes that are multiples of 16. cuDNN 9.10.0 and 9.10.1 are refused whole: their bf16
+// attention kernels have known bugs, and cudnn-frontend refuses them too.
 std::string ineligible(const ConstTensor& q, const AttentionMask& mask, int n_head) {
   const int64_t D = q.dim(2) / n_head, T = q.dim(1);
+  if (const size_t v = cudnnGetVersion(); v == 91000 || v == 91001)
+    return fmt::format("cuDNN {} has known bugs in its bf16 attention (9.10.0 and 9.10.1)", v);
   if (D % 8 != 0 || D > 128)
     return fmt::format("head size {} (cuDNN's engines take multiples of 8 up to 128)", D);
   if (!mask.segments.empty()) {

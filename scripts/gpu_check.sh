@@ -21,16 +21,19 @@
 #   3. every op on CUDA against the CPU fp32 reference, fp32 and bf16, fresh random inputs and
 #      poisoned outputs, and one whole training step, and CUDA graphs' replay of eager steps
 #      (nn_backend_parity_test's CUDA cases: every case whose name has cuda, Cuda or CUDA);
-#   4. a small corpus (tokenizer and shards, on the CPU); 20 training steps of a small GPT-2 and
+#   4. step time, tokens/s, MFU against 989 TFLOP/s, device memory and each kernel family's
+#      share of the step (CUDA events) on the GPU: GPT-2 124M and 350M shapes, bf16, T=1024,
+#      eager with the profile, then replayed as CUDA graphs, and 124M with the attention backward
+#      that accumulates dQ (right after parity: the rows that matter most go before the steps
+#      that could spend the budget);
+#   5. a small corpus (tokenizer and shards, on the CPU); 20 training steps of a small GPT-2 and
 #      a small Llama on the GPU and on the CPU from the same initialisation and data: the loss
 #      curves must agree (fp32: 1e-3 relative);
-#   5. DDP through a 1-rank NCCL communicator (dist.backend: nccl) gives the same losses; so do
+#   6. DDP through a 1-rank NCCL communicator (dist.backend: nccl) gives the same losses; so do
 #      CUDA graphs (train.cuda_graphs), bf16, in stream and bucket batches and under 1-rank NCCL
 #      DDP, bit for bit; how much of that all-reduce hides behind backward at the 124M shape; a
-#      checkpoint written on the GPU resumes on the CPU;
-#   6. step time, tokens/s, MFU against 989 TFLOP/s, device memory and each kernel family's
-#      share of the step (CUDA events) on the GPU: GPT-2 124M and 350M shapes, bf16, T=1024,
-#      eager with the profile, then replayed as CUDA graphs.
+#      checkpoint written on the GPU resumes on the CPU.
+# A last row gives each step's seconds against its limit, which checks the limits' estimates.
 # Every loss compared must be there (one per step) and finite: a run that logs NaN ("loss":null)
 # or nothing fails its row, however well it matches another.
 # sanitize: compute-sanitizer's memcheck on every CUDA parity case (two rows), and racecheck on
@@ -105,7 +108,7 @@ begin() {
   LOGS="$WORK/logs"
   mkdir -p "$LOGS" "$WORK/runs"
   INJECT=",${GPU_CHECK_INJECT:-},"
-  FAILS=0 SKIPS=0 ROWS=0
+  FAILS=0 SKIPS=0 ROWS=0 TIMES=()
   declare -gA passed=()
 }
 
@@ -122,8 +125,10 @@ row() {
   esac
 }
 
-# end: the count row, the table printed last; false when a row failed.
+# end: each step's time against its limit (the limits' estimates are checked by it), the count
+# row, the table printed last; false when a row failed.
 end() {
+  row "(step s / limit s)" "${TIMES[*]:-none}"
   row "(done)" "$ROWS rows, $FAILS FAIL, $SKIPS SKIP, in $((SECONDS - T0)) s; logs in $LOGFILE"
   printf '\n'
   cat "$TABLE"
@@ -153,6 +158,7 @@ step() {
   timeout -k 10 "$limit" "$@" >"$log" 2>&1 </dev/null
   rc=$?
   keep_log "$name" "exit $rc after $((SECONDS - start)) s, limit $limit s"
+  TIMES+=("$name $((SECONDS - start))/$limit")
   if ((rc == 0)); then
     passed[$name]=1
     why="exit 0 ($name.log)"
@@ -400,6 +406,22 @@ checks() {
   gtest_row "op parity (CUDA vs CPU fp32)" parity "$T_PARITY" '*cuda*:*Cuda*:*CUDA*' \
     nn_backend_parity_test
 
+  # MFU against 989 TFLOP/s, the H100/H200 datasheet's dense bf16 rate; the profile's kernel
+  # families are timed by CUDA events on the model's stream. Right after parity: the rows that
+  # matter most, before the training steps whose limits add up to more than the budget.
+  bench_rows 124M --set model.n_layer=12 --set model.n_embd=768 --set model.n_head=12
+  bench_rows 350M --set model.n_layer=24 --set model.n_embd=1024 --set model.n_head=16
+  # The attention backward that accumulates dQ (train.attention_backward: fast), 124M.
+  if step "bench-124M-fast" "$T_BENCH" trainer bench --set run.device=cuda --set model.precision=bf16 \
+      --set model.n_layer=12 --set model.n_embd=768 --set model.n_head=12 --set model.vocab_size=50304 \
+      -B 8 -T 1024 --steps 10 --peak-gflops 989000 --set train.attention_backward=fast; then
+    line=$(grep '^bench ' "$LOGS/bench-124M-fast.log" | tail -n 1 | sed -n 's/.*: \([0-9.]* ms\/step\) | \([0-9]* tok\/s\).*MFU \([0-9.]*%\).*/\1, \2, MFU \3/p')
+    row "  attention backward fast, 124M" "${line:-FAIL: no result line (bench-124M-fast.log)}"
+    fallback_row "124M-fast" "$LOGS/bench-124M-fast.log"
+  else
+    row "  attention backward fast, 124M" "$why"
+  fi
+
   # A small corpus from a generated text, tokenizer and shards made by the bundled trainer. The
   # text has about 440 pieces to learn: a vocabulary of 500 is refused (found in rehearsal).
   local i arch mode
@@ -490,20 +512,6 @@ checks() {
     fi
   fi
 
-  # MFU against 989 TFLOP/s, the H100/H200 datasheet's dense bf16 rate; the profile's kernel
-  # families are timed by CUDA events on the model's stream.
-  bench_rows 124M --set model.n_layer=12 --set model.n_embd=768 --set model.n_head=12
-  bench_rows 350M --set model.n_layer=24 --set model.n_embd=1024 --set model.n_head=16
-  # The attention backward that accumulates dQ (train.attention_backward: fast), 124M.
-  if step "bench-124M-fast" "$T_BENCH" trainer bench --set run.device=cuda --set model.precision=bf16 \
-      --set model.n_layer=12 --set model.n_embd=768 --set model.n_head=12 --set model.vocab_size=50304 \
-      -B 8 -T 1024 --steps 10 --peak-gflops 989000 --set train.attention_backward=fast; then
-    line=$(grep '^bench ' "$LOGS/bench-124M-fast.log" | tail -n 1 | sed -n 's/.*: \([0-9.]* ms\/step\) | \([0-9]* tok\/s\).*MFU \([0-9.]*%\).*/\1, \2, MFU \3/p')
-    row "  attention backward fast, 124M" "${line:-FAIL: no result line (bench-124M-fast.log)}"
-    fallback_row "124M-fast" "$LOGS/bench-124M-fast.log"
-  else
-    row "  attention backward fast, 124M" "$why"
-  fi
   end
 }
 
@@ -685,6 +693,7 @@ selftest() {
   ran "$dir/main" $rc table.txt
   expect "$t" "GPU" '^FAIL: exit 3 \(nvidia-smi\.log: injected failure\)$'
   expect "$t" "memory round trips" '^pass: 3 of 3 cases$'
+  expect "$t" "(step s / limit s)" '^nvidia-smi [0-9]+/[0-9]+ .*parity [0-9]+/[0-9]+ '
   expect "$t" "op parity (CUDA vs CPU fp32)" '^pass: 3 of 3 cases$'
   expect "$t" "corpus (tokenizer and shards, CPU)" '^pass$'
   expect "$t" "20 steps gpt2, GPU vs CPU" "^FAIL: gpt2-cuda's loss is not finite at step 1 \(20 of 20 steps\) \(check-close-gpt2-cuda\.log\)$"
@@ -699,7 +708,7 @@ selftest() {
   expect "$t" "  kernel families, GPT-2 350M" '^gemm 61\.0%'
   expect "$t" "  fallbacks, GPT-2 350M" '^pass: none$'
   expect "$t" "  fallbacks, GPT-2 124M-fast" '^FAIL: cudnn_attention_backward, 120 calls \(injected\)$'
-  expect "$t" "(done)" '^22 rows, 7 FAIL, 0 SKIP'
+  expect "$t" "(done)" '^23 rows, 7 FAIL, 0 SKIP'
   n=$((n + 1))
   if ! grep -q '^==== graphs-stream.log: exit 124' "$dir/main/logs.txt"; then
     echo "selftest FAIL: logs.txt has no graphs-stream.log"

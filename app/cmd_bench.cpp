@@ -9,6 +9,7 @@
 
 #include "app/options.h"
 #include "app/run_setup.h"
+#include "dist/communicator.h"
 #include "nn/adamw.h"
 #include "nn/transformer.h"
 #include "runtime/buffer.h"
@@ -77,6 +78,7 @@ int cmd_bench(const Args& args) {
                          : "bench: run.device = cuda but this trainer has no CUDA backend");
   std::unique_ptr<CudaStream> stream;  // a GPU model's work goes to its own stream
   if (exec.device == Device::cuda) {
+    std::printf("versions: %s, NCCL %s\n", cuda_versions().c_str(), dist::nccl_version().c_str());
     stream = std::make_unique<CudaStream>();
     exec.stream = stream->get();
   }

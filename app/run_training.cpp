@@ -93,6 +93,8 @@ int run_training(const Config& config, const TrainOptions& options) {
           cuda_built() ? fmt::format("run.device = cuda but rank {} sees no CUDA GPU", launch.rank)
                        : std::string("run.device = cuda but this trainer was built "
                                      "without the CUDA backend (TRAINER_CUDA=ON)"));
+    // What runs is what the loader found, not what the build saw: said once, by rank 0.
+    log::info("{}, NCCL {}", cuda_versions(), dist::nccl_version());
     stream = std::make_unique<CudaStream>();
     rc.exec.stream = comm_options.cuda_stream = stream->get();
     if (comm->size() > 1 || rc.backend == Backend::nccl)

@@ -126,6 +126,9 @@ std::unique_ptr<Communicator> make_single_process_communicator() {
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator&, int, const CommOptions&) {
   THROW_ERROR("this trainer was built without NCCL (needs the CUDA backend and nccl.h)");
 }
+std::string nccl_version() {
+  return "none";
+}
 #endif
 
 std::unique_ptr<Communicator> make_communicator(const LaunchInfo& launch,

@@ -162,6 +162,9 @@ std::unique_ptr<Communicator> make_mpi_communicator(const LaunchInfo& launch,
 // a job ends with the code of the failure, not a generic 1.
 void set_abort_exit_code(int code);
 
+// The version of the NCCL library loaded ("2.28.9"), or "none" in a build without NCCL.
+std::string nccl_version();
+
 // NCCL over the GPUs of `bootstrap`'s ranks (which shares the NCCL id and carries collectives
 // on host buffers); this process uses CUDA device `device`. Throws in a build without NCCL.
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device,

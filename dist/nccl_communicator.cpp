@@ -226,6 +226,15 @@ class NcclCommunicator final : public Communicator {
 
 }  // namespace
 
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "?";
+  // NCCL_VERSION's encoding: 1000 major + 100 minor + patch up to 2.8, 10000 major after.
+  const int major = v >= 10000 ? v / 10000 : v / 1000;
+  const int minor = v >= 10000 ? (v / 100) % 100 : (v / 100) % 10;
+  return fmt::format("{}.{}.{}", major, minor, v % 100);
+}
+
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device,
                                                      const CommOptions& options) {
   return std::make_unique<NcclCommunicator>(bootstrap, device, options);

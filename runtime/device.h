@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "runtime/enum_names.h"
@@ -23,5 +24,9 @@ constexpr std::string_view device_name(Device d) {
 bool cuda_built();
 // Number of usable CUDA devices (0 without the backend, a driver or a GPU).
 int cuda_device_count();
+// The versions of the CUDA libraries this process has loaded, as they report themselves: the
+// runtime, the driver, cuBLASLt (loading it) and cuDNN, "CUDA runtime 13.0, driver 13.0,
+// cuBLASLt 13.0.0, cuDNN 9.14.0" (NCCL's is dist::nccl_version()); "no CUDA backend" without it.
+std::string cuda_versions();
 
 }  // namespace trainer

@@ -25,7 +25,8 @@
 #      share of the step (CUDA events) on the GPU: GPT-2 124M and 350M shapes, bf16, T=1024,
 #      eager with the profile, then replayed as CUDA graphs, and 124M with the attention backward
 #      that accumulates dQ (right after parity: the rows that matter most go before the steps
-#      that could spend the budget);
+#      that could spend the budget); the versions of the CUDA runtime, driver, cuBLASLt, cuDNN
+#      and NCCL the bench loaded;
 #   5. a small corpus (tokenizer and shards, on the CPU); 20 training steps of a small GPT-2 and
 #      a small Llama on the GPU and on the CPU from the same initialisation and data: the loss
 #      curves must agree (fp32: 1e-3 relative);
@@ -376,6 +377,10 @@ bench_rows() {
       --set model.vocab_size=50304 -B 8 -T 1024 --steps 10 --peak-gflops 989000 --profile; then
     line=$(grep '^bench ' "$LOGS/bench-$name.log" | tail -n 1 | sed -n 's/.*: \([0-9.]* ms\/step\) | \([0-9]* tok\/s\).*MFU \([0-9.]*%\).*device buffers \([0-9.]* MiB\).*/\1, \2, MFU \3 (of 989 TFLOP\/s), \4 device memory/p')
     row "bench GPT-2 $name bf16 T=1024" "${line:-FAIL: no result line (bench-$name.log)}"
+    if [[ $name == 124M ]]; then  # the libraries the process loaded, once
+      line=$(sed -n 's/^versions: //p' "$LOGS/bench-$name.log")
+      row "  versions" "${line:-FAIL: no versions line (bench-$name.log)}"
+    fi
     line=$(sed -n 's/^  families: //p' "$LOGS/bench-$name.log")
     row "  kernel families, GPT-2 $name" "${line:-FAIL: no families line (bench-$name.log)}"
     fallback_row "$name" "$LOGS/bench-$name.log"
@@ -632,6 +637,7 @@ case $(basename "$0") in
           printf '{"step":%d,"loss":6.%04d,"step_ms":%d.5,"comm_busy_ms":1.25}\n' $s $((9000 - 100 * s)) $((40 + s % 3))
         done >"$dir/$name/metrics.jsonl" ;;
       bench)
+        echo "versions: CUDA runtime 13.0, driver 13.0, cuBLASLt 13.0.0, cuDNN 9.14.0, NCCL 2.28.9"
         [[ $* == *--profile* ]] && echo "  families: gemm 61.0% attention 20.0% (between ops) 19.0%"
         fallbacks=none
         if [[ $* == *"train.attention_backward=fast"* && ${GPU_CHECK_INJECT:-} == *fallback:bench* ]]; then
@@ -693,6 +699,7 @@ selftest() {
   ran "$dir/main" $rc table.txt
   expect "$t" "GPU" '^FAIL: exit 3 \(nvidia-smi\.log: injected failure\)$'
   expect "$t" "memory round trips" '^pass: 3 of 3 cases$'
+  expect "$t" "  versions" '^CUDA runtime 13\.0, driver 13\.0, cuBLASLt .*, NCCL 2\.28\.9$'
   expect "$t" "(step s / limit s)" '^nvidia-smi [0-9]+/[0-9]+ .*parity [0-9]+/[0-9]+ '
   expect "$t" "op parity (CUDA vs CPU fp32)" '^pass: 3 of 3 cases$'
   expect "$t" "corpus (tokenizer and shards, CPU)" '^pass$'
@@ -708,7 +715,7 @@ selftest() {
   expect "$t" "  kernel families, GPT-2 350M" '^gemm 61\.0%'
   expect "$t" "  fallbacks, GPT-2 350M" '^pass: none$'
   expect "$t" "  fallbacks, GPT-2 124M-fast" '^FAIL: cudnn_attention_backward, 120 calls \(injected\)$'
-  expect "$t" "(done)" '^23 rows, 7 FAIL, 0 SKIP'
+  expect "$t" "(done)" '^24 rows, 7 FAIL, 0 SKIP'
   n=$((n + 1))
   if ! grep -q '^==== graphs-stream.log: exit 124' "$dir/main/logs.txt"; then
     echo "selftest FAIL: logs.txt has no graphs-stream.log"
@@ -785,7 +792,7 @@ SH
     label=$(cut -c1-44 <<<"$line" | sed 's/ *$//')
     text=$(cut -c46- <<<"$line")
     case $label in
-      GPU | "memory round trips" | "op parity (CUDA vs CPU fp32)" | "bench GPT-2 "* | "(done)") ;;
+      GPU | "memory round trips" | "op parity (CUDA vs CPU fp32)" | "bench GPT-2 "* | "  versions" | "(done)") ;;
       *)
         if [[ $text == FAIL* || $text == SKIP* ]]; then
           echo "rehearse FAIL: row '$label' is '$text' on the CPU"

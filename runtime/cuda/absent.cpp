@@ -13,6 +13,9 @@ bool cuda_built() {
 int cuda_device_count() {
   return 0;
 }
+std::string cuda_versions() {
+  return "no CUDA backend";
+}
 
 size_t cuda_free_memory() {
   THROW_ERROR("this trainer was built without the CUDA backend");

@@ -28,6 +28,7 @@ CublasLt load() {
     entry = reinterpret_cast<std::remove_reference_t<decltype(entry)>>(f);
   };
 #define TRAINER_BIND(name) bind(api.name, "cublasLt" #name)
+  TRAINER_BIND(GetVersion);
   TRAINER_BIND(Create);
   TRAINER_BIND(Destroy);
   TRAINER_BIND(GetStatusString);

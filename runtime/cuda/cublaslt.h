@@ -10,6 +10,7 @@ namespace trainer::cuda {
 
 // The entry points the products use, each named as cuBLASLt names it without its prefix.
 struct CublasLt {
+  decltype(&cublasLtGetVersion) GetVersion;
   decltype(&cublasLtCreate) Create;
   decltype(&cublasLtDestroy) Destroy;
   decltype(&cublasLtGetStatusString) GetStatusString;

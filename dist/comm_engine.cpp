@@ -52,6 +52,15 @@ bool CommEngine::broken() const {
   return broken_;
 }
 
+void CommEngine::fail(const std::string& message, const std::function<void()>& cleanup) {
+  std::lock_guard lock(mu_);  // submit() issues under it
+  if (!broken_) {
+    broken_ = true;
+    broken_message_ = message;
+  }
+  cleanup();
+}
+
 int CommEngine::add_account() {
   std::lock_guard lock(mu_);
   accounts_.emplace_back();

@@ -68,6 +68,11 @@ class CommEngine {
   void stop();
   // Whether an operation has failed.
   bool broken() const;
+  // Marks the engine broken by `message` (as a failed operation does) and runs `cleanup` while
+  // no job is being issued: called by a running operation before it throws its CommFailure,
+  // it lets the communicator tear down what issuing uses (NCCL's abort) without a caller's
+  // thread issuing on it at the same time, or after (submit refuses a broken engine's jobs).
+  void fail(const std::string& message, const std::function<void()>& cleanup);
   // A new account for a communicator sharing this engine, so that each keeps its own totals.
   int add_account();
   // The totals of the operations charged to `account`.

@@ -12,6 +12,7 @@
 
 #include "dist/comm_engine.h"
 #include "dist/communicator.h"
+#include "runtime/buffer.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 
@@ -77,7 +78,7 @@ class NcclCommunicator final : public Communicator {
     bootstrap_.broadcast(&id, sizeof(id), 0);
     NCCL_CALL(ncclCommInitRank(&comm_, bootstrap_.size(), id, bootstrap_.rank()));
     CUDA_CALL(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    CUDA_CALL(cudaMalloc(&barrier_buf_, sizeof(float)));
+    barrier_ = Buffer(sizeof(float), Device::cuda);  // on device_, set above
     CUDA_CALL(cudaEventCreateWithFlags(&issued_, cudaEventDisableTiming));
     engine_ = std::make_unique<CommEngine>(bootstrap_.size(), [this] { cudaSetDevice(device_); });
   }
@@ -90,7 +91,6 @@ class NcclCommunicator final : public Communicator {
       cudaStreamSynchronize(stream_);
       ncclCommDestroy(comm_);
     }
-    cudaFree(barrier_buf_);
     cudaEventDestroy(issued_);
     cudaStreamDestroy(stream_);
   }
@@ -139,7 +139,8 @@ class NcclCommunicator final : public Communicator {
   Work barrier_async(double timeout_s) override {
     if (timeout_s > 0) return bootstrap_.barrier_async(timeout_s);  // a host-side wait
     return launch("barrier", 0, [&] {
-      NCCL_CALL(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, comm_, stream_));
+      NCCL_CALL(
+          ncclAllReduce(barrier_.data(), barrier_.data(), 1, ncclFloat32, ncclSum, comm_, stream_));
     });
   }
   CommStats stats() const override { return engine_->stats(); }
@@ -204,8 +205,12 @@ class NcclCommunicator final : public Communicator {
     cudaEventDestroy(start);
     cudaEventDestroy(end);
     if (!error.empty()) {
-      ncclCommAbort(comm_);  // unblocks the stream; the destructor must not touch comm_ again
-      comm_aborted_ = true;
+      // Unblocks the stream, while no caller issues on comm_ (the engine is broken after: no
+      // caller issues again, and the destructor must not touch comm_).
+      engine_->fail(error, [this] {
+        ncclCommAbort(comm_);
+        comm_aborted_ = true;
+      });
       throw CommFailure{error};
     }
     return ms / 1e3;
@@ -216,7 +221,7 @@ class NcclCommunicator final : public Communicator {
   CommOptions options_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  void* barrier_buf_ = nullptr;
+  Buffer barrier_;                // one float on the device, all-reduced by a barrier
   cudaEvent_t issued_ = nullptr;  // recorded on the model's stream as each collective is issued
   bool comm_aborted_ = false;     // set by the engine's thread, read once it has stopped
   std::unique_ptr<CommEngine> engine_;  // made last: its thread waits on the members above

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -87,6 +88,50 @@ TEST(CommEngine, AFailureFailsItsWaitersAndEveryLaterOperationWithoutRunningIt) 
   EXPECT_EQ(issued.load(), 0);
   std::lock_guard lock(log.mu);
   EXPECT_EQ(log.ran, (std::vector<std::string>{"all_reduce #0 (test)@0", "barrier #1 (test)@1"}));
+}
+
+// A failing operation tears down what issuing uses (NCCL's abort) through fail(): no caller
+// issues while the teardown runs, nor after it.
+TEST(CommEngine, AFailuresTeardownNeverOverlapsAnIssueAndNothingIssuesAfter) {
+  std::atomic<bool> tearing{false}, torn{false};
+  std::atomic<int> overlapped{0}, after{0}, issued{0};
+  CommEngine engine(2);
+  CommJob failing;
+  failing.kind = "all_reduce";
+  failing.run = [&](const std::string& name, int64_t) -> double {
+    // Fails once callers are issuing (bounded, on a slow machine).
+    for (int i = 0; i < 10000 && issued.load() == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const std::string message = name + " timed out";
+    engine.fail(message, [&] {
+      tearing = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      torn = true;
+      tearing = false;
+    });
+    throw CommFailure{message};
+  };
+  Work bad = engine.submit(std::move(failing));
+  std::vector<Work> works;
+  // Issue until the teardown is over (bounded).
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!torn && std::chrono::steady_clock::now() < until) {
+    CommJob job;
+    job.kind = "broadcast";
+    job.run = [](const std::string&, int64_t) { return 0.0; };
+    job.issue = [&] {
+      ++issued;
+      if (tearing) ++overlapped;
+      if (torn) ++after;
+    };
+    works.push_back(engine.submit(std::move(job)));
+  }
+  EXPECT_THROW(bad.wait(), Error);
+  for (Work& w : works) EXPECT_THROW(w.wait(), Error);  // queued behind the failure, or refused
+  EXPECT_GT(issued.load(), 0);  // callers did issue while the failing operation ran
+  EXPECT_EQ(overlapped.load(), 0);
+  EXPECT_EQ(after.load(), 0);
+  EXPECT_TRUE(torn.load());
 }
 
 TEST(CommEngine, StopRunsWhatIsQueuedAndIssueRunsOnTheCallersThreadInOrder) {

@@ -28,5 +28,7 @@ int cuda_device_count();
 // runtime, the driver, cuBLASLt (loading it) and cuDNN, "CUDA runtime 13.0, driver 13.0,
 // cuBLASLt 13.0.0, cuDNN 9.14.0" (NCCL's is dist::nccl_version()); "no CUDA backend" without it.
 std::string cuda_versions();
+// cudnnGetVersion() of the loaded cuDNN (91400 for 9.14.0); 0 without the CUDA backend.
+int64_t cudnn_version();
 
 }  // namespace trainer

@@ -18,9 +18,35 @@
 // fit only the non-deterministic backward (train.attention_backward: fast).
 #include "nn/ops/attention_cudnn_workspace.h"
 
+#include <fmt/format.h>
+
 #include "runtime/workspace.h"
 
 namespace trainer::nn {
+
+std::string cudnn_attention_ineligible(int64_t version, int64_t T, int64_t head_size, int n_head,
+                                       bool segments, bool lengths) {
+  // Known bugs in their bf16 attention kernels; cudnn-frontend refuses them too.
+  if (version == 91000 || version == 91001)
+    return fmt::format("cuDNN {} has known bugs in its bf16 attention (9.10.0 and 9.10.1)",
+                       version);
+  if (head_size % 8 != 0 || head_size > 128)
+    return fmt::format("head size {} (cuDNN's engines take multiples of 8 up to 128)", head_size);
+  if (segments) {
+    if (lengths) return "segments and lengths together";
+    if (head_size % 16 != 0)
+      return fmt::format("packed rows with head size {} (not a multiple of 16)", head_size);
+    // Ragged statistics start at f * n_head floats: 16-byte aligned with n_head % 4 == 0.
+    if (n_head % 4 != 0)
+      return fmt::format("packed rows with {} heads (ragged statistics need a multiple of 4)",
+                         n_head);
+    if (version < 90600) return "packed rows before cuDNN 9.6";
+  }
+  // cudnn-frontend issue 160: a backward without lengths could go wrong.
+  if (!lengths && !segments && T % 128 != 0 && version < 91501)
+    return fmt::format("T = {} is not a multiple of 128 before cuDNN 9.15.1", T);
+  return {};
+}
 
 int64_t cudnn_ragged_bucket(int64_t runs) {
   int64_t b = 8;

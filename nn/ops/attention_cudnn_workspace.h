@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace trainer::nn {
 
@@ -20,6 +21,14 @@ constexpr int kMaxRaggedTensors = 8;
 
 // The graph batch of R runs of a packed batch: a power of two from 8 (one plan per bucket).
 int64_t cudnn_ragged_bucket(int64_t runs);
+
+// Why cuDNN `version` (cudnnGetVersion's number, 91400 for 9.14.0) does not serve bf16
+// training attention over rows of T tokens with n_head heads of head_size, packed (`segments`,
+// ragged sequences) or padded (`lengths`) or neither; "" when it does, and a fallback from it
+// is then a failure. Each reason is a limit of that version's engines or of how cuDNN's
+// frontend composes them, by design: the own kernel serves those calls.
+std::string cudnn_attention_ineligible(int64_t version, int64_t T, int64_t head_size, int n_head,
+                                       bool segments, bool lengths);
 
 struct CudnnAttentionWorkspace {
   int64_t scratch = 0;  // ours: statistics, row sums, lengths, ragged offsets, dQ accumulator

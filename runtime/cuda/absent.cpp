@@ -16,6 +16,9 @@ int cuda_device_count() {
 std::string cuda_versions() {
   return "no CUDA backend";
 }
+int64_t cudnn_version() {
+  return 0;
+}
 
 size_t cuda_free_memory() {
   THROW_ERROR("this trainer was built without the CUDA backend");

@@ -24,6 +24,10 @@ std::string library_version(size_t v) {
 
 }  // namespace
 
+int64_t cudnn_version() {
+  return int64_t(cudnnGetVersion());
+}
+
 std::string cuda_versions() {
   int runtime = 0, driver = 0;
   if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) cudaGetLastError();

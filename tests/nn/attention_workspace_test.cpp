@@ -1,10 +1,12 @@
 // cuDNN attention's planned workspace (Note [cuDNN attention workspace]), checked on any machine:
 // the deterministic backward's dP tiles at the benchmark shapes, the cap past which it is not
 // planned, the non-deterministic backward's fp32 dQ accumulator, and that the model's workspace
-// holds the plan on a CUDA configuration.
+// holds the plan on a CUDA configuration; and which shapes each cuDNN version serves.
 #include "nn/ops/attention_cudnn_workspace.h"
 
 #include <gtest/gtest.h>
+
+#include <string>
 
 #include "runtime/workspace.h"
 
@@ -48,6 +50,33 @@ TEST(CudnnAttentionWorkspace, RaggedBucketsArePowersOfTwoFromEight) {
   EXPECT_EQ(cudnn_ragged_bucket(8), 8);
   EXPECT_EQ(cudnn_ragged_bucket(9), 16);
   EXPECT_EQ(cudnn_ragged_bucket(1000), 1024);
+}
+
+// Which calls a cuDNN version serves (the parity test on a GPU fails any other fallback): the
+// training shapes from 9.x on, packed rows from 9.6, lengths-free T off a multiple of 128 only
+// from 9.15.1, and never 9.10.0 or 9.10.1.
+TEST(CudnnAttentionEligibility, EachVersionServesWhatItsEnginesTake) {
+  // GPT-2 124M's shape (head size 64, 12 heads), causal, T = 1024.
+  EXPECT_EQ(cudnn_attention_ineligible(91400, 1024, 64, 12, false, false), "");
+  EXPECT_EQ(cudnn_attention_ineligible(90200, 1024, 64, 12, false, false), "");
+  for (int64_t bad : {91000, 91001})
+    EXPECT_NE(cudnn_attention_ineligible(bad, 1024, 64, 12, false, false).find("known bugs"),
+              std::string::npos);
+  EXPECT_EQ(cudnn_attention_ineligible(91002, 1024, 64, 12, false, false), "");
+  // Head sizes: multiples of 8 up to 128.
+  EXPECT_EQ(cudnn_attention_ineligible(91400, 1024, 128, 8, false, false), "");
+  EXPECT_NE(cudnn_attention_ineligible(91400, 1024, 12, 8, false, false), "");
+  EXPECT_NE(cudnn_attention_ineligible(91400, 1024, 256, 8, false, false), "");
+  // T off a multiple of 128 without lengths: from 9.15.1; with lengths, always.
+  EXPECT_NE(cudnn_attention_ineligible(91500, 1000, 64, 12, false, false), "");
+  EXPECT_EQ(cudnn_attention_ineligible(91501, 1000, 64, 12, false, false), "");
+  EXPECT_EQ(cudnn_attention_ineligible(90200, 1000, 64, 12, false, true), "");
+  // Packed rows: 9.6 on, head size a multiple of 16, heads a multiple of 4.
+  EXPECT_EQ(cudnn_attention_ineligible(90600, 1024, 64, 12, true, false), "");
+  EXPECT_NE(cudnn_attention_ineligible(90500, 1024, 64, 12, true, false), "");
+  EXPECT_NE(cudnn_attention_ineligible(91400, 1024, 40, 12, true, false), "");
+  EXPECT_NE(cudnn_attention_ineligible(91400, 1024, 64, 6, true, false), "");
+  EXPECT_NE(cudnn_attention_ineligible(91400, 1024, 64, 12, true, true), "");
 }
 
 }  // namespace

@@ -50,28 +50,11 @@ bool meant_for_cudnn(const Context& ctx, const ConstTensor& q, const ConstTensor
 
 // Why cuDNN's engines cannot serve a call meant for them, or empty when they can (Note
 // [Attention masks]: the causal mask, with row lengths, or with segments that form runs, or
-// neither). Before 9.15.1 a backward without lengths could go wrong when T is not a multiple of
-// 128 (cudnn-frontend issue 160); ragged statistics need 9.6, and its frontend composes them for
-// head sizes that are multiples of 16. cuDNN 9.10.0 and 9.10.1 are refused whole: their bf16
-// attention kernels have known bugs, and cudnn-frontend refuses them too.
+// neither), at the loaded version.
 std::string ineligible(const ConstTensor& q, const AttentionMask& mask, int n_head) {
-  const int64_t D = q.dim(2) / n_head, T = q.dim(1);
-  if (const size_t v = cudnnGetVersion(); v == 91000 || v == 91001)
-    return fmt::format("cuDNN {} has known bugs in its bf16 attention (9.10.0 and 9.10.1)", v);
-  if (D % 8 != 0 || D > 128)
-    return fmt::format("head size {} (cuDNN's engines take multiples of 8 up to 128)", D);
-  if (!mask.segments.empty()) {
-    if (mask.runs.empty() || !mask.lengths.empty()) return "segments without runs";
-    if (D % 16 != 0) return fmt::format("packed rows with head size {} (not a multiple of 16)", D);
-    // Ragged statistics start at f * n_head floats: 16-byte aligned with n_head % 4 == 0.
-    if (n_head % 4 != 0)
-      return fmt::format("packed rows with {} heads (ragged statistics need a multiple of 4)",
-                         n_head);
-    if (cudnnGetVersion() < 90600) return "packed rows before cuDNN 9.6";
-  }
-  if (mask.lengths.empty() && mask.segments.empty() && T % 128 != 0 && cudnnGetVersion() < 91501)
-    return fmt::format("T = {} is not a multiple of 128 before cuDNN 9.15.1", T);
-  return {};
+  if (!mask.segments.empty() && mask.runs.empty()) return "segments without runs";
+  return cudnn_attention_ineligible(int64_t(cudnnGetVersion()), q.dim(1), q.dim(2) / n_head, n_head,
+                                    !mask.segments.empty(), !mask.lengths.empty());
 }
 
 // The shape key of a call (q, k, v as (B, T, heads * D) views).

@@ -71,7 +71,7 @@ TARBALL="$ROOT/gpu-check.tar.xz"
 # Limits in seconds, each step's (expected when passing in brackets, never yet measured).
 T_SMI=30        # nvidia-smi (1 s)
 T_TEST=60       # runtime_cuda_test (3 s)
-T_PARITY=120    # the CUDA parity cases, 179 (40 s)
+T_PARITY=180    # the CUDA parity cases, 179 (40 s), and ~26 cuDNN plan builds (0.5-2 s each)
 T_LIST=30       # a gtest binary's --gtest_list_tests (1 s)
 T_CORPUS=60     # the tokenizer, and the shards (5 s each, CPU)
 T_TRAIN=60      # each 20-step run of the small model, 10 of them, and the resume (5-10 s)

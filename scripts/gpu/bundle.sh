@@ -35,7 +35,11 @@ pack() {
   strip --strip-unneeded "$stage"/bin/* "$stage"/lib/* 2>/dev/null || true
   tar -C "$stage" -cJf "$tarball" bin lib
   rm -rf "$stage"
-  echo "bundle: $tarball ($(du -h "$tarball" | cut -f1))"
+  # The device tool carries at most 64 MiB of ignored files to the GPU machine, all together.
+  local bytes limit=$((64 << 20))
+  bytes=$(stat -c %s "$tarball")
+  echo "bundle: $tarball ($((bytes >> 20)) MiB of the $((limit >> 20)) MiB a GPU call can carry)"
+  ((bytes <= limit)) || fail "pack: $tarball is $bytes bytes, over the $limit a GPU call can carry"
 }
 
 # Folders holding CUDA's libraries on this machine: the toolkit's and the Python wheels'.

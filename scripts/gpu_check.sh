@@ -17,7 +17,8 @@
 #
 # The main checks, in order (each makes one row of the table):
 #   1. the GPU and driver (nvidia-smi);
-#   2. CUDA memory round trips (runtime_cuda_test);
+#   2. CUDA memory round trips (runtime_cuda_test), and every NCCL collective the trainer issues
+#      on device buffers, over one rank and a group split from it (dist_nccl_test);
 #   3. every op on CUDA against the CPU fp32 reference, fp32 and bf16, fresh random inputs and
 #      poisoned outputs, and one whole training step, and CUDA graphs' replay of eager steps
 #      (nn_backend_parity_test's CUDA cases: every case whose name has cuda, Cuda or CUDA);
@@ -86,9 +87,10 @@ pack() {
   local build="$ROOT/build-gpu"
   cmake -S "$ROOT" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINER_CUDA=ON \
     -DTRAINER_TESTS=ON -DCMAKE_CUDA_ARCHITECTURES="90;80" >/dev/null
-  ninja -C "$build" trainer runtime_cuda_test nn_backend_parity_test
+  ninja -C "$build" trainer runtime_cuda_test nn_backend_parity_test dist_nccl_test
   bash "$ROOT/scripts/gpu/bundle.sh" pack "$TARBALL" "$build/trainer" \
-    "$build/tests/runtime/runtime_cuda_test" "$build/tests/nn/nn_backend_parity_test"
+    "$build/tests/runtime/runtime_cuda_test" "$build/tests/nn/nn_backend_parity_test" \
+    "$build/tests/dist/dist_nccl_test"
 }
 
 # ---- the machinery: rows, steps and their limits ----------------------------------------------
@@ -320,11 +322,11 @@ verdict, steps, runs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 names = [r.rstrip("/").rsplit("/", 1)[-1] for r in runs]
 if steps < 1:
     fail("no steps to compare")
-if verdict == "close":  # CPU run, GPU run: within 1e-3 relative at every step
+if verdict == "close":  # a reference run, another: within 1e-3 relative at every step
     c, g = losses(runs[0], steps), losses(runs[1], steps)
     err = [abs(a - b) / max(abs(b), 1e-30) for a, b in zip(g, c)]
     k = max(range(steps), key=err.__getitem__)
-    text = (f"loss {c[0]:.4f} -> {c[-1]:.4f} (CPU), {g[-1]:.4f} (GPU), "
+    text = (f"loss {c[0]:.4f} -> {c[-1]:.4f} ({names[0]}), {g[-1]:.4f} ({names[1]}), "
             f"worst step {err[k]:.1e}")
     if not err[k] < 1e-3:
         fail(f"{text} (step {k + 1}), over 1e-3")
@@ -408,6 +410,7 @@ checks() {
   then tail_row "GPU" nvidia-smi; else row "GPU" "$why"; fi
 
   gtest_row "memory round trips" runtime_cuda_test "$T_TEST" '*' runtime_cuda_test
+  gtest_row "NCCL collectives, 1 rank" nccl "$T_TEST" '*' dist_nccl_test
   gtest_row "op parity (CUDA vs CPU fp32)" parity "$T_PARITY" '*cuda*:*Cuda*:*CUDA*' \
     nn_backend_parity_test
 
@@ -459,6 +462,16 @@ checks() {
   if needs "$label" corpus gpt2-cuda; then
     if train_small cuda gpt2 gpt2-nccl1 --set dist.backend=nccl; then
       compare "$label" same 20 gpt2-cuda gpt2-nccl1
+    else
+      row "$label" "$why"
+    fi
+  fi
+  # ZeRO-3 through a 1-rank NCCL communicator: its gathers and reduce-scatters run (the first
+  # time ZeRO over NCCL runs at all), and give the eager run's losses.
+  label="1-rank NCCL ZeRO-3, 20 steps"
+  if needs "$label" corpus gpt2-cuda; then
+    if train_small cuda gpt2 gpt2-nccl1-full --set dist.backend=nccl --set dist.sharding=full; then
+      compare "$label" close 20 gpt2-cuda gpt2-nccl1-full
     else
       row "$label" "$why"
     fi
@@ -599,7 +612,7 @@ write_fakes() {
 # gpu_check's selftest: a stand-in, acting by the name it is called by.
 case $(basename "$0") in
   nvidia-smi) echo "NVIDIA Fake, 580.00, 143771 MiB" ;;
-  runtime_cuda_test | nn_backend_parity_test)
+  runtime_cuda_test | nn_backend_parity_test | dist_nccl_test)
     if [[ $* == *--gtest_list_tests* ]]; then
       printf 'Cuda.\n  FreeMemoryShrinksByAnAllocation\n  BufferRoundTrip\nCudaGraphs.\n  ReplayTheEagerStepsBitForBit\n'
     else
@@ -650,7 +663,8 @@ esac
 SH
   chmod +x "$1/fake"
   local n
-  for n in nvidia-smi runtime_cuda_test nn_backend_parity_test compute-sanitizer trainer; do
+  for n in nvidia-smi runtime_cuda_test nn_backend_parity_test dist_nccl_test compute-sanitizer \
+    trainer; do
     ln -s fake "$1/$n"
   done
 }
@@ -699,12 +713,13 @@ selftest() {
   ran "$dir/main" $rc table.txt
   expect "$t" "GPU" '^FAIL: exit 3 \(nvidia-smi\.log: injected failure\)$'
   expect "$t" "memory round trips" '^pass: 3 of 3 cases$'
+  expect "$t" "NCCL collectives, 1 rank" '^pass: 3 of 3 cases$'
   expect "$t" "  versions" '^CUDA runtime 13\.0, driver 13\.0, cuBLASLt .*, NCCL 2\.28\.9$'
   expect "$t" "(step s / limit s)" '^nvidia-smi [0-9]+/[0-9]+ .*parity [0-9]+/[0-9]+ '
   expect "$t" "op parity (CUDA vs CPU fp32)" '^pass: 3 of 3 cases$'
   expect "$t" "corpus (tokenizer and shards, CPU)" '^pass$'
   expect "$t" "20 steps gpt2, GPU vs CPU" "^FAIL: gpt2-cuda's loss is not finite at step 1 \(20 of 20 steps\) \(check-close-gpt2-cuda\.log\)$"
-  expect "$t" "20 steps llama, GPU vs CPU" '^pass: loss 6\.8900 -> 6\.7000 \(CPU\), 6\.7000 \(GPU\), worst step 0\.0e\+00$'
+  expect "$t" "20 steps llama, GPU vs CPU" '^pass: loss 6\.8900 -> 6\.7000 \(llama-cpu\), 6\.7000 \(llama-cuda\), worst step 0\.0e\+00$'
   expect "$t" "1-rank NCCL DDP, 20 steps" "^FAIL: gpt2-cuda's loss is not finite"
   expect "$t" "CUDA graphs, 20 steps (stream)" '^FAIL: timed out after 3 s \(graphs-stream\.log\)$'
   expect "$t" "CUDA graphs, 20 steps (bucket)" "^FAIL: eager-bucket's loss is not finite"
@@ -715,7 +730,7 @@ selftest() {
   expect "$t" "  kernel families, GPT-2 350M" '^gemm 61\.0%'
   expect "$t" "  fallbacks, GPT-2 350M" '^pass: none$'
   expect "$t" "  fallbacks, GPT-2 124M-fast" '^FAIL: cudnn_attention_backward, 120 calls \(injected\)$'
-  expect "$t" "(done)" '^24 rows, 7 FAIL, 0 SKIP'
+  expect "$t" "(done)" '^26 rows, 8 FAIL, 0 SKIP'
   n=$((n + 1))
   if ! grep -q '^==== graphs-stream.log: exit 124' "$dir/main/logs.txt"; then
     echo "selftest FAIL: logs.txt has no graphs-stream.log"
@@ -792,7 +807,8 @@ SH
     label=$(cut -c1-44 <<<"$line" | sed 's/ *$//')
     text=$(cut -c46- <<<"$line")
     case $label in
-      GPU | "memory round trips" | "op parity (CUDA vs CPU fp32)" | "bench GPT-2 "* | "  versions" | "(done)") ;;
+      GPU | "memory round trips" | "NCCL collectives, 1 rank" | "op parity (CUDA vs CPU fp32)" | \
+        "bench GPT-2 "* | "  versions" | "(done)") ;;
       *)
         if [[ $text == FAIL* || $text == SKIP* ]]; then
           echo "rehearse FAIL: row '$label' is '$text' on the CPU"

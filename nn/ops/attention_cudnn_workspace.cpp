@@ -12,7 +12,10 @@
 //     192 MiB at the 124M shape, B=8, T=1024), planned up to kCudnnDeterministicCap; anything
 //     else gets kCudnnEngineAllowance.
 // At run time a plan is chosen among cuDNN's engine configurations that fit the planned engine
-// workspace (runtime/cuda/cudnn_graph.h); a shape none fits runs the own kernel, counted as a
+// workspace (runtime/cuda/cudnn_graph.h). The formula above is cudnn-frontend's estimate for
+// 9.0; where every configuration needs more, the shape is planned again from the least need
+// the refusal stated, in a workspace of its own, if the device holds it with 1 GiB to spare
+// (cudnn_replan_workspace); a shape that still fits nothing runs the own kernel, counted as a
 // fallback (runtime/fallback.h). A packed batch's graph has a bucket of runs for a batch, so
 // its deterministic dP needs bucket / rows times the plan: packed batches of many documents
 // fit only the non-deterministic backward (train.attention_backward: fast).
@@ -46,6 +49,11 @@ std::string cudnn_attention_ineligible(int64_t version, int64_t T, int64_t head_
   if (!lengths && !segments && T % 128 != 0 && version < 91501)
     return fmt::format("T = {} is not a multiple of 128 before cuDNN 9.15.1", T);
   return {};
+}
+
+int64_t cudnn_replan_workspace(int64_t planned, int64_t least_need, int64_t free_bytes) {
+  if (least_need <= planned) return 0;
+  return least_need <= free_bytes - kCudnnReplanReserve ? least_need : 0;
 }
 
 int64_t cudnn_ragged_bucket(int64_t runs) {

@@ -19,6 +19,16 @@ constexpr int64_t kCudnnDeterministicCap = int64_t(1) << 30;
 // (the non-deterministic backward's dq accumulator shares dq's).
 constexpr int kMaxRaggedTensors = 8;
 
+// What a shape's plan is left to the device for: at least this much free memory stays free.
+constexpr int64_t kCudnnReplanReserve = int64_t(1) << 30;
+
+// When no cuDNN plan fits the `planned` engine workspace but one needs `least_need` bytes (the
+// refusal's own figure, 0 when none was refused for its workspace): the workspace to plan that
+// shape again with, least_need, where the device's `free_bytes` hold it with
+// kCudnnReplanReserve to spare (the shape then keeps a workspace of its own, allocated once);
+// else 0, and the own kernel serves the shape, counted as a fallback.
+int64_t cudnn_replan_workspace(int64_t planned, int64_t least_need, int64_t free_bytes);
+
 // The graph batch of R runs of a packed batch: a power of two from 8 (one plan per bucket).
 int64_t cudnn_ragged_bucket(int64_t runs);
 

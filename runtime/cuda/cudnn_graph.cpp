@@ -225,7 +225,9 @@ int64_t config_workspace(const Descriptor& config) {
 
 }  // namespace
 
-std::optional<Graph::Plan> Graph::build(int device, int64_t max_workspace, std::string* why) {
+std::optional<Graph::Plan> Graph::build(int device, int64_t max_workspace, std::string* why,
+                                        int64_t* least_need) {
+  if (least_need) *least_need = 0;
   cudnnHandle_t h = handle(device);
   auto graph_ptr = std::make_shared<Descriptor>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   Descriptor& graph = *graph_ptr;
@@ -271,6 +273,7 @@ std::optional<Graph::Plan> Graph::build(int device, int64_t max_workspace, std::
     p.engine = engine_index(*config);
     return p;
   }
+  if (least_need && over) *least_need = least_over;
   if (why) {
     *why = fmt::format("no engine configuration of {} builds within {} MiB of workspace",
                        configs.size(), max_workspace >> 20);

@@ -70,11 +70,13 @@ class Graph {
   // The plan for this graph on `device`: the first engine configuration that builds and needs
   // at most `max_workspace` bytes, of heuristics mode A's list and then of the fallback list;
   // or nullopt with the reason in *why (the heuristics' refusal, the last configuration's, and
-  // how many needed more workspace). Whether it is deterministic is the graph's shape (as in
-  // cuDNN's frontend), not a filter here. The graph must outlive the plan (its descriptors are
-  // the plan's).
+  // how many needed more workspace, and in *least_need, when given, the least workspace one of
+  // those needed: 0 when none was refused for its workspace). Whether it is deterministic is
+  // the graph's shape (as in cuDNN's frontend), not a filter here. The graph must outlive the
+  // plan (its descriptors are the plan's).
   struct Plan;
-  std::optional<Plan> build(int device, int64_t max_workspace, std::string* why);
+  std::optional<Plan> build(int device, int64_t max_workspace, std::string* why,
+                            int64_t* least_need = nullptr);
 
  private:
   bool failed(bool ok, const std::string& what, std::string* why);

@@ -79,5 +79,17 @@ TEST(CudnnAttentionEligibility, EachVersionServesWhatItsEnginesTake) {
   EXPECT_NE(cudnn_attention_ineligible(91400, 1024, 64, 12, true, true), "");
 }
 
+// A shape whose plans all need more than planned is planned again from the refusal's own
+// figure, where the device keeps kCudnnReplanReserve free; else it falls back.
+TEST(CudnnAttentionWorkspace, ARefusedPlanIsMadeAgainFromTheNeedItStates) {
+  const int64_t planned = 208 * kMiB, free = 40 * 1024 * kMiB;
+  EXPECT_EQ(cudnn_replan_workspace(planned, 300 * kMiB, free), 300 * kMiB);
+  EXPECT_EQ(cudnn_replan_workspace(planned, 0, free), 0);        // not refused for its size
+  EXPECT_EQ(cudnn_replan_workspace(planned, planned, free), 0);  // no more than planned
+  EXPECT_EQ(cudnn_replan_workspace(planned, 300 * kMiB, 1024 * kMiB), 0);  // the reserve
+  EXPECT_EQ(cudnn_replan_workspace(planned, 300 * kMiB, 300 * kMiB + kCudnnReplanReserve),
+            300 * kMiB);
+}
+
 }  // namespace
 }  // namespace trainer::nn

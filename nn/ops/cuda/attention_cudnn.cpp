@@ -32,6 +32,7 @@
 #include "nn/ops/cuda/attention_cudnn_graphs.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/cudnn_graph.h"
+#include "runtime/cuda/memory.h"
 #include "runtime/error.h"
 #include "runtime/fallback.h"
 #include "runtime/log.h"
@@ -68,6 +69,27 @@ Shape shape_of(const Context& ctx, const ConstTensor& q, const ConstTensor& k, c
   return s;
 }
 
+// Makes e's plan within the planned engine workspace, or, when its configurations all need
+// more, again within what the refusal stated, in a workspace of the entry's own where the
+// device has room (cudnn_replan_workspace: the formula behind the plan is cudnn-frontend's
+// estimate, which may not hold at every version and shape). Sets *why when there is none.
+void plan(Entry& e, const Shape& s, std::string* why) {
+  int64_t need = 0;
+  e.plan = e.graph.build(s.device, s.engine_budget, why, &need);
+  if (e.plan || need == 0) return;
+  const int64_t again = cudnn_replan_workspace(s.engine_budget, need, int64_t(cuda_free_memory()));
+  if (again == 0) return;
+  std::string second;
+  e.plan = e.graph.build(s.device, again, &second);
+  if (!e.plan) return;
+  e.workspace = Buffer(size_t(e.plan->workspace), Device::cuda);
+  log::info(
+      "cuDNN attention {} (B={} H={} T={} head size {}) needs {} MiB of workspace, not the "
+      "{} MiB planned: it has its own",
+      s.backward ? "backward" : "forward", s.B, s.H, s.T, s.D, e.plan->workspace >> 20,
+      s.engine_budget >> 20);
+}
+
 // The entry for `s`, built on first use (without a plan where cuDNN cannot run it).
 Entry* entry(const Shape& s) {
   static std::mutex mu;
@@ -84,7 +106,7 @@ Entry* entry(const Shape& s) {
         build_backward(*e, s);
       else
         build_forward(*e, s);
-      e->plan = e->graph.build(s.device, s.engine_budget, &why);
+      plan(*e, s, &why);
     } catch (const Error& err) {
       why = err.what();
     }
@@ -160,7 +182,7 @@ bool cudnn_attention_forward(const Context& ctx, const Tensor& out, const Tensor
   void* stats = s.ragged ? scratch.take<float>(rows * s.T * s.H) : at(lse);
   std::vector<void*> data = {at(q), at(k), at(v), at(out), stats, &e->scale, &e->masked};
   add_mask_data(data, scratch, ctx, s, mask, {kDq, {s.ldq, s.ldk, s.ldv, s.H * s.D, s.H}});
-  void* ws = scratch.take<char>(e->plan->workspace);
+  void* ws = e->workspace.bytes() ? e->workspace.data() : scratch.take<char>(e->plan->workspace);
   e->plan->execute(ctx.stream, e->uids, data, ws);
   if (s.ragged)
     transpose_lse(ctx, static_cast<float*>(at(lse)), static_cast<float*>(stats), rows, s.H, s.T,
@@ -211,7 +233,7 @@ bool cudnn_attention_backward(const Context& ctx, const Tensor& dq, const Tensor
   }
   add_mask_data(data, scratch, ctx, s, mask,
                 {kRaggedTensors, {s.ldq, s.ldk, s.ldv, s.H * s.D, s.H, s.ld_dq, s.ld_dk, s.ld_dv}});
-  void* ws = scratch.take<char>(e->plan->workspace);
+  void* ws = e->workspace.bytes() ? e->workspace.data() : scratch.take<char>(e->plan->workspace);
   e->plan->execute(ctx.stream, e->uids, data, ws);
   return true;
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "nn/ops/cuda/attention_cudnn.h"
+#include "runtime/buffer.h"
 #include "runtime/cuda/cudnn_graph.h"
 
 namespace trainer::nn::cuda {
@@ -41,6 +42,10 @@ static_assert(kRaggedTensors == kMaxRaggedTensors);
 struct Entry {
   cudnn::Graph graph;
   std::optional<cudnn::Graph::Plan> plan;
+  // A plan made again from the workspace its refusal stated (cudnn_replan_workspace) runs in
+  // a workspace of its own, allocated once (a process runs its model on one stream, so one
+  // call at a time uses it); else the model's workspace serves it.
+  Buffer workspace;
   std::string why;  // why there is no plan
   std::vector<int64_t> uids;
   float scale = 0, one = 1, masked = 0;

@@ -5,7 +5,7 @@
 #                                  with its tests and packs the binaries and the libraries they
 #                                  need into gpu-check.tar.xz (git-ignored, under 64 MiB)
 #   scripts/gpu_check.sh run       on the GPU machine (the device tool, carrying gpu-check.tar.xz):
-#                                  unpacks it and runs the main checks below (about 4 minutes
+#                                  unpacks it and runs the main checks below (about 5 minutes
 #                                  expected on one H200, never more than 8: see the limits)
 #   scripts/gpu_check.sh sanitize  likewise, for GPU time left after `run` (a call of its own):
 #                                  the CUDA parity cases under compute-sanitizer (under 5 minutes)
@@ -24,9 +24,10 @@
 #      (nn_backend_parity_test's CUDA cases: every case whose name has cuda, Cuda or CUDA);
 #   4. step time, tokens/s, MFU against 989 TFLOP/s, device memory and each kernel family's
 #      share of the step (CUDA events) on the GPU: GPT-2 124M and 350M shapes, bf16, T=1024,
-#      eager with the profile, then replayed as CUDA graphs, and 124M with the attention backward
-#      that accumulates dQ (right after parity: the rows that matter most go before the steps
-#      that could spend the budget); the versions of the CUDA runtime, driver, cuBLASLt, cuDNN
+#      eager with the profile, eager without it, and replayed as CUDA graphs; Llama (grouped-
+#      query) and GPT-NeoX at the 124M shape, each with its fallbacks; 124M with the attention
+#      backward that accumulates dQ (right after parity: the rows that matter most go before
+#      the steps that could spend the budget); the versions of the CUDA runtime, driver, cuBLASLt, cuDNN
 #      and NCCL the bench loaded;
 #   5. a small corpus (tokenizer and shards, on the CPU); 20 training steps of a small GPT-2 and
 #      a small Llama on the GPU and on the CPU from the same initialisation and data: the loss
@@ -50,7 +51,7 @@
 # makes a FAIL row naming its log and why (the exit code, or "timed out after N s"), and the
 # check goes on; rows that need an earlier step that failed say "SKIP (needs <step>)". Expected
 # on one H200 when all passes (never yet measured): parity 40 s, the 10 small runs 5-10 s each,
-# the two 124M-block runs and the 4 benches 10-20 s each, about 4 minutes in all. The limits add
+# the two 124M-block runs and the 9 benches 10-20 s each, about 5 minutes in all. The limits add
 # up to more, so the whole check also has a budget (GPU_CHECK_BUDGET: 480 s for run, 300 s for
 # sanitize): each step's limit is cut to what is left, and steps past it say "SKIP (out of time)".
 # So `run` ends within 8 minutes even when steps hang; give the device call timeout_s 600.
@@ -78,7 +79,7 @@ T_CORPUS=60     # the tokenizer, and the shards (5 s each, CPU)
 T_TRAIN=60      # each 20-step run of the small model, 10 of them, and the resume (5-10 s)
 T_CHECK=30      # each comparison of metrics (python, 1 s)
 T_BIG=90        # each 30-step run of 124M blocks, 2 of them (15 s)
-T_BENCH=90      # each bench at T=1024, 4 of them (15 s)
+T_BENCH=90      # each bench at T=1024, 9 of them (15 s)
 T_MEMCHECK=100  # each of the 2 memcheck runs, 87 and 92 cases
 T_RACECHECK=60  # racecheck, 18 cases
 
@@ -355,20 +356,26 @@ else:
 PY
 }
 
-# fallback_row NAME LOG: passes when the bench ran every planned kernel (its result line says
+# fallback_row LABEL LOG: passes when the bench ran every planned kernel (its result line says
 # "fallbacks: none"); otherwise FAIL with each path that fell back, so that a step time measured
 # on a fallback (cuDNN attention refused, a cuBLASLt epilogue declined) is never taken for ours.
 fallback_row() {
   local result paths
   result=$(grep '^bench ' "$2" | tail -n 1)
   if [[ $result == *"| fallbacks: none"* ]]; then
-    row "  fallbacks, GPT-2 $1" "pass: none"
+    row "$1" "pass: none"
   elif [[ $result == *"| fallbacks: "* ]]; then
     paths=$(sed -n 's/^  fallback: //p' "$2" | paste -sd';' | cut -c1-300)
-    row "  fallbacks, GPT-2 $1" "FAIL: ${paths:-see $(basename "$2")}"
+    row "$1" "FAIL: ${paths:-see $(basename "$2")}"
   else
-    row "  fallbacks, GPT-2 $1" "FAIL: no fallbacks in the result line ($(basename "$2"))"
+    row "$1" "FAIL: no fallbacks in the result line ($(basename "$2"))"
   fi
+}
+
+# speed NAME: "ms/step, tok/s, MFU" of bench-NAME's result line, or nothing.
+speed() {
+  grep '^bench ' "$LOGS/bench-$1.log" | tail -n 1 |
+    sed -n 's/.*: \([0-9.]* ms\/step\) | \([0-9]* tok\/s\).*MFU \([0-9.]*%\).*/\1, \2, MFU \3/p'
 }
 
 # bench_rows NAME ARGS...: the bench of one shape, eager with the profile, then as CUDA graphs.
@@ -385,25 +392,53 @@ bench_rows() {
     fi
     line=$(sed -n 's/^  families: //p' "$LOGS/bench-$name.log")
     row "  kernel families, GPT-2 $name" "${line:-FAIL: no families line (bench-$name.log)}"
-    fallback_row "$name" "$LOGS/bench-$name.log"
+    fallback_row "  fallbacks, GPT-2 $name" "$LOGS/bench-$name.log"
   else
     row "bench GPT-2 $name bf16 T=1024" "$why"
     row "  kernel families, GPT-2 $name" "SKIP (needs bench-$name)"
     row "  fallbacks, GPT-2 $name" "SKIP (needs bench-$name)"
   fi
+  # Eager without the profile's events: what a run's step costs.
+  if step "bench-$name-eager" "$T_BENCH" trainer bench --set run.device=cuda \
+      --set model.precision=bf16 "$@" --set model.vocab_size=50304 -B 8 -T 1024 --steps 10 \
+      --peak-gflops 989000; then
+    line=$(speed "$name-eager")
+    row "  eager, no profile" "${line:-FAIL: no result line (bench-$name-eager.log)}"
+  else
+    row "  eager, no profile" "$why"
+  fi
   if step "bench-$name-graphs" "$T_BENCH" trainer bench --set run.device=cuda --set model.precision=bf16 "$@" \
       --set model.vocab_size=50304 -B 8 -T 1024 --steps 10 --peak-gflops 989000 \
       --set train.cuda_graphs=true; then
-    line=$(grep '^bench ' "$LOGS/bench-$name-graphs.log" | tail -n 1 | sed -n 's/.*: \([0-9.]* ms\/step\) | \([0-9]* tok\/s\).*MFU \([0-9.]*%\).*/\1, \2, MFU \3/p')
+    line=$(speed "$name-graphs")
     row "  with CUDA graphs" "${line:-FAIL: no result line (bench-$name-graphs.log)}"
   else
     row "  with CUDA graphs" "$why"
   fi
 }
 
+# arch_bench LABEL NAME ARGS...: another architecture at the 124M shape, bf16, T=1024, eager:
+# its speed, and whether any of its kernels fell back (grouped-query attention, NeoX's fused
+# products and partial rotary in cuDNN's and cuBLASLt's hands).
+arch_bench() {
+  local label=$1 name=$2 line
+  shift 2
+  if step "bench-$name" "$T_BENCH" trainer bench --set run.device=cuda --set model.precision=bf16 \
+      --set model.n_layer=12 --set model.n_embd=768 --set model.n_head=12 \
+      --set model.vocab_size=50304 "$@" -B 8 -T 1024 --steps 10 --peak-gflops 989000; then
+    line=$(speed "$name")
+    row "bench $label bf16 T=1024" "${line:-FAIL: no result line (bench-$name.log)}"
+    fallback_row "  fallbacks, $label" "$LOGS/bench-$name.log"
+  else
+    row "bench $label bf16 T=1024" "$why"
+    row "  fallbacks, $label" "SKIP (needs bench-$name)"
+  fi
+}
+
 checks() {
   begin "" 480
   write_checker
+  export NCCL_DEBUG=${NCCL_DEBUG:-WARN}  # NCCL's own account of what failed, in the NCCL rows' logs
 
   if step nvidia-smi "$T_SMI" bash -c \
       'nvidia-smi -L && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader'
@@ -419,13 +454,15 @@ checks() {
   # matter most, before the training steps whose limits add up to more than the budget.
   bench_rows 124M --set model.n_layer=12 --set model.n_embd=768 --set model.n_head=12
   bench_rows 350M --set model.n_layer=24 --set model.n_embd=1024 --set model.n_head=16
+  arch_bench "Llama 124M shape, GQA" llama --set model.arch=llama --set model.n_kv_head=4
+  arch_bench "NeoX 124M shape" neox --set model.arch=neox --set model.rotary_pct=0.25
   # The attention backward that accumulates dQ (train.attention_backward: fast), 124M.
   if step "bench-124M-fast" "$T_BENCH" trainer bench --set run.device=cuda --set model.precision=bf16 \
       --set model.n_layer=12 --set model.n_embd=768 --set model.n_head=12 --set model.vocab_size=50304 \
       -B 8 -T 1024 --steps 10 --peak-gflops 989000 --set train.attention_backward=fast; then
-    line=$(grep '^bench ' "$LOGS/bench-124M-fast.log" | tail -n 1 | sed -n 's/.*: \([0-9.]* ms\/step\) | \([0-9]* tok\/s\).*MFU \([0-9.]*%\).*/\1, \2, MFU \3/p')
+    line=$(speed 124M-fast)
     row "  attention backward fast, 124M" "${line:-FAIL: no result line (bench-124M-fast.log)}"
-    fallback_row "124M-fast" "$LOGS/bench-124M-fast.log"
+    fallback_row "  fallbacks, GPT-2 124M-fast" "$LOGS/bench-124M-fast.log"
   else
     row "  attention backward fast, 124M" "$why"
   fi
@@ -730,7 +767,7 @@ selftest() {
   expect "$t" "  kernel families, GPT-2 350M" '^gemm 61\.0%'
   expect "$t" "  fallbacks, GPT-2 350M" '^pass: none$'
   expect "$t" "  fallbacks, GPT-2 124M-fast" '^FAIL: cudnn_attention_backward, 120 calls \(injected\)$'
-  expect "$t" "(done)" '^26 rows, 8 FAIL, 0 SKIP'
+  expect "$t" "(done)" '^32 rows, 8 FAIL, 0 SKIP'
   n=$((n + 1))
   if ! grep -q '^==== graphs-stream.log: exit 124' "$dir/main/logs.txt"; then
     echo "selftest FAIL: logs.txt has no graphs-stream.log"
@@ -792,6 +829,7 @@ for a in "\$@"; do
     cuda) a=cpu ;; model.n_layer=12 | model.n_layer=24) a=model.n_layer=2 ;;
     model.n_embd=768 | model.n_embd=1024) a=model.n_embd=128 ;;
     model.n_head=12 | model.n_head=16) a=model.n_head=2 ;; model.vocab_size=50304) a=model.vocab_size=4096 ;;
+    model.n_kv_head=4) a=model.n_kv_head=1 ;;
     model.max_seq_len=1024) a=model.max_seq_len=128 ;; data.seq_len=1024) a=data.seq_len=128 ;;
     1024) a=64 ;; 12 | 24) a=2 ;; 768) a=128 ;; 50304) a=4096 ;;
   esac

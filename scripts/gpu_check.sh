@@ -27,8 +27,8 @@
 #      eager with the profile, eager without it, and replayed as CUDA graphs; Llama (grouped-
 #      query) and GPT-NeoX at the 124M shape, each with its fallbacks; 124M with the attention
 #      backward that accumulates dQ (right after parity: the rows that matter most go before
-#      the steps that could spend the budget); the versions of the CUDA runtime, driver, cuBLASLt, cuDNN
-#      and NCCL the bench loaded;
+#      the steps that could spend the budget); the versions of the CUDA runtime, driver,
+#      cuBLASLt, cuDNN and NCCL the bench loaded;
 #   5. a small corpus (tokenizer and shards, on the CPU); 20 training steps of a small GPT-2 and
 #      a small Llama on the GPU and on the CPU from the same initialisation and data: the loss
 #      curves must agree (fp32: 1e-3 relative);

@@ -9,6 +9,8 @@
 #                                  expected on one H200, never more than 8: see the limits)
 #   scripts/gpu_check.sh sanitize  likewise, for GPU time left after `run` (a call of its own):
 #                                  the CUDA parity cases under compute-sanitizer (under 5 minutes)
+#   scripts/gpu_check.sh all       run, then sanitize, in one call of at most 600 s (their budgets
+#                                  cut to 380 s and 180 s): the one call a lent GPU needs
 #   scripts/gpu_check.sh selftest  here, no GPU and no build: rehearses the machinery with stand-in
 #                                  binaries and injected failures (CTest: app_gpu_check_selftest)
 #   scripts/gpu_check.sh rehearse TRAINER   here: the main check through a CPU build, every CUDA
@@ -639,6 +641,18 @@ bundled() {
   return "$rc"
 }
 
+# all: run, then sanitize, in one device call of at most 600 s: each with a budget of its own
+# (GPU_CHECK_RUN_BUDGET, 380 s; GPU_CHECK_SANITIZE_BUDGET, 180 s), which leaves the unpacking
+# and the machine's start their margin. Exit 1 when either failed.
+all() {
+  local rc=0
+  export GPU_CHECK_BUDGET=${GPU_CHECK_RUN_BUDGET:-380}
+  bundled checks table.txt || rc=1
+  export GPU_CHECK_BUDGET=${GPU_CHECK_SANITIZE_BUDGET:-180}
+  bundled sanitize-checks sanitize-table.txt || rc=1
+  return "$rc"
+}
+
 # ---- selftest: the machinery rehearsed without a GPU ------------------------------------------
 
 # Stand-ins for the bundle's binaries, nvidia-smi and compute-sanitizer, by the name called.
@@ -863,10 +877,11 @@ case "${1:-}" in
   pack) pack ;;
   run) bundled checks table.txt ;;
   sanitize) bundled sanitize-checks sanitize-table.txt ;;
+  all) all ;;
   checks) checks ;;
   sanitize-checks) sanitize_checks ;;
   selftest) selftest ;;
   rehearse) shift; rehearse "$@" ;;
-  *) echo "usage: scripts/gpu_check.sh pack | run | sanitize | selftest | rehearse TRAINER" >&2
+  *) echo "usage: scripts/gpu_check.sh pack | run | sanitize | all | selftest | rehearse TRAINER" >&2
     exit 2 ;;
 esac

@@ -32,9 +32,9 @@ Work CommEngine::submit(CommJob job) {
     std::lock_guard lock(mu_);
     const int64_t seq = next_seq_++;
     std::string name = fmt::format("{} #{}{}", job.kind, seq, job.detail);
-    if (broken_) {
-      state->complete(
-          0, fmt::format("{} not run: the communicator failed earlier: {}", name, broken_message_));
+    if (broken_ || failing_) {
+      state->complete(0, fmt::format("{} not run: the communicator failed earlier: {}", name,
+                                     broken_ ? broken_message_ : "(being torn down)"));
       return Work(state);
     }
     if (job.issue) {
@@ -53,12 +53,18 @@ bool CommEngine::broken() const {
 }
 
 void CommEngine::fail(const std::string& message, const std::function<void()>& cleanup) {
-  std::lock_guard lock(mu_);  // submit() issues under it
+  failing_ = true;  // no issue starts from here on
+  // An issue in progress holds the lock: wait for it, unless it is stuck (in NCCL's enqueue
+  // behind a hung collective, say), which only the cleanup can unblock.
+  std::unique_lock lock(mu_, std::defer_lock);
+  for (int ms = 0; ms < kIssueGraceMs && !lock.try_lock(); ++ms)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  cleanup();
+  if (!lock.owns_lock()) lock.lock();
   if (!broken_) {
     broken_ = true;
     broken_message_ = message;
   }
-  cleanup();
 }
 
 int CommEngine::add_account() {

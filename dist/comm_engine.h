@@ -68,11 +68,13 @@ class CommEngine {
   void stop();
   // Whether an operation has failed.
   bool broken() const;
-  // Marks the engine broken by `message` (as a failed operation does) and runs `cleanup` while
-  // no job is being issued: called by a running operation before it throws its CommFailure,
-  // it lets the communicator tear down what issuing uses (NCCL's abort) without a caller's
-  // thread issuing on it at the same time, or after (submit refuses a broken engine's jobs).
+  // Marks the engine broken by `message` (as a failed operation does) and runs `cleanup`:
+  // called by a running operation before it throws its CommFailure, it lets the communicator
+  // tear down what issuing uses (NCCL's abort). No issue starts once it is called; one in
+  // progress is waited for, up to kIssueGraceMs, and past that the cleanup runs beside it,
+  // which is what unblocks an issue stuck behind the failure (NCCL's abort is made for that).
   void fail(const std::string& message, const std::function<void()>& cleanup);
+  static constexpr int kIssueGraceMs = 1000;
   // A new account for a communicator sharing this engine, so that each keeps its own totals.
   int add_account();
   // The totals of the operations charged to `account`.
@@ -108,6 +110,7 @@ class CommEngine {
   int64_t next_seq_ = 0;
   bool stop_ = false;
   bool broken_ = false;
+  std::atomic<bool> failing_{false};  // fail() has begun: submit issues nothing more
   std::string broken_message_;
   std::vector<CommStats> accounts_{1};
   std::mutex idle_mu_;  // held while the idle tasks run, and to change them

@@ -205,8 +205,8 @@ class NcclCommunicator final : public Communicator {
     cudaEventDestroy(start);
     cudaEventDestroy(end);
     if (!error.empty()) {
-      // Unblocks the stream, while no caller issues on comm_ (the engine is broken after: no
-      // caller issues again, and the destructor must not touch comm_).
+      // Unblocks the stream and any caller stuck issuing on comm_; no caller issues on it
+      // after (CommEngine::fail), and the destructor must not touch it again.
       engine_->fail(error, [this] {
         ncclCommAbort(comm_);
         comm_aborted_ = true;

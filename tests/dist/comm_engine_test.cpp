@@ -134,6 +134,41 @@ TEST(CommEngine, AFailuresTeardownNeverOverlapsAnIssueAndNothingIssuesAfter) {
   EXPECT_TRUE(torn.load());
 }
 
+// An issue stuck behind the failure (NCCL's enqueue behind a hung collective) holds the lock
+// the teardown would wait for: past kIssueGraceMs the teardown runs beside it and unblocks it.
+TEST(CommEngine, AnIssueStuckBehindAFailureIsUnblockedByTheTeardown) {
+  std::atomic<bool> running{false}, issuing{false}, aborted{false};
+  CommEngine engine(2);
+  CommJob failing;
+  failing.kind = "all_reduce";
+  failing.run = [&](const std::string& name, int64_t) -> double {  // the hung collective's wait
+    running = true;
+    for (int i = 0; i < 10000 && !issuing; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    engine.fail(name + " timed out", [&] { aborted = true; });
+    throw CommFailure{name + " timed out"};
+  };
+  const auto start = std::chrono::steady_clock::now();
+  Work bad = engine.submit(std::move(failing));
+  for (int i = 0; i < 10000 && !running; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CommJob stuck;
+  stuck.kind = "broadcast";
+  stuck.run = [](const std::string&, int64_t) { return 0.0; };
+  stuck.issue = [&] {  // unblocked only by the teardown (bounded at 20 s)
+    issuing = true;
+    for (int i = 0; i < 20000 && !aborted; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  Work w = engine.submit(std::move(stuck));
+  EXPECT_THROW(bad.wait(), Error);
+  EXPECT_THROW(w.wait(), Error);
+  EXPECT_TRUE(aborted.load());
+  // The teardown comes after the 1 s grace; a wait for the lock would take the stuck issue's
+  // whole 20 s bound. 10 s leaves a loaded machine room either way.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
 TEST(CommEngine, StopRunsWhatIsQueuedAndIssueRunsOnTheCallersThreadInOrder) {
   Log log;
   std::vector<int> issue_order;

@@ -77,6 +77,7 @@ SavedModel open_saved_model(const fs::path& dir, int rows, int seq_len) {
   nn::ExecConfig exec = exec_config(s.config, rows, std::min(seq_len, mc.max_seq_len));
   exec.training = false;
   exec.device = Device::cpu;  // eval, sample and export run here, wherever the run trained
+  exec.cuda_graphs = false;   // as the run's train.cuda_graphs may have asked on its GPU
   exec.recompute = nn::Recompute::full;  // forward only: keep nothing per block
   exec.recompute_layers.clear();
   s.model = std::make_unique<nn::Transformer>(mc, exec);

@@ -32,6 +32,14 @@ for arch in gpt2 llama; do
   "$TRAINER" train "${data[@]}" "${model[@]}" --set run.name=$arch --set train.steps=4 >/dev/null
   "$TRAINER" export runs/$arch --out $arch-export >/dev/null
   cp -r $arch-export $arch-hf && rm $arch-hf/trainer_config.yaml
+  # A run trained on a GPU with CUDA graphs evaluates here all the same: eval runs forward
+  # only, on the CPU, whatever the run's device and options were.
+  cp -r $arch-export $arch-graphs
+  sed -i 's/cuda_graphs: false/cuda_graphs: true/; s/device: cpu/device: cuda/' \
+    $arch-graphs/trainer_config.yaml
+  grep -q "cuda_graphs: true" $arch-graphs/trainer_config.yaml || fail "no cuda_graphs key to set"
+  "$TRAINER" eval $arch-graphs --max-batches 2 >/dev/null ||
+    fail "$arch: eval of a folder whose run used CUDA graphs"
   # Fine-tuning: from the folder with no model key, from the checkpoint with them all.
   "$TRAINER" train "${data[@]}" --set run.name=$arch-ft-hf --set train.steps=3 \
     --set train.init_from=$arch-hf >/dev/null

@@ -23,8 +23,9 @@ namespace {
 
 // A Hugging Face folder: the model its config.json describes, its tokenizer and its tensors
 // (every one checked against the model before anything is printed).
-int inspect_folder(const fs::path& dir) {
-  const Config config = hf_folder_config(dir);
+int inspect_folder(const ModelSource& source) {
+  const fs::path& dir = source.dir;
+  const Config& config = source.config;
   const nn::ModelConfig model = model_config(config);
   const nn::ParamLayout layout(model);
   const nn::HfWeights weights(dir, layout);
@@ -64,7 +65,7 @@ int cmd_inspect(const Args& args) {
   if (!parse_options("inspect", args, desc, vm, &pos)) return 0;
   const fs::path dir = vm["checkpoint"].as<std::string>();
   const ModelSource source = open_model_source(dir, dir.string());
-  if (!source.checkpoint) return inspect_folder(dir);
+  if (!source.checkpoint) return inspect_folder(source);
   const Checkpoint& c = *source.checkpoint;
   std::printf("checkpoint %s (all %zu files verified)\n\nmanifest:\n%s\n\nconfig:\n%s\n",
               c.dir.c_str(), c.manifest.at("files").size(), c.manifest.dump(2).c_str(),
@@ -73,9 +74,7 @@ int cmd_inspect(const Args& args) {
     std::printf("saved by %d rank(s): %s\n\n", c.state.world_size,
                 dist::placement(c.state.hosts).c_str());
   // The tensors as the model lays them out in the flat buffer (checked against the files).
-  Config config;
-  config.merge_yaml(c.config_yaml, (c.dir / "config.yaml").string());
-  const nn::ParamLayout layout(model_config(config));
+  const nn::ParamLayout layout(model_config(source.config));
   const CheckpointTensors check(c, layout);
   std::printf("tensors (%s):\n",
               c.manifest.contains("shards")

@@ -15,6 +15,8 @@
 
 namespace trainer::app {
 
+// What a path names: a Hugging Face folder, a checkpoint's step directory, a run directory
+// with checkpoints, or none of them.
 enum class SourceKind : uint8_t { hf_folder, checkpoint, run_dir, none };
 
 // What `path` is (a run directory only while it has a checkpoint).
@@ -29,6 +31,8 @@ struct TokenizerBytes {
   std::string bytes;
 };
 
+// A model source opened: where its files are, its run's config (or a folder's model keys), and
+// for a checkpoint its verified files.
 struct ModelSource {
   std::filesystem::path dir;             // the checkpoint's step directory, or the folder
   std::optional<Checkpoint> checkpoint;  // opened and verified; none for a folder

@@ -3,9 +3,8 @@
 // options as resolve_run parsed them, and the one-line message that names the keys, why, and
 // (through docs/errors.md) the way out. resolve_run checks the table once, after reading every
 // key and before deriving anything from them, so a refusal never depends on which derived
-// check happened to run first, and a combination that used to pass silently (the interleaved
-// schedule at dist.pipeline_parallel = 1) is a row like any other. Checks of one key's value
-// (a range, a name) stay with the key in the schema; checks of shapes (whether a degree
+// check happened to run first, and a new combination to refuse is one row. Checks of one key's
+// value (a range, a name) stay with the key in the schema; checks of shapes (whether a degree
 // divides the model) stay where the shapes are derived.
 #include "app/refusals.h"
 
@@ -39,10 +38,7 @@ const Refusal kRefusals[] = {
      "dist.pipeline_schedule = interleaved needs dist.pipeline_parallel > 1"},
     {[](const RunConfig& r) { return !r.pipeline_layers.empty() && !pipelined(r); },
      "dist.pipeline_layers needs dist.pipeline_parallel > 1"},
-    {[](const RunConfig& r) { return interleaved(r) && r.pipeline_chunks < 2; },
-     "dist.pipeline_virtual_stages = {virtual_stages} with dist.pipeline_schedule = {schedule}: "
-     "the interleaved schedule runs 2 or more virtual stages per stage, the others one"},
-    {[](const RunConfig& r) { return !interleaved(r) && r.pipeline_chunks > 1; },
+    {[](const RunConfig& r) { return interleaved(r) != (r.pipeline_chunks > 1); },
      "dist.pipeline_virtual_stages = {virtual_stages} with dist.pipeline_schedule = {schedule}: "
      "the interleaved schedule runs 2 or more virtual stages per stage, the others one"},
     // Sequence parallelism cuts the tensor group's tokens into equal slices.

@@ -345,7 +345,8 @@ void TrainLoop::start_up() {
     log::info("resumed from {} at step {}", from.string(), state_.step);
   } else if (init) {
     load_init_weights(*init, model_, *dp_);
-    log::info("fine-tuning from {}: its weights, a fresh optimizer, step 0", init->source.dir.string());
+    log::info("fine-tuning from {}: its weights, a fresh optimizer, step 0",
+              init->source.dir.string());
   } else {
     dist::init_masters(*dp_, model_, rc_.seed);
   }

@@ -278,9 +278,9 @@ class MpiCommunicator final : public Communicator {
     op.type = type;
     op.root = root;
     op.seq = next_op_++;  // this communicator's own count, which its ranks share
-    return engine_->submit({kind_name(kind),
+    return engine_->submit({mpi_kind_name(kind),
                             buffer_bytes(op),
-                            detail(op),
+                            mpi_op_detail(op),
                             {},
                             [this, op](const std::string& name, int64_t) mutable {
                               op.name = name;
@@ -425,7 +425,7 @@ class MpiCommunicator final : public Communicator {
 
   // Sends send_ to `peer` while receiving recv_.size() bytes from it.
   void exchange(const MpiOp& op, int peer, Clock::time_point start) {
-    const size_t chunk = size_t(kMaxChunk);
+    const size_t chunk = size_t(kMpiMaxCount);
     for (size_t off = 0; off < std::max(send_.size(), recv_.size()); off += chunk) {
       MPI_Request rr = MPI_REQUEST_NULL, sr = MPI_REQUEST_NULL;
       if (off < recv_.size())

@@ -32,7 +32,7 @@ extern "C" void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
   add_into(DType::bf16, inout, in, *len);
 }
 
-const char* kind_name(MpiKind k) {
+const char* mpi_kind_name(MpiKind k) {
   switch (k) {
     case MpiKind::all_reduce:
       return "all_reduce";
@@ -48,7 +48,7 @@ const char* kind_name(MpiKind k) {
   return "?";
 }
 
-std::string detail(const MpiOp& op) {
+std::string mpi_op_detail(const MpiOp& op) {
   if (op.kind == MpiKind::barrier) return {};
   if (op.kind == MpiKind::broadcast)
     return fmt::format(" ({} bytes from rank {})", op.count, op.root);
@@ -66,16 +66,16 @@ void start_native(const MpiOp& op, MPI_Comm comm, int rank, MPI_Op bf16_sum_op,
   const size_t esize = dtype_size(op.type);
   switch (op.kind) {
     case MpiKind::all_reduce:
-      for (int64_t off = 0; off < op.count; off += kMaxChunk) {
-        const int n = int(std::min(kMaxChunk, op.count - off));
+      for (int64_t off = 0; off < op.count; off += kMpiMaxCount) {
+        const int n = int(std::min(kMpiMaxCount, op.count - off));
         wait(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(op.data) + size_t(off) * esize, n,
                             type, sum, comm, &req),
              req);
       }
       break;
     case MpiKind::broadcast:
-      for (int64_t off = 0; off < op.count; off += kMaxChunk) {
-        const int n = int(std::min(kMaxChunk, op.count - off));
+      for (int64_t off = 0; off < op.count; off += kMpiMaxCount) {
+        const int n = int(std::min(kMpiMaxCount, op.count - off));
         wait(MPI_Ibcast(static_cast<char*>(op.data) + off, n, MPI_BYTE, op.root, comm, &req), req);
       }
       break;

@@ -14,13 +14,15 @@
 namespace trainer::dist {
 
 // Elements per MPI call: MPI's counts are int.
-inline constexpr int64_t kMaxChunk = int64_t(1) << 30;
+inline constexpr int64_t kMpiMaxCount = int64_t(1) << 30;
 
+// The collectives the MPI communicator runs.
 enum class MpiKind { all_reduce, reduce_scatter, all_gather, broadcast, barrier };
 
 // "all_reduce", ...: the operation's name in messages.
-const char* kind_name(MpiKind k);
+const char* mpi_kind_name(MpiKind k);
 
+// One queued collective: its buffers, dtype, reduction order, root and deadline.
 struct MpiOp {
   MpiKind kind = MpiKind::barrier;
   const void* send = nullptr;
@@ -36,10 +38,10 @@ struct MpiOp {
 };
 
 // What a message adds to the operation's name: " (4096 x fp32)", " (64 bytes from rank 0)".
-std::string detail(const MpiOp& op);
+std::string mpi_op_detail(const MpiOp& op);
 
 // Starts `op` as MPI's own collective on `comm` (where this process is `rank`), one call per
-// kMaxChunk elements, handing each call's return code and request to `wait`, which completes
+// kMpiMaxCount elements, handing each call's return code and request to `wait`, which completes
 // it before the next starts. bf16 sums use `bf16_sum_op` (bf16_sum).
 using MpiWait = std::function<void(int rc, MPI_Request& req)>;
 void start_native(const MpiOp& op, MPI_Comm comm, int rank, MPI_Op bf16_sum_op,

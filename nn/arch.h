@@ -100,9 +100,9 @@ enum class Parallel : uint8_t { none, column, row };
 struct Matmul {
   int64_t in, out;
   Parallel parallel = Parallel::none;
-  Role weight;               // the product's weight (the first of stacked ones: Llama's q/k/v)
-  Role bias = Role::kCount;  // its bias, or kCount: none
-  int64_t whole_out = 0;     // of a column-parallel product's outputs, those not cut (replicated)
+  Role weight = Role::kCount;  // the product's weight (the first of stacked ones: Llama's q/k/v)
+  Role bias = Role::kCount;    // its bias, or kCount: none
+  int64_t whole_out = 0;       // of a column-parallel product's outputs, those not cut (replicated)
 };
 
 // What a block activation is.

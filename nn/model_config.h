@@ -46,6 +46,7 @@ struct PipelineSlice {
   bool whole() const { return chunks.empty(); }
 };
 
+// model.gelu's names of the two GELU forms.
 inline constexpr EnumNames<GeluForm, 2> kGeluNames{
     "model.gelu", {{{GeluForm::tanh, "tanh"}, {GeluForm::erf, "erf"}}}};
 
@@ -160,7 +161,7 @@ struct ExecConfig {
   void* stream = nullptr;    // CUDA: the stream the model's work is queued on (null: the legacy
                              // default stream); the caller owns it
   bool cuda_graphs = false;  // CUDA: replay training passes as graphs (Note [CUDA graphs])
-  AttentionBackward attention_backward = AttentionBackward::deterministic;
+  AttentionBackward attention_backward = AttentionBackward::deterministic;  // (Context)
   bool cudnn_attention = true;  // CUDA: cuDNN's fused attention where it applies (Context)
   // The CPU's bf16 path (Context::bf16_math); unset: detect_cpu_bf16_math's choice.
   std::optional<CpuBf16Math> cpu_bf16;

@@ -196,7 +196,7 @@ std::vector<int> Transformer::weight_schedule(ParamUse use) const {
   const int E = layout_.embedding_unit(), F = layout_.final_unit();
   const bool first = config_.pipeline.first;
   std::vector<int> units;
-  if (use == ParamUse::forward) {  // forward_blocks_and_head
+  if (use == ParamUse::forward) {  // the embedding, the blocks, the head
     if (first) units.push_back(E);
     for (int l : config_.held_layers()) units.push_back(layout_.block_unit(l));
     if (F >= 0) units.push_back(F);

@@ -34,6 +34,14 @@ expect 2 "unexpected argument" prepare stray --tokenizer t --input x --out o
 expect 2 "unexpected argument" tokenizer info stray --tokenizer m
 expect 2 "unexpected argument" bench two.yaml extra
 expect 2 "cannot read missing.yaml" bench missing.yaml
+# A model source that is none of a checkpoint, a run directory or a folder: one line, exit 2,
+# whichever command reads it.
+for cmd in eval sample export inspect; do
+  extra=()
+  [[ $cmd == export ]] && extra=(--out never)
+  expect 2 "nowhere is neither a checkpoint, a run directory with checkpoints nor a Hugging Face" \
+    $cmd nowhere "${extra[@]}"
+done
 expect 2 "is a directory" config confdir
 expect 2 "is a directory" train --config confdir
 expect 2 "the config is empty" config empty.yaml

@@ -1,7 +1,9 @@
 // The config schema: unknown keys, types, ranges, choices, overrides and their messages.
 #include <gtest/gtest.h>
-#include <fstream>
 
+#include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 

@@ -5,8 +5,9 @@
 # vocabulary nor a SwiGLU width; sequence parallelism without tensor parallelism, with padded
 # batches, or with rows that do not cut) and pipeline parallelism (more stages than layers,
 # listed stages that miss layers or hold none, virtual stages that do not divide the layers or
-# are missing, a grid the world does not fill, dist.deterministic, an interleaved schedule or
-# listed stages without pipeline parallelism), and task evaluation while training under either
+# are missing or asked of a one-chunk schedule, a grid the world does not fill,
+# dist.deterministic, an interleaved schedule or listed stages without pipeline parallelism),
+# and task evaluation while training under either
 # (no rank holds the whole model's logits). Whether a layout is accepted
 # does not depend on the CPU's kernels: this runs once (Note [Test labels]).
 #   layout_refusals.sh <trainer> <mpiexec>
@@ -76,4 +77,4 @@ refused 2 "train.eval_tasks runs with dist.pipeline_parallel = 1 only" \
   --set dist.pipeline_parallel=2 --set 'train.eval_tasks=[task.jsonl]'
 refused 2 "train.eval_tasks runs with dist.tensor_parallel = 1 only" \
   --set dist.tensor_parallel=2 --set 'train.eval_tasks=[task.jsonl]'
-echo "layout refusals: 19 bad layouts refused, each naming its constraint, nothing written"
+echo "layout refusals: 20 bad layouts refused, each naming its constraint, nothing written"

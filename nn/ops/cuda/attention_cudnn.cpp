@@ -73,7 +73,7 @@ Shape shape_of(const Context& ctx, const ConstTensor& q, const ConstTensor& k, c
 // more, again within what the refusal stated, in a workspace of the entry's own where the
 // device has room (cudnn_replan_workspace: the formula behind the plan is cudnn-frontend's
 // estimate, which may not hold at every version and shape). Sets *why when there is none.
-void plan(Entry& e, const Shape& s, std::string* why) {
+void make_plan(Entry& e, const Shape& s, std::string* why) {
   int64_t need = 0;
   e.plan = e.graph.build(s.device, s.engine_budget, why, &need);
   if (e.plan || need == 0) return;
@@ -106,7 +106,7 @@ Entry* entry(const Shape& s) {
         build_backward(*e, s);
       else
         build_forward(*e, s);
-      plan(*e, s, &why);
+      make_plan(*e, s, &why);
     } catch (const Error& err) {
       why = err.what();
     }

@@ -38,7 +38,7 @@ enum Ragged { kQ, kK, kV, kO, kStats, kDq, kDk, kDv, kRaggedTensors };
 static_assert(kRaggedTensors == kMaxRaggedTensors);
 
 // One shape's graph and plan (or the reason cuDNN cannot run it), the ids of its non-virtual
-// tensors in variant-pack order and its by-value scalars. Its workspace is the model's.
+// tensors in variant-pack order and its by-value scalars.
 struct Entry {
   cudnn::Graph graph;
   std::optional<cudnn::Graph::Plan> plan;

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/enum_names.h"
+#include "app/progress_mode.h"
 
 namespace trainer::app {
 
@@ -32,12 +32,6 @@ class MetricsLog {
   std::FILE* file_ = nullptr;
   std::string why_;
 };
-
-// log.progress: a live bar when stdout is a terminal (automatic), always, or never.
-enum class ProgressMode : uint8_t { automatic, on, off };
-inline constexpr EnumNames<ProgressMode, 3> kProgressNames{
-    "log.progress",
-    {{{ProgressMode::automatic, "auto"}, {ProgressMode::on, "on"}, {ProgressMode::off, "off"}}}};
 
 class Progress {
  public:

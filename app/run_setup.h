@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "app/config.h"
-#include "app/metrics.h"
+#include "app/progress_mode.h"
 #include "data/loader.h"
 #include "dist/data_parallel.h"
 #include "dist/join.h"

@@ -195,7 +195,7 @@ int cmd_plan(const Args& args) {
   const Config c = config_from(vm);
   require_range("plan", vm, "world-size", 1, 1 << 20);
   const int world = vm["world-size"].as<int>();
-  RunConfig rc = resolve_run(c, /*planning=*/true);
+  RunConfig rc = resolve_run(c);
   if (vm.count("tensor-parallel")) {
     require_range("plan", vm, "tensor-parallel", 1, 4096);
     rc.tensor_parallel = vm["tensor-parallel"].as<int>();
@@ -221,6 +221,11 @@ int cmd_plan(const Args& args) {
   std::printf("plan for %s: %d layers, C=%d, V=%d, %ld parameters (%ld in each rank's slice)\n",
               vm["config"].as<std::string>().c_str(), rc.model.n_layer, rc.model.n_embd,
               rc.model.vocab_size, long(count), long(mine));
+  if (rc.exec.device == Device::cuda)  // what has run (docs/dist.md, "Not done")
+    std::printf(
+        "note: on GPUs the CUDA backend and NCCL (collectives%s) compile and link but have not "
+        "run yet: no GPU has been lent to this project (docs/dist.md, \"Not done\")\n",
+        rc.pipeline_parallel > 1 ? ", pipeline transfers" : "");
   if (rc.pipeline_parallel > 1) {  // the first stage as configured, then every stage
     RunConfig first = rc;
     first.model.pipeline = nn::stage_slice(rc.pipeline_split, rc.pipeline_parallel, 0);

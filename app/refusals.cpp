@@ -18,11 +18,9 @@ namespace {
 
 // A message may name the values of the options it refuses: {grad_accum}, {global_batch},
 // {virtual_stages}, {schedule} (check_combinations fills them in).
-// `runs_only`: a limit of what a run can do today that `trainer plan` still plans.
 struct Refusal {
   bool (*applies)(const RunConfig& r);
   const char* message;
-  bool runs_only = false;
 };
 
 bool pipelined(const RunConfig& r) {
@@ -62,11 +60,6 @@ const Refusal kRefusals[] = {
      "collectives run inside forward and backward, outside any graph)"},
     {[](const RunConfig& r) { return r.exec.cuda_graphs && pipelined(r); },
      "train.cuda_graphs runs with dist.pipeline_parallel = 1 only, for now"},
-    // Pipelines move activations over MPI only.
-    {[](const RunConfig& r) { return pipelined(r) && r.exec.device == Device::cuda; },
-     "dist.pipeline_parallel > 1 runs on CPU ranks over MPI for now: the transfers over NCCL "
-     "are not written yet (`trainer plan` plans GPU layouts)",
-     true},
     {[](const RunConfig& r) { return r.backend == Backend::nccl && r.exec.device != Device::cuda; },
      "dist.backend = nccl needs run.device = cuda (NCCL connects GPUs)"},
     // Task scores need the whole vocabulary's logits of the whole model.
@@ -96,9 +89,9 @@ const Refusal kRefusals[] = {
 
 }  // namespace
 
-void check_combinations(const RunConfig& r, bool planning) {
+void check_combinations(const RunConfig& r) {
   for (const Refusal& x : kRefusals)
-    if (x.applies(r) && !(planning && x.runs_only))
+    if (x.applies(r))
       throw UsageError(fmt::format(
           fmt::runtime(x.message), fmt::arg("grad_accum", r.grad_accum),
           fmt::arg("global_batch", r.global_batch), fmt::arg("virtual_stages", r.pipeline_chunks),

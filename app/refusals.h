@@ -9,9 +9,8 @@
 
 namespace trainer::app {
 
-// Throws a UsageError with the message of the first row of the table that refuses `r`; when
-// `planning` (trainer plan), not for the limits of what runs today.
-void check_combinations(const RunConfig& r, bool planning);
+// Throws a UsageError with the message of the first row of the table that refuses `r`.
+void check_combinations(const RunConfig& r);
 // Every row's message as written, with its {placeholders}, in the table's order (a test checks
 // that docs/errors.md explains each).
 std::vector<std::string> refusal_messages();

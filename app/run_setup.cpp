@@ -386,7 +386,7 @@ int held_micro_batches(const RunConfig& r, dist::PipelineSchedule schedule, int 
       dist::pipeline_actions(schedule, r.pipeline_parallel, stage, int(M), chunks));
 }
 
-RunConfig resolve_run(const Config& c, bool planning) {
+RunConfig resolve_run(const Config& c) {
   RunConfig r;
   r.run_dir = run_dir_of(c);
   r.seed = uint64_t(c.integer("run.seed"));
@@ -398,7 +398,7 @@ RunConfig resolve_run(const Config& c, bool planning) {
   r.exec = exec_config(c, model_rows(r.train_data), r.train_data.seq_len);
   read_dist(c, r);
   read_loop(c, r);
-  check_combinations(r, planning);  // Note [Refusals] in app/refusals.cpp
+  check_combinations(r);  // Note [Refusals] in app/refusals.cpp
   derive(r);
   return r;
 }

@@ -103,9 +103,7 @@ int held_micro_batches(const RunConfig& r, dist::PipelineSchedule schedule, int 
                        int data_ranks);
 
 // Everything the training job needs from `c`, checked; throws UsageError naming the key.
-// `planning` (trainer plan) accepts what no run can do yet but a plan may show (Note
-// [Refusals] in app/refusals.cpp).
-RunConfig resolve_run(const Config& c, bool planning = false);
+RunConfig resolve_run(const Config& c);
 // run.dir/run.name: where the run keeps its checkpoints, logs and metrics.
 std::filesystem::path run_dir_of(const Config& c);
 // What only starting a training run asks of `c`, before anything is written: run.name is a

@@ -30,7 +30,7 @@ struct CommFailure {
 // One collective as the engine sees it.
 struct CommJob {
   const char* kind = "";  // all_reduce, reduce_scatter, all_gather, broadcast, barrier, split,
-                          // send or recv
+                          // send, recv, or transfers (an NCCL group of sends and receives)
   double bytes = 0;       // its buffer's bytes, as CommStats::add counts them
   std::string detail;     // what follows "<kind> #<seq>" in messages: " (4096 x fp32)"
   // On the caller's thread, in issue order, unless the engine has failed: queues the work

@@ -47,17 +47,10 @@ double CommStats::bus_gbps_since(const CommStats& before) const {
   return t > 0 ? (bus_bytes - before.bus_bytes) / t / 1e9 : 0;
 }
 
-Work Communicator::send_async(const void*, int64_t, DType, int, int) {
+std::vector<Work> Communicator::transfer_async(const std::vector<PeerTransfer>&) {
   THROW_ERROR(
-      "point-to-point transfers (dist.pipeline_parallel > 1) need the MPI communicator, "
-      "not {}",
-      backend());
-}
-
-Work Communicator::recv_async(void*, int64_t, DType, int, int) {
-  THROW_ERROR(
-      "point-to-point transfers (dist.pipeline_parallel > 1) need the MPI communicator, "
-      "not {}",
+      "point-to-point transfers (dist.pipeline_parallel > 1) need the MPI or NCCL "
+      "communicator, not {}",
       backend());
 }
 

@@ -65,6 +65,16 @@ struct CommStats {
   double bus_gbps_since(const CommStats& before) const;
 };
 
+// One side of a point-to-point transfer: data[0, count) to rank `peer`, or from it into data.
+struct PeerTransfer {
+  bool send = false;  // else a receive
+  void* data = nullptr;
+  int64_t count = 0;
+  DType type = DType::f32;
+  int peer = 0;
+  int tag = 0;  // 0 <= tag < 32768; MPI matches transfers by it, NCCL names it in messages
+};
+
 struct CommOptions {
   double timeout_s = 300;  // any collective not complete after this fails on every waiting rank
   // MPI: the network interface between nodes, dist.interface (Note [Choosing the network]).
@@ -120,13 +130,15 @@ class Communicator {
   }
   void barrier(double timeout_s = 0) { barrier_async(timeout_s).wait(); }
 
-  // Point to point (Note [Pipeline transfers] in dist/pipeline.h): data[0, count) to rank
-  // `peer`, or from it into data, matched by `tag` (0 <= tag < 32768). Only the two ranks take
-  // part, and a transfer in flight never holds up the operations issued after it. Completes
-  // when the data has left (send) or arrived (recv); fails after the communicator's timeout,
-  // naming the peer. MPI only: the others throw a trainer::Error.
-  virtual Work send_async(const void* data, int64_t count, DType type, int peer, int tag);
-  virtual Work recv_async(void* data, int64_t count, DType type, int peer, int tag);
+  // Point to point (Note [Pipeline transfers] in dist/pipeline.h): posts `transfers` as one
+  // group and returns a Work for each, complete when its data has left (send) or arrived
+  // (receive); one that is not after the communicator's timeout fails, naming the peer. Only
+  // the ranks of a transfer take part. MPI matches a transfer by its tag and posts each alone,
+  // so one in flight never holds up what is issued after it; NCCL matches them in the order
+  // two ranks post them and runs the group's transfers together, in order with the
+  // communicator's collectives (Note [Pipeline transfer groups] in dist/pipeline_schedule.h).
+  // The single-process communicator throws a trainer::Error.
+  virtual std::vector<Work> transfer_async(const std::vector<PeerTransfer>& transfers);
 
   // What the collectives moved and how long they took, since creation (metrics, overlap).
   virtual CommStats stats() const = 0;

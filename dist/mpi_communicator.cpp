@@ -179,11 +179,11 @@ class MpiCommunicator final : public Communicator {
                    timeout_s);
   }
 
-  Work send_async(const void* data, int64_t count, DType type, int peer, int tag) override {
-    return transfer(true, const_cast<void*>(data), count, type, peer, tag);
-  }
-  Work recv_async(void* data, int64_t count, DType type, int peer, int tag) override {
-    return transfer(false, data, count, type, peer, tag);
+  std::vector<Work> transfer_async(const std::vector<PeerTransfer>& transfers) override {
+    std::vector<Work> works;
+    for (const PeerTransfer& t : transfers)
+      works.push_back(transfer(t.send, t.data, t.count, t.type, t.peer, t.tag));
+    return works;
   }
 
   // This communicator's own, though it may share the engine (split()).

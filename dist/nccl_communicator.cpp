@@ -143,6 +143,30 @@ class NcclCommunicator final : public Communicator {
           ncclAllReduce(barrier_.data(), barrier_.data(), 1, ncclFloat32, ncclSum, comm_, stream_));
     });
   }
+  // One NCCL group (ncclGroupStart/End) on the communicator's stream: every transfer's Work is
+  // the group's.
+  std::vector<Work> transfer_async(const std::vector<PeerTransfer>& transfers) override {
+    double bytes = 0;
+    std::string detail = " (NCCL";
+    for (const PeerTransfer& t : transfers) {
+      CHECK(t.peer >= 0 && t.peer < size() && on_device(t.data),
+            "NCCL transfer with rank {} of {}: its buffer must be on the GPU", t.peer, size());
+      bytes += double(t.count) * double(dtype_size(t.type));
+      detail +=
+          fmt::format("; {} {} bytes {} rank {}, tag {}", t.send ? "send" : "recv",
+                      t.count * int64_t(dtype_size(t.type)), t.send ? "to" : "from", t.peer, t.tag);
+    }
+    const Work work = launch("transfers", bytes, detail + ")", [&] {
+      NCCL_CALL(ncclGroupStart());
+      for (const PeerTransfer& t : transfers)
+        if (t.send)
+          NCCL_CALL(ncclSend(t.data, size_t(t.count), nccl_type(t.type), t.peer, comm_, stream_));
+        else
+          NCCL_CALL(ncclRecv(t.data, size_t(t.count), nccl_type(t.type), t.peer, comm_, stream_));
+      NCCL_CALL(ncclGroupEnd());
+    });
+    return std::vector<Work>(transfers.size(), work);
+  }
   CommStats stats() const override { return engine_->stats(); }
   const std::vector<std::string>& hosts() const override { return bootstrap_.hosts(); }
   std::string network() const override { return bootstrap_.network(); }
@@ -152,6 +176,11 @@ class NcclCommunicator final : public Communicator {
   // far (a gradient bucket), between two events; the engine's thread waits for the second.
   template <typename Fn>
   Work launch(const char* kind, double bytes, Fn&& enqueue_op) {
+    return launch(kind, bytes, " (NCCL)", std::forward<Fn>(enqueue_op));
+  }
+  // The same, with `detail` in messages after "<kind> #<seq>".
+  template <typename Fn>
+  Work launch(const char* kind, double bytes, std::string detail, Fn&& enqueue_op) {
     auto events = std::make_shared<std::pair<cudaEvent_t, cudaEvent_t>>();
     auto issue = [this, events, &enqueue_op] {
       CUDA_CALL(cudaEventCreate(&events->first));
@@ -163,7 +192,7 @@ class NcclCommunicator final : public Communicator {
       CUDA_CALL(cudaEventRecord(events->second, stream_));
     };
     const auto issued_at = std::make_shared<Clock::time_point>();
-    return engine_->submit({kind, bytes, " (NCCL)",
+    return engine_->submit({kind, bytes, std::move(detail),
                             [issue, issued_at] {
                               issue();
                               *issued_at = Clock::now();

@@ -25,33 +25,34 @@ Pipeline::~Pipeline() {
     (void)new std::vector<Buffer>(std::move(staging_));
     return;
   }
-  auto quiet = [](Work& w) {
-    try {
-      if (w.valid()) w.wait();
+  for (Transfer& t : sends_) try {
+      t.work.wait();
     } catch (...) {
     }
-  };
-  quiet(next_.work);
-  for (Transfer& t : sends_) quiet(t.work);
 }
 
 // (micro-batch mod 512, the receiving chunk, direction) in 15 bits: two transfers between two
 // stages that share a tag are 512 micro-batches apart, and MPI matches equal tags in order.
-int Pipeline::tag(bool forward, int micro, int chunk) {
-  return ((micro % 512) * 32 + chunk) * 2 + (forward ? 0 : 1);
+int Pipeline::tag(const PipelineTransfer& t) {
+  return ((t.micro % 512) * 32 + t.chunk) * 2 + (t.forward ? 0 : 1);
 }
 
 int Pipeline::staging(size_t bytes) {
-  for (size_t b = 0; b < staging_.size(); ++b)
-    if (!staging_busy_[b] && staging_[b].bytes() >= bytes) return int(b);
+  int free = -1;
   for (size_t b = 0; b < staging_.size(); ++b)
     if (!staging_busy_[b]) {
-      staging_[b] = Buffer(bytes, model_.context().device);
-      return int(b);
+      free = int(b);
+      if (staging_[b].bytes() >= bytes) break;
     }
-  staging_.emplace_back(bytes, model_.context().device);
-  staging_busy_.push_back(false);
-  return int(staging_.size()) - 1;
+  if (free < 0) {
+    staging_.emplace_back();
+    staging_busy_.push_back(false);
+    free = int(staging_.size()) - 1;
+  }
+  if (staging_[size_t(free)].bytes() < bytes)
+    staging_[size_t(free)] = Buffer(bytes, model_.context().device);
+  staging_busy_[size_t(free)] = true;
+  return free;
 }
 
 void Pipeline::wait(Transfer& t, Times& times) {
@@ -60,19 +61,15 @@ void Pipeline::wait(Transfer& t, Times& times) {
   try {
     t.work.wait();
   } catch (const CommError& e) {
-    // A forward's input and a backward's output go back a virtual stage, the others ahead.
-    const PipelineAction& a = t.action;
-    const int v = virtual_stage(a.chunk), back = (v - 1 + stages()) % stages(),
-              ahead = (v + 1) % stages();
-    const std::string what = a.forward ? "activations" : "gradient";
-    throw CommError(
-        fmt::format("pipeline stage {} of {}: {}: {}", stage(), stages(),
-                    t.send ? fmt::format("stage {} does not take micro-batch {}'s {} (chunk {})",
-                                         a.forward ? ahead : back, a.micro, what, a.chunk)
-                           : fmt::format("the {} of micro-batch {} (chunk {}) waits for stage {}",
-                                         a.forward ? "forward" : "backward", a.micro, a.chunk,
-                                         a.forward ? back : ahead),
-                    e.what()));
+    const PipelineTransfer& w = t.what;
+    const std::string what = w.forward ? "activations" : "gradient";
+    throw CommError(fmt::format(
+        "pipeline stage {} of {}: {}: {}", stage(), stages(),
+        w.send ? fmt::format("stage {} does not take micro-batch {}'s {} (its chunk {})", w.peer,
+                             w.micro, what, w.chunk)
+               : fmt::format("the {} of micro-batch {} (chunk {}) waits for stage {}",
+                             w.forward ? "forward" : "backward", w.micro, w.chunk, w.peer),
+        e.what()));
   }
   times.idle_s += timer.seconds();
   t.work = Work();
@@ -105,55 +102,68 @@ int Pipeline::slot_of(int m, const std::vector<nn::BatchView>& batches, int64_t*
   return -1;
 }
 
-Pipeline::Transfer Pipeline::post_receive(const PipelineAction& a, const nn::BatchView& batch) {
-  const int v = virtual_stage(a.chunk);
-  Transfer t;
-  t.action = a;
-  if ((a.forward && v == 0) || (!a.forward && v == last_virtual_stage())) return t;
-  const int64_t n = model_.residual_numel(batch);  // Note [Pipeline stages]
-  t.buffer = staging(size_t(n) * sizeof(float));
-  staging_busy_[size_t(t.buffer)] = true;
-  const int peer = (a.forward ? v - 1 : v + 1) % stages();
-  t.work = comm_.recv_async(staging_[size_t(t.buffer)].data(), n, DType::f32, peer,
-                            tag(a.forward, a.micro, a.chunk));
-  return t;
+std::vector<Pipeline::Transfer> Pipeline::post(const std::vector<PipelineTransfer>& group,
+                                               const std::vector<nn::BatchView>& batches) {
+  std::vector<PeerTransfer> posts;
+  std::vector<Transfer> received;
+  size_t staged = 0;
+  for (const PipelineTransfer& w : group) {
+    Transfer t;
+    if (w.send) {
+      TRAINER_ASSERT(staged < staged_.size() && staged_[staged].what == w,
+                     "stage {}: the send of micro-batch {} was not staged", stage(), w.micro);
+      t = std::move(staged_[staged++]);
+    } else {
+      const int64_t n = model_.residual_numel(batches[size_t(w.micro)]);  // Note [Pipeline stages]
+      t = {Work(), staging(size_t(n) * sizeof(float)), n, w};
+    }
+    posts.push_back(
+        {w.send, staging_[size_t(t.buffer)].data(), t.count, DType::f32, w.peer, tag(w)});
+    (w.send ? sends_ : received).push_back(std::move(t));
+  }
+  TRAINER_ASSERT(staged == staged_.size(), "stage {}: {} staged outputs not sent", stage(),
+                 staged_.size() - staged);
+  staged_.clear();
+  if (posts.empty()) return received;
+  std::vector<Work> works = comm_.transfer_async(posts);
+  // In `posts`' order: the sends first (now the last of sends_), then the receives.
+  const size_t sends = posts.size() - received.size();
+  for (size_t i = 0; i < sends; ++i) sends_[sends_.size() - sends + i].work = std::move(works[i]);
+  for (size_t i = 0; i < received.size(); ++i) received[i].work = std::move(works[sends + i]);
+  return received;
 }
 
-void Pipeline::send(const PipelineAction& a, const Tensor& data) {
-  const int v = virtual_stage(a.chunk), to = a.forward ? v + 1 : v - 1;
-  Transfer t;
-  t.action = a;
-  t.send = true;
-  t.buffer = staging(size_t(data.numel()) * sizeof(float));
-  staging_busy_[size_t(t.buffer)] = true;
-  const Tensor copy_out = staging_[size_t(t.buffer)].view(DType::f32, data.numel());
-  copy(model_.context(), copy_out, data.flat(0, data.numel()));
-  t.work = comm_.send_async(copy_out.data, data.numel(), DType::f32, to % stages(),
-                            tag(a.forward, a.micro, to / stages()));
-  sends_.push_back(std::move(t));
-}
-
-// One pass: its input copied in from staging, the chunk run, its output sent.
-void Pipeline::pass(const PipelineAction& a, Transfer& received,
+// One pass: its input copied in from staging, the chunk run, its output staged.
+void Pipeline::pass(const PipelineAction& a, std::vector<Transfer>& received,
                     const std::vector<nn::BatchView>& batches, float loss_scale, Times& times) {
   const int slot = slot_of(a.micro, batches);
-  wait(received, times);
-  if (received.buffer >= 0) {
+  for (Transfer& r : received) {
+    if (r.what.forward != a.forward || r.what.micro != a.micro || r.what.chunk != a.chunk) continue;
+    wait(r, times);
     const Tensor into = a.forward ? model_.chunk_input(a.chunk) : model_.residual_grad();
     copy(model_.context(), into.flat(0, into.numel()),
-         staging_[size_t(received.buffer)].view(DType::f32, into.numel()));
-    staging_busy_[size_t(received.buffer)] = false;
+         staging_[size_t(r.buffer)].view(DType::f32, into.numel()));
+    staging_busy_[size_t(r.buffer)] = false;
   }
   Timer t;
   const int v = virtual_stage(a.chunk);
-  if (a.forward) {
+  const bool sends = a.forward ? v < last_virtual_stage() : v > 0;
+  if (a.forward)
     model_.forward_chunk(a.chunk);
-    if (v < last_virtual_stage()) send(a, model_.chunk_output(a.chunk));
-  } else {
+  else
     model_.backward_chunk(a.chunk, loss_scale);
-    if (v > 0) send(a, model_.residual_grad());
-    if (a.chunk == 0) slot_micro_[size_t(slot)] = -1;  // its last pass here
+  if (sends) {
+    const Tensor out = a.forward ? model_.chunk_output(a.chunk) : model_.residual_grad();
+    const int to = a.forward ? v + 1 : v - 1;
+    Transfer staged{Work(),
+                    staging(size_t(out.numel()) * sizeof(float)),
+                    out.numel(),
+                    {true, to % stages(), a.forward, a.micro, to / stages()}};
+    copy(model_.context(), staging_[size_t(staged.buffer)].view(DType::f32, out.numel()),
+         out.flat(0, out.numel()));
+    staged_.push_back(std::move(staged));
   }
+  if (!a.forward && a.chunk == 0) slot_micro_[size_t(slot)] = -1;  // its last pass here
   times.compute_s += t.seconds();
 }
 
@@ -161,16 +171,13 @@ Pipeline::Times Pipeline::run(const std::vector<PipelineAction>& actions,
                               const std::vector<nn::BatchView>& batches, float loss_scale,
                               const std::function<void()>& before_micro_batch) {
   Times times;
-  next_ = post_receive(actions.front(), batches[size_t(actions.front().micro)]);
-  for (size_t i = 0; i < actions.size(); ++i) {
-    const PipelineAction& a = actions[i];
-    Transfer now = std::move(next_);
-    next_ = Transfer();
-    // Overlap: the next action's receive goes up before this one computes.
-    if (i + 1 < actions.size())
-      next_ = post_receive(actions[i + 1], batches[size_t(actions[i + 1].micro)]);
-    if (a.forward && a.chunk == 0 && before_micro_batch) before_micro_batch();
-    pass(a, now, batches, loss_scale, times);
+  for (const PipelineStep& step : pipeline_steps(actions, stages(), stage(), chunks_)) {
+    std::vector<Transfer> received = post(step.before, batches);
+    for (size_t i = step.first; i < step.end; ++i) {
+      const PipelineAction& a = actions[i];
+      if (a.forward && a.chunk == 0 && before_micro_batch) before_micro_batch();
+      pass(a, received, batches, loss_scale, times);
+    }
     reap_sends(false, times);
   }
   reap_sends(true, times);

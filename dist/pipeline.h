@@ -17,15 +17,15 @@ namespace trainer::dist {
 // Every stage of a pipeline loads the same batches (they read the same data, as a tensor
 // group does), so a transfer's shape is known to both sides and nothing but activations and
 // their gradients crosses: the residual stream (fp32, this tensor rank's tokens) at a chunk's
-// output, to the stage of the next virtual stage, and its gradient back. Every transfer goes
-// through a staging buffer of the pipeline's own: a receive is posted before the action ahead
-// of the one that needs it runs (so it overlaps that action's compute) and copied into its
-// slot when its action starts; a send copies its data out and is never waited for until the
-// step ends, so a stage blocks only on receives. Transfers are matched by tag (micro-batch,
-// the receiving chunk, direction), so their order between two stages never matters; a stage
-// waits only for data its schedule needs, so a schedule whose passes' dependencies hold on
-// every stage (tests/dist/pipeline_schedule_test.cpp simulates them) cannot deadlock. A stage
-// that never answers fails the transfer after dist.timeout_s, naming that stage.
+// output, to the stage of the next virtual stage, and its gradient back. A stage runs its
+// actions in steps and posts one group of transfers before each (Note [Pipeline transfer
+// groups] in dist/pipeline_schedule.h): the sends of what the step before produced, copied
+// into staging buffers of the pipeline's own as each pass ends, and the receives of what this
+// step needs, into staging buffers copied into their slots as each pass starts. A stage waits
+// only for its receives; a send is waited for when its buffer is needed again or the step
+// ends. One order serves MPI (which could match any order by tag) and NCCL (which matches in
+// order and runs a group on one stream), so the CPU runs exercise the order GPUs run. A
+// stage that never answers fails the transfer after dist.timeout_s, naming that stage.
 class Pipeline {
  public:
   // `comm`: the pipeline group, its rank the stage. `model`: this stage's, built with `slots`
@@ -54,30 +54,32 @@ class Pipeline {
   int stage() const { return comm_.rank(); }
 
  private:
-  struct Transfer {  // in flight, through staging buffer `buffer`, for or from `action`
+  struct Transfer {  // in flight, through staging buffer `buffer`
     Work work;
     int buffer = -1;
-    PipelineAction action;
-    bool send = false;
+    int64_t count = 0;  // floats
+    PipelineTransfer what;
   };
-  Times run(const std::vector<PipelineAction>& actions, const std::vector<nn::BatchView>& batches,
-            float loss_scale, const std::function<void()>& before_micro_batch);
-  void pass(const PipelineAction& a, Transfer& received, const std::vector<nn::BatchView>& batches,
-            float loss_scale, Times& times);
   int virtual_stage(int chunk) const { return chunk * stages() + stage(); }
   int last_virtual_stage() const { return chunks_ * stages() - 1; }
+  Times run(const std::vector<PipelineAction>& actions, const std::vector<nn::BatchView>& batches,
+            float loss_scale, const std::function<void()>& before_micro_batch);
+  // Runs action `a`, its input copied in from its receive among `received`, its output (where
+  // a neighbour takes it) copied into a staging buffer for the next group to send.
+  void pass(const PipelineAction& a, std::vector<Transfer>& received,
+            const std::vector<nn::BatchView>& batches, float loss_scale, Times& times);
+  // Posts `group`: its sends from the staged outputs, in order; returns its receives.
+  std::vector<Transfer> post(const std::vector<PipelineTransfer>& group,
+                             const std::vector<nn::BatchView>& batches);
   // The slot of micro-batch m, taken and the batch loaded at its first pass here.
   int slot_of(int m, const std::vector<nn::BatchView>& batches, int64_t* counted = nullptr);
-  // The receive action `a` needs (none where it starts the model or ends it), posted.
-  Transfer post_receive(const PipelineAction& a, const nn::BatchView& batch);
-  void send(const PipelineAction& a, const Tensor& data);
-  // A free staging buffer of at least `bytes`.
+  // A free staging buffer of at least `bytes`, marked busy.
   int staging(size_t bytes);
-  // Waits for `t`; a failure names this stage and the one it waits for.
+  // Waits for `t`; a failure names this stage, the transfer and the stage it waits for.
   void wait(Transfer& t, Times& times);
   // Releases the staging buffers of the sends that are done (all: waits for every one).
   void reap_sends(bool all, Times& times);
-  static int tag(bool forward, int micro, int chunk);
+  static int tag(const PipelineTransfer& t);
 
   Communicator& comm_;
   nn::Model& model_;
@@ -86,8 +88,8 @@ class Pipeline {
   std::vector<int> slot_micro_;  // by slot: its micro-batch, or -1
   std::vector<Buffer> staging_;
   std::vector<bool> staging_busy_;
-  std::vector<Transfer> sends_;  // not yet known to be done
-  Transfer next_;                // the receive posted for the next action
+  std::vector<Transfer> staged_;  // outputs copied out, for the next group to send
+  std::vector<Transfer> sends_;   // posted, not yet known to be done
 };
 
 }  // namespace trainer::dist

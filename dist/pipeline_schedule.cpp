@@ -41,9 +41,38 @@ std::vector<PipelineAction> pipeline_actions(PipelineSchedule schedule, int P, i
   for (int k = 0; k < total - warmup; ++k) {
     out.push_back(action(true, warmup + k));
     out.push_back(action(false, k));
+    out.back().joins_previous = V > 1;  // Note [Pipeline transfer groups]
   }
   for (int k = total - warmup; k < total; ++k) out.push_back(action(false, k));
   return out;
+}
+
+std::vector<PipelineStep> pipeline_steps(const std::vector<PipelineAction>& actions, int P,
+                                         int stage, int V) {
+  const int last = P * V - 1;
+  std::vector<PipelineStep> steps;
+  for (size_t i = 0; i < actions.size(); ++i)
+    if (steps.empty() || !actions[i].joins_previous)
+      steps.push_back({i, i + 1, {}});
+    else
+      steps.back().end = i + 1;
+  steps.push_back({actions.size(), actions.size(), {}});
+  for (size_t j = 0; j < steps.size(); ++j) {
+    if (j > 0)  // what the step before produced, to the virtual stage after or before
+      for (size_t i = steps[j - 1].first; i < steps[j - 1].end; ++i) {
+        const PipelineAction& a = actions[i];
+        const int v = a.chunk * P + stage, to = a.forward ? v + 1 : v - 1;
+        if (to >= 0 && to <= last)
+          steps[j].before.push_back({true, to % P, a.forward, a.micro, to / P});
+      }
+    for (size_t i = steps[j].first; i < steps[j].end; ++i) {  // what it needs
+      const PipelineAction& a = actions[i];
+      const int v = a.chunk * P + stage, from = a.forward ? v - 1 : v + 1;
+      if (from >= 0 && from <= last)
+        steps[j].before.push_back({false, from % P, a.forward, a.micro, a.chunk});
+    }
+  }
+  return steps;
 }
 
 int max_in_flight(const std::vector<PipelineAction>& actions) {

@@ -23,6 +23,9 @@ struct PipelineAction {
   bool forward = true;
   int micro = 0;  // the micro-batch, 0..M-1
   int chunk = 0;  // this stage's chunk, 0..V-1: virtual stage chunk * P + stage
+  // Posts its transfers with the action before it, as one step (Note [Pipeline transfer
+  // groups]): the backwards of the interleaved schedule's steady state.
+  bool joins_previous = false;
   bool operator==(const PipelineAction&) const = default;
 };
 
@@ -39,6 +42,40 @@ struct PipelineAction {
 // process does.
 std::vector<PipelineAction> pipeline_actions(PipelineSchedule schedule, int stages, int stage,
                                              int micro_batches, int chunks);
+
+// One side of a transfer between neighbouring stages: the residual stream (forward) or its
+// gradient (backward) of micro-batch `micro`, for the receiving stage's chunk `chunk`.
+struct PipelineTransfer {
+  bool send = false;  // else a receive
+  int peer = 0;       // the other stage
+  bool forward = true;
+  int micro = 0;
+  int chunk = 0;
+  bool operator==(const PipelineTransfer&) const = default;
+};
+
+// Note [Pipeline transfer groups]
+// A stage's actions run in steps: one action, or an action and those that join it
+// (PipelineAction::joins_previous). Before step j (and once after the last step) the stage
+// posts one group: the sends of what step j - 1 produced, then the receives of what step j
+// needs. It posts a group only once the step before has run, and runs a step only once its
+// receives have arrived. This is the order NCCL needs: it matches the transfers between two
+// ranks in the order they are posted (no tags), and runs a rank's groups in order on one
+// stream, a group's transfers together, so two neighbours that send to each other meet in one
+// group each instead of waiting behind each other's receive. Single actions suffice for GPipe
+// and 1F1B (Megatron-LM's send-forward-receive-backward pairs); the interleaved schedule's
+// steady state needs its forward and backward in one step, whose group sends and receives
+// both directions at once, as Megatron-LM's does. tests/dist/pipeline_schedule_test.cpp
+// simulates those rules for every schedule: every stage finishes, and every transfer meets
+// the one it is meant for.
+struct PipelineStep {
+  size_t first = 0, end = 0;             // its actions: [first, end)
+  std::vector<PipelineTransfer> before;  // the group posted before it runs
+};
+// The steps of `actions` on `stage`, then one without actions whose group sends what the last
+// step produced.
+std::vector<PipelineStep> pipeline_steps(const std::vector<PipelineAction>& actions, int stages,
+                                         int stage, int chunks);
 
 // The most micro-batches a stage's actions hold at once: from a micro-batch's first forward to
 // its last backward there (the activation slots the stage needs).

@@ -200,13 +200,16 @@ TEST(Config, ConflictingKeysAreUsageErrors) {
   EXPECT_NE(message({"dist.pipeline_parallel=2", "dist.pipeline_schedule=interleaved"})
                 .find("the interleaved schedule runs 2 or more virtual stages"),
             std::string::npos);
-  // A pipeline on GPUs cannot run yet, but trainer plan plans it.
-  const char* gpu_pipeline[] = {"run.device=cuda", "dist.pipeline_parallel=2"};
-  EXPECT_NE(message({gpu_pipeline[0], gpu_pipeline[1]}).find("runs on CPU ranks over MPI"),
-            std::string::npos);
-  Config planned;
-  for (const char* s : gpu_pipeline) planned.apply_override(s);
-  EXPECT_EQ(resolve_run(planned, /*planning=*/true).pipeline_parallel, 2);
+  // A pipeline on GPUs (its transfers over NCCL) is accepted, with every schedule.
+  for (const char* schedule : {"gpipe", "1f1b", "interleaved"}) {
+    Config gpus;
+    for (const char* s : {"run.device=cuda", "dist.pipeline_parallel=2", "model.n_layer=8"})
+      gpus.apply_override(s);
+    gpus.apply_override(std::string("dist.pipeline_schedule=") + schedule);
+    if (std::string(schedule) == "interleaved")
+      gpus.apply_override("dist.pipeline_virtual_stages=2");
+    EXPECT_EQ(resolve_run(gpus).pipeline_parallel, 2) << schedule;
+  }
 }
 
 // Every refusal of a combination (Note [Refusals]) is explained in docs/errors.md: its message

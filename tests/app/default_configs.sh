@@ -23,6 +23,12 @@ for config in configs/*.yaml; do
     { echo "FAIL: trainer plan --config $config"; tail -3 "$DIR/plan.txt"; exit 1; }
 done
 echo "trainer plan: $(ls configs/*.yaml | wc -l) configs resolve and plan"
+# A GPU layout with every parallel dimension plans, and the plan says what has not run.
+"$TRAINER" plan --config configs/llama-1b.yaml --set run.device=cuda --set model.precision=bf16 \
+  --world-size 8 --tensor-parallel 2 --pipeline-parallel 2 >"$DIR/plan.txt" 2>&1 ||
+  { echo "FAIL: a CUDA layout of PP=2 x TP=2 x DP=2 does not plan"; tail -3 "$DIR/plan.txt"; exit 1; }
+grep -q "NCCL (collectives, pipeline transfers) compile and link but have not run" "$DIR/plan.txt" ||
+  { echo "FAIL: the GPU plan does not say what has not run"; head -5 "$DIR/plan.txt"; exit 1; }
 source "$ROOT/tests/app/first_steps.sh"
 first_steps llama llama-small
 first_steps neox neox-small

@@ -1,8 +1,8 @@
 // The NCCL communicator on one GPU (dist/nccl_communicator.cpp): every collective the trainer
-// issues on device buffers, in place and not, with known values, over a 1-rank communicator
-// and over a group split from it. One rank's sum is its own values, so a value that changes is
-// a collective that read or wrote the wrong bytes. Skipped without a GPU or without NCCL in
-// the build; scripts/gpu_check.sh runs it on one.
+// issues on device buffers, in place and not, and the pipeline's group of transfers (to
+// itself), with known values, over a 1-rank communicator and over a group split from it. One rank's
+// sum is its own values, so a value that changes is a collective that read or wrote the wrong
+// bytes. Skipped without a GPU or without NCCL in the build; scripts/gpu_check.sh runs it on one.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -83,6 +83,18 @@ void every_collective(Communicator& comm, OneGpu& gpu) {
   comm.all_reduce_async(halves.data(), kCount, DType::bf16).wait();
   const std::vector<float> summed = read_as_f32(gpu.ctx, halves.view(DType::bf16, kCount));
   for (int64_t i = 0; i < kCount; ++i) ASSERT_EQ(summed[size_t(i)], a[size_t(i % 64)]) << i;
+  // A group of transfers to self (a pipeline stage's send and receive in one NCCL group; NCCL
+  // allows a rank to be its own peer), in both orders of send and receive.
+  Buffer out = gpu.upload(a), in = gpu.upload(b), back = gpu.upload(b);
+  std::vector<Work> works = comm.transfer_async({{true, out.data(), kCount, DType::f32, 0, 12},
+                                                 {false, in.data(), kCount, DType::f32, 0, 12}});
+  ASSERT_EQ(works.size(), 2u);
+  for (Work& w : works) w.wait();
+  EXPECT_EQ(gpu.read(in, kCount), a);
+  for (Work& w : comm.transfer_async({{false, back.data(), kCount, DType::f32, 0, 3},
+                                      {true, in.data(), kCount, DType::f32, 0, 3}}))
+    w.wait();
+  EXPECT_EQ(gpu.read(back, kCount), a);
   const CommStats s = comm.stats();
   EXPECT_GT(s.bytes, 0.0);
 }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
 #include <tuple>
 
 #include "dist/pipeline_schedule.h"
@@ -131,6 +132,108 @@ TEST(PipelineSchedule, ActivationsHeld) {
   // up with (4 - 1) x 2 + (2 - 1) x 4 = 10 chunk forwards (micro-batches 0-5), and its steady
   // state starts micro-batches 6 and 7 before its first chunk-0 backward frees micro-batch 0.
   EXPECT_EQ(max_in_flight(pipeline_actions(PipelineSchedule::interleaved, 4, 0, 8, 2)), 8);
+}
+
+// Note [Pipeline transfer groups] under NCCL's rules: each stage posts its groups in order,
+// the next only once every transfer of the current one has met its partner, which is the
+// transfer posted in the same place of the same ordered channel (sender, receiver) on the
+// other stage. Returns the first problem: a pair that meets but is not the same transfer
+// (micro-batch, direction, receiving chunk), or a stage that never posts its last group; ""
+// if none.
+std::string transfer_problem(const std::vector<std::vector<PipelineAction>>& actions, int P,
+                             int V) {
+  std::vector<std::vector<PipelineStep>> steps;
+  for (int s = 0; s < P; ++s) steps.push_back(pipeline_steps(actions[size_t(s)], P, s, V));
+  // By ordered channel (from, to): what was posted there, on each side, in order.
+  std::map<std::pair<int, int>, std::vector<PipelineTransfer>> sent, received;
+  std::vector<size_t> at(size_t(P), 0);  // each stage's current step
+  std::vector<bool> posted(size_t(P), false);
+  // Where each transfer of each stage's current group sits in its channel.
+  std::vector<std::vector<size_t>> place{size_t(P)};
+  auto same = [](PipelineTransfer a, PipelineTransfer b) {
+    a.send = b.send;
+    a.peer = b.peer;
+    return a == b;
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < P; ++s) {
+      const size_t j = at[size_t(s)];
+      if (j == steps[size_t(s)].size()) continue;
+      const auto& group = steps[size_t(s)][j].before;
+      if (!posted[size_t(s)]) {
+        place[size_t(s)].clear();
+        for (const PipelineTransfer& t : group) {
+          auto& channel = t.send ? sent[{s, t.peer}] : received[{t.peer, s}];
+          place[size_t(s)].push_back(channel.size());
+          channel.push_back(t);
+        }
+        posted[size_t(s)] = progress = true;
+      }
+      bool met = true;
+      for (size_t k = 0; k < group.size(); ++k) {
+        const PipelineTransfer& t = group[k];
+        const auto& other = t.send ? received[{s, t.peer}] : sent[{t.peer, s}];
+        if (other.size() <= place[size_t(s)][k]) {
+          met = false;
+          continue;
+        }
+        if (!same(other[place[size_t(s)][k]], t))
+          return "stage " + std::to_string(s) + " step " + std::to_string(j) + ": mismatch";
+      }
+      if (!met) continue;
+      ++at[size_t(s)];
+      posted[size_t(s)] = false;
+      progress = true;
+    }
+  }
+  for (int s = 0; s < P; ++s)
+    if (at[size_t(s)] != steps[size_t(s)].size())
+      return "stage " + std::to_string(s) + " waits at step " + std::to_string(at[size_t(s)]);
+  return "";
+}
+
+TEST(PipelineSchedule, TransferGroupsMeetInOrderAndFinish) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(::testing::Message() << kPipelineScheduleNames.name(c.schedule) << " P=" << c.P
+                                      << " M=" << c.M << " V=" << c.V);
+    std::vector<std::vector<PipelineAction>> actions, forward_only;
+    for (int s = 0; s < c.P; ++s) {
+      actions.push_back(pipeline_actions(c.schedule, c.P, s, c.M, c.V));
+      forward_only.emplace_back();  // validation: one micro-batch through every chunk
+      for (int chunk = 0; chunk < c.V; ++chunk) forward_only.back().push_back({true, 0, chunk});
+    }
+    EXPECT_EQ(transfer_problem(actions, c.P, c.V), "");
+    EXPECT_EQ(transfer_problem(forward_only, c.P, c.V), "");
+    // Every pass but the model's first forward and last backward receives once, and every pass
+    // but the first backward and the last forward sends once: 2 (P V - 1) M transfers a side.
+    size_t sends = 0, receives = 0;
+    for (int s = 0; s < c.P; ++s)
+      for (const PipelineStep& step : pipeline_steps(actions[size_t(s)], c.P, s, c.V))
+        for (const PipelineTransfer& t : step.before) ++(t.send ? sends : receives);
+    EXPECT_EQ(sends, size_t(2 * (c.P * c.V - 1) * c.M));
+    EXPECT_EQ(receives, sends);
+  }
+}
+
+// The simulation sees a deadlock: stage 0 joins micro-batch 0's backward to its forward, so
+// it waits for a gradient before it sends the activations stage 1 computes that gradient from.
+TEST(PipelineSchedule, TransferSimulationSeesADeadlock) {
+  PipelineAction backward{false, 0, 0};
+  backward.joins_previous = true;
+  EXPECT_EQ(transfer_problem({{{true, 0, 0}, backward}, {{true, 0, 0}, {false, 0, 0}}}, 2, 1),
+            "stage 0 waits at step 0");
+  EXPECT_EQ(transfer_problem({{{true, 0, 0}, {false, 0, 0}}, {{true, 0, 0}, {false, 0, 0}}}, 2, 1),
+            "");
+}
+
+// And a transfer that meets another: stage 1 takes micro-batch 1 first, while NCCL hands it
+// micro-batch 0's activations, the first that stage 0 sent.
+TEST(PipelineSchedule, TransferSimulationSeesAMismatch) {
+  const std::vector<std::vector<PipelineAction>> actions = {
+      {{true, 0, 0}, {true, 1, 0}, {false, 0, 0}, {false, 1, 0}},
+      {{true, 1, 0}, {true, 0, 0}, {false, 0, 0}, {false, 1, 0}}};
+  EXPECT_EQ(transfer_problem(actions, 2, 1), "stage 0 step 1: mismatch");
 }
 
 TEST(PipelineSchedule, Names) {

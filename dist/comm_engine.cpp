@@ -41,6 +41,7 @@ Work CommEngine::submit(CommJob job) {
       job.issue();
       job.issue = nullptr;  // it may refer to the caller's frame
     }
+    state->order_stream = std::move(job.order_stream);
     queue_.push_back({std::move(job), std::move(name), seq, state});
   }
   cv_.notify_one();

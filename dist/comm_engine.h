@@ -41,6 +41,9 @@ struct CommJob {
   std::function<double(const std::string& name, int64_t seq)> run;
   int world = 0;    // the ranks it spans, for the statistics (0: the engine's)
   int account = 0;  // whose statistics it adds to (add_account; 0: the engine's creator's)
+  // Where `issue` queued it on a device stream: makes the model's stream wait for it
+  // (Work::order_stream_after). May be empty.
+  std::function<void()> order_stream;
 };
 
 // Note [Communication engine]

@@ -18,6 +18,13 @@ void Work::wait() {
   if (!state_->error.empty()) throw CommError(state_->error);
 }
 
+void Work::order_stream_after() {
+  if (state_ && state_->order_stream && !done())
+    state_->order_stream();  // a failure reaches wait() later
+  else
+    wait();
+}
+
 bool Work::done() const {
   if (!state_) return true;
   std::lock_guard lock(state_->mu);

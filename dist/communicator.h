@@ -37,6 +37,10 @@ class Work {
   void wait();
   bool done() const;
   bool valid() const { return state_ != nullptr; }
+  // What the caller queues on the model's stream (CommOptions::cuda_stream) from now on runs
+  // after this operation: where it runs on a device stream (NCCL) that stream waits for it and
+  // the host goes on; otherwise this waits for it (wait()). Called on the issuing thread.
+  void order_stream_after();
   // Seconds the operation spent in the network (from its start to its completion), once done.
   double busy_seconds() const;
 

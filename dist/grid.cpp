@@ -77,21 +77,34 @@ std::string Grid::describe() const {
 
 void CommTensorGroup::all_reduce(const Tensor& x) {
   TRAINER_ASSERT(x.contiguous(), "a tensor-parallel sum of a strided tensor");
-  comm_.all_reduce_async(x.data, x.numel(), x.dtype, order_).wait();
+  ordered(comm_.all_reduce_async(x.data, x.numel(), x.dtype, order_));
 }
 
 void CommTensorGroup::all_gather(const Tensor& out, const ConstTensor& x) {
   TRAINER_ASSERT(x.contiguous() && out.contiguous() && out.numel() == x.numel() * size() &&
                      out.dtype == x.dtype,
                  "a tensor-parallel gather's shapes");
-  comm_.all_gather_async(x.data, out.data, x.numel(), x.dtype).wait();
+  ordered(comm_.all_gather_async(x.data, out.data, x.numel(), x.dtype));
 }
 
 void CommTensorGroup::reduce_scatter(const Tensor& out, const ConstTensor& x) {
   TRAINER_ASSERT(x.contiguous() && out.contiguous() && x.numel() == out.numel() * size() &&
                      out.dtype == x.dtype,
                  "a tensor-parallel reduce-scatter's shapes");
-  comm_.reduce_scatter_async(x.data, out.data, out.numel(), out.dtype, order_).wait();
+  ordered(comm_.reduce_scatter_async(x.data, out.data, out.numel(), out.dtype, order_));
+}
+
+void CommTensorGroup::ordered(Work w) {
+  w.order_stream_after();
+  in_flight_.push_back(std::move(w));
+  while (!in_flight_.empty() && in_flight_.front().done()) {
+    in_flight_.front().wait();  // throws its failure
+    in_flight_.pop_front();
+  }
+}
+
+void CommTensorGroup::wait() {
+  for (; !in_flight_.empty(); in_flight_.pop_front()) in_flight_.front().wait();
 }
 
 GradNormShare::GradNormShare(const nn::Model& model, const DataParallel& dp, int tensor_rank,

@@ -2,6 +2,7 @@
 // communicators of each, and the view a model cut for tensor parallelism has of its group.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <string>
 
@@ -58,9 +59,11 @@ class Grid {
   std::unique_ptr<Communicator> data_, tensor_, pipeline_, ends_;
 };
 
-// A model's tensor-parallel group over a communicator: blocking collectives on the model's
-// buffers, summed in `order` (every rank gets the same bits either way: MPI's and NCCL's sums
-// are the same on every rank, and a fixed tree is a function of the ranks' values).
+// A model's tensor-parallel group over a communicator: collectives on the model's buffers,
+// summed in `order` (every rank gets the same bits either way: MPI's and NCCL's sums are the
+// same on every rank, and a fixed tree is a function of the ranks' values). Each is ordered
+// before what the model queues after it (Work::order_stream_after): on a GPU without the host
+// waiting, which then learns of a failure at the next collective or at wait().
 class CommTensorGroup final : public nn::TensorGroup {
  public:
   explicit CommTensorGroup(Communicator& comm, ReduceOrder order = ReduceOrder::any)
@@ -70,10 +73,15 @@ class CommTensorGroup final : public nn::TensorGroup {
   void all_reduce(const Tensor& x) override;
   void all_gather(const Tensor& out, const ConstTensor& x) override;
   void reduce_scatter(const Tensor& out, const ConstTensor& x) override;
+  void wait() override;
 
  private:
+  // Orders `w` before the model's next work, and forgets the ones done (throwing a failure).
+  void ordered(Work w);
+
   Communicator& comm_;
   ReduceOrder order_;
+  std::deque<Work> in_flight_;  // ordered on the stream, in issue order, not known done
 };
 
 // The squared norm of this rank's share of the gradient of a model cut for tensor parallelism:

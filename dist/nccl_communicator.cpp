@@ -80,6 +80,7 @@ class NcclCommunicator final : public Communicator {
     CUDA_CALL(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     barrier_ = Buffer(sizeof(float), Device::cuda);  // on device_, set above
     CUDA_CALL(cudaEventCreateWithFlags(&issued_, cudaEventDisableTiming));
+    CUDA_CALL(cudaEventCreateWithFlags(&ordered_, cudaEventDisableTiming));
     engine_ = std::make_unique<CommEngine>(bootstrap_.size(), [this] { cudaSetDevice(device_); });
   }
 
@@ -92,6 +93,7 @@ class NcclCommunicator final : public Communicator {
       ncclCommDestroy(comm_);
     }
     cudaEventDestroy(issued_);
+    cudaEventDestroy(ordered_);
     cudaStreamDestroy(stream_);
   }
 
@@ -199,7 +201,14 @@ class NcclCommunicator final : public Communicator {
                             },
                             [this, events, issued_at](const std::string& name, int64_t) {
                               return wait(name, events->first, events->second, *issued_at);
-                            }});
+                            },
+                            0, 0, [this] { order_model_stream(); }});
+  }
+
+  // The model's stream waits for everything issued on this communicator's stream so far.
+  void order_model_stream() {
+    CUDA_CALL(cudaEventRecord(ordered_, stream_));
+    CUDA_CALL(cudaStreamWaitEvent(static_cast<cudaStream_t>(options_.cuda_stream), ordered_, 0));
   }
 
   // Waits for the collective between `start` and `end` until timeout_s after it was issued;
@@ -250,9 +259,10 @@ class NcclCommunicator final : public Communicator {
   CommOptions options_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  Buffer barrier_;                // one float on the device, all-reduced by a barrier
-  cudaEvent_t issued_ = nullptr;  // recorded on the model's stream as each collective is issued
-  bool comm_aborted_ = false;     // set by the engine's thread, read once it has stopped
+  Buffer barrier_;                 // one float on the device, all-reduced by a barrier
+  cudaEvent_t issued_ = nullptr;   // recorded on the model's stream as each collective is issued
+  cudaEvent_t ordered_ = nullptr;  // recorded on stream_ for the model's stream to wait for
+  bool comm_aborted_ = false;      // set by the engine's thread, read once it has stopped
   std::unique_ptr<CommEngine> engine_;  // made last: its thread waits on the members above
   // A group's bootstrap, destroyed once the destructor has stopped the engine.
   std::unique_ptr<Communicator> owned_bootstrap_;

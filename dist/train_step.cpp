@@ -25,6 +25,7 @@ StepResult TrainStep::run(const std::vector<nn::BatchView>& micro_batches, const
                           const std::function<StepFlags()>& flags) {
   StepResult r;
   passes(micro_batches, counts, r);
+  if (nn::TensorGroup* g = model_.tensor_group()) g->wait();  // a failure, before any result
   dp_.finish();
   if (pipeline_) sum_tied_embedding();
   r.times.comm_wait_s = dp_.last_wait_seconds();
@@ -117,9 +118,10 @@ void TrainStep::agree(StepResult& r, StepFlags flags) {
 }
 
 int64_t TrainStep::forward(const nn::BatchView& batch) {
-  if (!pipeline_) return model_.forward(batch);
-  const int64_t counted = pipeline_->forward(batch);
-  return model_.layout().config().pipeline.last ? counted : 0;  // the loss's stage counts
+  const int64_t counted = pipeline_ ? pipeline_->forward(batch) : model_.forward(batch);
+  if (nn::TensorGroup* g = model_.tensor_group()) g->wait();
+  // Under pipelining the loss's stage counts.
+  return !pipeline_ || model_.layout().config().pipeline.last ? counted : 0;
 }
 
 bool TrainStep::idle_forward() {

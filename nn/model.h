@@ -162,6 +162,7 @@ class Model {
     TRAINER_ASSERT(!group || !group_, "a second tensor-parallel group on one model");
     group_ = group;
   }
+  TensorGroup* tensor_group() const { return group_; }
 
  protected:
   GradsReadyHook grads_ready_;

@@ -21,6 +21,11 @@ class TensorGroup {
   virtual void all_gather(const Tensor& out, const ConstTensor& x) = 0;
   // out = the sum over ranks of their x's rank()-th part (x size() x out.numel() elements).
   virtual void reduce_scatter(const Tensor& out, const ConstTensor& x) = 0;
+  // The collectives above may return once they are ordered on the model's stream, before what
+  // is queued there after them, without the host waiting (GPUs); a failure of one then reaches
+  // the caller here at the latest: waits for those in flight and throws the first failure.
+  // The training step calls it once, before it reads the step's results.
+  virtual void wait() = 0;
 };
 
 }  // namespace trainer::nn

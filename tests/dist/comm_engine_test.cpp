@@ -90,6 +90,46 @@ TEST(CommEngine, AFailureFailsItsWaitersAndEveryLaterOperationWithoutRunningIt) 
   EXPECT_EQ(log.ran, (std::vector<std::string>{"all_reduce #0 (test)@0", "barrier #1 (test)@1"}));
 }
 
+// Work::order_stream_after: an operation queued on a device stream is ordered there and the
+// caller goes on, learning of its failure at wait(); one that is not (MPI), or that failed
+// before it was issued, is waited for there.
+TEST(CommEngine, OrderingOnTheStreamWaitsOnlyForWhatIsNotOnAStream) {
+  std::atomic<bool> release{false};
+  std::atomic<int> ordered{0};
+  auto on_stream = [&] {
+    CommJob job;
+    job.kind = "all_reduce";
+    job.issue = [] {};
+    job.order_stream = [&] { ++ordered; };
+    job.run = [&](const std::string& name, int64_t) -> double {
+      while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      throw CommFailure{name + " timed out"};
+    };
+    return job;
+  };
+  CommEngine engine(2);
+  Work w = engine.submit(on_stream());
+  w.order_stream_after();  // returns with the operation still in flight
+  EXPECT_EQ(ordered.load(), 1);
+  EXPECT_FALSE(w.done());
+  release = true;
+  EXPECT_THROW(w.wait(), CommError);
+  Work after = engine.submit(on_stream());  // never issued: the engine has failed
+  EXPECT_THROW(after.order_stream_after(), CommError);
+  EXPECT_EQ(ordered.load(), 1);
+
+  CommEngine host(2);
+  Log log;
+  CommJob job = recording(log, "all_gather", 8);
+  job.run = [](const std::string&, int64_t) -> double {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return 0;
+  };
+  Work h = host.submit(std::move(job));
+  h.order_stream_after();
+  EXPECT_TRUE(h.done());
+}
+
 // A failing operation tears down what issuing uses (NCCL's abort) through fail(): no caller
 // issues while the teardown runs, nor after it.
 TEST(CommEngine, AFailuresTeardownNeverOverlapsAnIssueAndNothingIssuesAfter) {

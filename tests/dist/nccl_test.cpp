@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dist/communicator.h"
+#include "dist/grid.h"
 #include "runtime/buffer.h"
 #include "runtime/cuda/stream.h"
 #include "runtime/device.h"
@@ -95,6 +96,14 @@ void every_collective(Communicator& comm, OneGpu& gpu) {
                                       {true, in.data(), kCount, DType::f32, 0, 3}}))
     w.wait();
   EXPECT_EQ(gpu.read(back, kCount), a);
+  // A tensor group's collective is ordered on the model's stream, the host not waiting: a copy
+  // queued there after a gather reads what the gather wrote, not what was there before.
+  CommTensorGroup group(comm);
+  Buffer source = gpu.upload(a), target = gpu.upload(b), seen = gpu.upload(b);
+  group.all_gather(target.view(DType::f32, kCount), source.view(DType::f32, kCount));
+  copy(gpu.ctx, seen.view(DType::f32, kCount), target.view(DType::f32, kCount));
+  group.wait();
+  EXPECT_EQ(gpu.read(seen, kCount), a);
   const CommStats s = comm.stats();
   EXPECT_GT(s.bytes, 0.0);
 }

@@ -53,6 +53,7 @@ class ThreadGroup {
               all.insert(all.end(), in.begin(), in.end());
             }));
     }
+    void wait() override {}  // every collective is done when it returns
 
    private:
     // Posts this rank's x, waits for every rank's, folds them in rank order with

@@ -55,6 +55,28 @@ const std::vector<KeySpec>& schema() {
        "llama, neox: the rotary embeddings' base (frequencies theta^(-2i/d): above 1, or every "
        "position looks alike)",
        1, 1e12, L{}, true},
+      {"model.rope_scaling", Kind::text, std::string("none"),
+       "llama, neox: how the rotary frequencies are scaled for a longer context, as Hugging "
+       "Face's rope_scaling: none, linear (each divided by model.rope_scaling_factor) or llama3 "
+       "(Llama 3.1's: by wavelength, with the three keys below)",
+       -1e300, 1e300, nn::kRopeScalingNames.names()},
+      {"model.rope_scaling_factor", Kind::real, 1.0,
+       "linear, llama3: how much longer the context is than the one the frequencies were "
+       "trained at (Llama 3.1: 8)",
+       1, 1e6},
+      {"model.rope_low_freq_factor", Kind::real, 1.0,
+       "llama3: wavelengths over rope_original_context / this are divided by the factor", 0, 1e6,
+       L{}, true},
+      {"model.rope_high_freq_factor", Kind::real, 4.0,
+       "llama3: wavelengths under rope_original_context / this are kept (between the two: "
+       "interpolated)",
+       0, 1e6, L{}, true},
+      {"model.rope_original_context", Kind::integer, int64_t(8192),
+       "llama3: the context the frequencies were trained at (Llama 3.1: 8192)", 1, 1 << 24},
+      {"model.norm_eps", Kind::real, 1e-5,
+       "The epsilon of every LayerNorm or RMSNorm (Hugging Face's layer_norm_epsilon, "
+       "layer_norm_eps or rms_norm_eps; Qwen2: 1e-6)",
+       0, 1, L{}, true},
       {"model.rotary_pct", Kind::real, 1.0,
        "neox: the fraction of each head the rotary embeddings turn (Pythia: 0.25); the rest "
        "of the head carries no position",

@@ -63,6 +63,16 @@ ModelKey int_key(const char* key) {
           [](Config& c, const char* k, const nn::ModelConfig& m) { c.set(k, int64_t(m.*field)); }};
 }
 
+// A float key's ModelKey, written as the float's shortest decimal form.
+template <float nn::ModelConfig::*field>
+ModelKey float_key(const char* key) {
+  return {key,
+          [](const Config& c, const char* k, nn::ModelConfig& m) { m.*field = float(c.real(k)); },
+          [](Config& c, const char* k, const nn::ModelConfig& m) {
+            c.set(k, nn::as_decimal(m.*field));
+          }};
+}
+
 const ModelKey kModelKeys[] = {
     {"model.arch", [](const Config& c, const char* k, nn::ModelConfig& m) { m.arch = c.text(k); },
      [](Config& c, const char* k, const nn::ModelConfig& m) { c.set(k, m.arch); }},
@@ -74,9 +84,19 @@ const ModelKey kModelKeys[] = {
     int_key<&nn::ModelConfig::n_kv_head>("model.n_kv_head"),
     int_key<&nn::ModelConfig::ffn_hidden>("model.ffn_hidden"),
     int_key<&nn::ModelConfig::ffn_multiple_of>("model.ffn_multiple_of"),
-    {"model.rope_theta",
-     [](const Config& c, const char* k, nn::ModelConfig& m) { m.rope_theta = float(c.real(k)); },
-     [](Config& c, const char* k, const nn::ModelConfig& m) { c.set(k, double(m.rope_theta)); }},
+    float_key<&nn::ModelConfig::rope_theta>("model.rope_theta"),
+    {"model.rope_scaling",
+     [](const Config& c, const char* k, nn::ModelConfig& m) {
+       m.rope_scaling = nn::kRopeScalingNames.parse(c.text(k));
+     },
+     [](Config& c, const char* k, const nn::ModelConfig& m) {
+       c.set(k, std::string(nn::kRopeScalingNames.name(m.rope_scaling)));
+     }},
+    float_key<&nn::ModelConfig::rope_factor>("model.rope_scaling_factor"),
+    float_key<&nn::ModelConfig::rope_low_freq_factor>("model.rope_low_freq_factor"),
+    float_key<&nn::ModelConfig::rope_high_freq_factor>("model.rope_high_freq_factor"),
+    int_key<&nn::ModelConfig::rope_original_context>("model.rope_original_context"),
+    float_key<&nn::ModelConfig::norm_eps>("model.norm_eps"),
     {"model.rotary_pct",
      [](const Config& c, const char* k, nn::ModelConfig& m) { m.rotary_pct = c.real(k); },
      [](Config& c, const char* k, const nn::ModelConfig& m) { c.set(k, m.rotary_pct); }},

@@ -3,6 +3,7 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "nn/architecture.h"
@@ -61,6 +62,12 @@ std::string HfConfigReader::text(const char* field, std::optional<std::string> f
   return v->get<std::string>();
 }
 
+const json* HfConfigReader::object(const char* field) {
+  const json* v = take(field);
+  if (v && !v->is_object()) refuse(field, fmt::format("= {} is not an object", v->dump()));
+  return v;
+}
+
 void HfConfigReader::expect(const char* field, const json& hf_default,
                             std::initializer_list<json> allowed, const char* what) {
   const bool absent = !config_.contains(field);
@@ -107,6 +114,59 @@ GeluForm hf_gelu(HfConfigReader& hf, const char* field, const char* fallback) {
       fmt::format("{}: field \"{}\" = \"{}\" is not supported: the trainer "
                   "computes GELU (gelu_new, gelu_pytorch_tanh or gelu)",
                   hf.file().string(), field, name));
+}
+
+void hf_rope_scaling(HfConfigReader& hf, ModelConfig& m) {
+  const json* r = hf.object("rope_scaling");
+  if (!r) return;
+  const std::string where = fmt::format("{}: field \"rope_scaling\"", hf.file().string());
+  // transformers names the type "rope_type" ("type" before 4.45).
+  const json type_field = r->contains("rope_type") ? r->at("rope_type") : r->value("type", json());
+  const std::string type = type_field.is_string() ? type_field.get<std::string>() : "default";
+  std::vector<std::string> keys = {"rope_type", "type"};
+  auto number = [&](const char* key) {
+    keys.push_back(key);
+    const auto it = r->find(key);
+    USAGE_CHECK(it != r->end() && it->is_number(), "{} of type \"{}\" needs a number \"{}\"", where,
+                type, key);
+    return it->get<double>();
+  };
+  if (type == "linear") {
+    m.rope_scaling = RopeScaling::linear;
+    m.rope_factor = float(number("factor"));
+  } else if (type == "llama3") {
+    m.rope_scaling = RopeScaling::llama3;
+    m.rope_factor = float(number("factor"));
+    m.rope_low_freq_factor = float(number("low_freq_factor"));
+    m.rope_high_freq_factor = float(number("high_freq_factor"));
+    m.rope_original_context = int(number("original_max_position_embeddings"));
+  } else {
+    USAGE_CHECK(type == "default",
+                "{}: type \"{}\" is not supported: the trainer scales rotary "
+                "frequencies by \"linear\" or \"llama3\"",
+                where, type);
+  }
+  for (const auto& [key, value] : r->items())
+    USAGE_CHECK(std::find(keys.begin(), keys.end(), key) != keys.end(),
+                "{}: \"{}\" = {} is not a key the trainer knows for type \"{}\" (it could change "
+                "the model)",
+                where, key, value.dump(), type);
+}
+
+json hf_rope_scaling_json(const ModelConfig& m) {
+  switch (m.rope_scaling) {
+    case RopeScaling::none:
+      return nullptr;
+    case RopeScaling::linear:
+      return {{"rope_type", "linear"}, {"factor", as_decimal(m.rope_factor)}};
+    case RopeScaling::llama3:
+      return {{"rope_type", "llama3"},
+              {"factor", as_decimal(m.rope_factor)},
+              {"low_freq_factor", as_decimal(m.rope_low_freq_factor)},
+              {"high_freq_factor", as_decimal(m.rope_high_freq_factor)},
+              {"original_max_position_embeddings", m.rope_original_context}};
+  }
+  return nullptr;
 }
 
 namespace {

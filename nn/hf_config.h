@@ -27,6 +27,8 @@ class HfConfigReader {
   double real(const char* field, std::optional<double> fallback = std::nullopt);
   bool boolean(const char* field, bool fallback);
   std::string text(const char* field, std::optional<std::string> fallback = std::nullopt);
+  // The field's object, or null when it is absent or null; anything else is refused.
+  const nlohmann::json* object(const char* field);
   // The field, or Hugging Face's default for it when absent (null: none), must be null or
   // equal one of `allowed`; `what` says what the trainer computes (for the message).
   void expect(const char* field, const nlohmann::json& hf_default,
@@ -52,6 +54,14 @@ class HfConfigReader {
 // The GELU form the activation `field` names ("gelu_new" or "gelu_pytorch_tanh": the tanh
 // form; "gelu": the exact one), `fallback` when absent; another activation is refused.
 GeluForm hf_gelu(HfConfigReader& hf, const char* field, const char* fallback);
+
+// The rotary scaling of the config's "rope_scaling" into m (absent, null or of type "default":
+// none): "linear" with its factor, or "llama3" with its factor, low_freq_factor,
+// high_freq_factor and original_max_position_embeddings. Another type, or a key the type does
+// not have, is refused by name.
+void hf_rope_scaling(HfConfigReader& hf, ModelConfig& m);
+// The "rope_scaling" Hugging Face writes for m's scaling (null for none).
+nlohmann::json hf_rope_scaling_json(const ModelConfig& m);
 
 // The model a Hugging Face folder's config.json describes (whole: no tensor slice), its
 // architecture found by the record whose class is named in "architectures" (else by

@@ -8,6 +8,10 @@
 
 namespace trainer::nn {
 
+double as_decimal(float x) {
+  return std::stod(fmt::format("{}", x));
+}
+
 void ModelConfig::validate() const {
   USAGE_CHECK(vocab_size > 0, "model.vocab_size must be positive, got {}", vocab_size);
   USAGE_CHECK(max_seq_len > 0, "model.max_seq_len must be positive, got {}", max_seq_len);
@@ -17,6 +21,8 @@ void ModelConfig::validate() const {
               "model.n_embd ({}) must be a positive multiple of model.n_head ({})", n_embd, n_head);
   USAGE_CHECK(rotary_pct > 0 && rotary_pct <= 1, "model.rotary_pct must be in (0, 1], got {}",
               rotary_pct);
+  USAGE_CHECK(norm_eps > 0 && norm_eps <= 1, "model.norm_eps must be in (0, 1], got {}", norm_eps);
+  validate_rope_scaling();
   architecture().validate(*this);
   int next = 0;
   for (const auto& [b, e] : pipeline.chunks) {
@@ -41,6 +47,32 @@ void ModelConfig::validate() const {
               "dist.tensor_parallel = {} does not divide model.vocab_size = {} (the embedding and "
               "the head are cut by vocabulary rows: pad the vocabulary to a multiple of {})",
               n, vocab_size, n);
+}
+
+void ModelConfig::validate_rope_scaling() const {
+  const char* type = kRopeScalingNames.name(rope_scaling);
+  // The keys a scaling type does not read keep their defaults, so that none is set in vain.
+  const ModelConfig d;
+  if (rope_scaling == RopeScaling::none)
+    USAGE_CHECK(rope_factor == d.rope_factor,
+                "model.rope_scaling_factor = {} needs model.rope_scaling = linear or llama3",
+                rope_factor);
+  if (rope_scaling != RopeScaling::llama3)
+    USAGE_CHECK(rope_low_freq_factor == d.rope_low_freq_factor &&
+                    rope_high_freq_factor == d.rope_high_freq_factor &&
+                    rope_original_context == d.rope_original_context,
+                "model.rope_low_freq_factor, rope_high_freq_factor and rope_original_context need "
+                "model.rope_scaling = llama3 (model.rope_scaling = {})",
+                type);
+  if (rope_scaling == RopeScaling::none) return;
+  USAGE_CHECK(rope_factor >= 1, "model.rope_scaling_factor must be at least 1 for {}, got {}", type,
+              rope_factor);
+  USAGE_CHECK(rope_low_freq_factor > 0 && rope_high_freq_factor > rope_low_freq_factor,
+              "model.rope_high_freq_factor ({}) must exceed model.rope_low_freq_factor ({}), "
+              "which must be positive",
+              rope_high_freq_factor, rope_low_freq_factor);
+  USAGE_CHECK(rope_original_context > 0, "model.rope_original_context must be positive, got {}",
+              rope_original_context);
 }
 
 std::vector<std::pair<int, int>> ModelConfig::held_chunks() const {

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "nn/ops/gelu.h"
+#include "nn/ops/rope.h"
 #include "runtime/context.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
@@ -46,9 +47,19 @@ struct PipelineSlice {
   bool whole() const { return chunks.empty(); }
 };
 
+// The double whose shortest decimal form is x's (1e-6f: 1e-6, not 9.99999997e-07), to write a
+// float key where people and Hugging Face read it back as written.
+double as_decimal(float x);
+
 // model.gelu's names of the two GELU forms.
 inline constexpr EnumNames<GeluForm, 2> kGeluNames{
     "model.gelu", {{{GeluForm::tanh, "tanh"}, {GeluForm::erf, "erf"}}}};
+
+// model.rope_scaling's names, Hugging Face's rope_scaling types (Rope in nn/ops/rope.h).
+inline constexpr EnumNames<RopeScaling, 3> kRopeScalingNames{"model.rope_scaling",
+                                                             {{{RopeScaling::none, "none"},
+                                                               {RopeScaling::linear, "linear"},
+                                                               {RopeScaling::llama3, "llama3"}}}};
 
 struct ModelConfig {
   std::string arch = "gpt2";  // an architecture's name (nn/architecture.h lists them)
@@ -62,7 +73,13 @@ struct ModelConfig {
   int ffn_hidden = 0;         // SwiGLU hidden size before rounding (0 = 8C/3)
   int ffn_multiple_of = 256;  // the hidden size is rounded up to a multiple of this
   float rope_theta = 10000.0f;
+  // The rotary frequencies' scaling (Rope in nn/ops/rope.h): its type, the factor, and
+  // llama3's low and high frequency factors and original context.
+  RopeScaling rope_scaling = RopeScaling::none;
+  float rope_factor = 1.0f, rope_low_freq_factor = 1.0f, rope_high_freq_factor = 4.0f;
+  int rope_original_context = 8192;
   double rotary_pct = 1.0;         // the fraction of each head the rotary embeddings turn
+  float norm_eps = 1e-5f;          // the epsilon of every LayerNorm or RMSNorm
   bool tie_embeddings = true;      // the head reads the token embedding
   GeluForm gelu = GeluForm::tanh;  // gpt2, neox: the MLP's GELU (Pythia's is erf)
   // Not a key of model.*: the slice this process holds (dist.tensor_parallel and the rank's
@@ -107,11 +124,18 @@ struct ModelConfig {
   // The channels of each head the rotary embeddings turn: head_size() * rotary_pct, rounded
   // down as Hugging Face's GPT-NeoX does.
   int rotary_dims() const { return int(head_size() * rotary_pct); }
+  // The rotary embeddings' parameters, from rope_theta and the rope_* keys.
+  Rope rope() const {
+    return {rope_theta,           rope_scaling,          rope_factor,
+            rope_low_freq_factor, rope_high_freq_factor, float(rope_original_context)};
+  }
   // Throws UsageError naming the field when the shape is inconsistent: the keys every
   // architecture shares here, then the architecture's own checks, then whether the slice cuts
   // evenly (heads, key/value heads, vocabulary; the parameters' other dimensions in
   // slice_spec).
   void validate() const;
+  // The rope_scaling keys: each type's own in range, the others at their defaults.
+  void validate_rope_scaling() const;
   // Parameters taking part in a matmul (every block product's matrix, the head once whether
   // tied or not; not biases, norms or positions) of the whole model: N in the 6N
   // FLOPs-per-token rule.

@@ -106,11 +106,11 @@ void Transformer::head_forward_pass() {
   segment(false, F, [&] {
     if (spec_.norm == NormKind::rmsnorm)
       rmsnorm_forward(ctx_, act(plan_.lnf), act(plan_.lnf_rstd), act(plan_.output(last)),
-                      param(wf, F, Role::final_norm_w));
+                      param(wf, F, Role::final_norm_w), config_.norm_eps);
     else
       layernorm_forward(ctx_, act(plan_.lnf), act(plan_.lnf_mean), act(plan_.lnf_rstd),
                         act(plan_.output(last)), param(wf, F, Role::final_norm_w),
-                        param(wf, F, Role::final_norm_b));
+                        param(wf, F, Role::final_norm_b), config_.norm_eps);
     {
       PROFILE_SCOPE("lm_head_forward", "gemm");
       matmul(ctx_, logits(), gathered(plan_.lnf), false, head, true);

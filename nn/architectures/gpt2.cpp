@@ -27,6 +27,10 @@ void gpt2_validate(const ModelConfig& m) {
   USAGE_CHECK(m.rotary_pct == 1.0,
               "model.rotary_pct = {} needs model.arch = neox (GPT-2 has learned positions)",
               m.rotary_pct);
+  USAGE_CHECK(m.rope_scaling == RopeScaling::none,
+              "model.rope_scaling = {} needs model.arch = llama or neox (GPT-2 has learned "
+              "positions)",
+              kRopeScalingNames.name(m.rope_scaling));
 }
 
 ArchSpec gpt2_spec(const ModelConfig& m) {
@@ -78,14 +82,14 @@ void gpt2_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
   using R = Role;
   if (pass == BlockPass::recompute_cheap) {
     layernorm_forward(ctx, A(t, ln1), A(t, ln1_mean), A(t, ln1_rstd), t.x, W(t, R::norm1_w),
-                      W(t, R::norm1_b));
+                      W(t, R::norm1_b), t.model->norm_eps);
     layernorm_forward(ctx, A(t, ln2), A(t, ln2_mean), A(t, ln2_rstd), A(t, res_mid),
-                      W(t, R::norm2_w), W(t, R::norm2_b));
+                      W(t, R::norm2_w), W(t, R::norm2_b), t.model->norm_eps);
     gelu_forward(ctx, A(t, fch_gelu), A(t, fch), t.model->gelu);
     return;
   }
   layernorm_forward(ctx, A(t, ln1), A(t, ln1_mean), A(t, ln1_rstd), t.x, W(t, R::norm1_w),
-                    W(t, R::norm1_b));
+                    W(t, R::norm1_b), t.model->norm_eps);
   product_forward(t, R::qkv_w, A(t, qkv), A(t, ln1),
                   [&](auto& y, auto& x, auto& b) { linear_forward(ctx, y, x, W(t, R::qkv_w), b); });
   const auto [q, k, v] = qkv_parts(t, A(t, qkv));
@@ -94,7 +98,7 @@ void gpt2_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
     linear_forward(ctx, y, x, W(t, R::attn_proj_w), b);
   });
   layernorm_residual_forward(ctx, A(t, res_mid), A(t, ln2), A(t, ln2_mean), A(t, ln2_rstd), t.x,
-                             t.tmp, W(t, R::norm2_w), W(t, R::norm2_b));
+                             t.tmp, W(t, R::norm2_w), W(t, R::norm2_b), t.model->norm_eps);
   product_forward(t, R::fc_w, A(t, fch), A(t, ln2), [&](auto& y, auto& x, auto& b) {
     linear_gelu_forward(ctx, A(t, fch_gelu), y, x, W(t, R::fc_w), b, t.model->gelu);
   });
@@ -142,7 +146,7 @@ nlohmann::json gpt2_hf_config(const ModelConfig& m) {
           {"n_layer", m.n_layer},
           {"n_head", m.n_head},
           {"activation_function", m.gelu == GeluForm::erf ? "gelu" : "gelu_new"},
-          {"layer_norm_epsilon", 1e-5},
+          {"layer_norm_epsilon", as_decimal(m.norm_eps)},
           {"tie_word_embeddings", true}};
 }
 
@@ -156,7 +160,7 @@ ModelConfig gpt2_from_hf(HfConfigReader& hf) {
   m.n_head = int(hf.integer("n_head", 12));
   hf.expect("n_inner", nullptr, {4 * int64_t(m.n_embd)}, "an MLP of 4 n_embd");
   m.gelu = hf_gelu(hf, "activation_function", "gelu_new");
-  hf.expect("layer_norm_epsilon", 1e-5, {1e-5}, "LayerNorm with epsilon 1e-5");
+  m.norm_eps = float(hf.real("layer_norm_epsilon", 1e-5));
   hf.expect("scale_attn_weights", true, {true}, "attention scaled by 1/sqrt(head size)");
   hf.expect("scale_attn_by_inverse_layer_idx", false, {false}, "no per-layer attention scaling");
   hf.expect("add_cross_attention", false, {false}, "no cross-attention");

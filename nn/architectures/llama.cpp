@@ -127,25 +127,26 @@ void llama_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pa
   using enum Act;
   using R = Role;
   if (pass == BlockPass::recompute_cheap) {
-    rmsnorm_forward(ctx, A(t, ln1), A(t, ln1_rstd), t.x, W(t, R::norm1_w));
-    rmsnorm_forward(ctx, A(t, ln2), A(t, ln2_rstd), A(t, res_mid), W(t, R::norm2_w));
+    rmsnorm_forward(ctx, A(t, ln1), A(t, ln1_rstd), t.x, W(t, R::norm1_w), t.model->norm_eps);
+    rmsnorm_forward(ctx, A(t, ln2), A(t, ln2_rstd), A(t, res_mid), W(t, R::norm2_w),
+                    t.model->norm_eps);
     swiglu_forward(ctx, A(t, swiglu), A(t, gate_up));
     return;
   }
   const int hs = t.model->head_size();
-  rmsnorm_forward(ctx, A(t, ln1), A(t, ln1_rstd), t.x, W(t, R::norm1_w));
+  rmsnorm_forward(ctx, A(t, ln1), A(t, ln1_rstd), t.x, W(t, R::norm1_w), t.model->norm_eps);
   product_forward(t, R::q_w, A(t, qkv), A(t, ln1), [&](auto& y, auto& x, auto&) {
     linear_forward(ctx, y, x, qkv_weight(t, t.w), {}, kOutIn);
   });
   const auto [q, k, v] = qkv_parts(t, A(t, qkv));
-  rope_forward(ctx, q, t.positions, hs, hs, t.model->rope_theta);
-  rope_forward(ctx, k, t.positions, hs, hs, t.model->rope_theta);
+  rope_forward(ctx, q, t.positions, hs, hs, t.model->rope());
+  rope_forward(ctx, k, t.positions, hs, hs, t.model->rope());
   attend(ctx, t, q, k, v);
   product_forward(t, R::attn_proj_w, t.tmp, A(t, atty), [&](auto& y, auto& x, auto&) {
     linear_forward(ctx, y, x, W(t, R::attn_proj_w), {}, kOutIn);
   });
   rmsnorm_residual_forward(ctx, A(t, res_mid), A(t, ln2), A(t, ln2_rstd), t.x, t.tmp,
-                           W(t, R::norm2_w));
+                           W(t, R::norm2_w), t.model->norm_eps);
   product_forward(t, R::gate_w, A(t, gate_up), A(t, ln2), [&](auto& y, auto& x, auto&) {
     linear_forward(ctx, y, x, gate_up_weight(t.w), {}, kOutIn);
   });
@@ -181,8 +182,8 @@ void llama_block_backward(const Context& ctx, const BlockTensors& t) {
   const std::array<Tensor, 3> d = qkv_parts(t, A(t, d_qkv));
   attend_backward(ctx, t, d, qkv_parts(t, A(t, qkv)));
   const Tensor &dq = d[0], &dk = d[1];
-  rope_backward(ctx, dq, t.positions, hs, hs, t.model->rope_theta);
-  rope_backward(ctx, dk, t.positions, hs, hs, t.model->rope_theta);
+  rope_backward(ctx, dq, t.positions, hs, hs, t.model->rope());
+  rope_backward(ctx, dk, t.positions, hs, hs, t.model->rope());
   product_backward(t, R::q_w, t.d_ln, A(t, d_qkv), A(t, ln1), [&](auto& dx, auto& dy, auto& x) {
     linear_backward(ctx, dx, qkv_weight(t, t.g), {}, dy, x, qkv_weight(t, t.w), kOutIn);
   });
@@ -201,14 +202,15 @@ nlohmann::json llama_hf_config(const ModelConfig& m) {
           {"num_key_value_heads", m.kv_heads()},
           {"head_dim", m.head_size()},
           {"hidden_act", "silu"},
-          {"rms_norm_eps", 1e-5},
+          {"rms_norm_eps", as_decimal(m.norm_eps)},
           {"rope_theta", m.rope_theta},
+          {"rope_scaling", hf_rope_scaling_json(m)},
           {"attention_bias", false},
           {"mlp_bias", false},
           {"tie_word_embeddings", m.tie_embeddings}};
 }
 
-// LlamaConfig's fields (its defaults where absent; rms_norm_eps's, 1e-6, is refused).
+// LlamaConfig's fields (its defaults where absent).
 ModelConfig llama_from_hf(HfConfigReader& hf) {
   ModelConfig m;
   m.vocab_size = int(hf.integer("vocab_size", 32000));
@@ -220,6 +222,8 @@ ModelConfig llama_from_hf(HfConfigReader& hf) {
   m.ffn_hidden = int(hf.integer("intermediate_size", 11008));
   m.ffn_multiple_of = 1;  // the hidden size as given
   m.rope_theta = float(hf.real("rope_theta", 10000.0));
+  hf_rope_scaling(hf, m);
+  m.norm_eps = float(hf.real("rms_norm_eps", 1e-6));
   m.tie_embeddings = hf.boolean("tie_word_embeddings", false);
   USAGE_CHECK(m.n_head > 0 && m.n_embd % m.n_head == 0,
               "{}: hidden_size {} is not a multiple of num_attention_heads {}", hf.file().string(),
@@ -227,8 +231,6 @@ ModelConfig llama_from_hf(HfConfigReader& hf) {
   hf.expect("head_dim", nullptr, {m.n_embd / m.n_head},
             "heads of hidden_size / num_attention_heads");
   hf.expect("hidden_act", "silu", {"silu"}, "SwiGLU (silu)");
-  hf.expect("rms_norm_eps", 1e-6, {1e-5}, "RMSNorm with epsilon 1e-5");
-  hf.expect("rope_scaling", nullptr, {}, "rotary embeddings without scaling");
   hf.expect("attention_bias", false, {false}, "projections without biases");
   hf.expect("mlp_bias", false, {false}, "projections without biases");
   hf.ignore({"pretraining_tp"});  // how Meta's code cut the products: the same sums

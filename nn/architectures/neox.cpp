@@ -102,9 +102,9 @@ void neox_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
   using R = Role;
   auto norms = [&] {
     layernorm_forward(ctx, A(t, ln1), A(t, ln1_mean), A(t, ln1_rstd), t.x, W(t, R::norm1_w),
-                      W(t, R::norm1_b));
+                      W(t, R::norm1_b), t.model->norm_eps);
     layernorm_forward(ctx, A(t, ln2), A(t, ln2_mean), A(t, ln2_rstd), t.x, W(t, R::norm2_w),
-                      W(t, R::norm2_b));
+                      W(t, R::norm2_b), t.model->norm_eps);
   };
   if (pass == BlockPass::recompute_cheap) {
     norms();
@@ -112,15 +112,15 @@ void neox_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
     return;
   }
   const int hs = t.model->head_size(), rd = t.model->rotary_dims();
-  const float theta = t.model->rope_theta;
+  const Rope rope = t.model->rope();
   norms();
   // Attention branch.
   product_forward(t, R::qkv_w, A(t, qkv), A(t, ln1), [&](auto& y, auto& x, auto& b) {
     linear_forward(ctx, y, x, W(t, R::qkv_w), b, kOutIn);
   });
   const auto [q, k, v] = qkv_parts(t, A(t, qkv));
-  rope_forward(ctx, q, t.positions, hs, rd, theta);
-  rope_forward(ctx, k, t.positions, hs, rd, theta);
+  rope_forward(ctx, q, t.positions, hs, rd, rope);
+  rope_forward(ctx, k, t.positions, hs, rd, rope);
   attend(ctx, t, q, k, v);
   product_forward(t, R::attn_proj_w, t.tmp, A(t, atty), [&](auto& y, auto& x, auto& b) {
     linear_forward(ctx, y, x, W(t, R::attn_proj_w), b, kOutIn);
@@ -142,7 +142,7 @@ void neox_block_backward(const Context& ctx, const BlockTensors& t) {
   using enum Act;
   using R = Role;
   const int hs = t.model->head_size(), rd = t.model->rotary_dims();
-  const float theta = t.model->rope_theta;
+  const Rope rope = t.model->rope();
   const Tensor& d_out = branch_grad(ctx, t);
   product_backward(t, R::fc_proj_w, A(t, d_fch), d_out, A(t, fch_gelu),
                    [&](auto& dx, auto& dy, auto& x) {
@@ -164,8 +164,8 @@ void neox_block_backward(const Context& ctx, const BlockTensors& t) {
   const std::array<Tensor, 3> d = qkv_parts(t, A(t, d_qkv));
   attend_backward(ctx, t, d, qkv_parts(t, A(t, qkv)));
   const Tensor &dq = d[0], &dk = d[1];
-  rope_backward(ctx, dq, t.positions, hs, rd, theta);
-  rope_backward(ctx, dk, t.positions, hs, rd, theta);
+  rope_backward(ctx, dq, t.positions, hs, rd, rope);
+  rope_backward(ctx, dk, t.positions, hs, rd, rope);
   product_backward(t, R::qkv_w, t.d_ln, A(t, d_qkv), A(t, ln1), [&](auto& dx, auto& dy, auto& x) {
     linear_backward(ctx, dx, G(t, R::qkv_w), G(t, R::qkv_b), dy, x, W(t, R::qkv_w), kOutIn);
   });
@@ -187,7 +187,8 @@ nlohmann::json neox_hf_config(const ModelConfig& m) {
           {"partial_rotary_factor", m.rotary_pct},
           {"rotary_emb_base", m.rope_theta},
           {"rope_theta", m.rope_theta},
-          {"layer_norm_eps", 1e-5},
+          {"rope_scaling", hf_rope_scaling_json(m)},
+          {"layer_norm_eps", as_decimal(m.norm_eps)},
           {"use_parallel_residual", true},
           {"attention_bias", true},
           {"attention_dropout", 0.0},
@@ -213,8 +214,8 @@ ModelConfig neox_from_hf(HfConfigReader& hf) {
         fmt::format("{}: field \"use_parallel_residual\" = false is not supported: "
                     "the trainer computes attention and MLP in parallel",
                     hf.file().string()));
-  hf.expect("layer_norm_eps", 1e-5, {1e-5}, "LayerNorm with epsilon 1e-5");
-  hf.expect("rope_scaling", nullptr, {}, "rotary embeddings without scaling");
+  m.norm_eps = float(hf.real("layer_norm_eps", 1e-5));
+  hf_rope_scaling(hf, m);
   hf.expect("attention_bias", true, {true}, "projections with biases");
   hf.ignore({"classifier_dropout"});  // the classification model's
   hf.dropouts({"attention_dropout", "hidden_dropout"});

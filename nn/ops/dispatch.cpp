@@ -48,29 +48,29 @@ size_t embedding_backward_workspace(const Context& ctx, int64_t N, int64_t C) {
 
 void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean,
                        const Tensor& rstd, const ConstTensor& inp, const ConstTensor& w,
-                       const ConstTensor& b) {
+                       const ConstTensor& b, float eps) {
   const int64_t N = inp.rows(), C = inp.cols();
   TRAINER_ASSERT(inp.contiguous() && out.contiguous() && out.numel() == N * C &&
                      mean.numel() == N && rstd.numel() == N && w.numel() == C && b.numel() == C &&
-                     w.dtype == out.dtype && b.dtype == out.dtype,
+                     w.dtype == out.dtype && b.dtype == out.dtype && eps > 0,
                  "layernorm_forward shapes");
-  TRAINER_OP(layernorm_forward, "norms", ctx, out, mean, rstd, inp, w, b);
+  TRAINER_OP(layernorm_forward, "norms", ctx, out, mean, rstd, inp, w, b, eps);
 }
 
 void layernorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
                                 const Tensor& mean, const Tensor& rstd, const ConstTensor& res_in,
                                 const ConstTensor& branch, const ConstTensor& w,
-                                const ConstTensor& b) {
+                                const ConstTensor& b, float eps) {
   const int64_t N = res_out.rows(), C = res_out.cols();  // checked once for both backends
   TRAINER_ASSERT(res_out.contiguous() && res_in.contiguous() && branch.contiguous() &&
                      out.contiguous() && res_out.dtype == DType::f32 &&
                      res_in.dtype == DType::f32 && res_in.numel() == N * C &&
                      branch.numel() == N * C && out.numel() == N * C && mean.numel() == N &&
                      rstd.numel() == N && w.numel() == C && b.numel() == C &&
-                     w.dtype == out.dtype && b.dtype == out.dtype,
+                     w.dtype == out.dtype && b.dtype == out.dtype && eps > 0,
                  "layernorm_residual_forward shapes");
   TRAINER_OP(layernorm_residual_forward, "norms", ctx, res_out, out, mean, rstd, res_in, branch, w,
-             b);
+             b, eps);
 }
 
 void layernorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& db,
@@ -88,13 +88,13 @@ size_t layernorm_backward_workspace(const Context& ctx, int64_t C) {
 }
 
 void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd,
-                     const ConstTensor& inp, const ConstTensor& w) {
+                     const ConstTensor& inp, const ConstTensor& w, float eps) {
   const int64_t N = inp.rows(), C = inp.cols();
   TRAINER_ASSERT(inp.contiguous() && out.contiguous() && out.numel() == N * C &&
                      inp.dtype == DType::f32 && rstd.numel() == N && w.numel() == C &&
-                     w.dtype == out.dtype,
+                     w.dtype == out.dtype && eps > 0,
                  "rmsnorm_forward shapes");
-  TRAINER_OP(rmsnorm_forward, "norms", ctx, out, rstd, inp, w);
+  TRAINER_OP(rmsnorm_forward, "norms", ctx, out, rstd, inp, w, eps);
 }
 
 void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw,
@@ -109,15 +109,15 @@ void rmsnorm_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw,
 
 void rmsnorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
                               const Tensor& rstd, const ConstTensor& res_in,
-                              const ConstTensor& branch, const ConstTensor& w) {
+                              const ConstTensor& branch, const ConstTensor& w, float eps) {
   const int64_t N = res_out.rows(), C = res_out.cols();  // checked once for both backends
   TRAINER_ASSERT(res_out.contiguous() && res_in.contiguous() && branch.contiguous() &&
                      out.contiguous() && res_out.dtype == DType::f32 &&
                      res_in.dtype == DType::f32 && res_in.numel() == N * C &&
                      branch.numel() == N * C && out.numel() == N * C && rstd.numel() == N &&
-                     w.numel() == C && w.dtype == out.dtype,
+                     w.numel() == C && w.dtype == out.dtype && eps > 0,
                  "rmsnorm_residual_forward shapes");
-  TRAINER_OP(rmsnorm_residual_forward, "norms", ctx, res_out, out, rstd, res_in, branch, w);
+  TRAINER_OP(rmsnorm_residual_forward, "norms", ctx, res_out, out, rstd, res_in, branch, w, eps);
 }
 
 size_t rmsnorm_backward_workspace(const Context& ctx, int64_t C) {
@@ -125,25 +125,28 @@ size_t rmsnorm_backward_workspace(const Context& ctx, int64_t C) {
 }
 
 namespace {
-void check_rope(const ConstTensor& x, const ConstTensor& positions, int head_size,
-                int rotary_dims) {
+void check_rope(const ConstTensor& x, const ConstTensor& positions, int head_size, int rotary_dims,
+                const Rope& rope) {
   TRAINER_ASSERT(rotary_dims > 0 && rotary_dims % 2 == 0 && rotary_dims <= 1024 &&
                      rotary_dims <= head_size && x.cols() % head_size == 0 &&
                      positions.numel() == x.rows() && positions.dtype == DType::i32,
                  "rope shapes");
+  TRAINER_ASSERT(rope.theta > 1 && rope.factor > 0 && rope.original_context > 0 &&
+                     rope.high_freq_factor > rope.low_freq_factor && rope.low_freq_factor > 0,
+                 "rope parameters");
 }
 }  // namespace
 
 void rope_forward(const Context& ctx, const Tensor& x, const ConstTensor& positions, int head_size,
-                  int rotary_dims, float theta) {
-  check_rope(x, positions, head_size, rotary_dims);
-  TRAINER_OP(rope_forward, "rope", ctx, x, positions, head_size, rotary_dims, theta);
+                  int rotary_dims, const Rope& rope) {
+  check_rope(x, positions, head_size, rotary_dims, rope);
+  TRAINER_OP(rope_forward, "rope", ctx, x, positions, head_size, rotary_dims, rope);
 }
 
 void rope_backward(const Context& ctx, const Tensor& dx, const ConstTensor& positions,
-                   int head_size, int rotary_dims, float theta) {
-  check_rope(dx, positions, head_size, rotary_dims);
-  TRAINER_OP(rope_backward, "rope", ctx, dx, positions, head_size, rotary_dims, theta);
+                   int head_size, int rotary_dims, const Rope& rope) {
+  check_rope(dx, positions, head_size, rotary_dims, rope);
+  TRAINER_OP(rope_backward, "rope", ctx, dx, positions, head_size, rotary_dims, rope);
 }
 
 void swiglu_forward(const Context& ctx, const Tensor& out, const ConstTensor& gate_up) {

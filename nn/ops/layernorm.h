@@ -10,11 +10,12 @@
 
 namespace trainer::nn {
 
-// out(N,C) = (inp - mean) * rstd * w + b; saves mean(N) and rstd(N) (fp32) for backward.
-// inp fp32; out, w(C), b(C) fp32 or bf16.
+// out(N,C) = (inp - mean) * rstd * w + b with rstd = 1 / sqrt(var(inp) + eps) (the model's
+// norm epsilon); saves mean(N) and rstd(N) (fp32) for backward. inp fp32; out, w(C), b(C)
+// fp32 or bf16.
 void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean,
                        const Tensor& rstd, const ConstTensor& inp, const ConstTensor& w,
-                       const ConstTensor& b);
+                       const ConstTensor& b, float eps);
 
 // res_out(N,C) = res_in + branch (the residual add: res_in and res_out fp32, branch fp32 or
 // bf16), then out = layernorm(res_out) as above: the two ops in one pass over the rows, with
@@ -22,7 +23,7 @@ void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean
 void layernorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
                                 const Tensor& mean, const Tensor& rstd, const ConstTensor& res_in,
                                 const ConstTensor& branch, const ConstTensor& w,
-                                const ConstTensor& b);
+                                const ConstTensor& b, float eps);
 
 // dinp(N,C) fp32 += ...; dw(C), db(C) (gradient dtype) += ...; dout(N,C) in out's dtype.
 // Deterministic: per-thread partial sums added in thread order.

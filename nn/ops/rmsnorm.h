@@ -10,17 +10,17 @@
 
 namespace trainer::nn {
 
-// out(N,C) = inp * rstd * w with rstd = 1 / sqrt(mean(inp^2) + 1e-5); saves rstd(N) (fp32).
-// inp fp32; out and w(C) fp32 or bf16.
+// out(N,C) = inp * rstd * w with rstd = 1 / sqrt(mean(inp^2) + eps) (the model's norm
+// epsilon); saves rstd(N) (fp32). inp fp32; out and w(C) fp32 or bf16.
 void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd,
-                     const ConstTensor& inp, const ConstTensor& w);
+                     const ConstTensor& inp, const ConstTensor& w, float eps);
 
 // res_out(N,C) = res_in + branch (the residual add: res_in and res_out fp32, branch fp32 or
 // bf16), then out = rmsnorm(res_out) as above: the two ops in one pass over the rows, with the
 // bits of residual_forward followed by rmsnorm_forward.
 void rmsnorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
                               const Tensor& rstd, const ConstTensor& res_in,
-                              const ConstTensor& branch, const ConstTensor& w);
+                              const ConstTensor& branch, const ConstTensor& w, float eps);
 
 // dinp(N,C) fp32 += ...; dw(C) (gradient dtype) += ...; dout(N,C) in out's dtype.
 // Deterministic: per-thread partial sums added in thread order.

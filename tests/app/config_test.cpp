@@ -200,6 +200,28 @@ TEST(Config, ConflictingKeysAreUsageErrors) {
   EXPECT_NE(message({"dist.pipeline_parallel=2", "dist.pipeline_schedule=interleaved"})
                 .find("the interleaved schedule runs 2 or more virtual stages"),
             std::string::npos);
+  // The rotary scaling keys: each type reads its own, the others stay at their defaults.
+  EXPECT_NE(message({"model.arch=llama", "model.rope_scaling_factor=8"})
+                .find("model.rope_scaling_factor = 8 needs model.rope_scaling = linear or llama3"),
+            std::string::npos);
+  EXPECT_NE(message({"model.arch=llama", "model.rope_scaling=linear", "model.rope_scaling_factor=2",
+                     "model.rope_original_context=4096"})
+                .find("need model.rope_scaling = llama3 (model.rope_scaling = linear)"),
+            std::string::npos);
+  EXPECT_NE(
+      message({"model.arch=llama", "model.rope_scaling=llama3", "model.rope_low_freq_factor=4"})
+          .find("model.rope_high_freq_factor (4) must exceed model.rope_low_freq_factor (4)"),
+      std::string::npos);
+  EXPECT_NE(message({"model.rope_scaling=linear", "model.rope_scaling_factor=2"})
+                .find("model.rope_scaling = linear needs model.arch = llama or neox"),
+            std::string::npos);
+  {
+    Config c;
+    EXPECT_THROW(c.apply_override("model.norm_eps=0"), UsageError);  // the schema's (0, 1]
+  }
+  EXPECT_EQ(message({"model.arch=llama", "model.rope_scaling=llama3", "model.rope_scaling_factor=8",
+                     "model.norm_eps=1e-6"}),
+            "(accepted)");
   // A pipeline on GPUs (its transfers over NCCL) is accepted, with every schedule.
   for (const char* schedule : {"gpipe", "1f1b", "interleaved"}) {
     Config gpus;

@@ -72,12 +72,20 @@ for arch in gpt2 llama; do
 done
 
 # A field absent from config.json means Hugging Face's default: Llama's rms_norm_eps is then
-# 1e-6, which the trainer does not compute.
-rm -rf broken && cp -r llama-hf broken
-python3 -c "import json; p = 'broken/config.json'; c = json.load(open(p)); del c['rms_norm_eps']; json.dump(c, open(p, 'w'))"
-out=$("$TRAINER" eval broken --data corpus 2>&1) && fail "Llama without rms_norm_eps passed"
-grep -q 'field "rms_norm_eps" = 1e-06 (Hugging Face.s default, as it is absent) is not supported' <<<"$out" ||
-  fail "absent field: $out"
+# 1e-6, and the folder exported again says so; Llama 3.1's rope_scaling goes through as written.
+rm -rf eps eps-out && cp -r llama-hf eps
+python3 -c "
+import json; p = 'eps/config.json'; c = json.load(open(p)); del c['rms_norm_eps']
+c['rope_scaling'] = {'factor': 8.0, 'low_freq_factor': 1.0, 'high_freq_factor': 4.0,
+                     'original_max_position_embeddings': 16, 'rope_type': 'llama3'}
+json.dump(c, open(p, 'w'))"
+"$TRAINER" export eps --out eps-out >/dev/null || fail "export of a Llama 3.1-style folder"
+python3 -c "
+import json, sys; c = json.load(open('eps-out/config.json'))
+want = {'factor': 8.0, 'low_freq_factor': 1.0, 'high_freq_factor': 4.0,
+        'original_max_position_embeddings': 16, 'rope_type': 'llama3'}
+sys.exit(0 if c['rms_norm_eps'] == 1e-6 and c['rope_scaling'] == want else 1)" ||
+  fail "the default rms_norm_eps or the rope_scaling did not survive: $(cat eps-out/config.json)"
 
 # Bad folders: a copy of the GPT-2 folder, broken one way each. Every refusal is one line
 # naming the file and what is wrong; neither the export nor the run directory appears.
@@ -96,9 +104,9 @@ head += b" " * ((8 - len(head) % 8) % 8)
 open(f"{folder}/model.safetensors", "wb").write(struct.pack("<Q", len(head)) + head + raw[8 + n:])
 PY
 }
-refuse() {  # refuse <pattern> <python edit> [<how to break it otherwise>]
+refuse() {  # refuse <pattern> <python edit>; BASE=llama-hf breaks that folder instead
   local pattern=$1 code=$2
-  rm -rf broken out runs/broken && cp -r gpt2-hf broken
+  rm -rf broken out runs/broken && cp -r "${BASE:-gpt2-hf}" broken
   edit broken "$code"
   local out rc=0
   out=$("$TRAINER" export broken --out out 2>&1) || rc=$?
@@ -122,7 +130,13 @@ refuse "\"LlamaForSequenceClassification\" is not an architecture the trainer ha
 refuse "field \"rope_scaling\" = .* is not one the trainer knows" "c['rope_scaling'] = {'type': 'linear'}"
 refuse "field \"n_inner\" = 64 is not supported: the trainer computes an MLP of 4 n_embd" \
   "c['n_inner'] = 64"
-refuse "field \"layer_norm_epsilon\" = 1e-06 is not supported" "c['layer_norm_epsilon'] = 1e-6"
+refuse "field \"layer_norm_epsilon\" = \"small\" is not a number" "c['layer_norm_epsilon'] = 'small'"
+BASE=llama-hf refuse "field \"rope_scaling\": type \"yarn\" is not supported: the trainer scales" \
+  "c['rope_scaling'] = {'rope_type': 'yarn', 'factor': 4.0}"
+BASE=llama-hf refuse "\"beta_fast\" = 32 is not a key the trainer knows for type \"linear\"" \
+  "c['rope_scaling'] = {'type': 'linear', 'factor': 2.0, 'beta_fast': 32}"
+BASE=llama-hf refuse "of type \"llama3\" needs a number \"low_freq_factor\"" \
+  "c['rope_scaling'] = {'rope_type': 'llama3', 'factor': 8.0}"
 
 # Shards: one named in the index but missing, and a tensor the index names twice.
 sharded() {

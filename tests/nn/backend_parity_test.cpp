@@ -202,7 +202,7 @@ Outputs layernorm_case(Arena& a, DType act, DType grad) {
   const Tensor b = a.random(3, act, {C});
   const Tensor out = a.poisoned(act, {N, C}), mean = a.poisoned(DType::f32, {N}),
                rstd = a.poisoned(DType::f32, {N});
-  layernorm_forward(a.ctx, out, mean, rstd, x, w, b);
+  layernorm_forward(a.ctx, out, mean, rstd, x, w, b, 1e-5f);
   const Tensor dout = a.random(4, act, {N, C}), dx = a.random(5, DType::f32, {N, C});
   const Tensor dw = a.random(6, grad, {C}), db = a.random(7, grad, {C});
   layernorm_backward(a.ctx, dx, dw, db, dout, x, w, mean, rstd);
@@ -217,7 +217,7 @@ Outputs layernorm_residual_case(Arena& a, DType act, DType) {
   const Tensor w = a.random(3, act, {C}), b = a.random(4, act, {C});
   const Tensor sum = a.poisoned(DType::f32, {N, C}), out = a.poisoned(act, {N, C}),
                mean = a.poisoned(DType::f32, {N}), rstd = a.poisoned(DType::f32, {N});
-  layernorm_residual_forward(a.ctx, sum, out, mean, rstd, x, branch, w, b);
+  layernorm_residual_forward(a.ctx, sum, out, mean, rstd, x, branch, w, b, 1e-2f);
   return {
       {"sum", a.read(sum)}, {"out", a.read(out)}, {"mean", a.read(mean)}, {"rstd", a.read(rstd)}};
 }
@@ -228,7 +228,7 @@ Outputs rmsnorm_residual_case(Arena& a, DType act, DType) {
   const Tensor w = a.random(3, act, {C});
   const Tensor sum = a.poisoned(DType::f32, {N, C}), out = a.poisoned(act, {N, C}),
                rstd = a.poisoned(DType::f32, {N});
-  rmsnorm_residual_forward(a.ctx, sum, out, rstd, x, branch, w);
+  rmsnorm_residual_forward(a.ctx, sum, out, rstd, x, branch, w, 1e-2f);
   return {{"sum", a.read(sum)}, {"out", a.read(out)}, {"rstd", a.read(rstd)}};
 }
 
@@ -236,7 +236,7 @@ Outputs rmsnorm_case(Arena& a, DType act, DType grad) {
   const int N = 13, C = 40;
   const Tensor x = a.random(1, DType::f32, {N, C}, 2.0f), w = a.random(2, act, {C});
   const Tensor out = a.poisoned(act, {N, C}), rstd = a.poisoned(DType::f32, {N});
-  rmsnorm_forward(a.ctx, out, rstd, x, w);
+  rmsnorm_forward(a.ctx, out, rstd, x, w, 1e-6f);
   const Tensor dout = a.random(4, act, {N, C}), dx = a.random(5, DType::f32, {N, C});
   const Tensor dw = a.random(6, grad, {C});
   rmsnorm_backward(a.ctx, dx, dw, dout, x, w, rstd);
@@ -245,14 +245,14 @@ Outputs rmsnorm_case(Arena& a, DType act, DType grad) {
 
 // Rotary embeddings on the query and key columns of a packed (N, 3C) qkv-like tensor, over
 // the first `rotary_dims` channels of each head of 16.
-Outputs rope_of(Arena& a, DType act, int rotary_dims) {
+Outputs rope_of(Arena& a, DType act, int rotary_dims, const Rope& rope = {500.0f}) {
   const int N = 23, C = 48, hs = 16;
   std::vector<int32_t> pos;
   for (int n = 0; n < N; ++n) pos.push_back(n < 9 ? n : n - 9);  // a second document
   const Tensor p = a.ints(pos, {N});
   const Tensor x = a.random(1, act, {N, 3 * C}), dx = a.random(2, act, {N, 3 * C});
-  rope_forward(a.ctx, x.col_range(0, 2 * C), p, hs, rotary_dims, 500.0f);
-  rope_backward(a.ctx, dx.col_range(C, 2 * C), p, hs, rotary_dims, 500.0f);
+  rope_forward(a.ctx, x.col_range(0, 2 * C), p, hs, rotary_dims, rope);
+  rope_backward(a.ctx, dx.col_range(C, 2 * C), p, hs, rotary_dims, rope);
   return {{"x", a.read(x)}, {"dx", a.read(dx)}};
 }
 
@@ -448,6 +448,12 @@ std::vector<Case> make_cases() {
       {"rmsnorm_residual", rmsnorm_residual_case},
       {"rope", rope_case},
       {"rope_partial", rope_partial_case},
+      // Llama 3.1's scaling with every band in use: wavelengths 6.3 to 1460 against 256 / 4
+      // and 256.
+      {"rope_llama3",
+       [](Arena& a, DType t, DType) {
+         return rope_of(a, t, 16, {500.0f, RopeScaling::llama3, 8.0f, 1.0f, 4.0f, 256.0f});
+       }},
       {"swiglu", swiglu_case},
       {"gelu", gelu_case<GeluForm::tanh>},
       {"gelu_erf", gelu_case<GeluForm::erf>},

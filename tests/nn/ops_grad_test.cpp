@@ -34,7 +34,7 @@ TEST(OpsGrad, LayerNorm) {
   std::vector<float> out(N * C), mean(N), rstd(N);
   auto loss = [&] {
     layernorm_forward(env.ctx, view(out, {N, C}), view(mean, {N}), view(rstd, {N}), view(x, {N, C}),
-                      view(w, {C}), view(b, {C}));
+                      view(w, {C}), view(b, {C}), 1e-5f);
     return weighted_sum(out.data(), r);
   };
   loss();
@@ -70,7 +70,8 @@ TEST(OpsGrad, RmsNorm) {
   auto x = random_vector(N * C, 1), w = random_vector(C, 2), r = random_vector(N * C, 4);
   std::vector<float> out(N * C), rstd(N);
   auto loss = [&] {
-    rmsnorm_forward(env.ctx, view(out, {N, C}), view(rstd, {N}), view(x, {N, C}), view(w, {C}));
+    rmsnorm_forward(env.ctx, view(out, {N, C}), view(rstd, {N}), view(x, {N, C}), view(w, {C}),
+                    1e-5f);
     return weighted_sum(out.data(), r);
   };
   loss();
@@ -79,6 +80,32 @@ TEST(OpsGrad, RmsNorm) {
                    view(w, {C}), view(rstd, {N}));
   expect_gradient("dx", x, dx, loss);
   expect_gradient("dw", w, dw, loss);
+}
+
+// The norms' epsilon is the caller's (model.norm_eps): with eps = 0.5, against the formulas
+// computed here in double, to 1e-6 relative (fp32 rounding of sums over 24 channels). The
+// outputs with 1e-5 differ from these by about a third, so an epsilon left out or fixed fails.
+TEST(OpsGrad, NormsTakeTheirEpsilon) {
+  OpEnv env;
+  const int N = 3, C = 24;
+  const float eps = 0.5f;
+  auto x = random_vector(N * C, 1), w = random_vector(C, 2), b = random_vector(C, 3);
+  std::vector<float> rms(N * C), ln(N * C), mean(N), rstd(N);
+  rmsnorm_forward(env.ctx, view(rms, {N, C}), view(rstd, {N}), view(x, {N, C}), view(w, {C}), eps);
+  layernorm_forward(env.ctx, view(ln, {N, C}), view(mean, {N}), view(rstd, {N}), view(x, {N, C}),
+                    view(w, {C}), view(b, {C}), eps);
+  for (int n = 0; n < N; ++n) {
+    double ss = 0, s = 0, v = 0;
+    for (int c = 0; c < C; ++c) ss += double(x[n * C + c]) * x[n * C + c], s += x[n * C + c];
+    const double m = s / C;
+    for (int c = 0; c < C; ++c) v += (x[n * C + c] - m) * (x[n * C + c] - m);
+    for (int c = 0; c < C; ++c) {
+      const double want_rms = x[n * C + c] / std::sqrt(ss / C + eps) * w[c];
+      const double want_ln = (x[n * C + c] - m) / std::sqrt(v / C + eps) * w[c] + b[c];
+      EXPECT_NEAR(rms[n * C + c], want_rms, 1e-6 * (1 + std::abs(want_rms))) << n << "," << c;
+      EXPECT_NEAR(ln[n * C + c], want_ln, 1e-6 * (1 + std::abs(want_ln))) << n << "," << c;
+    }
+  }
 }
 
 // The (out, in) weight layout torch.nn.Linear (and Llama) uses.
@@ -102,7 +129,7 @@ TEST(OpsGrad, LinearOutIn) {
 // Rotary embeddings on a strided view (the query columns of a packed tensor), positions
 // restarting mid-batch as in a packed row; over whole heads (Llama) and over the first 4
 // channels of each head of 8 (GPT-NeoX's partial rotary), whose other channels pass unchanged.
-void check_rope(int rotary_dims) {
+void check_rope(int rotary_dims, const Rope& rope = {100.0f}) {
   OpEnv env;
   const int N = 7, hs = 8, H = 2, width = 3 * H * hs;
   std::vector<int32_t> pos = {0, 1, 2, 3, 0, 1, 2};
@@ -111,7 +138,7 @@ void check_rope(int rotary_dims) {
   auto loss = [&] {
     y = x;
     rope_forward(env.ctx, view(y, {N, width}).col_range(0, H * hs), view(pos, {N}), hs, rotary_dims,
-                 100.0f);
+                 rope);
     return weighted_sum(y.data(), r);
   };
   loss();
@@ -129,7 +156,7 @@ void check_rope(int rotary_dims) {
   EXPECT_GT(changed, N * H * rotary_dims / 2);
   std::vector<float> dx = r;
   rope_backward(env.ctx, view(dx, {N, width}).col_range(0, H * hs), view(pos, {N}), hs, rotary_dims,
-                100.0f);
+                rope);
   expect_gradient("dx", x, dx, loss);
 }
 
@@ -139,6 +166,28 @@ TEST(OpsGrad, Rope) {
 
 TEST(OpsGrad, RopePartial) {
   check_rope(4);
+}
+
+TEST(OpsGrad, RopeScaled) {
+  check_rope(8, {100.0f, RopeScaling::linear, 4.0f});
+  check_rope(8, {100.0f, RopeScaling::llama3, 8.0f, 1.0f, 4.0f, 64.0f});
+}
+
+// Hugging Face's scalings, worked by hand for theta 10^4 and rd = 6: pairs of wavelength
+// 2 pi / theta^(-2i/6) = 6.28, 135.4 and 2916.4. llama3 with factor 8, low 1, high 4 and an
+// original context of 300 keeps wavelengths under 300 / 4 = 75 (pair 0), divides those over
+// 300 / 1 (pair 2: 0.0021544 / 8), and mixes pair 1 by smooth = (300 / 135.37 - 1) / 3 =
+// 0.40540: 0.59460 x 0.046416 / 8 + 0.40540 x 0.046416 = 0.022267. linear divides each by 8.
+TEST(OpsGrad, RopeInverseFrequencies) {
+  const Rope none{10000.0f}, linear{10000.0f, RopeScaling::linear, 8.0f},
+      llama3{10000.0f, RopeScaling::llama3, 8.0f, 1.0f, 4.0f, 300.0f};
+  const double plain[] = {1.0, 0.0464158883, 0.0021544347};
+  const double scaled[] = {1.0, 0.0222668000, 0.0002693043};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(rope_inv_freq(none, i, 6), plain[i], 1e-6 * plain[i]) << i;
+    EXPECT_NEAR(rope_inv_freq(linear, i, 6), plain[i] / 8, 1e-6 * plain[i]) << i;
+    EXPECT_NEAR(rope_inv_freq(llama3, i, 6), scaled[i], 1e-6 * scaled[i]) << i;
+  }
 }
 
 TEST(OpsGrad, SwiGlu) {

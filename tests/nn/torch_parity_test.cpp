@@ -23,6 +23,7 @@
 #include "nn/hf_weights.h"
 #include "nn/model_io.h"
 #include "nn/transformer.h"
+#include "runtime/file_io.h"
 #include "runtime/safetensors.h"
 
 namespace trainer::nn {
@@ -114,6 +115,22 @@ TEST_P(TorchParity, MatchesPyTorch) {
     cfg.rotary_pct = 0.5;
     cfg.gelu = GeluForm::erf;
   }
+  if (mode == "fields") {
+    // A norm epsilon that moves every norm's output by percents (the stream's mean square is
+    // about 0.1 to 1 here), and rotary scaling: Llama 3.1's with every band in use (head size
+    // 8 at theta 500 has wavelengths 6.3, 30, 140 and 660 against 64 / 4 and 64), linear for
+    // GPT-NeoX's half-head rotary.
+    cfg.norm_eps = 0.05f;
+    if (arch == "llama") {
+      cfg.rope_scaling = RopeScaling::llama3;
+      cfg.rope_factor = 8.0f;
+      cfg.rope_original_context = 64;
+    }
+    if (arch == "neox") {
+      cfg.rope_scaling = RopeScaling::linear;
+      cfg.rope_factor = 4.0f;
+    }
+  }
   const int B = 3, T = 20;
   Transformer model(cfg, testing::exec_for(B, T));
   model.init_weights(1234);
@@ -154,21 +171,18 @@ TEST_P(TorchParity, MatchesPyTorch) {
     to_hf_order(model.layout(), hf.data());
     SafetensorsWriter w;
     add_params(w, model.layout(), hf.data());
-    w.set_metadata("config", fmt::format("{} {} {} {} {} {} {} {} {} {}", cfg.arch, cfg.vocab_size,
-                                         cfg.max_seq_len, cfg.n_layer, cfg.n_head, cfg.n_embd,
-                                         cfg.kv_heads(), cfg.rope_theta, cfg.rotary_dims(),
-                                         cfg.gelu == GeluForm::erf ? "erf" : "tanh"));
     w.write(dir / "weights.safetensors");
+    // The model as `trainer export` describes it: the reference reads it as Hugging Face would.
+    write_file_atomic(dir / "config.json", cfg.architecture().hf_config(cfg).dump(2));
   }
   run_and_compare(model, cfg, batch, dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Batches, TorchParity,
-                         ::testing::Combine(::testing::ValuesIn(architecture_names()),
-                                            ::testing::Values("plain", "packed", "padded")),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Batches, TorchParity,
+    ::testing::Combine(::testing::ValuesIn(architecture_names()),
+                       ::testing::Values("plain", "packed", "padded", "fields")),
+    [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
 // A Hugging Face folder written by the reference (random weights as Hugging Face lays them
 // out: GPT-2's Conv1D matrices and prefixed names, Llama's grouped key/value heads, Pythia's
@@ -187,7 +201,12 @@ TEST_P(HfFolderParity, MatchesPyTorch) {
   run_reference(
       fmt::format("make-hf {} {} {} {} {}", dir.string(), arch, dtype, shards, tied ? 1 : 0));
   const ModelConfig cfg = hf_model_config(dir / "hf/config.json");
-  EXPECT_EQ(cfg.arch, arch);
+  EXPECT_EQ(cfg.arch, arch == "llama3" ? "llama" : arch);
+  if (arch == "llama3") {
+    EXPECT_EQ(cfg.rope_scaling, RopeScaling::llama3);
+    EXPECT_EQ(cfg.rope_original_context, 64);
+    EXPECT_EQ(cfg.norm_eps, 0.05f);
+  }
   EXPECT_EQ(cfg.tie_embeddings, tied);
   const int B = 3, T = 20;
   Transformer model(cfg, testing::exec_for(B, T));
@@ -207,8 +226,8 @@ INSTANTIATE_TEST_SUITE_P(
     Folders, HfFolderParity,
     ::testing::Values(std::tuple{"gpt2", "F32", 1, true}, std::tuple{"gpt2", "F16", 3, true},
                       std::tuple{"llama", "BF16", 1, false}, std::tuple{"llama", "F32", 4, false},
-                      std::tuple{"llama", "F16", 2, true}, std::tuple{"neox", "F16", 2, false},
-                      std::tuple{"neox", "F32", 1, true}),
+                      std::tuple{"llama", "F16", 2, true}, std::tuple{"llama3", "BF16", 1, true},
+                      std::tuple{"neox", "F16", 2, false}, std::tuple{"neox", "F32", 1, true}),
     [](const auto& info) {
       return fmt::format("{}_{}_{}shards_{}", std::get<0>(info.param), std::get<1>(info.param),
                          std::get<2>(info.param), std::get<3>(info.param) ? "tied" : "untied");

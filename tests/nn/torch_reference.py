@@ -3,8 +3,10 @@
 (tests/nn/torch_parity_test.cpp), each computed as Hugging Face's model of that name does from
 weights in Hugging Face's layout.
 
-Reads weights.safetensors, batch.safetensors and trainer.safetensors from the directory given,
-recomputes logits, loss, parameter gradients and ten AdamW steps in float64 with autograd and
+Reads config.json (the model, as Hugging Face writes it), weights.safetensors,
+batch.safetensors and trainer.safetensors from the directory given (or the folder hf/ there
+for the first two), recomputes logits, loss, parameter gradients and ten AdamW steps in
+float64 with autograd and
 torch.optim.AdamW, and exits non-zero when the logits differ from the trainer's by more than
 1e-5 relative, or the loss, gradients or step losses by more than 1e-4.
 
@@ -61,9 +63,10 @@ class Gpt(Weights):
     """GPT-2: learned positions, pre-LN blocks, tanh GELU, tied head. Weights in HF Conv1D
     orientation (in, out)."""
 
-    def __init__(self, weights, n_layer, n_head, gelu="tanh"):
+    def __init__(self, weights, n_layer, n_head, gelu, eps):
         super().__init__(weights)
         self.n_layer, self.n_head, self.gelu = n_layer, n_head, "none" if gelu == "erf" else "tanh"
+        self.eps = eps
 
     def forward(self, tokens, segments, lengths):
         B, T = tokens.shape
@@ -74,16 +77,16 @@ class Gpt(Weights):
         allowed = allowed_of(B, T, segments, lengths)
         for l in range(self.n_layer):
             h = f"h.{l}."
-            a = F.layer_norm(x, (C,), self.w(h + "ln_1.weight"), self.w(h + "ln_1.bias"), 1e-5)
+            a = F.layer_norm(x, (C,), self.w(h + "ln_1.weight"), self.w(h + "ln_1.bias"), self.eps)
             qkv = a @ self.w(h + "attn.c_attn.weight") + self.w(h + "attn.c_attn.bias")
             q, k, v = (t.view(B, T, H, hs).transpose(1, 2) for t in qkv.split(C, dim=2))
             y = attend(q, k, v, allowed)
             x = x + y @ self.w(h + "attn.c_proj.weight") + self.w(h + "attn.c_proj.bias")
-            m = F.layer_norm(x, (C,), self.w(h + "ln_2.weight"), self.w(h + "ln_2.bias"), 1e-5)
+            m = F.layer_norm(x, (C,), self.w(h + "ln_2.weight"), self.w(h + "ln_2.bias"), self.eps)
             m = F.gelu(m @ self.w(h + "mlp.c_fc.weight") + self.w(h + "mlp.c_fc.bias"),
                        approximate=self.gelu)
             x = x + m @ self.w(h + "mlp.c_proj.weight") + self.w(h + "mlp.c_proj.bias")
-        x = F.layer_norm(x, (C,), self.w("ln_f.weight"), self.w("ln_f.bias"), 1e-5)
+        x = F.layer_norm(x, (C,), self.w("ln_f.weight"), self.w("ln_f.bias"), self.eps)
         return x @ self.w("wte.weight").T
 
 
@@ -121,21 +124,21 @@ def allowed_of(B, T, segments, lengths):
 
 
 class Llama(Weights):
-    """Llama as Hugging Face's LlamaForCausalLM computes it: RMSNorm (eps 1e-5), rotary
-    embeddings with rotate_half pairing, grouped-query attention (each key/value head serves
+    """Llama as Hugging Face's LlamaForCausalLM computes it: RMSNorm, rotary embeddings with
+    rotate_half pairing (the inverse frequencies given, scaled as rope_scaling says), grouped-query attention (each key/value head serves
     n_head / n_kv_head consecutive query heads), SwiGLU, no biases; torch.nn.Linear weights
     (out, in); the head is lm_head.weight or, tied, the token embedding."""
 
-    def __init__(self, weights, n_layer, n_head, n_kv_head, theta):
+    def __init__(self, weights, n_layer, n_head, n_kv_head, inv_freq, eps):
         super().__init__(weights)
-        self.n_layer, self.n_head, self.n_kv_head, self.theta = n_layer, n_head, n_kv_head, theta
+        self.n_layer, self.n_head, self.n_kv_head = n_layer, n_head, n_kv_head
+        self.inv_freq, self.eps = inv_freq, eps
 
-    @staticmethod
-    def rms_norm(x, w):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w
+    def rms_norm(self, x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * w
 
     def rope(self, x, pos):
-        return rope(x, pos, self.theta)
+        return rope(x, pos, self.inv_freq)
 
     def forward(self, tokens, segments, lengths):
         B, T = tokens.shape
@@ -165,11 +168,33 @@ class Llama(Weights):
         return x @ self.w(head).T
 
 
-def rope(x, pos, theta):
-    """Rotate-half rotary embeddings over all of x's last dimension (B, h, T, d), the angles in
-    fp32 as Hugging Face computes them."""
+def inv_freq_of(config, theta, d):
+    """The fp32 inverse frequencies of d rotary channels as Hugging Face's rope initialisation
+    functions compute them: default, or scaled as config's rope_scaling says (linear, llama3)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    scaling = config.get("rope_scaling") or {}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "linear":
+        return inv_freq / scaling["factor"]
+    if kind == "llama3":
+        factor = scaling["factor"]
+        low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+        old_context = scaling["original_max_position_embeddings"]
+        low_wavelen, high_wavelen = old_context / low, old_context / high
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+        smooth = (old_context / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+        return torch.where(medium, smoothed, scaled)
+    assert kind == "default", f"rope_scaling type {kind}"
+    return inv_freq
+
+
+def rope(x, pos, inv_freq):
+    """Rotate-half rotary embeddings over all of x's last dimension (B, h, T, d) by the fp32
+    inverse frequencies inv_freq (d/2), the angles in fp32 as Hugging Face computes them."""
     d = x.shape[-1]
-    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2).float() / d))
     angle = pos[:, None, :, None].float() * inv_freq  # (B, 1, T, d/2) in fp32
     cos = torch.cat([angle.cos(), angle.cos()], -1).double()
     sin = torch.cat([angle.sin(), angle.sin()], -1).double()
@@ -182,17 +207,17 @@ class Neox(Weights):
     """GPT-NeoX as Hugging Face's GPTNeoXForCausalLM computes it with use_parallel_residual:
     x + attn(ln1(x)) + mlp(ln2(x)); the fused query_key_value rows grouped by head
     ([q_h, k_h, v_h] for each head h); rotary embeddings on the first rotary_dims channels of
-    each head; LayerNorm (eps 1e-5) and biases; a GELU MLP, exact ("gelu", Pythia's) or the
+    each head; LayerNorm and biases; a GELU MLP, exact ("gelu", Pythia's) or the
     tanh form ("gelu_new"); the head is embed_out.weight or, tied, the token embedding."""
 
-    def __init__(self, weights, n_layer, n_head, theta, rotary_dims, gelu="tanh"):
+    def __init__(self, weights, n_layer, n_head, inv_freq, rotary_dims, gelu, eps):
         super().__init__(weights)
-        self.n_layer, self.n_head, self.theta, self.rd = n_layer, n_head, theta, rotary_dims
-        self.gelu = "none" if gelu == "erf" else "tanh"
+        self.n_layer, self.n_head, self.inv_freq, self.rd = n_layer, n_head, inv_freq, rotary_dims
+        self.gelu, self.eps = "none" if gelu == "erf" else "tanh", eps
 
     def ln(self, x, name):
         return F.layer_norm(x, (x.shape[-1],), self.w(name + ".weight"), self.w(name + ".bias"),
-                            1e-5)
+                            self.eps)
 
     def linear(self, x, name):
         return x @ self.w(name + ".weight").T + self.w(name + ".bias")
@@ -211,8 +236,8 @@ class Neox(Weights):
             qkv = self.linear(a, h + "attention.query_key_value").view(B, T, H, 3 * hs)
             q, k, v = (t.transpose(1, 2) for t in qkv.split(hs, dim=-1))
             rd = self.rd
-            q = torch.cat([rope(q[..., :rd], pos, self.theta), q[..., rd:]], -1)
-            k = torch.cat([rope(k[..., :rd], pos, self.theta), k[..., rd:]], -1)
+            q = torch.cat([rope(q[..., :rd], pos, self.inv_freq), q[..., rd:]], -1)
+            k = torch.cat([rope(k[..., :rd], pos, self.inv_freq), k[..., rd:]], -1)
             y = attend(q, k, v, allowed)
             attn = self.linear(y, h + "attention.dense")
             m = self.ln(x, h + "post_attention_layernorm")
@@ -255,7 +280,8 @@ def as_dtype(x, dtype):
 
 
 def make_hf(d, arch, dtype, shards, tied):
-    """A Hugging Face folder with random weights of the parity test's shape."""
+    """A Hugging Face folder with random weights of the parity test's shape (arch: gpt2, llama,
+    llama3 (a Llama with Llama 3.1's rope_scaling and a large rms_norm_eps) or neox)."""
     V, P, L, H, C = 67, 24, 2, 4, 32
     rng = np.random.default_rng(7)
     w = {}
@@ -333,6 +359,11 @@ def make_hf(d, arch, dtype, shards, tied):
                   "tie_word_embeddings": tied, "initializer_range": 0.02, "use_cache": True,
                   "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16",
                   "transformers_version": "4.44.0"}
+        if arch == "llama3":  # Llama 3.1's fields: scaled rotary (every band in use), eps
+            config.update({"rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0,
+                                            "high_freq_factor": 4.0, "rope_type": "llama3",
+                                            "original_max_position_embeddings": 64},
+                           "rms_norm_eps": 0.05, "transformers_version": "4.46.0"})
         kv = Hkv * C // H
         rand("model.embed_tokens.weight", V, C)
         for i in range(L):
@@ -370,47 +401,45 @@ def make_hf(d, arch, dtype, shards, tied):
 
 
 def read_hf(folder):
-    """The folder's parameters by the trainer's names (buffers and GPT-2's prefix dropped),
-    and the model's shape as the "config" metadata string of the trainer's own files."""
-    files = sorted(folder.glob("*.safetensors"))
+    """The folder's parameters by the trainer's names (buffers and GPT-2's prefix dropped)."""
     weights = {}
-    for f in files:
+    for f in sorted(folder.glob("*.safetensors")):
         weights.update(read_safetensors(f)[0])
-    weights = {k.removeprefix("transformer."): v.float() for k, v in weights.items()
-               if not k.endswith((".attn.bias", ".inv_freq"))}
-    c = json.loads((folder / "config.json").read_text())
+    return {k.removeprefix("transformer."): v.float() for k, v in weights.items()
+            if not k.endswith((".attn.bias", ".inv_freq"))}
+
+
+def model_of(c, weights):
+    """The model a Hugging Face config.json describes, with Hugging Face's defaults."""
     if c["model_type"] == "gpt2":
         gelu = "erf" if c.get("activation_function") == "gelu" else "tanh"
-        shape = ["gpt2", c["vocab_size"], c["n_positions"], c["n_layer"], c["n_head"],
-                 c["n_embd"], c["n_head"], 10000, 0, gelu]
-    elif c["model_type"] == "llama":
-        shape = ["llama", c["vocab_size"], c["max_position_embeddings"],
-                 c["num_hidden_layers"], c["num_attention_heads"], c["hidden_size"],
-                 c["num_key_value_heads"], c["rope_theta"], 0, "tanh"]
-    else:
-        C, H = c["hidden_size"], c["num_attention_heads"]
-        shape = ["neox", c["vocab_size"], c["max_position_embeddings"], c["num_hidden_layers"],
-                 H, C, H, c["rotary_emb_base"], int(C // H * c["rotary_pct"]),
-                 "erf" if c.get("hidden_act", "gelu") == "gelu" else "tanh"]
-    return weights, {"config": " ".join(str(x) for x in shape)}
+        return Gpt(weights, c["n_layer"], c["n_head"], gelu, c.get("layer_norm_epsilon", 1e-5))
+    if c["model_type"] == "llama":
+        H = c["num_attention_heads"]
+        hs = c["hidden_size"] // H
+        inv_freq = inv_freq_of(c, c.get("rope_theta", 10000.0), hs)
+        return Llama(weights, c["num_hidden_layers"], H, c["num_key_value_heads"], inv_freq,
+                     c.get("rms_norm_eps", 1e-6))
+    C, H = c["hidden_size"], c["num_attention_heads"]
+    rd = int(C // H * c.get("partial_rotary_factor", c.get("rotary_pct", 0.25)))
+    inv_freq = inv_freq_of(c, c.get("rope_theta", c.get("rotary_emb_base", 10000.0)), rd)
+    gelu = "erf" if c.get("hidden_act", "gelu") == "gelu" else "tanh"
+    return Neox(weights, c["num_hidden_layers"], H, inv_freq, rd, gelu,
+                c.get("layer_norm_eps", 1e-5))
 
 
 def main(d):
     d = Path(d)
-    if (d / "hf").is_dir():
-        weights, meta = read_hf(d / "hf")
+    model_dir = d / "hf" if (d / "hf").is_dir() else d
+    if model_dir != d:
+        weights = read_hf(model_dir)
     else:
-        weights, meta = read_safetensors(d / "weights.safetensors")
+        weights, _ = read_safetensors(d / "weights.safetensors")
+    config = json.loads((model_dir / "config.json").read_text())
+    arch = {"gpt2": "gpt2", "llama": "llama", "gpt_neox": "neox"}[config["model_type"]]
+    model = model_of(config, weights)
     batch, _ = read_safetensors(d / "batch.safetensors")
     ours, _ = read_safetensors(d / "trainer.safetensors")
-    arch, V, P, L, H, C, Hkv, theta, rd, gelu = meta["config"].split()
-    L, H, Hkv, theta, rd = int(L), int(H), int(Hkv), float(theta), int(rd)
-    if arch == "gpt2":
-        model = Gpt(weights, L, H, gelu)
-    elif arch == "llama":
-        model = Llama(weights, L, H, Hkv, theta)
-    else:
-        model = Neox(weights, L, H, theta, rd, gelu)
     tokens, targets = batch["tokens"].long(), batch["targets"]
     segments, lengths = batch.get("segments"), batch.get("lengths")
 

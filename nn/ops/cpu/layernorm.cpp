@@ -11,14 +11,12 @@ namespace trainer::nn::cpu {
 
 namespace {
 
-constexpr float kLayerNormEps = 1e-5f;
-
 // With `branch` (R its dtype), the rows normalised are res_out's, res_out[n] = res_in[n] +
 // branch[n] written first (the fused residual add); `inp` is res_out then.
 template <typename T, typename R = float>
 void forward_rows(T* out, float* mean, float* rstd, const float* inp, const T* w, const T* b,
-                  int64_t N, int64_t C, float* res_out = nullptr, const float* res_in = nullptr,
-                  const R* branch = nullptr) {
+                  int64_t N, int64_t C, float eps, float* res_out = nullptr,
+                  const float* res_in = nullptr, const R* branch = nullptr) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     if (branch) residual_add(res_out + n * C, res_in + n * C, branch + n * C, C);
@@ -30,7 +28,7 @@ void forward_rows(T* out, float* mean, float* rstd, const float* inp, const T* w
     float var = 0;
 #pragma omp simd reduction(+ : var)
     for (int64_t c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
-    const float r = 1.0f / std::sqrt(var / float(C) + kLayerNormEps);
+    const float r = 1.0f / std::sqrt(var / float(C) + eps);
     T* o = out + n * C;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) store(o[c], (x[c] - m) * r * load(w[c]) + load(b[c]));
@@ -95,25 +93,25 @@ void backward_rows(float* dinp, G* dw, G* db, const T* dout, const float* inp, c
 
 void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean,
                        const Tensor& rstd, const ConstTensor& inp, const ConstTensor& w,
-                       const ConstTensor& b) {
+                       const ConstTensor& b, float eps) {
   const int64_t N = inp.rows(), C = inp.cols();
   with_float(out.dtype, [&](auto tag) {
     using T = decltype(tag);
     forward_rows(out.as<T>(), mean.as<float>(), rstd.as<float>(), inp.as<float>(), w.as<T>(),
-                 b.as<T>(), N, C);
+                 b.as<T>(), N, C, eps);
   });
 }
 
 void layernorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
                                 const Tensor& mean, const Tensor& rstd, const ConstTensor& res_in,
                                 const ConstTensor& branch, const ConstTensor& w,
-                                const ConstTensor& b) {
+                                const ConstTensor& b, float eps) {
   const int64_t N = res_out.rows(), C = res_out.cols();
   with_floats(out.dtype, branch.dtype, [&](auto ttag, auto rtag) {
     using T = decltype(ttag);
     using R = decltype(rtag);
     forward_rows(out.as<T>(), mean.as<float>(), rstd.as<float>(), res_out.as<float>(), w.as<T>(),
-                 b.as<T>(), N, C, res_out.as<float>(), res_in.as<float>(), branch.as<R>());
+                 b.as<T>(), N, C, eps, res_out.as<float>(), res_in.as<float>(), branch.as<R>());
   });
 }
 

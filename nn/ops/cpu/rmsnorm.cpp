@@ -11,13 +11,11 @@ namespace trainer::nn::cpu {
 
 namespace {
 
-constexpr float kRmsNormEps = 1e-5f;
-
 // With `branch` (R its dtype), the rows normalised are res_out's, res_out[n] = res_in[n] +
 // branch[n] written first (the fused residual add); `inp` is res_out then.
 template <typename T, typename R = float>
 void forward_rows(T* out, float* rstd, const float* inp, const T* w, int64_t N, int64_t C,
-                  float* res_out = nullptr, const float* res_in = nullptr,
+                  float eps, float* res_out = nullptr, const float* res_in = nullptr,
                   const R* branch = nullptr) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
@@ -26,7 +24,7 @@ void forward_rows(T* out, float* rstd, const float* inp, const T* w, int64_t N, 
     float ss = 0;
 #pragma omp simd reduction(+ : ss)
     for (int64_t c = 0; c < C; ++c) ss += x[c] * x[c];
-    const float r = 1.0f / std::sqrt(ss / float(C) + kRmsNormEps);
+    const float r = 1.0f / std::sqrt(ss / float(C) + eps);
     T* o = out + n * C;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) store(o[c], x[c] * r * load(w[c]));
@@ -72,22 +70,22 @@ void backward_rows(float* dinp, G* dw, const T* dout, const float* inp, const T*
 }  // namespace
 
 void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd,
-                     const ConstTensor& inp, const ConstTensor& w) {
+                     const ConstTensor& inp, const ConstTensor& w, float eps) {
   const int64_t N = inp.rows(), C = inp.cols();
   with_float(out.dtype, [&](auto tag) {
     using T = decltype(tag);
-    forward_rows(out.as<T>(), rstd.as<float>(), inp.as<float>(), w.as<T>(), N, C);
+    forward_rows(out.as<T>(), rstd.as<float>(), inp.as<float>(), w.as<T>(), N, C, eps);
   });
 }
 
 void rmsnorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
                               const Tensor& rstd, const ConstTensor& res_in,
-                              const ConstTensor& branch, const ConstTensor& w) {
+                              const ConstTensor& branch, const ConstTensor& w, float eps) {
   const int64_t N = res_out.rows(), C = res_out.cols();
   with_floats(out.dtype, branch.dtype, [&](auto ttag, auto rtag) {
     using T = decltype(ttag);
     using R = decltype(rtag);
-    forward_rows(out.as<T>(), rstd.as<float>(), res_out.as<float>(), w.as<T>(), N, C,
+    forward_rows(out.as<T>(), rstd.as<float>(), res_out.as<float>(), w.as<T>(), N, C, eps,
                  res_out.as<float>(), res_in.as<float>(), branch.as<R>());
   });
 }

@@ -9,13 +9,13 @@ namespace {
 
 // Rotates the first rd channels of every head of every row by +angle (sign 1) or -angle (sign
 // -1). The frequencies and angles are computed in fp32 as PyTorch's Llama and GPT-NeoX do:
-// inv_freq = 1 / theta^(2i/rd), angle = float(pos) * inv_freq.
+// rope_inv_freq, angle = float(pos) * inv_freq.
 template <typename T>
 void rotate(T* x, int64_t ld, const int32_t* pos, int64_t N, int64_t H, int64_t hs, int64_t rd,
-            float theta, float sign) {
+            const Rope& rope, float sign) {
   const int64_t half = rd / 2;
   float inv_freq[512];  // rd / 2 <= 512 (checked by the caller)
-  for (int64_t i = 0; i < half; ++i) inv_freq[i] = 1.0f / std::pow(theta, float(2 * i) / float(rd));
+  for (int64_t i = 0; i < half; ++i) inv_freq[i] = rope_inv_freq(rope, i, rd);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     float c[512], s[512];
@@ -38,26 +38,26 @@ void rotate(T* x, int64_t ld, const int32_t* pos, int64_t N, int64_t H, int64_t 
   }
 }
 
-void run(const Tensor& x, const ConstTensor& positions, int head_size, int rotary_dims, float theta,
-         float sign) {
+void run(const Tensor& x, const ConstTensor& positions, int head_size, int rotary_dims,
+         const Rope& rope, float sign) {
   const int64_t N = x.rows(), width = x.cols();
   with_float(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     rotate(x.as<T>(), x.ld(), positions.as<int32_t>(), N, width / head_size, head_size, rotary_dims,
-           theta, sign);
+           rope, sign);
   });
 }
 
 }  // namespace
 
 void rope_forward(const Context&, const Tensor& x, const ConstTensor& positions, int head_size,
-                  int rotary_dims, float theta) {
-  run(x, positions, head_size, rotary_dims, theta, 1.0f);
+                  int rotary_dims, const Rope& rope) {
+  run(x, positions, head_size, rotary_dims, rope, 1.0f);
 }
 
 void rope_backward(const Context&, const Tensor& dx, const ConstTensor& positions, int head_size,
-                   int rotary_dims, float theta) {
-  run(dx, positions, head_size, rotary_dims, theta, -1.0f);
+                   int rotary_dims, const Rope& rope) {
+  run(dx, positions, head_size, rotary_dims, rope, -1.0f);
 }
 
 }  // namespace trainer::nn::cpu

@@ -9,7 +9,6 @@ namespace trainer::nn::cuda {
 
 namespace {
 
-constexpr float kLayerNormEps = 1e-5f;
 constexpr int kRowsPerBlock = 4;  // warps per block, a row each
 
 // With `branch` (R its dtype), the rows normalised are res_out's, res_out[n] = res_in[n] +
@@ -17,8 +16,9 @@ constexpr int kRowsPerBlock = 4;  // warps per block, a row each
 // res_out then.
 template <typename T, typename R = float>
 __global__ void forward_kernel(T* out, float* mean, float* rstd, const float* inp, const T* w,
-                               const T* b, int64_t N, int64_t C, float* res_out = nullptr,
-                               const float* res_in = nullptr, const R* branch = nullptr) {
+                               const T* b, int64_t N, int64_t C, float eps,
+                               float* res_out = nullptr, const float* res_in = nullptr,
+                               const R* branch = nullptr) {
   const int64_t n = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (n >= N) return;
   const int lane = threadIdx.x;
@@ -31,7 +31,7 @@ __global__ void forward_kernel(T* out, float* mean, float* rstd, const float* in
   const float m = warp_sum(s) / float(C);
   float v = 0;
   for (int64_t c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
-  const float r = rsqrtf(warp_sum(v) / float(C) + kLayerNormEps);
+  const float r = rsqrtf(warp_sum(v) / float(C) + eps);
   for (int64_t c = lane; c < C; c += 32) st(out[n * C + c], (x[c] - m) * r * ld(w[c]) + ld(b[c]));
   if (lane == 0) {
     mean[n] = m;
@@ -79,14 +79,14 @@ struct ParamGradTerms {
 
 void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean,
                        const Tensor& rstd, const ConstTensor& inp, const ConstTensor& w,
-                       const ConstTensor& b) {
+                       const ConstTensor& b, float eps) {
   const int64_t N = inp.rows(), C = inp.cols();
   const dim3 block(32, kRowsPerBlock);
   with_float(out.dtype, [&](auto tag) {
     using T = decltype(tag);
     forward_kernel<<<blocks_for(N, kRowsPerBlock), block, 0, stream_of(ctx)>>>(
         ptr<T>(out), ptr<float>(mean), ptr<float>(rstd), ptr<float>(inp), ptr<T>(w), ptr<T>(b), N,
-        C);
+        C, eps);
   });
   check_launch("layernorm_forward");
 }
@@ -94,7 +94,7 @@ void layernorm_forward(const Context& ctx, const Tensor& out, const Tensor& mean
 void layernorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
                                 const Tensor& mean, const Tensor& rstd, const ConstTensor& res_in,
                                 const ConstTensor& branch, const ConstTensor& w,
-                                const ConstTensor& b) {
+                                const ConstTensor& b, float eps) {
   const int64_t N = res_out.rows(), C = res_out.cols();
   const dim3 block(32, kRowsPerBlock);
   with_floats(out.dtype, branch.dtype, [&](auto ttag, auto rtag) {
@@ -102,7 +102,7 @@ void layernorm_residual_forward(const Context& ctx, const Tensor& res_out, const
     using R = decltype(rtag);
     forward_kernel<<<blocks_for(N, kRowsPerBlock), block, 0, stream_of(ctx)>>>(
         ptr<T>(out), ptr<float>(mean), ptr<float>(rstd), ptr<float>(res_out), ptr<T>(w), ptr<T>(b),
-        N, C, ptr<float>(res_out), ptr<float>(res_in), ptr<R>(branch));
+        N, C, eps, ptr<float>(res_out), ptr<float>(res_in), ptr<R>(branch));
   });
   check_launch("layernorm_residual_forward");
 }

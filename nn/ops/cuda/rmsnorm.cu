@@ -8,7 +8,6 @@ namespace trainer::nn::cuda {
 
 namespace {
 
-constexpr float kRmsNormEps = 1e-5f;
 constexpr int kRowsPerBlock = 4;
 
 // With `branch` (R its dtype), the rows normalised are res_out's, res_out[n] = res_in[n] +
@@ -16,8 +15,8 @@ constexpr int kRowsPerBlock = 4;
 // res_out then.
 template <typename T, typename R = float>
 __global__ void forward_kernel(T* out, float* rstd, const float* inp, const T* w, int64_t N,
-                               int64_t C, float* res_out = nullptr, const float* res_in = nullptr,
-                               const R* branch = nullptr) {
+                               int64_t C, float eps, float* res_out = nullptr,
+                               const float* res_in = nullptr, const R* branch = nullptr) {
   const int64_t n = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (n >= N) return;
   const int lane = threadIdx.x;
@@ -27,7 +26,7 @@ __global__ void forward_kernel(T* out, float* rstd, const float* inp, const T* w
   const float* x = inp + n * C;
   float ss = 0;
   for (int64_t c = lane; c < C; c += 32) ss += x[c] * x[c];
-  const float r = rsqrtf(warp_sum(ss) / float(C) + kRmsNormEps);
+  const float r = rsqrtf(warp_sum(ss) / float(C) + eps);
   for (int64_t c = lane; c < C; c += 32) st(out[n * C + c], x[c] * r * ld(w[c]));
   if (lane == 0) rstd[n] = r;
 }
@@ -62,28 +61,28 @@ struct WeightGradTerm {
 }  // namespace
 
 void rmsnorm_forward(const Context& ctx, const Tensor& out, const Tensor& rstd,
-                     const ConstTensor& inp, const ConstTensor& w) {
+                     const ConstTensor& inp, const ConstTensor& w, float eps) {
   const int64_t N = inp.rows(), C = inp.cols();
   const dim3 block(32, kRowsPerBlock);
   with_float(out.dtype, [&](auto tag) {
     using T = decltype(tag);
     forward_kernel<<<blocks_for(N, kRowsPerBlock), block, 0, stream_of(ctx)>>>(
-        ptr<T>(out), ptr<float>(rstd), ptr<float>(inp), ptr<T>(w), N, C);
+        ptr<T>(out), ptr<float>(rstd), ptr<float>(inp), ptr<T>(w), N, C, eps);
   });
   check_launch("rmsnorm_forward");
 }
 
 void rmsnorm_residual_forward(const Context& ctx, const Tensor& res_out, const Tensor& out,
                               const Tensor& rstd, const ConstTensor& res_in,
-                              const ConstTensor& branch, const ConstTensor& w) {
+                              const ConstTensor& branch, const ConstTensor& w, float eps) {
   const int64_t N = res_out.rows(), C = res_out.cols();
   const dim3 block(32, kRowsPerBlock);
   with_floats(out.dtype, branch.dtype, [&](auto ttag, auto rtag) {
     using T = decltype(ttag);
     using R = decltype(rtag);
     forward_kernel<<<blocks_for(N, kRowsPerBlock), block, 0, stream_of(ctx)>>>(
-        ptr<T>(out), ptr<float>(rstd), ptr<float>(res_out), ptr<T>(w), N, C, ptr<float>(res_out),
-        ptr<float>(res_in), ptr<R>(branch));
+        ptr<T>(out), ptr<float>(rstd), ptr<float>(res_out), ptr<T>(w), N, C, eps,
+        ptr<float>(res_out), ptr<float>(res_in), ptr<R>(branch));
   });
   check_launch("rmsnorm_residual_forward");
 }

@@ -46,17 +46,18 @@ const std::vector<KeySpec>& schema() {
       {"model.n_embd", Kind::integer, int64_t(384), "Channels C (a multiple of n_head)", 1,
        1 << 16},
       {"model.n_kv_head", Kind::integer, int64_t(0),
-       "llama: key/value heads, dividing n_head (0 = n_head; 1 = multi-query)", 0, 1024},
+       "llama, qwen2: key/value heads, dividing n_head (0 = n_head; 1 = multi-query)", 0, 1024},
       {"model.ffn_hidden", Kind::integer, int64_t(0),
-       "llama: SwiGLU hidden size before rounding (0 = 8/3 n_embd)", 0, 1 << 20},
+       "llama, qwen2: SwiGLU hidden size before rounding (0 = 8/3 n_embd)", 0, 1 << 20},
       {"model.ffn_multiple_of", Kind::integer, int64_t(256),
-       "llama: the SwiGLU hidden size is rounded up to a multiple of this", 1, 1 << 16},
+       "llama, qwen2: the SwiGLU hidden size is rounded up to a multiple of this", 1, 1 << 16},
       {"model.rope_theta", Kind::real, 10000.0,
-       "llama, neox: the rotary embeddings' base (frequencies theta^(-2i/d): above 1, or every "
+       "llama, qwen2, neox: the rotary embeddings' base (frequencies theta^(-2i/d): above 1, or "
+       "every "
        "position looks alike)",
        1, 1e12, L{}, true},
       {"model.rope_scaling", Kind::text, std::string("none"),
-       "llama, neox: how the rotary frequencies are scaled for a longer context, as Hugging "
+       "llama, qwen2, neox: how the rotary frequencies are scaled for a longer context, as Hugging "
        "Face's rope_scaling: none, linear (each divided by model.rope_scaling_factor) or llama3 "
        "(Llama 3.1's: by wavelength, with the three keys below)",
        -1e300, 1e300, nn::kRopeScalingNames.names()},
@@ -86,7 +87,7 @@ const std::vector<KeySpec>& schema() {
        "(Pythia's; Hugging Face's \"gelu\")",
        -1e300, 1e300, nn::kGeluNames.names()},
       {"model.tie_embeddings", Kind::boolean, true,
-       "The output head reads the token embedding (false: its own lm_head; llama, neox)"},
+       "The output head reads the token embedding (false: its own lm_head; llama, qwen2, neox)"},
       {"model.precision", Kind::text, std::string("fp32"),
        "fp32, or bf16 mixed precision: bf16 matmul inputs and saved activations, fp32 master "
        "weights, optimizer state, statistics and loss",

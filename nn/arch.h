@@ -40,6 +40,9 @@ enum class Role : uint8_t {
   q_w,  // the query, key and value projections when separate, adjacent in the flat buffer
   k_w,
   v_w,
+  q_b,  // their biases (Qwen2), adjacent too
+  k_b,
+  v_b,
   gate_w,  // the SwiGLU gate and up projections, adjacent; the down projection
   up_w,
   down_w,

@@ -9,10 +9,11 @@ namespace trainer::nn {
 
 extern const Architecture kGpt2;   // architectures/gpt2.cpp
 extern const Architecture kLlama;  // architectures/llama.cpp
+extern const Architecture kQwen2;  // architectures/llama.cpp: Llama with q/k/v biases
 extern const Architecture kNeox;   // architectures/neox.cpp
 
 const std::vector<const Architecture*>& architectures() {
-  static const std::vector<const Architecture*> all = {&kGpt2, &kLlama, &kNeox};
+  static const std::vector<const Architecture*> all = {&kGpt2, &kLlama, &kQwen2, &kNeox};
   return all;
 }
 

@@ -3,7 +3,9 @@
 // and a SwiGLU MLP, no biases; a final RMSNorm and a head tied to the token embedding or not.
 // Names and orientations follow Hugging Face's LlamaForCausalLM (torch.nn.Linear weights,
 // stored (out, in)). The q/k/v projections are adjacent in the flat buffer and run as one
-// matmul over their stacked rows, as are gate/up.
+// matmul over their stacked rows, as are gate/up. Qwen2 (and Qwen2.5) is the same model with
+// biases on the q, k and v projections (Qwen2ForCausalLM): its record, kQwen2, shares this
+// file's functions, which add the biases, likewise adjacent, where the model's arch is qwen2.
 #include "nn/architecture.h"
 #include "nn/ops/attention.h"
 #include "nn/ops/cast.h"
@@ -19,6 +21,10 @@ namespace trainer::nn {
 namespace {
 
 using namespace block_access;
+
+bool has_qkv_bias(const ModelConfig& m) {
+  return m.arch == "qwen2";
+}
 
 void llama_validate(const ModelConfig& m) {
   USAGE_CHECK(m.gelu == GeluForm::tanh,
@@ -38,6 +44,13 @@ void llama_validate(const ModelConfig& m) {
   USAGE_CHECK(m.rotary_pct == 1.0,
               "model.rotary_pct = {} needs model.arch = neox (Llama turns whole heads)",
               m.rotary_pct);
+  // The stacked biases of a slice are adjacent when each is a whole number of 64-byte lines.
+  const int64_t q_local = int64_t(m.n_head / m.tensor.degree) * m.head_size(),
+                kv_local = int64_t(m.local_kv_heads()) * m.head_size();
+  USAGE_CHECK(!has_qkv_bias(m) || (q_local % 16 == 0 && kv_local % 16 == 0),
+              "model.arch = qwen2 needs the query ({}) and key/value ({}) channels of each "
+              "tensor-parallel slice to be multiples of 16 (its q/k/v biases run as one)",
+              q_local, kv_local);
 }
 
 // The SwiGLU hidden size F: model.ffn_hidden (or 8C/3) rounded up to model.ffn_multiple_of.
@@ -64,6 +77,9 @@ ArchSpec llama_spec(const ModelConfig& m) {
       {"self_attn.q_proj.weight", Role::q_w, {C, C}, true, Init::normal, {}, kRows},
       {"self_attn.k_proj.weight", Role::k_w, {Ckv, C}, true, Init::normal, {}, kv},
       {"self_attn.v_proj.weight", Role::v_w, {Ckv, C}, true, Init::normal, {}, kv},
+      {"self_attn.q_proj.bias", Role::q_b, {C}, false, Init::zeros, {}, kRows},
+      {"self_attn.k_proj.bias", Role::k_b, {Ckv}, false, Init::zeros, {}, kv},
+      {"self_attn.v_proj.bias", Role::v_b, {Ckv}, false, Init::zeros, {}, kv},
       {"self_attn.o_proj.weight",
        Role::attn_proj_w,
        {C, C},
@@ -75,6 +91,10 @@ ArchSpec llama_spec(const ModelConfig& m) {
       {"mlp.gate_proj.weight", Role::gate_w, {F, C}, true, Init::normal, {}, kRows},
       {"mlp.up_proj.weight", Role::up_w, {F, C}, true, Init::normal, {}, kRows},
       {"mlp.down_proj.weight", Role::down_w, {C, F}, true, Init::normal_residual, {}, kCols}};
+  if (!has_qkv_bias(m))
+    std::erase_if(s.block, [](const ParamSpec& p) {
+      return p.role == Role::q_b || p.role == Role::k_b || p.role == Role::v_b;
+    });
   s.final = {{"model.norm.weight", Role::final_norm_w, {C}, false, Init::ones}};
   if (!m.tie_embeddings)
     s.final.push_back({"lm_head.weight", Role::lm_head, {V, C}, true, Init::normal, {}, kRows});
@@ -123,6 +143,20 @@ Tensor gate_up_weight(const std::array<Tensor, size_t(Role::kCount)>& w) {
   return stacked(w[size_t(Role::gate_w)], {&w[size_t(Role::up_w)]});
 }
 
+// The q/k/v biases (or their gradients) as one vector, adjacent in the flat buffer; none
+// without them.
+Tensor qkv_bias(const BlockTensors& t, const std::array<Tensor, size_t(Role::kCount)>& b) {
+  if (!has_qkv_bias(*t.model)) return {};
+  const Tensor &q = b[size_t(Role::q_b)], &k = b[size_t(Role::k_b)], &v = b[size_t(Role::v_b)];
+  const char* base = static_cast<const char*>(q.data);
+  TRAINER_ASSERT(k.data == base + q.bytes() && v.data == base + q.bytes() + k.bytes() &&
+                     k.dtype == q.dtype && v.dtype == q.dtype,
+                 "stacked biases are not adjacent");
+  Tensor all = q;
+  all.shape[0] = q.numel() + k.numel() + v.numel();
+  return all;
+}
+
 void llama_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pass) {
   using enum Act;
   using R = Role;
@@ -136,7 +170,7 @@ void llama_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pa
   const int hs = t.model->head_size();
   rmsnorm_forward(ctx, A(t, ln1), A(t, ln1_rstd), t.x, W(t, R::norm1_w), t.model->norm_eps);
   product_forward(t, R::q_w, A(t, qkv), A(t, ln1), [&](auto& y, auto& x, auto&) {
-    linear_forward(ctx, y, x, qkv_weight(t, t.w), {}, kOutIn);
+    linear_forward(ctx, y, x, qkv_weight(t, t.w), qkv_bias(t, t.w), kOutIn);
   });
   const auto [q, k, v] = qkv_parts(t, A(t, qkv));
   rope_forward(ctx, q, t.positions, hs, hs, t.model->rope());
@@ -185,34 +219,44 @@ void llama_block_backward(const Context& ctx, const BlockTensors& t) {
   rope_backward(ctx, dq, t.positions, hs, hs, t.model->rope());
   rope_backward(ctx, dk, t.positions, hs, hs, t.model->rope());
   product_backward(t, R::q_w, t.d_ln, A(t, d_qkv), A(t, ln1), [&](auto& dx, auto& dy, auto& x) {
-    linear_backward(ctx, dx, qkv_weight(t, t.g), {}, dy, x, qkv_weight(t, t.w), kOutIn);
+    linear_backward(ctx, dx, qkv_weight(t, t.g), qkv_bias(t, t.g), dy, x, qkv_weight(t, t.w),
+                    kOutIn);
   });
   rmsnorm_backward(ctx, t.d_res, G(t, R::norm1_w), t.d_ln, t.x, W(t, R::norm1_w), A(t, ln1_rstd));
 }
 
 nlohmann::json llama_hf_config(const ModelConfig& m) {
-  return {{"model_type", "llama"},
-          {"architectures", {"LlamaForCausalLM"}},
-          {"vocab_size", m.vocab_size},
-          {"max_position_embeddings", m.max_seq_len},
-          {"hidden_size", m.n_embd},
-          {"intermediate_size", ffn_size(m)},
-          {"num_hidden_layers", m.n_layer},
-          {"num_attention_heads", m.n_head},
-          {"num_key_value_heads", m.kv_heads()},
-          {"head_dim", m.head_size()},
-          {"hidden_act", "silu"},
-          {"rms_norm_eps", as_decimal(m.norm_eps)},
-          {"rope_theta", m.rope_theta},
-          {"rope_scaling", hf_rope_scaling_json(m)},
-          {"attention_bias", false},
-          {"mlp_bias", false},
-          {"tie_word_embeddings", m.tie_embeddings}};
+  nlohmann::json j = {{"model_type", "llama"},
+                      {"architectures", {"LlamaForCausalLM"}},
+                      {"vocab_size", m.vocab_size},
+                      {"max_position_embeddings", m.max_seq_len},
+                      {"hidden_size", m.n_embd},
+                      {"intermediate_size", ffn_size(m)},
+                      {"num_hidden_layers", m.n_layer},
+                      {"num_attention_heads", m.n_head},
+                      {"num_key_value_heads", m.kv_heads()},
+                      {"head_dim", m.head_size()},
+                      {"hidden_act", "silu"},
+                      {"rms_norm_eps", as_decimal(m.norm_eps)},
+                      {"rope_theta", m.rope_theta},
+                      {"rope_scaling", hf_rope_scaling_json(m)},
+                      {"attention_bias", false},
+                      {"mlp_bias", false},
+                      {"tie_word_embeddings", m.tie_embeddings}};
+  if (!has_qkv_bias(m)) return j;
+  // Qwen2Config: no head_dim or bias switches (its q/k/v biases always, no others).
+  for (const char* f : {"head_dim", "attention_bias", "mlp_bias"}) j.erase(f);
+  j["model_type"] = "qwen2";
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  j["use_sliding_window"] = false;
+  return j;
 }
 
-// LlamaConfig's fields (its defaults where absent).
-ModelConfig llama_from_hf(HfConfigReader& hf) {
+// The fields LlamaConfig and Qwen2Config share (their defaults where absent, which differ in
+// rms_norm_eps: `eps`).
+ModelConfig llama_family_from_hf(HfConfigReader& hf, const char* arch, double eps) {
   ModelConfig m;
+  m.arch = arch;
   m.vocab_size = int(hf.integer("vocab_size", 32000));
   m.max_seq_len = int(hf.integer("max_position_embeddings", 2048));
   m.n_embd = int(hf.integer("hidden_size", 4096));
@@ -223,18 +267,34 @@ ModelConfig llama_from_hf(HfConfigReader& hf) {
   m.ffn_multiple_of = 1;  // the hidden size as given
   m.rope_theta = float(hf.real("rope_theta", 10000.0));
   hf_rope_scaling(hf, m);
-  m.norm_eps = float(hf.real("rms_norm_eps", 1e-6));
+  m.norm_eps = float(hf.real("rms_norm_eps", eps));
   m.tie_embeddings = hf.boolean("tie_word_embeddings", false);
   USAGE_CHECK(m.n_head > 0 && m.n_embd % m.n_head == 0,
               "{}: hidden_size {} is not a multiple of num_attention_heads {}", hf.file().string(),
               m.n_embd, m.n_head);
+  hf.expect("hidden_act", "silu", {"silu"}, "SwiGLU (silu)");
+  hf.dropouts({"attention_dropout"});
+  return m;
+}
+
+// LlamaConfig's fields (its defaults where absent).
+ModelConfig llama_from_hf(HfConfigReader& hf) {
+  ModelConfig m = llama_family_from_hf(hf, "llama", 1e-6);
   hf.expect("head_dim", nullptr, {m.n_embd / m.n_head},
             "heads of hidden_size / num_attention_heads");
-  hf.expect("hidden_act", "silu", {"silu"}, "SwiGLU (silu)");
   hf.expect("attention_bias", false, {false}, "projections without biases");
   hf.expect("mlp_bias", false, {false}, "projections without biases");
   hf.ignore({"pretraining_tp"});  // how Meta's code cut the products: the same sums
-  hf.dropouts({"attention_dropout"});
+  return m;
+}
+
+// Qwen2Config's fields (its defaults where absent). A sliding window is refused: with
+// use_sliding_window false (every released Qwen2 and Qwen2.5), sliding_window and
+// max_window_layers change nothing.
+ModelConfig qwen2_from_hf(HfConfigReader& hf) {
+  ModelConfig m = llama_family_from_hf(hf, "qwen2", 1e-6);
+  hf.expect("use_sliding_window", false, {false}, "full attention in every layer");
+  hf.ignore({"sliding_window", "max_window_layers", "layer_types"});
   return m;
 }
 
@@ -251,6 +311,20 @@ extern const Architecture kLlama = {
     "llama",
     llama_hf_config,
     llama_from_hf,
+    "",
+    {".rotary_emb.inv_freq", "lm_head.weight"}};
+
+extern const Architecture kQwen2 = {
+    "qwen2",
+    "Qwen2 and Qwen2.5: Llama with biases on the q, k and v projections",
+    llama_spec,
+    llama_validate,
+    llama_block_forward,
+    llama_block_backward,
+    "Qwen2ForCausalLM",
+    "qwen2",
+    llama_hf_config,
+    qwen2_from_hf,
     "",
     {".rotary_emb.inv_freq", "lm_head.weight"}};
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <numeric>
 
+#include "common/arch_family.h"
 #include "dist/communicator.h"
 #include "dist/consistency.h"
 #include "dist/ddp.h"
@@ -151,7 +152,7 @@ TEST_P(Ddp, MatchesOneProcessOnTheWholeBatch) {
   const int N = c.size(), R = c.rank(), B = 2, kMicro = 2, kSteps = 20;
   nn::ModelConfig config = testing::small_config();
   config.arch = GetParam();
-  if (config.arch == "llama") {
+  if (trainer::testing::llama_like(config.arch)) {
     config.n_kv_head = 1;
     config.ffn_multiple_of = 32;
   }

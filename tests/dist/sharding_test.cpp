@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 
+#include "common/arch_family.h"
 #include "dist/communicator.h"
 #include "dist/data_parallel.h"
 #include "dist/join.h"
@@ -30,7 +31,7 @@ nn::ModelConfig deep_config(const std::string& arch = "gpt2") {
   nn::ModelConfig c = testing::small_config();
   c.n_layer = 4;
   c.arch = arch;
-  if (arch == "llama") {
+  if (trainer::testing::llama_like(arch)) {
     c.n_kv_head = 1;
     c.ffn_multiple_of = 32;
     c.tie_embeddings = false;

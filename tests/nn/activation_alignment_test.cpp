@@ -3,6 +3,7 @@
 // (a vocabulary of 31, a bf16 row of 5 channels) must not shift the next one.
 #include <gtest/gtest.h>
 
+#include "common/arch_family.h"
 #include "model_test_util.h"
 #include "nn/activation_plan.h"
 #include "nn/architecture.h"
@@ -22,7 +23,7 @@ TEST(ActivationPlan, EverySlotIsDeviceAligned) {
         m.n_layer = 2;
         m.n_head = 2;
         m.n_embd = 16;
-        if (arch == "llama") m.ffn_multiple_of = 8;
+        if (trainer::testing::llama_like(arch)) m.ffn_multiple_of = 8;
         const ActivationPlan plan(m, testing::exec_for(3, 7, compute, r));
         auto check = [&](const ActSlot& s, const std::string& what) {
           if (s.offset >= 0) {

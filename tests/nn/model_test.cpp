@@ -2,9 +2,12 @@
 // through the model, and the optimizer and schedule it trains with.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <vector>
 
+#include "common/arch_family.h"
 #include "grad_check.h"
 #include "model_test_util.h"
 #include "nn/adamw.h"
@@ -22,11 +25,12 @@ using testing::forward_backward;
 using testing::loss_of;
 
 // `c` as architecture `arch`: Llama with one key/value head (multi-query) and an untied head;
-// GPT-NeoX with a quarter of each head rotary and an untied head.
+// Qwen2 likewise, with as many key/value heads as make 16 channels (its q/k/v biases run as
+// one); GPT-NeoX with a quarter of each head rotary and an untied head.
 ModelConfig with_arch(ModelConfig c, const std::string& arch) {
   c.arch = arch;
-  if (arch == "llama") {
-    c.n_kv_head = 1;
+  if (trainer::testing::llama_like(arch)) {
+    c.n_kv_head = arch == "qwen2" ? std::max(1, 16 / (c.n_embd / c.n_head)) : 1;
     c.ffn_multiple_of = 16;
     c.tie_embeddings = false;
   }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/arch_family.h"
 #include "model_test_util.h"
 #include "nn/architecture.h"
 #include "nn/pipeline_split.h"
@@ -30,7 +31,7 @@ ModelConfig config_for(const std::string& arch) {
   c.n_head = 2;
   c.n_embd = 16;
   if (arch != "gpt2") c.tie_embeddings = false;
-  if (arch == "llama") c.ffn_multiple_of = 16;
+  if (trainer::testing::llama_like(arch)) c.ffn_multiple_of = 16;
   return c;
 }
 

@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include "common/arch_family.h"
 #include "model_test_util.h"
 #include "nn/transformer.h"
 #include "runtime/profile.h"
@@ -22,7 +23,7 @@ TEST_P(ProfiledStep, FamiliesAddUpToTheStep) {
   c.n_layer = 2;
   c.n_head = 2;
   c.n_embd = 32;
-  if (c.arch == "llama") c.ffn_multiple_of = 16;
+  if (trainer::testing::llama_like(c.arch)) c.ffn_multiple_of = 16;
   Transformer model(c, testing::exec_for(2, 16, DType::f32, Recompute::full));
   model.init_weights(3);
   std::vector<int32_t> tokens(32), targets(32);
@@ -55,8 +56,8 @@ TEST_P(ProfiledStep, FamiliesAddUpToTheStep) {
     }
     own += e.ms;
   }
-  EXPECT_TRUE(names.count("recompute"));  // full checkpointing nests a forward in backward
-  if (c.arch != "llama") {                // a GELU MLP
+  EXPECT_TRUE(names.count("recompute"));        // full checkpointing nests a forward in backward
+  if (!trainer::testing::llama_like(c.arch)) {  // a GELU MLP
     EXPECT_TRUE(names.count("gelu_linear_backward"));
   }
   // Own times are disjoint intervals inside the step (the bound is double rounding).

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/arch_family.h"
 #include "model_test_util.h"
 #include "nn/transformer.h"
 #include "runtime/memory.h"
@@ -92,7 +93,7 @@ ModelConfig config_for(const std::string& arch) {
   c.n_layer = 2;
   c.n_head = 4;
   c.n_embd = 32;
-  if (arch == "llama") {
+  if (trainer::testing::llama_like(arch)) {
     c.n_kv_head = 4;  // grouped below
     c.ffn_multiple_of = 16;
     c.tie_embeddings = false;
@@ -151,7 +152,7 @@ class TensorParallelModel : public ::testing::TestWithParam<Case> {};
 TEST_P(TensorParallelModel, SlicesAddUpToTheWholeModel) {
   const Case c = GetParam();
   ModelConfig whole = config_for(c.arch);
-  if (c.arch == "llama") whole.n_kv_head = c.kv_heads;
+  if (trainer::testing::llama_like(c.arch)) whole.n_kv_head = c.kv_heads;
   const ExecConfig exec = exec_for(2, 10, DType::f32, c.recompute);
   const Batch batch;
   Transformer reference(whole, exec);
@@ -206,7 +207,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"llama", 4, 4, Recompute::none}, Case{"neox", 0, 2, Recompute::full},
         Case{"gpt2", 0, 2, Recompute::none, true}, Case{"gpt2", 0, 4, Recompute::selective, true},
         Case{"llama", 2, 2, Recompute::full, true}, Case{"neox", 0, 4, Recompute::none, true},
-        Case{"llama", 2, 4, Recompute::none}, Case{"llama", 1, 2, Recompute::full, true}),
+        Case{"llama", 2, 4, Recompute::none}, Case{"llama", 1, 2, Recompute::full, true},
+        // Qwen2's q/k/v biases cut with their projections (16 channels of each a slice).
+        Case{"qwen2", 4, 2, Recompute::none}, Case{"qwen2", 4, 2, Recompute::selective, true}),
     [](const auto& info) {
       return info.param.arch + "_kv" + std::to_string(info.param.kv_heads) + "_tp" +
              std::to_string(info.param.degree) + "_" + kRecomputeNames.name(info.param.recompute) +

@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/arch_family.h"
 #include "model_test_util.h"
 #include "nn/adamw.h"
 #include "nn/hf_config.h"
@@ -107,7 +108,7 @@ TEST_P(TorchParity, MatchesPyTorch) {
     cfg.rope_theta = 500.0f;  // positions up to 20 turn even the slow pairs measurably
     cfg.tie_embeddings = mode == "plain";
   }
-  if (arch == "llama") {
+  if (trainer::testing::llama_like(arch)) {
     cfg.n_kv_head = 2;
     cfg.ffn_multiple_of = 16;
   }
@@ -121,7 +122,7 @@ TEST_P(TorchParity, MatchesPyTorch) {
     // 8 at theta 500 has wavelengths 6.3, 30, 140 and 660 against 64 / 4 and 64), linear for
     // GPT-NeoX's half-head rotary.
     cfg.norm_eps = 0.05f;
-    if (arch == "llama") {
+    if (trainer::testing::llama_like(arch)) {
       cfg.rope_scaling = RopeScaling::llama3;
       cfg.rope_factor = 8.0f;
       cfg.rope_original_context = 64;
@@ -185,7 +186,8 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
 // A Hugging Face folder written by the reference (random weights as Hugging Face lays them
-// out: GPT-2's Conv1D matrices and prefixed names, Llama's grouped key/value heads, Pythia's
+// out: GPT-2's Conv1D matrices and prefixed names, Llama's grouped key/value heads, Llama
+// 3.1's rotary scaling, Qwen2.5's config and q/k/v biases, Pythia's
 // config (exact GELU, q/k/v by head, partial rotary), tied or untied heads; one file or shards;
 // F32, BF16 or F16) read by the trainer alone (its
 // config.json and weights), then run and compared as above against the folder's own values.
@@ -227,7 +229,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(std::tuple{"gpt2", "F32", 1, true}, std::tuple{"gpt2", "F16", 3, true},
                       std::tuple{"llama", "BF16", 1, false}, std::tuple{"llama", "F32", 4, false},
                       std::tuple{"llama", "F16", 2, true}, std::tuple{"llama3", "BF16", 1, true},
-                      std::tuple{"neox", "F16", 2, false}, std::tuple{"neox", "F32", 1, true}),
+                      std::tuple{"qwen2", "BF16", 2, true}, std::tuple{"neox", "F16", 2, false},
+                      std::tuple{"neox", "F32", 1, true}),
     [](const auto& info) {
       return fmt::format("{}_{}_{}shards_{}", std::get<0>(info.param), std::get<1>(info.param),
                          std::get<2>(info.param), std::get<3>(info.param) ? "tied" : "untied");

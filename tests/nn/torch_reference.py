@@ -124,8 +124,9 @@ def allowed_of(B, T, segments, lengths):
 
 
 class Llama(Weights):
-    """Llama as Hugging Face's LlamaForCausalLM computes it: RMSNorm, rotary embeddings with
-    rotate_half pairing (the inverse frequencies given, scaled as rope_scaling says), grouped-query attention (each key/value head serves
+    """Llama as Hugging Face's LlamaForCausalLM computes it (and Qwen2ForCausalLM, whose q, k
+    and v projections have biases): RMSNorm, rotary embeddings with rotate_half pairing (the
+    inverse frequencies given, scaled as rope_scaling says), grouped-query attention (each key/value head serves
     n_head / n_kv_head consecutive query heads), SwiGLU, no biases; torch.nn.Linear weights
     (out, in); the head is lm_head.weight or, tied, the token embedding."""
 
@@ -140,6 +141,10 @@ class Llama(Weights):
     def rope(self, x, pos):
         return rope(x, pos, self.inv_freq)
 
+    def proj(self, x, name):  # with its bias where it has one (Qwen2's q, k and v)
+        y = x @ self.w(name + ".weight").T
+        return y + self.w(name + ".bias") if self.has(name + ".bias") else y
+
     def forward(self, tokens, segments, lengths):
         B, T = tokens.shape
         C = self.w("model.embed_tokens.weight").shape[1]
@@ -151,9 +156,9 @@ class Llama(Weights):
         for l in range(self.n_layer):
             h = f"model.layers.{l}."
             a = self.rms_norm(x, self.w(h + "input_layernorm.weight"))
-            q = (a @ self.w(h + "self_attn.q_proj.weight").T).view(B, T, H, hs).transpose(1, 2)
-            k = (a @ self.w(h + "self_attn.k_proj.weight").T).view(B, T, Hkv, hs).transpose(1, 2)
-            v = (a @ self.w(h + "self_attn.v_proj.weight").T).view(B, T, Hkv, hs).transpose(1, 2)
+            q = self.proj(a, h + "self_attn.q_proj").view(B, T, H, hs).transpose(1, 2)
+            k = self.proj(a, h + "self_attn.k_proj").view(B, T, Hkv, hs).transpose(1, 2)
+            v = self.proj(a, h + "self_attn.v_proj").view(B, T, Hkv, hs).transpose(1, 2)
             q, k = self.rope(q, pos), self.rope(k, pos)
             k = k.repeat_interleave(H // Hkv, dim=1)
             v = v.repeat_interleave(H // Hkv, dim=1)
@@ -281,7 +286,7 @@ def as_dtype(x, dtype):
 
 def make_hf(d, arch, dtype, shards, tied):
     """A Hugging Face folder with random weights of the parity test's shape (arch: gpt2, llama,
-    llama3 (a Llama with Llama 3.1's rope_scaling and a large rms_norm_eps) or neox)."""
+    llama3 (a Llama with Llama 3.1's rope_scaling and a large rms_norm_eps), qwen2 or neox)."""
     V, P, L, H, C = 67, 24, 2, 4, 32
     rng = np.random.default_rng(7)
     w = {}
@@ -364,6 +369,13 @@ def make_hf(d, arch, dtype, shards, tied):
                                             "high_freq_factor": 4.0, "rope_type": "llama3",
                                             "original_max_position_embeddings": 64},
                            "rms_norm_eps": 0.05, "transformers_version": "4.46.0"})
+        if arch == "qwen2":  # as Qwen2.5's config.json has it (no bias switches, a window off)
+            for f in ("attention_bias", "mlp_bias", "pretraining_tp", "rope_scaling"):
+                del config[f]
+            config.update({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+                           "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+                           "use_sliding_window": False, "sliding_window": 32768,
+                           "max_window_layers": 21, "transformers_version": "4.43.1"})
         kv = Hkv * C // H
         rand("model.embed_tokens.weight", V, C)
         for i in range(L):
@@ -373,6 +385,10 @@ def make_hf(d, arch, dtype, shards, tied):
             rand(p + "self_attn.q_proj.weight", C, C)
             rand(p + "self_attn.k_proj.weight", kv, C)
             rand(p + "self_attn.v_proj.weight", kv, C)
+            if arch == "qwen2":
+                rand(p + "self_attn.q_proj.bias", C, scale=0.3)
+                rand(p + "self_attn.k_proj.bias", kv, scale=0.3)
+                rand(p + "self_attn.v_proj.bias", kv, scale=0.3)
             rand(p + "self_attn.o_proj.weight", C, C)
             rand(p + "mlp.gate_proj.weight", F, C)
             rand(p + "mlp.up_proj.weight", F, C)
@@ -414,7 +430,7 @@ def model_of(c, weights):
     if c["model_type"] == "gpt2":
         gelu = "erf" if c.get("activation_function") == "gelu" else "tanh"
         return Gpt(weights, c["n_layer"], c["n_head"], gelu, c.get("layer_norm_epsilon", 1e-5))
-    if c["model_type"] == "llama":
+    if c["model_type"] in ("llama", "qwen2"):
         H = c["num_attention_heads"]
         hs = c["hidden_size"] // H
         inv_freq = inv_freq_of(c, c.get("rope_theta", 10000.0), hs)
@@ -436,7 +452,8 @@ def main(d):
     else:
         weights, _ = read_safetensors(d / "weights.safetensors")
     config = json.loads((model_dir / "config.json").read_text())
-    arch = {"gpt2": "gpt2", "llama": "llama", "gpt_neox": "neox"}[config["model_type"]]
+    arch = {"gpt2": "gpt2", "llama": "llama", "qwen2": "qwen2",
+            "gpt_neox": "neox"}[config["model_type"]]
     model = model_of(config, weights)
     batch, _ = read_safetensors(d / "batch.safetensors")
     ours, _ = read_safetensors(d / "trainer.safetensors")
@@ -470,7 +487,7 @@ def main(d):
     if arch == "gpt2":
         decay = [model.w(n) for n in weights if n.endswith(".weight") and n.count(".") >= 3
                  and ("attn" in n or "mlp" in n)]
-    elif arch == "llama":  # every projection and an untied head
+    elif arch in ("llama", "qwen2"):  # every projection and an untied head
         decay = [model.w(n) for n in weights if n.endswith("_proj.weight") or n == "lm_head.weight"]
     else:  # every matrix of a block and an untied head
         decay = [model.w(n) for n in weights if n.endswith(".weight") and

@@ -16,6 +16,14 @@
 
 namespace trainer::nn {
 
+// Another Hugging Face class that computes one of the trainer's architectures (Mistral's is a
+// Llama): its names and its config.json reader. Export writes the record's own class.
+struct HfAlias {
+  const char* hf_class;
+  const char* hf_model_type;
+  ModelConfig (*from_hf)(HfConfigReader& config);
+};
+
 struct Architecture {
   const char* name;     // the value of model.arch
   const char* summary;  // a phrase for the schema and --help: what sets it apart
@@ -38,6 +46,8 @@ struct Architecture {
   // parameters, by the end of their names (buffers such as a causal mask, a tied head's copy).
   const char* hf_file_prefix;
   std::vector<const char*> hf_extra_tensors;
+  // Other classes read as this architecture.
+  std::vector<HfAlias> hf_also{};
 };
 
 // Every architecture, in the order the schema lists them.

@@ -62,6 +62,11 @@ std::string HfConfigReader::text(const char* field, std::optional<std::string> f
   return v->get<std::string>();
 }
 
+bool HfConfigReader::is_null(const char* field) const {
+  const auto it = config_.find(field);
+  return it != config_.end() && it->is_null();
+}
+
 const json* HfConfigReader::object(const char* field) {
   const json* v = take(field);
   if (v && !v->is_object()) refuse(field, fmt::format("= {} is not an object", v->dump()));
@@ -171,16 +176,25 @@ json hf_rope_scaling_json(const ModelConfig& m) {
 
 namespace {
 
-const Architecture& hf_architecture(const json& j, const fs::path& file) {
+// The architecture a config.json names, and the reader of its class (the record's own, or an
+// alias's).
+std::pair<const Architecture*, HfAlias> hf_architecture(const json& j, const fs::path& file) {
   std::vector<std::string> known;
-  for (const Architecture* a : architectures()) known.push_back(a->hf_class);
+  for (const Architecture* a : architectures()) {
+    known.push_back(a->hf_class);
+    for (const HfAlias& also : a->hf_also) known.push_back(also.hf_class);
+  }
   std::string cls, type;
   if (const auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty())
     cls = it->front().is_string() ? it->front().get<std::string>() : it->front().dump();
   if (const auto it = j.find("model_type"); it != j.end() && it->is_string())
     type = it->get<std::string>();
-  for (const Architecture* a : architectures())
-    if (cls.empty() ? type == a->hf_model_type : cls == a->hf_class) return *a;
+  for (const Architecture* a : architectures()) {
+    std::vector<HfAlias> classes = {{a->hf_class, a->hf_model_type, a->from_hf}};
+    classes.insert(classes.end(), a->hf_also.begin(), a->hf_also.end());
+    for (const HfAlias& c : classes)
+      if (cls.empty() ? type == c.hf_model_type : cls == c.hf_class) return {a, c};
+  }
   throw UsageError(
       fmt::format("{}: {} is not an architecture the trainer has (it has {})", file.string(),
                   cls.empty() ? fmt::format("model_type \"{}\"", type) : fmt::format("\"{}\"", cls),
@@ -201,16 +215,16 @@ ModelConfig hf_model_config(const fs::path& config_json) {
     throw UsageError(fmt::format("{}: malformed JSON: {}", config_json.string(), e.what()));
   }
   USAGE_CHECK(j.is_object(), "{}: not a JSON object", config_json.string());
-  const Architecture& arch = hf_architecture(j, config_json);
+  const auto [arch, reader] = hf_architecture(j, config_json);
   HfConfigReader r(j, config_json);
-  r.expect("model_type", nullptr, {arch.hf_model_type}, arch.hf_model_type);
-  r.expect("architectures", nullptr, {json::array({arch.hf_class})}, arch.hf_class);
+  r.expect("model_type", nullptr, {reader.hf_model_type}, reader.hf_model_type);
+  r.expect("architectures", nullptr, {json::array({reader.hf_class})}, reader.hf_class);
   // Ids of special tokens, initialisation, caching, the dtype it was saved in, provenance.
   r.ignore({"bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "use_cache",
             "torch_dtype", "dtype", "transformers_version", "_name_or_path", "trainer_step",
             "tokenizer_class", "return_dict", "output_attentions", "output_hidden_states"});
-  ModelConfig m = arch.from_hf(r);
-  m.arch = arch.name;
+  ModelConfig m = reader.from_hf(r);
+  m.arch = arch->name;
   r.finish();
   m.validate();  // the shared keys, then the architecture's own (as a config's are checked)
   return m;

@@ -29,6 +29,8 @@ class HfConfigReader {
   std::string text(const char* field, std::optional<std::string> fallback = std::nullopt);
   // The field's object, or null when it is absent or null; anything else is refused.
   const nlohmann::json* object(const char* field);
+  // Whether the field is present and null (where that differs from absent: a default).
+  bool is_null(const char* field) const;
   // The field, or Hugging Face's default for it when absent (null: none), must be null or
   // equal one of `allowed`; `what` says what the trainer computes (for the message).
   void expect(const char* field, const nlohmann::json& hf_default,

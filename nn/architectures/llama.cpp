@@ -6,6 +6,9 @@
 // matmul over their stacked rows, as are gate/up. Qwen2 (and Qwen2.5) is the same model with
 // biases on the q, k and v projections (Qwen2ForCausalLM): its record, kQwen2, shares this
 // file's functions, which add the biases, likewise adjacent, where the model's arch is qwen2.
+#include <algorithm>
+#include <optional>
+
 #include "nn/architecture.h"
 #include "nn/ops/attention.h"
 #include "nn/ops/cast.h"
@@ -252,22 +255,30 @@ nlohmann::json llama_hf_config(const ModelConfig& m) {
   return j;
 }
 
-// The fields LlamaConfig and Qwen2Config share (their defaults where absent, which differ in
-// rms_norm_eps: `eps`).
-ModelConfig llama_family_from_hf(HfConfigReader& hf, const char* arch, double eps) {
+// Where LlamaConfig, Qwen2Config and MistralConfig default differently.
+struct HfDefaults {
+  int64_t vocab, context, width, ffn, layers, heads;
+  std::optional<int64_t> kv_heads;  // none: as many as heads
+  double eps;
+};
+constexpr HfDefaults kLlamaDefaults{32000, 2048, 4096, 11008, 32, 32, {}, 1e-6};
+constexpr HfDefaults kQwen2Defaults{151936, 32768, 4096, 22016, 32, 32, {}, 1e-6};
+constexpr HfDefaults kMistralDefaults{32000, 4096 * 32, 4096, 14336, 32, 32, 8, 1e-6};
+
+// The fields the three configs share (`d`'s defaults where absent).
+ModelConfig llama_family_from_hf(HfConfigReader& hf, const HfDefaults& d) {
   ModelConfig m;
-  m.arch = arch;
-  m.vocab_size = int(hf.integer("vocab_size", 32000));
-  m.max_seq_len = int(hf.integer("max_position_embeddings", 2048));
-  m.n_embd = int(hf.integer("hidden_size", 4096));
-  m.n_layer = int(hf.integer("num_hidden_layers", 32));
-  m.n_head = int(hf.integer("num_attention_heads", 32));
-  m.n_kv_head = int(hf.integer("num_key_value_heads", m.n_head));
-  m.ffn_hidden = int(hf.integer("intermediate_size", 11008));
+  m.vocab_size = int(hf.integer("vocab_size", d.vocab));
+  m.max_seq_len = int(hf.integer("max_position_embeddings", d.context));
+  m.n_embd = int(hf.integer("hidden_size", d.width));
+  m.n_layer = int(hf.integer("num_hidden_layers", d.layers));
+  m.n_head = int(hf.integer("num_attention_heads", d.heads));
+  m.n_kv_head = int(hf.integer("num_key_value_heads", d.kv_heads.value_or(m.n_head)));
+  m.ffn_hidden = int(hf.integer("intermediate_size", d.ffn));
   m.ffn_multiple_of = 1;  // the hidden size as given
   m.rope_theta = float(hf.real("rope_theta", 10000.0));
   hf_rope_scaling(hf, m);
-  m.norm_eps = float(hf.real("rms_norm_eps", eps));
+  m.norm_eps = float(hf.real("rms_norm_eps", d.eps));
   m.tie_embeddings = hf.boolean("tie_word_embeddings", false);
   USAGE_CHECK(m.n_head > 0 && m.n_embd % m.n_head == 0,
               "{}: hidden_size {} is not a multiple of num_attention_heads {}", hf.file().string(),
@@ -279,12 +290,15 @@ ModelConfig llama_family_from_hf(HfConfigReader& hf, const char* arch, double ep
 
 // LlamaConfig's fields (its defaults where absent).
 ModelConfig llama_from_hf(HfConfigReader& hf) {
-  ModelConfig m = llama_family_from_hf(hf, "llama", 1e-6);
+  ModelConfig m = llama_family_from_hf(hf, kLlamaDefaults);
   hf.expect("head_dim", nullptr, {m.n_embd / m.n_head},
             "heads of hidden_size / num_attention_heads");
   hf.expect("attention_bias", false, {false}, "projections without biases");
   hf.expect("mlp_bias", false, {false}, "projections without biases");
   hf.ignore({"pretraining_tp"});  // how Meta's code cut the products: the same sums
+  // nanotron's, in SmolLM2's configs; transformers reads neither and pairs rotary channels by
+  // rotate-half whatever rope_interleaved says, as the trainer does.
+  hf.ignore({"is_llama_config", "rope_interleaved"});
   return m;
 }
 
@@ -292,9 +306,23 @@ ModelConfig llama_from_hf(HfConfigReader& hf) {
 // use_sliding_window false (every released Qwen2 and Qwen2.5), sliding_window and
 // max_window_layers change nothing.
 ModelConfig qwen2_from_hf(HfConfigReader& hf) {
-  ModelConfig m = llama_family_from_hf(hf, "qwen2", 1e-6);
+  ModelConfig m = llama_family_from_hf(hf, kQwen2Defaults);
   hf.expect("use_sliding_window", false, {false}, "full attention in every layer");
   hf.ignore({"sliding_window", "max_window_layers", "layer_types"});
+  return m;
+}
+
+// MistralConfig's fields (its defaults where absent), as the Llama they describe: attention
+// within a sliding window of W positions is full causal attention for rows of at most W
+// tokens, so the model's context is cut to W (a longer data.seq_len is then refused). A null
+// window (Mistral 7B v0.2 on) is none.
+ModelConfig mistral_from_hf(HfConfigReader& hf) {
+  ModelConfig m = llama_family_from_hf(hf, kMistralDefaults);
+  hf.expect("head_dim", nullptr, {m.n_embd / m.n_head},
+            "heads of hidden_size / num_attention_heads");
+  const bool no_window = hf.is_null("sliding_window");
+  const int64_t window = hf.integer("sliding_window", 4096);
+  if (!no_window) m.max_seq_len = int(std::min<int64_t>(m.max_seq_len, window));
   return m;
 }
 
@@ -312,7 +340,8 @@ extern const Architecture kLlama = {
     llama_hf_config,
     llama_from_hf,
     "",
-    {".rotary_emb.inv_freq", "lm_head.weight"}};
+    {".rotary_emb.inv_freq", "lm_head.weight"},
+    {{"MistralForCausalLM", "mistral", mistral_from_hf}}};
 
 extern const Architecture kQwen2 = {
     "qwen2",

@@ -72,12 +72,14 @@ for arch in gpt2 llama; do
 done
 
 # A field absent from config.json means Hugging Face's default: Llama's rms_norm_eps is then
-# 1e-6, and the folder exported again says so; Llama 3.1's rope_scaling goes through as written.
+# 1e-6, and the folder exported again says so; Llama 3.1's rope_scaling goes through as written,
+# and SmolLM2's nanotron fields, which transformers does not read, pass.
 rm -rf eps eps-out && cp -r llama-hf eps
 python3 -c "
 import json; p = 'eps/config.json'; c = json.load(open(p)); del c['rms_norm_eps']
 c['rope_scaling'] = {'factor': 8.0, 'low_freq_factor': 1.0, 'high_freq_factor': 4.0,
                      'original_max_position_embeddings': 16, 'rope_type': 'llama3'}
+c.update({'is_llama_config': True, 'rope_interleaved': False})
 json.dump(c, open(p, 'w'))"
 "$TRAINER" export eps --out eps-out >/dev/null || fail "export of a Llama 3.1-style folder"
 python3 -c "
@@ -86,6 +88,26 @@ want = {'factor': 8.0, 'low_freq_factor': 1.0, 'high_freq_factor': 4.0,
         'original_max_position_embeddings': 16, 'rope_type': 'llama3'}
 sys.exit(0 if c['rms_norm_eps'] == 1e-6 and c['rope_scaling'] == want else 1)" ||
   fail "the default rms_norm_eps or the rope_scaling did not survive: $(cat eps-out/config.json)"
+
+# A Mistral folder is a Llama whose sliding window cuts its context: attention within the
+# window is full, so the model takes rows of up to the window (eval fits its rows to them) and
+# a run stating longer rows is refused.
+rm -rf mistral mistral-out runs/mistral && cp -r llama-hf mistral
+python3 -c "
+import json; p = 'mistral/config.json'; c = json.load(open(p))
+for f in ('attention_bias', 'mlp_bias', 'pretraining_tp', 'rope_scaling'): c.pop(f, None)
+c.update({'architectures': ['MistralForCausalLM'], 'model_type': 'mistral', 'sliding_window': 8})
+json.dump(c, open(p, 'w'))"
+"$TRAINER" export mistral --out mistral-out >/dev/null || fail "export of a Mistral folder"
+python3 -c "
+import json, sys; c = json.load(open('mistral-out/config.json'))
+sys.exit(0 if c['max_position_embeddings'] == 8 and c['architectures'] == ['LlamaForCausalLM'] else 1)" ||
+  fail "a Mistral folder's window does not bound its context: $(cat mistral-out/config.json)"
+grep -q "^eval val: loss" <<<"$("$TRAINER" eval mistral --data corpus --max-batches 2)" ||
+  fail "eval of a Mistral folder"
+out=$("$TRAINER" train "${data[@]}" --set run.name=mistral --set train.steps=1 \
+      --set train.init_from=mistral 2>&1) && fail "rows of 32 tokens passed Mistral's window of 8"
+grep -q "data.seq_len = 32 exceeds model.max_seq_len = 8" <<<"$out" || fail "Mistral window: $out"
 
 # Bad folders: a copy of the GPT-2 folder, broken one way each. Every refusal is one line
 # naming the file and what is wrong; neither the export nor the run directory appears.

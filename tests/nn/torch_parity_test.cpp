@@ -187,7 +187,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // A Hugging Face folder written by the reference (random weights as Hugging Face lays them
 // out: GPT-2's Conv1D matrices and prefixed names, Llama's grouped key/value heads, Llama
-// 3.1's rotary scaling, Qwen2.5's config and q/k/v biases, Pythia's
+// 3.1's rotary scaling, Qwen2.5's config and q/k/v biases, Mistral's config, Pythia's
 // config (exact GELU, q/k/v by head, partial rotary), tied or untied heads; one file or shards;
 // F32, BF16 or F16) read by the trainer alone (its
 // config.json and weights), then run and compared as above against the folder's own values.
@@ -203,7 +203,7 @@ TEST_P(HfFolderParity, MatchesPyTorch) {
   run_reference(
       fmt::format("make-hf {} {} {} {} {}", dir.string(), arch, dtype, shards, tied ? 1 : 0));
   const ModelConfig cfg = hf_model_config(dir / "hf/config.json");
-  EXPECT_EQ(cfg.arch, arch == "llama3" ? "llama" : arch);
+  EXPECT_EQ(cfg.arch, arch == "llama3" || arch == "mistral" ? "llama" : arch);
   if (arch == "llama3") {
     EXPECT_EQ(cfg.rope_scaling, RopeScaling::llama3);
     EXPECT_EQ(cfg.rope_original_context, 64);
@@ -229,8 +229,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(std::tuple{"gpt2", "F32", 1, true}, std::tuple{"gpt2", "F16", 3, true},
                       std::tuple{"llama", "BF16", 1, false}, std::tuple{"llama", "F32", 4, false},
                       std::tuple{"llama", "F16", 2, true}, std::tuple{"llama3", "BF16", 1, true},
-                      std::tuple{"qwen2", "BF16", 2, true}, std::tuple{"neox", "F16", 2, false},
-                      std::tuple{"neox", "F32", 1, true}),
+                      std::tuple{"qwen2", "BF16", 2, true}, std::tuple{"mistral", "F32", 1, false},
+                      std::tuple{"neox", "F16", 2, false}, std::tuple{"neox", "F32", 1, true}),
     [](const auto& info) {
       return fmt::format("{}_{}_{}shards_{}", std::get<0>(info.param), std::get<1>(info.param),
                          std::get<2>(info.param), std::get<3>(info.param) ? "tied" : "untied");

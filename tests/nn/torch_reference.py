@@ -286,7 +286,8 @@ def as_dtype(x, dtype):
 
 def make_hf(d, arch, dtype, shards, tied):
     """A Hugging Face folder with random weights of the parity test's shape (arch: gpt2, llama,
-    llama3 (a Llama with Llama 3.1's rope_scaling and a large rms_norm_eps), qwen2 or neox)."""
+    llama3 (a Llama with Llama 3.1's rope_scaling and a large rms_norm_eps), qwen2, mistral or
+    neox)."""
     V, P, L, H, C = 67, 24, 2, 4, 32
     rng = np.random.default_rng(7)
     w = {}
@@ -376,6 +377,12 @@ def make_hf(d, arch, dtype, shards, tied):
                            "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
                            "use_sliding_window": False, "sliding_window": 32768,
                            "max_window_layers": 21, "transformers_version": "4.43.1"})
+        if arch == "mistral":  # as Mistral 7B v0.3's config.json has it: no sliding window
+            for f in ("attention_bias", "mlp_bias", "pretraining_tp", "rope_scaling"):
+                del config[f]
+            config.update({"architectures": ["MistralForCausalLM"], "model_type": "mistral",
+                           "sliding_window": None, "head_dim": C // H,
+                           "rope_theta": 1000000.0})
         kv = Hkv * C // H
         rand("model.embed_tokens.weight", V, C)
         for i in range(L):
@@ -430,7 +437,7 @@ def model_of(c, weights):
     if c["model_type"] == "gpt2":
         gelu = "erf" if c.get("activation_function") == "gelu" else "tanh"
         return Gpt(weights, c["n_layer"], c["n_head"], gelu, c.get("layer_norm_epsilon", 1e-5))
-    if c["model_type"] in ("llama", "qwen2"):
+    if c["model_type"] in ("llama", "qwen2", "mistral"):
         H = c["num_attention_heads"]
         hs = c["hidden_size"] // H
         inv_freq = inv_freq_of(c, c.get("rope_theta", 10000.0), hs)
@@ -452,7 +459,7 @@ def main(d):
     else:
         weights, _ = read_safetensors(d / "weights.safetensors")
     config = json.loads((model_dir / "config.json").read_text())
-    arch = {"gpt2": "gpt2", "llama": "llama", "qwen2": "qwen2",
+    arch = {"gpt2": "gpt2", "llama": "llama", "mistral": "llama", "qwen2": "qwen2",
             "gpt_neox": "neox"}[config["model_type"]]
     model = model_of(config, weights)
     batch, _ = read_safetensors(d / "batch.safetensors")

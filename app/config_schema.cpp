@@ -51,6 +51,10 @@ const std::vector<KeySpec>& schema() {
        "llama, qwen2: SwiGLU hidden size before rounding (0 = 8/3 n_embd)", 0, 1 << 20},
       {"model.ffn_multiple_of", Kind::integer, int64_t(256),
        "llama, qwen2: the SwiGLU hidden size is rounded up to a multiple of this", 1, 1 << 16},
+      {"model.head_dim", Kind::integer, int64_t(0),
+       "llama, qwen2, qwen3: each head's channels (0 = n_embd / n_head; Qwen3's are 128 "
+       "whatever n_embd is)",
+       0, 1024},
       {"model.rope_theta", Kind::real, 10000.0,
        "llama, qwen2, neox: the rotary embeddings' base (frequencies theta^(-2i/d): above 1, or "
        "every "

@@ -84,6 +84,7 @@ const ModelKey kModelKeys[] = {
     int_key<&nn::ModelConfig::n_kv_head>("model.n_kv_head"),
     int_key<&nn::ModelConfig::ffn_hidden>("model.ffn_hidden"),
     int_key<&nn::ModelConfig::ffn_multiple_of>("model.ffn_multiple_of"),
+    int_key<&nn::ModelConfig::head_dim>("model.head_dim"),
     float_key<&nn::ModelConfig::rope_theta>("model.rope_theta"),
     {"model.rope_scaling",
      [](const Config& c, const char* k, nn::ModelConfig& m) {

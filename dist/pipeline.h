@@ -22,8 +22,8 @@ namespace trainer::dist {
 // groups] in dist/pipeline_schedule.h): the sends of what the step before produced, copied
 // into staging buffers of the pipeline's own as each pass ends, and the receives of what this
 // step needs, into staging buffers copied into their slots as each pass starts. A stage waits
-// only for its receives; a send is waited for when its buffer is needed again or the step
-// ends. One order serves MPI (which could match any order by tag) and NCCL (which matches in
+// only for its receives; a send's buffer is freed once it is done, and the step ends when all
+// are. One order serves MPI (which could match any order by tag) and NCCL (which matches in
 // order and runs a group on one stream), so the CPU runs exercise the order GPUs run. A
 // stage that never answers fails the transfer after dist.timeout_s, naming that stage.
 class Pipeline {

@@ -12,7 +12,7 @@ namespace {
 bool keeps(Recompute policy, ActKind kind) {
   switch (policy) {
     case Recompute::none:
-      return kind != ActKind::scratch;
+      return kind != ActKind::scratch && kind != ActKind::work;
     case Recompute::selective:
       return kind == ActKind::stat || kind == ActKind::expensive;
     case Recompute::full:

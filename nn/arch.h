@@ -43,6 +43,8 @@ enum class Role : uint8_t {
   q_b,  // their biases (Qwen2), adjacent too
   k_b,
   v_b,
+  q_norm_w,  // RMSNorms of each query and key head (Qwen3), shared by the heads
+  k_norm_w,
   gate_w,  // the SwiGLU gate and up projections, adjacent; the down projection
   up_w,
   down_w,
@@ -129,13 +131,20 @@ enum class Act : uint8_t {
   swiglu,
   d_gate_up,
   d_swiglu,
+  q_pre,  // the queries and keys before their heads' norms (fp32), the norms' rstd per head
+  k_pre,
+  q_rstd,
+  k_rstd,
+  qk_out,  // scratch of the head norms: the normed heads, or the gradient at them
+  qk_din,  // (fp32) and the gradient at their inputs
   kCount
 };
 
 // cheap: recomputed under selective checkpointing; stat and expensive: kept under selective;
-// scratch: backward only, one copy shared by every block. Under full, only scratch exists
-// beyond the block's input.
-enum class ActKind : uint8_t { cheap, stat, expensive, scratch };
+// scratch: backward only, one copy shared by every block; work: the same, for forward and
+// backward alike (training or not). Under full, only scratch and work exist beyond the
+// block's input.
+enum class ActKind : uint8_t { cheap, stat, expensive, scratch, work };
 
 struct ActSpec {
   Act act;

@@ -10,10 +10,11 @@ namespace trainer::nn {
 extern const Architecture kGpt2;   // architectures/gpt2.cpp
 extern const Architecture kLlama;  // architectures/llama.cpp
 extern const Architecture kQwen2;  // architectures/llama.cpp: Llama with q/k/v biases
+extern const Architecture kQwen3;  // architectures/llama.cpp: Llama with q/k head norms
 extern const Architecture kNeox;   // architectures/neox.cpp
 
 const std::vector<const Architecture*>& architectures() {
-  static const std::vector<const Architecture*> all = {&kGpt2, &kLlama, &kQwen2, &kNeox};
+  static const std::vector<const Architecture*> all = {&kGpt2, &kLlama, &kQwen2, &kQwen3, &kNeox};
   return all;
 }
 

@@ -17,8 +17,11 @@ void ModelConfig::validate() const {
   USAGE_CHECK(max_seq_len > 0, "model.max_seq_len must be positive, got {}", max_seq_len);
   USAGE_CHECK(n_layer > 0, "model.n_layer must be positive, got {}", n_layer);
   USAGE_CHECK(n_head > 0, "model.n_head must be positive, got {}", n_head);
-  USAGE_CHECK(n_embd > 0 && n_embd % n_head == 0,
-              "model.n_embd ({}) must be a positive multiple of model.n_head ({})", n_embd, n_head);
+  USAGE_CHECK(n_embd > 0 && (head_dim > 0 || n_embd % n_head == 0),
+              "model.n_embd ({}) must be a positive multiple of model.n_head ({}), or "
+              "model.head_dim set",
+              n_embd, n_head);
+  USAGE_CHECK(head_dim >= 0, "model.head_dim must be >= 0, got {}", head_dim);
   USAGE_CHECK(rotary_pct > 0 && rotary_pct <= 1, "model.rotary_pct must be in (0, 1], got {}",
               rotary_pct);
   USAGE_CHECK(norm_eps > 0 && norm_eps <= 1, "model.norm_eps must be in (0, 1], got {}", norm_eps);
@@ -98,7 +101,7 @@ int64_t ModelConfig::matmul_params() const {
 }
 
 TokenFlops ModelConfig::token_flops() const {
-  return {6.0 * double(matmul_params()), 12.0 * n_layer * double(n_embd)};
+  return {6.0 * double(matmul_params()), 12.0 * n_layer * double(attention_width())};
 }
 
 Recompute ExecConfig::policy(int layer) const {

@@ -23,7 +23,8 @@ struct Architecture;  // nn/architecture.h
 // Training FLOPs per token, 6N + 12 L C T (PaLM appendix B): a line in the sequence length T.
 struct TokenFlops {
   double fixed = 0;         // 6N, N the matmul parameters
-  double per_position = 0;  // 12 L C: attention's two products, forward and backward
+  double per_position = 0;  // 12 L C: attention's two products, forward and backward (C its
+                            // width, attention_width())
   double at(int seq_len) const { return fixed + per_position * double(seq_len); }
 };
 
@@ -67,11 +68,12 @@ struct ModelConfig {
   int max_seq_len = 256;      // positions available
   int n_layer = 6;            // L
   int n_head = 6;             // H
-  int n_embd = 384;           // C; head size C / H
+  int n_embd = 384;           // C; head size C / H unless head_dim says otherwise
   // Keys only some architectures read (their records refuse the others' values):
   int n_kv_head = 0;          // key/value heads (0 = n_head), dividing n_head; 1 = multi-query
   int ffn_hidden = 0;         // SwiGLU hidden size before rounding (0 = 8C/3)
   int ffn_multiple_of = 256;  // the hidden size is rounded up to a multiple of this
+  int head_dim = 0;           // channels of each head (0 = n_embd / n_head; Qwen3's differ)
   float rope_theta = 10000.0f;
   // The rotary frequencies' scaling (Rope in nn/ops/rope.h): its type, the factor, and
   // llama3's low and high frequency factors and original context.
@@ -90,7 +92,9 @@ struct ModelConfig {
 
   // The record of `arch`; throws UsageError naming the architectures when there is none.
   const Architecture& architecture() const;
-  int head_size() const { return n_embd / n_head; }
+  int head_size() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
+  // The attention's width: every query head's channels (n_embd unless head_dim says otherwise).
+  int64_t attention_width() const { return int64_t(n_head) * head_size(); }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   // What this slice holds: its heads, key/value heads, and vocabulary rows [vocab_begin(),
   // vocab_begin() + local_vocab()).

@@ -12,11 +12,11 @@ namespace trainer::nn {
 namespace {
 
 // FLOPs per token of one block and of the head, for training (6 per matmul parameter, and
-// attention's 12 C T at the model's longest sequence).
+// attention's 12 C T at the model's longest sequence, C its width).
 std::pair<double, double> block_and_head_flops(const ModelConfig& m) {
   double block = 0;
   for (const Matmul& mm : arch_spec(m.whole()).block_matmuls) block += double(mm.in) * mm.out;
-  block = 6 * block + 12.0 * m.n_embd * m.max_seq_len;
+  block = 6 * block + 12.0 * double(m.attention_width()) * m.max_seq_len;
   return {block, 6.0 * m.vocab_size * m.n_embd};
 }
 

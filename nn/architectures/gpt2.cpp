@@ -27,6 +27,10 @@ void gpt2_validate(const ModelConfig& m) {
   USAGE_CHECK(m.rotary_pct == 1.0,
               "model.rotary_pct = {} needs model.arch = neox (GPT-2 has learned positions)",
               m.rotary_pct);
+  USAGE_CHECK(m.head_dim == 0 || int64_t(m.head_dim) * m.n_head == m.n_embd,
+              "model.head_dim = {} needs model.arch = llama, qwen2 or qwen3 (GPT-2's heads split "
+              "n_embd)",
+              m.head_dim);
   USAGE_CHECK(m.rope_scaling == RopeScaling::none,
               "model.rope_scaling = {} needs model.arch = llama or neox (GPT-2 has learned "
               "positions)",

@@ -3,9 +3,11 @@
 // and a SwiGLU MLP, no biases; a final RMSNorm and a head tied to the token embedding or not.
 // Names and orientations follow Hugging Face's LlamaForCausalLM (torch.nn.Linear weights,
 // stored (out, in)). The q/k/v projections are adjacent in the flat buffer and run as one
-// matmul over their stacked rows, as are gate/up. Qwen2 (and Qwen2.5) is the same model with
-// biases on the q, k and v projections (Qwen2ForCausalLM): its record, kQwen2, shares this
-// file's functions, which add the biases, likewise adjacent, where the model's arch is qwen2.
+// matmul over their stacked rows, as are gate/up. Two published families are this model with
+// one more thing, and their records share this file's functions: Qwen2 (and Qwen2.5, kQwen2)
+// adds biases to the q, k and v projections, adjacent and run with them; Qwen3 (kQwen3) an
+// RMSNorm of each query and key head before the rotary embeddings, and heads of head_dim
+// channels whatever n_embd / n_head is.
 #include <algorithm>
 #include <optional>
 
@@ -18,6 +20,7 @@
 #include "nn/ops/rope.h"
 #include "nn/ops/swiglu.h"
 #include "runtime/error.h"
+#include "runtime/memory.h"
 
 namespace trainer::nn {
 
@@ -28,6 +31,9 @@ using namespace block_access;
 bool has_qkv_bias(const ModelConfig& m) {
   return m.arch == "qwen2";
 }
+bool has_head_norms(const ModelConfig& m) {
+  return m.arch == "qwen3";
+}
 
 void llama_validate(const ModelConfig& m) {
   USAGE_CHECK(m.gelu == GeluForm::tanh,
@@ -35,8 +41,7 @@ void llama_validate(const ModelConfig& m) {
   USAGE_CHECK(m.n_head % m.kv_heads() == 0, "model.n_kv_head ({}) must divide model.n_head ({})",
               m.n_kv_head, m.n_head);
   USAGE_CHECK(m.head_size() % 2 == 0 && m.head_size() <= 1024,
-              "rotary embeddings need an even head size of at most 1024, got n_embd / n_head = {}",
-              m.head_size());
+              "rotary embeddings need an even head size of at most 1024, got {}", m.head_size());
   // The fused q/k/v and gate/up projections read adjacent tensors of the flat buffer as one
   // matrix, which 16-element alignment leaves adjacent when C is a multiple of 16.
   USAGE_CHECK(m.n_embd % 16 == 0, "model.n_embd ({}) must be a multiple of 16 for llama", m.n_embd);
@@ -64,7 +69,7 @@ int64_t ffn_size(const ModelConfig& m) {
 
 ArchSpec llama_spec(const ModelConfig& m) {
   const int64_t C = m.n_embd, V = m.vocab_size, H = m.n_head, Ckv = m.kv_channels(),
-                F = ffn_size(m);
+                F = ffn_size(m), Q = m.attention_width(), hd = m.head_size();
   // Under tensor parallelism the key/value heads are cut with the queries' when the degree
   // divides them, else every rank holds them all (Note [Tensor-parallel splits]).
   const bool kv_whole = m.kv_heads_whole();
@@ -77,15 +82,18 @@ ArchSpec llama_spec(const ModelConfig& m) {
       {"model.embed_tokens.weight", Role::tok_embedding, {V, C}, false, Init::normal, {}, kRows}};
   s.block = {
       {"input_layernorm.weight", Role::norm1_w, {C}, false, Init::ones},
-      {"self_attn.q_proj.weight", Role::q_w, {C, C}, true, Init::normal, {}, kRows},
+      {"self_attn.q_proj.weight", Role::q_w, {Q, C}, true, Init::normal, {}, kRows},
       {"self_attn.k_proj.weight", Role::k_w, {Ckv, C}, true, Init::normal, {}, kv},
       {"self_attn.v_proj.weight", Role::v_w, {Ckv, C}, true, Init::normal, {}, kv},
-      {"self_attn.q_proj.bias", Role::q_b, {C}, false, Init::zeros, {}, kRows},
+      {"self_attn.q_proj.bias", Role::q_b, {Q}, false, Init::zeros, {}, kRows},
       {"self_attn.k_proj.bias", Role::k_b, {Ckv}, false, Init::zeros, {}, kv},
       {"self_attn.v_proj.bias", Role::v_b, {Ckv}, false, Init::zeros, {}, kv},
+      // Every rank holds them whole and norms its heads: partial gradients, summed.
+      {"self_attn.q_norm.weight", Role::q_norm_w, {hd}, false, Init::ones, {}, {-1, 1, true}},
+      {"self_attn.k_norm.weight", Role::k_norm_w, {hd}, false, Init::ones, {}, {-1, 1, true}},
       {"self_attn.o_proj.weight",
        Role::attn_proj_w,
-       {C, C},
+       {C, Q},
        true,
        Init::normal_residual,
        {},
@@ -94,19 +102,20 @@ ArchSpec llama_spec(const ModelConfig& m) {
       {"mlp.gate_proj.weight", Role::gate_w, {F, C}, true, Init::normal, {}, kRows},
       {"mlp.up_proj.weight", Role::up_w, {F, C}, true, Init::normal, {}, kRows},
       {"mlp.down_proj.weight", Role::down_w, {C, F}, true, Init::normal_residual, {}, kCols}};
-  if (!has_qkv_bias(m))
-    std::erase_if(s.block, [](const ParamSpec& p) {
-      return p.role == Role::q_b || p.role == Role::k_b || p.role == Role::v_b;
-    });
+  std::erase_if(s.block, [&](const ParamSpec& p) {
+    const bool bias = p.role == Role::q_b || p.role == Role::k_b || p.role == Role::v_b,
+               norm = p.role == Role::q_norm_w || p.role == Role::k_norm_w;
+    return (bias && !has_qkv_bias(m)) || (norm && !has_head_norms(m));
+  });
   s.final = {{"model.norm.weight", Role::final_norm_w, {C}, false, Init::ones}};
   if (!m.tie_embeddings)
     s.final.push_back({"lm_head.weight", Role::lm_head, {V, C}, true, Init::normal, {}, kRows});
   using K = ActKind;
-  const int64_t qkv = C + 2 * Ckv;
+  const int64_t qkv = Q + 2 * Ckv;
   s.block_acts = {{Act::ln1, C, false, K::cheap},
                   {Act::ln1_rstd, 1, true, K::stat},
                   {Act::qkv, qkv, false, K::expensive, true, kv_kept},
-                  {Act::atty, C, false, K::expensive, true},
+                  {Act::atty, Q, false, K::expensive, true},
                   {Act::att_lse, H, true, K::stat, true},
                   {Act::res_mid, C, true, K::expensive},
                   {Act::ln2, C, false, K::cheap},
@@ -114,11 +123,22 @@ ArchSpec llama_spec(const ModelConfig& m) {
                   {Act::gate_up, 2 * F, false, K::expensive, true},
                   {Act::swiglu, F, false, K::cheap, true},
                   {Act::d_qkv, qkv, false, K::scratch, true, kv_kept},
-                  {Act::d_atty, C, false, K::scratch, true},
+                  {Act::d_atty, Q, false, K::scratch, true},
                   {Act::d_gate_up, 2 * F, false, K::scratch, true},
                   {Act::d_swiglu, F, false, K::scratch, true}};
+  if (has_head_norms(m)) {  // of the held key/value heads, only the one used is normed
+    const int64_t kv_one = kv_whole ? hd : 0, heads_one = kv_whole ? 1 : 0;
+    const int64_t Hkv = m.kv_heads();
+    s.block_acts.insert(s.block_acts.end(),
+                        {{Act::q_pre, Q, true, K::expensive, true},
+                         {Act::k_pre, kv_whole ? hd : Ckv, true, K::expensive, true, kv_one},
+                         {Act::q_rstd, H, true, K::stat, true},
+                         {Act::k_rstd, kv_whole ? 1 : Hkv, true, K::stat, true, heads_one},
+                         {Act::qk_out, Q + Ckv, false, K::work, true, kv_whole ? Ckv : 0},
+                         {Act::qk_din, Q + Ckv, true, K::scratch, true, kv_whole ? Ckv : 0}});
+  }
   s.block_matmuls = {{C, qkv, Parallel::column, Role::q_w, Role::kCount, kv_kept},
-                     {C, C, Parallel::row, Role::attn_proj_w},
+                     {Q, C, Parallel::row, Role::attn_proj_w},
                      {C, 2 * F, Parallel::column, Role::gate_w},
                      {F, C, Parallel::row, Role::down_w}};
   return s;
@@ -160,6 +180,43 @@ Tensor qkv_bias(const BlockTensors& t, const std::array<Tensor, size_t(Role::kCo
   return all;
 }
 
+// The first `shape`'s elements of activation `a`'s buffer, as a contiguous tensor.
+Tensor leading(const BlockTensors& t, Act a, std::initializer_list<int64_t> shape) {
+  const Tensor all = A(t, a);
+  Tensor x = make_tensor(all.data, all.dtype, shape, all.device);
+  TRAINER_ASSERT(x.numel() <= all.numel(), "{} elements of a buffer of {}", x.numel(), all.numel());
+  return x;
+}
+
+// Qwen3's norm of each head of x (B,T,width, a strided view of the q/k/v product) in place:
+// RMSNorm over its head_size channels with weight `w`, its input kept in `pre` (fp32) and
+// each head's rstd in `rstd` for backward.
+void head_norm_forward(const Context& ctx, const BlockTensors& t, const Tensor& x, Act pre,
+                       Act rstd, Role w) {
+  const int64_t hd = t.model->head_size(), N = int64_t(t.B) * t.T, width = x.cols(),
+                rows = N * (width / hd);
+  const Tensor in = leading(t, pre, {N, width}), out = leading(t, Act::qk_out, {N, width});
+  cast(ctx, in, x);
+  rmsnorm_forward(ctx, out.reshape({rows, hd}), leading(t, rstd, {rows}), in.reshape({rows, hd}),
+                  W(t, w), t.model->norm_eps);
+  cast(ctx, x, out);
+}
+
+// Its backward: dx (the gradient at the normed heads, in place) becomes the gradient at their
+// input; the weight's gradient adds every head's.
+void head_norm_backward(const Context& ctx, const BlockTensors& t, const Tensor& dx, Act pre,
+                        Act rstd, Role w) {
+  const int64_t hd = t.model->head_size(), N = int64_t(t.B) * t.T, width = dx.cols(),
+                rows = N * (width / hd);
+  const Tensor dout = leading(t, Act::qk_out, {N, width}),
+               din = leading(t, Act::qk_din, {N, width});
+  cast(ctx, dout, dx);
+  fill_zero(ctx, din);
+  rmsnorm_backward(ctx, din.reshape({rows, hd}), G(t, w), dout.reshape({rows, hd}),
+                   leading(t, pre, {rows, hd}), W(t, w), leading(t, rstd, {rows}));
+  cast(ctx, dx, din);
+}
+
 void llama_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pass) {
   using enum Act;
   using R = Role;
@@ -176,6 +233,10 @@ void llama_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pa
     linear_forward(ctx, y, x, qkv_weight(t, t.w), qkv_bias(t, t.w), kOutIn);
   });
   const auto [q, k, v] = qkv_parts(t, A(t, qkv));
+  if (has_head_norms(*t.model)) {
+    head_norm_forward(ctx, t, q, q_pre, q_rstd, R::q_norm_w);
+    head_norm_forward(ctx, t, k, k_pre, k_rstd, R::k_norm_w);
+  }
   rope_forward(ctx, q, t.positions, hs, hs, t.model->rope());
   rope_forward(ctx, k, t.positions, hs, hs, t.model->rope());
   attend(ctx, t, q, k, v);
@@ -221,6 +282,10 @@ void llama_block_backward(const Context& ctx, const BlockTensors& t) {
   const Tensor &dq = d[0], &dk = d[1];
   rope_backward(ctx, dq, t.positions, hs, hs, t.model->rope());
   rope_backward(ctx, dk, t.positions, hs, hs, t.model->rope());
+  if (has_head_norms(*t.model)) {
+    head_norm_backward(ctx, t, dq, q_pre, q_rstd, R::q_norm_w);
+    head_norm_backward(ctx, t, dk, k_pre, k_rstd, R::k_norm_w);
+  }
   product_backward(t, R::q_w, t.d_ln, A(t, d_qkv), A(t, ln1), [&](auto& dx, auto& dy, auto& x) {
     linear_backward(ctx, dx, qkv_weight(t, t.g), qkv_bias(t, t.g), dy, x, qkv_weight(t, t.w),
                     kOutIn);
@@ -246,6 +311,12 @@ nlohmann::json llama_hf_config(const ModelConfig& m) {
                       {"attention_bias", false},
                       {"mlp_bias", false},
                       {"tie_word_embeddings", m.tie_embeddings}};
+  if (has_head_norms(m)) {  // Qwen3Config: attention_bias (false), no mlp_bias
+    j.erase("mlp_bias");
+    j["model_type"] = "qwen3";
+    j["architectures"] = {"Qwen3ForCausalLM"};
+    j["use_sliding_window"] = false;
+  }
   if (!has_qkv_bias(m)) return j;
   // Qwen2Config: no head_dim or bias switches (its q/k/v biases always, no others).
   for (const char* f : {"head_dim", "attention_bias", "mlp_bias"}) j.erase(f);
@@ -264,6 +335,7 @@ struct HfDefaults {
 constexpr HfDefaults kLlamaDefaults{32000, 2048, 4096, 11008, 32, 32, {}, 1e-6};
 constexpr HfDefaults kQwen2Defaults{151936, 32768, 4096, 22016, 32, 32, {}, 1e-6};
 constexpr HfDefaults kMistralDefaults{32000, 4096 * 32, 4096, 14336, 32, 32, 8, 1e-6};
+constexpr HfDefaults kQwen3Defaults{151936, 32768, 4096, 22016, 32, 32, {}, 1e-6};
 
 // The fields the three configs share (`d`'s defaults where absent).
 ModelConfig llama_family_from_hf(HfConfigReader& hf, const HfDefaults& d) {
@@ -280,19 +352,28 @@ ModelConfig llama_family_from_hf(HfConfigReader& hf, const HfDefaults& d) {
   hf_rope_scaling(hf, m);
   m.norm_eps = float(hf.real("rms_norm_eps", d.eps));
   m.tie_embeddings = hf.boolean("tie_word_embeddings", false);
-  USAGE_CHECK(m.n_head > 0 && m.n_embd % m.n_head == 0,
-              "{}: hidden_size {} is not a multiple of num_attention_heads {}", hf.file().string(),
-              m.n_embd, m.n_head);
+  USAGE_CHECK(m.n_head > 0, "{}: num_attention_heads {} is not positive", hf.file().string(),
+              m.n_head);
   hf.expect("hidden_act", "silu", {"silu"}, "SwiGLU (silu)");
   hf.dropouts({"attention_dropout"});
   return m;
 }
 
+// head_dim (absent: hidden_size / num_attention_heads), kept only where it differs.
+void read_head_dim(HfConfigReader& hf, ModelConfig& m) {
+  const int64_t fallback = m.n_embd % m.n_head == 0 ? m.n_embd / m.n_head : 0;
+  const int64_t hd = hf.integer("head_dim", fallback);
+  USAGE_CHECK(hd > 0,
+              "{}: hidden_size {} is not a multiple of num_attention_heads {} and no "
+              "head_dim is given",
+              hf.file().string(), m.n_embd, m.n_head);
+  m.head_dim = hd == fallback ? 0 : int(hd);
+}
+
 // LlamaConfig's fields (its defaults where absent).
 ModelConfig llama_from_hf(HfConfigReader& hf) {
   ModelConfig m = llama_family_from_hf(hf, kLlamaDefaults);
-  hf.expect("head_dim", nullptr, {m.n_embd / m.n_head},
-            "heads of hidden_size / num_attention_heads");
+  read_head_dim(hf, m);
   hf.expect("attention_bias", false, {false}, "projections without biases");
   hf.expect("mlp_bias", false, {false}, "projections without biases");
   hf.ignore({"pretraining_tp"});  // how Meta's code cut the products: the same sums
@@ -307,6 +388,20 @@ ModelConfig llama_from_hf(HfConfigReader& hf) {
 // max_window_layers change nothing.
 ModelConfig qwen2_from_hf(HfConfigReader& hf) {
   ModelConfig m = llama_family_from_hf(hf, kQwen2Defaults);
+  USAGE_CHECK(m.n_embd % m.n_head == 0,
+              "{}: hidden_size {} is not a multiple of num_attention_heads {}", hf.file().string(),
+              m.n_embd, m.n_head);
+  hf.expect("use_sliding_window", false, {false}, "full attention in every layer");
+  hf.ignore({"sliding_window", "max_window_layers", "layer_types"});
+  return m;
+}
+
+// Qwen3Config's fields (its defaults where absent: head_dim 128), with Qwen2's window rule.
+ModelConfig qwen3_from_hf(HfConfigReader& hf) {
+  ModelConfig m = llama_family_from_hf(hf, kQwen3Defaults);
+  const int64_t hd = hf.integer("head_dim", 128);
+  m.head_dim = m.n_embd % m.n_head == 0 && hd == m.n_embd / m.n_head ? 0 : int(hd);
+  hf.expect("attention_bias", false, {false}, "projections without biases");
   hf.expect("use_sliding_window", false, {false}, "full attention in every layer");
   hf.ignore({"sliding_window", "max_window_layers", "layer_types"});
   return m;
@@ -318,8 +413,7 @@ ModelConfig qwen2_from_hf(HfConfigReader& hf) {
 // window (Mistral 7B v0.2 on) is none.
 ModelConfig mistral_from_hf(HfConfigReader& hf) {
   ModelConfig m = llama_family_from_hf(hf, kMistralDefaults);
-  hf.expect("head_dim", nullptr, {m.n_embd / m.n_head},
-            "heads of hidden_size / num_attention_heads");
+  read_head_dim(hf, m);
   const bool no_window = hf.is_null("sliding_window");
   const int64_t window = hf.integer("sliding_window", 4096);
   if (!no_window) m.max_seq_len = int(std::min<int64_t>(m.max_seq_len, window));
@@ -354,6 +448,20 @@ extern const Architecture kQwen2 = {
     "qwen2",
     llama_hf_config,
     qwen2_from_hf,
+    "",
+    {".rotary_emb.inv_freq", "lm_head.weight"}};
+
+extern const Architecture kQwen3 = {
+    "qwen3",
+    "Qwen3: Llama with an RMSNorm of each query and key head, and head_dim channels a head",
+    llama_spec,
+    llama_validate,
+    llama_block_forward,
+    llama_block_backward,
+    "Qwen3ForCausalLM",
+    "qwen3",
+    llama_hf_config,
+    qwen3_from_hf,
     "",
     {".rotary_emb.inv_freq", "lm_head.weight"}};
 

@@ -37,6 +37,10 @@ void neox_validate(const ModelConfig& m) {
               "an even number from 2 to 1024",
               m.rotary_pct, rd, m.head_size());
   USAGE_CHECK(m.rope_theta > 1.0f, "model.rope_theta must exceed 1, got {}", m.rope_theta);
+  USAGE_CHECK(m.head_dim == 0 || int64_t(m.head_dim) * m.n_head == m.n_embd,
+              "model.head_dim = {} needs model.arch = llama, qwen2 or qwen3 (GPT-NeoX's heads "
+              "split n_embd)",
+              m.head_dim);
 }
 
 ArchSpec neox_spec(const ModelConfig& m) {

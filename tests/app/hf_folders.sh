@@ -24,11 +24,14 @@ data=(--set data.path=corpus --set data.tokenizer=tok.model --set run.dir=runs
 fail() { echo "FAIL: $*"; exit 1; }
 losses() { python3 -c "import json,sys; print(' '.join(str(json.loads(l)['loss']) for l in open(sys.argv[1]) if '\"loss\"' in l))" "$1"; }
 
-for arch in gpt2 llama; do
+# Qwen3 with heads of 16 channels where n_embd / n_head is 8: head_dim through every path.
+for arch in gpt2 llama qwen3; do
   model=(--set model.arch=$arch --set model.vocab_size=320 --set model.n_layer=2
          --set model.n_head=4 --set model.n_embd=32 --set model.max_seq_len=32)
   [[ $arch == llama ]] && model+=(--set model.n_kv_head=1 --set model.ffn_hidden=80
                                   --set model.ffn_multiple_of=16 --set model.tie_embeddings=false)
+  [[ $arch == qwen3 ]] && model+=(--set model.n_kv_head=2 --set model.ffn_hidden=80
+                                  --set model.ffn_multiple_of=16 --set model.head_dim=16)
   "$TRAINER" train "${data[@]}" "${model[@]}" --set run.name=$arch --set train.steps=4 >/dev/null
   "$TRAINER" export runs/$arch --out $arch-export >/dev/null
   cp -r $arch-export $arch-hf && rm $arch-hf/trainer_config.yaml

@@ -26,7 +26,8 @@ using testing::loss_of;
 
 // `c` as architecture `arch`: Llama with one key/value head (multi-query) and an untied head;
 // Qwen2 likewise, with as many key/value heads as make 16 channels (its q/k/v biases run as
-// one); GPT-NeoX with a quarter of each head rotary and an untied head.
+// one); Qwen3 with heads twice n_embd / n_head wide; GPT-NeoX with a quarter of each head
+// rotary and an untied head.
 ModelConfig with_arch(ModelConfig c, const std::string& arch) {
   c.arch = arch;
   if (trainer::testing::llama_like(arch)) {
@@ -34,6 +35,7 @@ ModelConfig with_arch(ModelConfig c, const std::string& arch) {
     c.ffn_multiple_of = 16;
     c.tie_embeddings = false;
   }
+  if (arch == "qwen3") c.head_dim = 2 * c.n_embd / c.n_head;
   if (arch == "neox") {  // as Pythia
     c.rotary_pct = 0.25;
     c.tie_embeddings = false;

@@ -98,6 +98,7 @@ ModelConfig config_for(const std::string& arch) {
     c.ffn_multiple_of = 16;
     c.tie_embeddings = false;
   }
+  if (arch == "qwen3") c.head_dim = 16;  // twice n_embd / n_head
   if (arch == "neox") c.rotary_pct = 0.25;
   return c;
 }
@@ -209,7 +210,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"llama", 2, 2, Recompute::full, true}, Case{"neox", 0, 4, Recompute::none, true},
         Case{"llama", 2, 4, Recompute::none}, Case{"llama", 1, 2, Recompute::full, true},
         // Qwen2's q/k/v biases cut with their projections (16 channels of each a slice).
-        Case{"qwen2", 4, 2, Recompute::none}, Case{"qwen2", 4, 2, Recompute::selective, true}),
+        Case{"qwen2", 4, 2, Recompute::none}, Case{"qwen2", 4, 2, Recompute::selective, true},
+        // Qwen3's head norms on each rank's heads, and on the one key/value head a rank uses
+        // where every rank holds them all.
+        Case{"qwen3", 4, 2, Recompute::selective}, Case{"qwen3", 2, 4, Recompute::none, true}),
     [](const auto& info) {
       return info.param.arch + "_kv" + std::to_string(info.param.kv_heads) + "_tp" +
              std::to_string(info.param.degree) + "_" + kRecomputeNames.name(info.param.recompute) +

@@ -125,15 +125,17 @@ def allowed_of(B, T, segments, lengths):
 
 class Llama(Weights):
     """Llama as Hugging Face's LlamaForCausalLM computes it (and Qwen2ForCausalLM, whose q, k
-    and v projections have biases): RMSNorm, rotary embeddings with rotate_half pairing (the
-    inverse frequencies given, scaled as rope_scaling says), grouped-query attention (each key/value head serves
-    n_head / n_kv_head consecutive query heads), SwiGLU, no biases; torch.nn.Linear weights
-    (out, in); the head is lm_head.weight or, tied, the token embedding."""
+    and v projections have biases, and Qwen3ForCausalLM, which RMS-norms each query and key
+    head before the rotary embeddings): RMSNorm, heads of head_dim channels, rotary embeddings
+    with rotate_half pairing (the inverse frequencies given, scaled as rope_scaling says),
+    grouped-query attention (each key/value head serves n_head / n_kv_head consecutive query
+    heads), SwiGLU, no other biases; torch.nn.Linear weights (out, in); the head is
+    lm_head.weight or, tied, the token embedding."""
 
-    def __init__(self, weights, n_layer, n_head, n_kv_head, inv_freq, eps):
+    def __init__(self, weights, n_layer, n_head, n_kv_head, head_dim, inv_freq, eps):
         super().__init__(weights)
         self.n_layer, self.n_head, self.n_kv_head = n_layer, n_head, n_kv_head
-        self.inv_freq, self.eps = inv_freq, eps
+        self.hs, self.inv_freq, self.eps = head_dim, inv_freq, eps
 
     def rms_norm(self, x, w):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * w
@@ -145,19 +147,26 @@ class Llama(Weights):
         y = x @ self.w(name + ".weight").T
         return y + self.w(name + ".bias") if self.has(name + ".bias") else y
 
+    def heads(self, x, name, n):  # (B, n, T, hs), each head RMS-normed where it has a norm
+        B, T, _ = x.shape
+        x = x.view(B, T, n, self.hs)
+        if self.has(name + ".weight"):  # Qwen3's q_norm, k_norm
+            x = self.rms_norm(x, self.w(name + ".weight"))
+        return x.transpose(1, 2)
+
     def forward(self, tokens, segments, lengths):
         B, T = tokens.shape
         C = self.w("model.embed_tokens.weight").shape[1]
         H, Hkv = self.n_head, self.n_kv_head
-        hs = C // H
+        hs = self.hs
         pos = positions_of(tokens, segments)
         allowed = allowed_of(B, T, segments, lengths)
         x = self.w("model.embed_tokens.weight")[tokens]
         for l in range(self.n_layer):
             h = f"model.layers.{l}."
             a = self.rms_norm(x, self.w(h + "input_layernorm.weight"))
-            q = self.proj(a, h + "self_attn.q_proj").view(B, T, H, hs).transpose(1, 2)
-            k = self.proj(a, h + "self_attn.k_proj").view(B, T, Hkv, hs).transpose(1, 2)
+            q = self.heads(self.proj(a, h + "self_attn.q_proj"), h + "self_attn.q_norm", H)
+            k = self.heads(self.proj(a, h + "self_attn.k_proj"), h + "self_attn.k_norm", Hkv)
             v = self.proj(a, h + "self_attn.v_proj").view(B, T, Hkv, hs).transpose(1, 2)
             q, k = self.rope(q, pos), self.rope(k, pos)
             k = k.repeat_interleave(H // Hkv, dim=1)
@@ -286,8 +295,8 @@ def as_dtype(x, dtype):
 
 def make_hf(d, arch, dtype, shards, tied):
     """A Hugging Face folder with random weights of the parity test's shape (arch: gpt2, llama,
-    llama3 (a Llama with Llama 3.1's rope_scaling and a large rms_norm_eps), qwen2, mistral or
-    neox)."""
+    llama3 (a Llama with Llama 3.1's rope_scaling and a large rms_norm_eps), qwen2, qwen3,
+    mistral or neox)."""
     V, P, L, H, C = 67, 24, 2, 4, 32
     rng = np.random.default_rng(7)
     w = {}
@@ -377,26 +386,38 @@ def make_hf(d, arch, dtype, shards, tied):
                            "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
                            "use_sliding_window": False, "sliding_window": 32768,
                            "max_window_layers": 21, "transformers_version": "4.43.1"})
+        hd = C // H
+        if arch == "qwen3":  # as Qwen3's config.json has it: head_dim apart from hidden_size
+            hd = 2 * C // H
+            for f in ("mlp_bias", "pretraining_tp", "rope_scaling"):
+                del config[f]
+            config.update({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+                           "head_dim": hd, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+                           "use_sliding_window": False, "sliding_window": None,
+                           "max_window_layers": 28, "transformers_version": "4.51.0"})
         if arch == "mistral":  # as Mistral 7B v0.3's config.json has it: no sliding window
             for f in ("attention_bias", "mlp_bias", "pretraining_tp", "rope_scaling"):
                 del config[f]
             config.update({"architectures": ["MistralForCausalLM"], "model_type": "mistral",
                            "sliding_window": None, "head_dim": C // H,
                            "rope_theta": 1000000.0})
-        kv = Hkv * C // H
+        kv = Hkv * hd
         rand("model.embed_tokens.weight", V, C)
         for i in range(L):
             p = f"model.layers.{i}."
             rand(p + "input_layernorm.weight", C, scale=0.2, offset=1.0)
             rand(p + "post_attention_layernorm.weight", C, scale=0.2, offset=1.0)
-            rand(p + "self_attn.q_proj.weight", C, C)
+            rand(p + "self_attn.q_proj.weight", H * hd, C)
             rand(p + "self_attn.k_proj.weight", kv, C)
             rand(p + "self_attn.v_proj.weight", kv, C)
             if arch == "qwen2":
                 rand(p + "self_attn.q_proj.bias", C, scale=0.3)
                 rand(p + "self_attn.k_proj.bias", kv, scale=0.3)
                 rand(p + "self_attn.v_proj.bias", kv, scale=0.3)
-            rand(p + "self_attn.o_proj.weight", C, C)
+            if arch == "qwen3":
+                rand(p + "self_attn.q_norm.weight", hd, scale=0.2, offset=1.0)
+                rand(p + "self_attn.k_norm.weight", hd, scale=0.2, offset=1.0)
+            rand(p + "self_attn.o_proj.weight", C, H * hd)
             rand(p + "mlp.gate_proj.weight", F, C)
             rand(p + "mlp.up_proj.weight", F, C)
             rand(p + "mlp.down_proj.weight", C, F)
@@ -437,11 +458,12 @@ def model_of(c, weights):
     if c["model_type"] == "gpt2":
         gelu = "erf" if c.get("activation_function") == "gelu" else "tanh"
         return Gpt(weights, c["n_layer"], c["n_head"], gelu, c.get("layer_norm_epsilon", 1e-5))
-    if c["model_type"] in ("llama", "qwen2", "mistral"):
+    if c["model_type"] in ("llama", "qwen2", "qwen3", "mistral"):
         H = c["num_attention_heads"]
-        hs = c["hidden_size"] // H
+        fallback = 128 if c["model_type"] == "qwen3" else c["hidden_size"] // H
+        hs = c.get("head_dim") or fallback
         inv_freq = inv_freq_of(c, c.get("rope_theta", 10000.0), hs)
-        return Llama(weights, c["num_hidden_layers"], H, c["num_key_value_heads"], inv_freq,
+        return Llama(weights, c["num_hidden_layers"], H, c["num_key_value_heads"], hs, inv_freq,
                      c.get("rms_norm_eps", 1e-6))
     C, H = c["hidden_size"], c["num_attention_heads"]
     rd = int(C // H * c.get("partial_rotary_factor", c.get("rotary_pct", 0.25)))
@@ -460,7 +482,7 @@ def main(d):
         weights, _ = read_safetensors(d / "weights.safetensors")
     config = json.loads((model_dir / "config.json").read_text())
     arch = {"gpt2": "gpt2", "llama": "llama", "mistral": "llama", "qwen2": "qwen2",
-            "gpt_neox": "neox"}[config["model_type"]]
+            "qwen3": "qwen3", "gpt_neox": "neox"}[config["model_type"]]
     model = model_of(config, weights)
     batch, _ = read_safetensors(d / "batch.safetensors")
     ours, _ = read_safetensors(d / "trainer.safetensors")
@@ -494,7 +516,7 @@ def main(d):
     if arch == "gpt2":
         decay = [model.w(n) for n in weights if n.endswith(".weight") and n.count(".") >= 3
                  and ("attn" in n or "mlp" in n)]
-    elif arch in ("llama", "qwen2"):  # every projection and an untied head
+    elif arch in ("llama", "qwen2", "qwen3"):  # every projection and an untied head
         decay = [model.w(n) for n in weights if n.endswith("_proj.weight") or n == "lm_head.weight"]
     else:  # every matrix of a block and an untied head
         decay = [model.w(n) for n in weights if n.endswith(".weight") and

@@ -49,8 +49,9 @@ struct CommJob {
 // Note [Communication engine]
 // Operations complete in the order they were issued, each numbered from 0 for messages (the
 // MPI communicator's arrival notices count each communicator's own collectives instead, a
-// number its ranks share). A point-to-point transfer's job only posts it; its own Work
-// completes when the data has moved, outside this order (dist/mpi_p2p.h). The
+// number its ranks share). An MPI point-to-point transfer's job only posts it; its own Work
+// completes when the data has moved, outside this order (dist/mpi_p2p.h); an NCCL group of
+// transfers is one operation like a collective. The
 // first failure breaks the engine: its waiters get its message, and every later operation
 // completes at once with "not run: the communicator failed earlier: <that message>" instead of
 // running (its peers may be dead, and a collective with them would only wait out its timeout).

@@ -2,8 +2,8 @@
 """An independent computation of `trainer eval --task` scores (tests/app/tasks.sh).
 
 usage: task_reference.py FOLDER SCORES
-FOLDER is the model as `trainer export` wrote it (GPT-2, fp32), SCORES the JSON lines that
-`trainer eval --task ... --scores` wrote: every example's token sequences, where each ending
+FOLDER is the model as `trainer export` wrote it (any architecture, fp32), SCORES the JSON
+lines that `trainer eval --task ... --scores` wrote: every example's token sequences, where each ending
 starts, and the trainer's summed log-likelihoods. Recomputes each log-likelihood in float64
 with the PyTorch reference model (tests/nn/torch_reference.py) and the accuracy from them;
 exits non-zero when a log-likelihood differs by more than 1e-4 (relative, or absolute below
@@ -16,13 +16,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nn"))
-from torch_reference import Gpt, read_hf  # noqa: E402
+from torch_reference import model_of, read_hf  # noqa: E402
 
 
 def main(folder, scores):
-    weights, meta = read_hf(Path(folder))
-    _, V, P, L, H, C, *_ = meta["config"].split()
-    model = Gpt(weights, int(L), int(H))
+    folder = Path(folder)
+    model = model_of(json.loads((folder / "config.json").read_text()), read_hf(folder))
     worst, examples, correct, failures = 0.0, 0, 0, []
     with torch.no_grad():
         for line in Path(scores).read_text().splitlines():

@@ -3,11 +3,12 @@
 
 usage: task_reference.py FOLDER SCORES
 FOLDER is the model as `trainer export` wrote it (any architecture, fp32), SCORES the JSON
-lines that `trainer eval --task ... --scores` wrote: every example's token sequences, where each ending
-starts, and the trainer's summed log-likelihoods. Recomputes each log-likelihood in float64
-with the PyTorch reference model (tests/nn/torch_reference.py) and the accuracy from them;
-exits non-zero when a log-likelihood differs by more than 1e-4 (relative, or absolute below
-1) or an example's answer differs where the two best choices are more than 1e-3 apart.
+lines that `trainer eval --task ... --scores` wrote: every example's token sequences, where
+each ending starts, and the trainer's summed log-likelihoods. Recomputes each log-likelihood
+in float64 with the PyTorch reference model (tests/nn/torch_reference.py) and the accuracy
+from them; exits non-zero when a log-likelihood differs by more than 1e-4 (relative, or
+absolute below 1) or an example's answer differs where the two best choices are more than
+1e-3 apart.
 """
 import json
 import sys

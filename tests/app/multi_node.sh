@@ -197,10 +197,12 @@ grep -m1 -o 'slow node: .*' slow.log
 
 mark
 # 5. Node loss mid-step, relaunched at the same world size on node1 and node3. These runs are
-#    80 steps long, so that the loss lands well before the end.
+#    80 steps long, and the lost one's saves (every 8 steps) take 0.25 s more each, so that the
+#    loss, issued once step 8 is saved, lands before the end: without the delay the 72 steps
+#    after it (under 2 s) once all ran before it landed.
 det=(--set dist.deterministic=true --set train.steps=80 --set checkpoint.every=8)
 "$TRAINER" train c.yaml --set run.name=straight "${det[@]}" >straight.log 2>&1 || fail "the uninterrupted run"
-job=$(sbatch --parsable --export=ALL -N 2 --ntasks-per-node=2 -w node1,node2 "$ROOT/scripts/launch/train.sbatch" \
+job=$(TRAINER_TEST_SAVE_DELAY_S=0.25 sbatch --parsable --export=ALL -N 2 --ntasks-per-node=2 -w node1,node2 "$ROOT/scripts/launch/train.sbatch" \
   c.yaml --set run.name=lost "${det[@]}" --set checkpoint.timeout_s=3)  # the loss may hit a save
 wait_for runs/lost/checkpoints/step-8
 bash "$NODES" lose node2

@@ -144,20 +144,27 @@ int cmd_eval(const Args& args) {
   CHECK(std::isfinite(loss) && loss >= 0,
         "checkpoint {} gives a loss of {} on {} (NaN or infinite weights?); no figures reported",
         saved.dir.string(), loss, lc.data_dir.string());
-  const double bytes_per_token = double(split.utf8_bytes) / double(split.tokens);
-  const double bpb = loss / std::numbers::ln2 / bytes_per_token;
-  std::printf(
-      "eval %s: loss %.4f | perplexity %.2f | bits/byte %.4f | %ld tokens in %ld batches "
-      "(%.1f s)\n",
-      lc.split.c_str(), loss, std::exp(loss), bpb, long(tokens), long(batches), t.seconds());
-  nlohmann::json j = {{"checkpoint", saved.dir.string()},
-                      {"split", lc.split},
-                      {"step", saved.step},
-                      {"loss", loss},
-                      {"perplexity", std::exp(loss)},
-                      {"bits_per_byte", bpb},
-                      {"tokens", tokens},
-                      {"batches", batches}};
+  nlohmann::json j = {
+      {"checkpoint", saved.dir.string()}, {"split", lc.split}, {"step", saved.step}, {"loss", loss},
+      {"perplexity", std::exp(loss)},     {"tokens", tokens},  {"batches", batches}};
+  if (loader.corpus().has_loss_mask()) {
+    // Instruction data: the loss counts the responses only; bits per byte would need the
+    // responses' bytes, which the corpus does not count apart.
+    std::printf(
+        "eval %s: response-only loss %.4f | perplexity %.2f | %ld response tokens in %ld "
+        "batches (%.1f s)\n",
+        lc.split.c_str(), loss, std::exp(loss), long(tokens), long(batches), t.seconds());
+    j["loss_counts"] = "responses";
+  } else {
+    const double bytes_per_token = double(split.utf8_bytes) / double(split.tokens);
+    const double bpb = loss / std::numbers::ln2 / bytes_per_token;
+    std::printf(
+        "eval %s: loss %.4f | perplexity %.2f | bits/byte %.4f | %ld tokens in %ld batches "
+        "(%.1f s)\n",
+        lc.split.c_str(), loss, std::exp(loss), bpb, long(tokens), long(batches), t.seconds());
+    j["bits_per_byte"] = bpb;
+    j["loss_counts"] = "all";
+  }
   std::cout << j.dump() << "\n";
   return 0;
 }

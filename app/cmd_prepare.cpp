@@ -1,6 +1,8 @@
-// `trainer prepare`: tokenize text or JSON-lines input into train/val shards and a manifest.
-//   trainer prepare --tokenizer tok.model --input <files/globs>... --format text|jsonl[:field]
-//                   --out DIR [--val-fraction F] [--shard-mb 100] [--threads N]
+// `trainer prepare`: tokenize text, JSON-lines or conversation input into train/val shards and a
+// manifest.
+//   trainer prepare --tokenizer tok.model --input <files/globs>... --out DIR
+//                   [--format text|jsonl[:field]|chat[:field]|prompt] [--template NAME|FILE]
+//                   [--val-fraction F] [--shard-mb 100] [--threads N]
 #include "app/commands.h"
 #include "app/options.h"
 #include "data/prepare.h"
@@ -15,8 +17,13 @@ int cmd_prepare(const Args& args) {
   desc.add_options()("tokenizer", po::value(&tokenizer)->required(), "tokenizer .model file")(
       "input", po::value(&o.inputs)->multitoken()->required(), "input files or globs")(
       "format", po::value(&o.format)->default_value("text"),
-      "text (documents separated by blank lines) | jsonl | jsonl:<field>")(
-      "out", po::value(&out)->required(), "output directory")(
+      "text (documents separated by blank lines) | jsonl | jsonl:<field> | chat | "
+      "chat:<field> (JSON lines of {\"messages\": [{\"role\", \"content\"}...]}) | prompt "
+      "(JSON lines of {\"prompt\", \"completion\"})")(
+      "template", po::value(&o.chat_template),
+      "chat and prompt formats: chatml | llama3 | plain | a .json template (docs/data.md); "
+      "the loss counts the assistant's tokens only")("out", po::value(&out)->required(),
+                                                     "output directory")(
       "val-fraction", po::value(&o.val_fraction)->default_value(0.0),
       "share of documents for the val split (chosen by content hash)")(
       "shard-mb", po::value(&o.shard_mb)->default_value(100), "shard size bound in MiB")(

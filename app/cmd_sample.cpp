@@ -3,9 +3,11 @@
 #include <cmath>
 #include <iostream>
 #include <numeric>
+#include <optional>
 
 #include "app/options.h"
 #include "app/saved_model.h"
+#include "data/chat_template.h"
 #include "data/tokenizer.h"
 #include "nn/kv_cache.h"
 #include "runtime/error.h"
@@ -53,7 +55,12 @@ int cmd_sample(const Args& args) {
   desc.add_options()("checkpoint", po::value<std::string>()->required(),
                      "checkpoint directory, a run directory (its latest), or a Hugging Face model "
                      "folder; also positional")(
-      "prompt", po::value<std::string>()->default_value(""), "text to continue")(
+      "prompt", po::value<std::string>()->default_value(""),
+      "text to continue; with --template, the user's message to answer")(
+      "template", po::value<std::string>(),
+      "render the prompt as a chat turn (chatml | llama3 | plain | a .json template) and print "
+      "the assistant's answer, which ends at the template's end of turn")(
+      "system", po::value<std::string>(), "with --template: a system message before the prompt")(
       "tokenizer", po::value<std::string>(),
       "tokenizer (default: the checkpoint's or folder's own)")(
       "max-new-tokens", po::value<int>()->default_value(100), "tokens to generate")(
@@ -74,11 +81,27 @@ int cmd_sample(const Args& args) {
   const TokenizerBytes model =
       tokenizer_of(saved, vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : "");
   const data::Tokenizer tok(model.bytes, model.from);
-  const std::vector<int32_t> prompt = tok.encode(vm["prompt"].as<std::string>());
-  std::vector<int32_t> ids = prompt;
-  // A new document starts where the model's documents did (after an EOS, or a published
-  // model's BOS).
-  if (const int32_t start = document_start(saved, tok); start >= 0) ids.insert(ids.begin(), start);
+  // What the model reads first, what is printed before the new tokens, and where they stop.
+  std::vector<int32_t> ids, text, stops = {tok.eos_id()};
+  std::string stop_text;  // with a template: its end of turn, where no special token spells it
+  const std::string prompt = vm["prompt"].as<std::string>();
+  if (vm.count("template")) {
+    const data::ChatTemplate chat = data::chat_template(vm["template"].as<std::string>());
+    std::vector<data::Message> messages;
+    if (vm.count("system")) messages.push_back({"system", vm["system"].as<std::string>()});
+    messages.push_back({"user", prompt});
+    ids = data::encode_rendered(tok, data::render(chat, messages, true)).tokens;
+    stops = data::turn_end_tokens(tok, chat);
+    stop_text = data::turn_end_text(chat);
+  } else {
+    if (vm.count("system"))
+      throw UsageError("sample --system needs --template (the chat format to write it in)");
+    ids = text = tok.encode(prompt);  // the prompt is decoded with the rest, for its spacing
+    // A new document starts where the model's documents did (after an EOS, or a published
+    // model's BOS).
+    if (const int32_t start = document_start(saved, tok); start >= 0)
+      ids.insert(ids.begin(), start);
+  }
   CHECK(!ids.empty(), "an empty prompt needs a tokenizer with an EOS or BOS piece");
   nn::KvCacheDecoder dec(*saved.model);
   // Draw only ids the tokenizer can decode (the model's vocabulary may be padded beyond it).
@@ -98,20 +121,29 @@ int cmd_sample(const Args& args) {
   const float* logits = nullptr;
   for (int32_t id : ids) logits = push(id);
   Rng rng(vm["seed"].as<uint64_t>());
-  std::vector<int32_t> text = prompt;  // decoded whole, so pieces join with the right spacing
   const int wanted = vm["max-new-tokens"].as<int>();
   int made = 0;
-  bool ended = false;  // at the end-of-text token
-  for (; made < wanted && dec.length() < P; ++made) {
+  bool ended = false;              // at the end of the text or of the turn
+  std::optional<std::string> cut;  // the answer, cut where it spelt the end of turn
+  for (; made < wanted && dec.length() < P && !ended; ++made) {
     int32_t next = draw(logits, V, o, rng);
-    if (next == tok.eos_id()) {
+    if (std::find(stops.begin(), stops.end(), next) != stops.end()) {
       ended = true;
       break;
     }
     text.push_back(next);
     logits = push(next);
+    if (stop_text.empty()) continue;
+    // A tokenizer without the template's special tokens spells the end of turn in pieces.
+    std::string so_far = tok.decode(text);
+    if (const size_t at = so_far.find(stop_text); at != std::string::npos) {
+      so_far.resize(at);
+      so_far.erase(so_far.find_last_not_of(" \t\r\n") + 1);  // npos + 1: all of it
+      cut = std::move(so_far);
+      ended = true;
+    }
   }
-  std::cout << tok.decode(text) << "\n";
+  std::cout << (cut ? *cut : tok.decode(text)) << "\n";
   // A shorter sample than asked for says why (the text itself went to stdout).
   if (made < wanted && !ended)
     log::warn(

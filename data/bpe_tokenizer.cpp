@@ -129,7 +129,8 @@ struct BpeTokenizer::Impl {
   std::unordered_map<std::string_view, int32_t> whole;  // ignore_merges: token bytes -> id
   bpe::PreTokenizer pre;
   std::vector<bpe::AddedToken> found;  // the added tokens that are not special, longest first
-  bool starts_found[256] = {};         // the bytes they start with
+  std::vector<std::pair<std::string, int32_t>> specials;  // the special ones, by id
+  bool starts_found[256] = {};                            // the bytes they start with
 
   // The next added token that is not special in text at or after `pos`, leftmost and then
   // longest: {position, token}, or {npos, nullptr}.
@@ -179,8 +180,10 @@ BpeTokenizer::Impl::Impl(const bpe::Spec& spec) : from(spec.from), pre(spec) {
     for (const auto& [id, token] : spec.vocab)
       if (byte_level[size_t(id)]) whole.emplace(bytes[size_t(id)], id);
 
-  for (const bpe::AddedToken& t : spec.added)
+  for (const bpe::AddedToken& t : spec.added) {
     if (!t.special) found.push_back(t), starts_found[uint8_t(t.content[0])] = true;
+    if (t.special) specials.emplace_back(t.content, t.id);
+  }
   std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
     return a.content.size() > b.content.size();
   });
@@ -369,6 +372,9 @@ std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
 
 int BpeTokenizer::vocab_size() const {
   return impl_->vocab_size;
+}
+std::vector<std::pair<std::string, int32_t>> BpeTokenizer::special_tokens() const {
+  return impl_->specials;
 }
 int BpeTokenizer::eos_id() const {
   return impl_->eos;

@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace trainer::data {
@@ -36,6 +37,8 @@ class BpeTokenizer {
   std::string decode(std::span<const int32_t> ids) const;
   // The largest id of the vocabulary and the added tokens, plus one.
   int vocab_size() const;
+  // The added tokens marked special ({text, id}), which encode never finds in text.
+  std::vector<std::pair<std::string, int32_t>> special_tokens() const;
   // <|endoftext|> (GPT-2, Pythia), <|end_of_text|> (Llama-3) or </s>; -1 when there is none.
   int eos_id() const;
   // <|begin_of_text|> or <s>; else the eos (GPT-2 uses <|endoftext|> for both); -1 when none.

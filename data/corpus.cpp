@@ -36,6 +36,9 @@ Corpus::Corpus(const fs::path& dir, const std::string& split, const ShardExpect&
     CHECK(h.num_docs == e.documents && h.num_tokens == e.tokens,
           "{}: shard holds {} documents / {} tokens, the manifest says {} / {}",
           shard->path().string(), h.num_docs, h.num_tokens, e.documents, e.tokens);
+    CHECK(h.has_loss_mask() == manifest_.loss_mask, "{}: shard {} a loss mask, the manifest {}",
+          shard->path().string(), h.has_loss_mask() ? "has" : "lacks",
+          manifest_.loss_mask ? "promises one" : "does not");
     if (index_docs) {
       uint64_t base = shard_starts_.back();
       for (uint64_t d = 1; d <= h.num_docs; ++d)
@@ -51,19 +54,31 @@ Corpus::Corpus(const fs::path& dir, const std::string& split, const ShardExpect&
 
 Corpus::~Corpus() = default;
 
-void Corpus::read(uint64_t pos, uint64_t count, int32_t* out) const {
+template <typename F>
+void Corpus::for_each_part(uint64_t pos, uint64_t count, F read) const {
   CHECK(pos + count <= num_tokens(), "{}: read of tokens [{}, {}) past the end of split '{}' ({})",
         dir_.string(), pos, pos + count, split_, num_tokens());
-  while (count > 0) {
+  uint64_t done = 0;
+  while (done < count) {
     size_t s = size_t(std::upper_bound(shard_starts_.begin(), shard_starts_.end(), pos) -
                       shard_starts_.begin() - 1);
-    uint64_t local = pos - shard_starts_[s];
-    uint64_t n = std::min(count, shard_starts_[s + 1] - pos);
-    shards_[s]->read_tokens(local, n, out);
-    out += n;
+    uint64_t n = std::min(count - done, shard_starts_[s + 1] - pos);
+    read(*shards_[s], pos - shard_starts_[s], n, done);
     pos += n;
-    count -= n;
+    done += n;
   }
+}
+
+void Corpus::read(uint64_t pos, uint64_t count, int32_t* out) const {
+  for_each_part(pos, count, [&](const Shard& s, uint64_t begin, uint64_t n, uint64_t at) {
+    s.read_tokens(begin, n, out + at);
+  });
+}
+
+void Corpus::read_counted(uint64_t pos, uint64_t count, uint8_t* out) const {
+  for_each_part(pos, count, [&](const Shard& s, uint64_t begin, uint64_t n, uint64_t at) {
+    s.read_counted(begin, n, out + at);
+  });
 }
 
 }  // namespace trainer::data

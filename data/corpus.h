@@ -40,6 +40,11 @@ class Corpus {
   const DocIndex& docs() const { return docs_; }
   // Copies tokens [pos, pos+count) of the concatenated stream (may span shards).
   void read(uint64_t pos, uint64_t count, int32_t* out) const;
+  // Whether the shards mark which tokens count in the loss (instruction data).
+  bool has_loss_mask() const { return manifest_.loss_mask; }
+  // Whether each of tokens [pos, pos+count) counts as a target (1) or not (0); all 1 without a
+  // loss mask.
+  void read_counted(uint64_t pos, uint64_t count, uint8_t* out) const;
 
  private:
   std::filesystem::path dir_;
@@ -48,6 +53,11 @@ class Corpus {
   std::vector<std::unique_ptr<Shard>> shards_;
   std::vector<uint64_t> shard_starts_{0};
   DocIndex docs_;
+
+  // Calls read(shard, local begin, count, offset into the output) for each shard's part of
+  // [pos, pos+count).
+  template <typename F>
+  void for_each_part(uint64_t pos, uint64_t count, F read) const;
 };
 
 }  // namespace trainer::data

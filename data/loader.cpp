@@ -39,6 +39,11 @@ Loader::Loader(const LoaderConfig& config, int rank, int world_size,
   corpus_ = std::make_unique<Corpus>(config_.data_dir, config_.split,
                                      ShardExpect{config_.vocab_size, config_.tokenizer_hash},
                                      config_.verify, config_.mode != Mode::stream);
+  if (corpus_->has_loss_mask() && config_.mode == Mode::stream && rank == 0)
+    log::warn(
+        "{}: instruction data in data.mode = stream: windows cross conversations, which then "
+        "attend to each other; data.mode = pack or bucket keeps each conversation apart",
+        config_.data_dir.string());
   state_ = resume ? *resume : LoaderState{config_.seed, 0, 0};
   seed_ = state_.seed;
   if (resume && resume->seed != config_.seed)

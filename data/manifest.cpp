@@ -34,6 +34,8 @@ Manifest read_manifest(const fs::path& dir) {
     m.eos_id = json_integer_at<int>(tok, "eos_id");
     m.token_bytes = json_integer_at<uint32_t>(j, "token_bytes");
     m.input_format = j.at("input_format").get<std::string>();
+    m.chat_template = j.value("chat_template", std::string());
+    m.loss_mask = j.value("loss_mask", false);
     m.inputs = j.at("inputs").get<std::vector<std::string>>();
     m.val_fraction = j.at("val_fraction").get<double>();
     for (auto& [name, s] : j.at("splits").items()) {
@@ -69,6 +71,8 @@ void write_manifest(const fs::path& dir, const Manifest& m) {
                     {"eos_id", m.eos_id}};
   j["token_bytes"] = m.token_bytes;
   j["input_format"] = m.input_format;
+  if (m.loss_mask) j["loss_mask"] = true;
+  if (!m.chat_template.empty()) j["chat_template"] = m.chat_template;
   j["inputs"] = m.inputs;
   j["val_fraction"] = m.val_fraction;
   json splits = json::object();

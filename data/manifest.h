@@ -28,6 +28,8 @@ struct Manifest {
   int eos_id = -1;
   uint32_t token_bytes = 2;
   std::string input_format;
+  std::string chat_template;  // the template conversations were rendered with ("" for text)
+  bool loss_mask = false;     // the shards mark which tokens count in the loss
   std::vector<std::string> inputs;
   double val_fraction = 0;
   std::map<std::string, SplitInfo> splits;

@@ -9,9 +9,11 @@
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <thread>
 
+#include "data/chat_template.h"
 #include "data/manifest.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
@@ -36,15 +38,27 @@ bool is_blank(const std::string& line) {
 // text: a document is a run of non-blank lines; blank (whitespace-only) lines separate
 //   documents and every file ends the current one. Lines are joined with '\n'; a trailing '\r'
 //   is kept as written. jsonl: every non-blank line is a JSON object whose `field` (default
-//   "text") is a string; that string is one document. Empty documents are skipped.
+//   "text") is a string; that string is one document. chat: every non-blank line is a JSON
+//   object whose `field` (default "messages") is an array of {"role", "content"} strings; one
+//   conversation is one document. prompt: every non-blank line has the strings "prompt" and
+//   "completion": a user message and the assistant's answer. Empty documents are skipped.
+struct Document {
+  std::string text;               // what the val split hashes and utf8_bytes counts
+  std::vector<Message> messages;  // chat and prompt: the conversation (text is its rendering)
+};
+
+enum class Format { text, jsonl, chat, prompt };
+
 class DocumentReader {
  public:
-  DocumentReader(std::vector<fs::path> files, bool jsonl, std::string field)
-      : files_(std::move(files)), jsonl_(jsonl), field_(std::move(field)) {}
+  DocumentReader(std::vector<fs::path> files, Format format, std::string field,
+                 const ChatTemplate* chat)
+      : files_(std::move(files)), format_(format), field_(std::move(field)), chat_(chat) {}
 
   // The next document, or false at the end of the input.
-  bool next(std::string& doc) {
-    doc.clear();
+  bool next(Document& doc) {
+    doc.text.clear();
+    doc.messages.clear();
     std::string line;
     while (true) {
       if (!in_.is_open()) {
@@ -57,28 +71,28 @@ class DocumentReader {
         CHECK(!in_.bad(), "{}: read error", files_[file_].string());
         in_.close();
         ++file_;
-        if (!doc.empty()) return true;
+        if (!doc.text.empty()) return true;
         continue;
       }
       ++line_no_;
       bytes_read_ += line.size() + 1;
-      if (jsonl_) {
+      if (format_ != Format::text) {
         if (is_blank(line)) continue;
         if (parse_jsonl(line, doc)) return true;
         continue;
       }
       if (is_blank(line)) {
-        if (!doc.empty()) return true;
+        if (!doc.text.empty()) return true;
         continue;
       }
-      if (!doc.empty()) doc += '\n';
-      doc += line;
+      if (!doc.text.empty()) doc.text += '\n';
+      doc.text += line;
     }
   }
   uint64_t bytes_read() const { return bytes_read_; }
 
  private:
-  bool parse_jsonl(const std::string& line, std::string& doc) {
+  bool parse_jsonl(const std::string& line, Document& doc) {
     const std::string where = fmt::format("{}:{}", files_[file_].string(), line_no_);
     nlohmann::json j;
     try {
@@ -87,16 +101,45 @@ class DocumentReader {
       THROW_ERROR("{}: invalid JSON: {}", where, e.what());
     }
     CHECK(j.is_object(), "{}: expected a JSON object per line", where);
-    auto it = j.find(field_);
-    CHECK(it != j.end(), "{}: no field '{}'", where, field_);
-    CHECK(it->is_string(), "{}: field '{}' is not a string", where, field_);
-    doc = it->get<std::string>();
-    return !doc.empty();
+    auto string_at = [&](const nlohmann::json& o, const std::string& key, const std::string& at) {
+      auto it = o.find(key);
+      CHECK(it != o.end(), "{}: no field '{}{}'", where, at, key);
+      CHECK(it->is_string(), "{}: field '{}{}' is not a string", where, at, key);
+      return it->get<std::string>();
+    };
+    switch (format_) {
+      case Format::jsonl:
+        doc.text = string_at(j, field_, "");
+        return !doc.text.empty();
+      case Format::prompt:
+        doc.messages = {{"user", string_at(j, "prompt", "")},
+                        {"assistant", string_at(j, "completion", "")}};
+        break;
+      default: {
+        auto it = j.find(field_);
+        CHECK(it != j.end(), "{}: no field '{}'", where, field_);
+        CHECK(it->is_array(), "{}: field '{}' is not an array of messages", where, field_);
+        for (size_t i = 0; i < it->size(); ++i) {
+          const nlohmann::json& m = (*it)[i];
+          const std::string at = fmt::format("{}[{}].", field_, i);
+          CHECK(m.is_object(), "{}: {} is not a message object", where,
+                at.substr(0, at.size() - 1));
+          doc.messages.push_back({string_at(m, "role", at), string_at(m, "content", at)});
+          CHECK(chat_->roles.count(doc.messages.back().role),
+                "{}: {}role '{}' is not in chat template {}", where, at, doc.messages.back().role,
+                chat_->name);
+        }
+        if (doc.messages.empty()) return false;
+      }
+    }
+    doc.text = joined_text(render(*chat_, doc.messages));
+    return true;
   }
 
   std::vector<fs::path> files_;
-  bool jsonl_;
+  Format format_;
   std::string field_;
+  const ChatTemplate* chat_;
   size_t file_ = 0;
   std::ifstream in_;
   uint64_t line_no_ = 0;
@@ -134,11 +177,13 @@ struct SplitOutput {
     writer.write(dir / file);
     info.shards.push_back(e);
   }
-  void add(const std::vector<int32_t>& tokens, uint64_t text_bytes) {
+  void add(const EncodedConversation& doc, uint64_t text_bytes) {
+    const std::vector<int32_t>& tokens = doc.tokens;
     if (writer.num_docs() > 0 &&
-        writer.file_bytes() + 8 + tokens.size() * writer.token_bytes() > shard_bytes)
+        writer.file_bytes() + 8 + tokens.size() * writer.token_bytes() + tokens.size() / 8 + 1 >
+            shard_bytes)
       flush();
-    writer.add_document(tokens);
+    writer.add_document(tokens, doc.counted);
     info.documents += 1;
     info.tokens += tokens.size();
     info.utf8_bytes += text_bytes;
@@ -165,17 +210,31 @@ bool is_val_document(std::string_view text, double val_fraction) {
 
 PrepareSummary prepare_corpus(const PrepareOptions& o) {
   auto t0 = Clock::now();
-  bool jsonl = false;
-  std::string field = "text";
-  if (o.format == "jsonl") {
-    jsonl = true;
-  } else if (o.format.rfind("jsonl:", 0) == 0 && o.format.size() > 6) {
-    jsonl = true;
-    field = o.format.substr(6);
+  Format format = Format::text;
+  std::string field;
+  const std::string kind = o.format.substr(0, o.format.find(':'));
+  if (o.format.find(':') != std::string::npos) field = o.format.substr(o.format.find(':') + 1);
+  if (kind == "jsonl" && (field.size() || o.format == "jsonl")) {
+    format = Format::jsonl;
+    if (field.empty()) field = "text";
+  } else if (kind == "chat" && (field.size() || o.format == "chat")) {
+    format = Format::chat;
+    if (field.empty()) field = "messages";
+  } else if (o.format == "prompt") {
+    format = Format::prompt;
   } else if (o.format != "text") {
-    throw UsageError(
-        fmt::format("unknown input format '{}' (text, jsonl or jsonl:<field>)", o.format));
+    throw UsageError(fmt::format(
+        "unknown input format '{}' (text, jsonl, jsonl:<field>, chat, chat:<field>, prompt)",
+        o.format));
   }
+  const bool conversations = format == Format::chat || format == Format::prompt;
+  if (!conversations && !o.chat_template.empty())
+    throw UsageError(
+        fmt::format("--template applies to the chat and prompt formats, not '{}'", o.format));
+  if (format == Format::chat && o.chat_template.empty())
+    throw UsageError("the chat format needs --template (chatml, llama3, plain or a .json file)");
+  std::optional<ChatTemplate> chat;
+  if (conversations) chat = chat_template(o.chat_template.empty() ? "plain" : o.chat_template);
   if (!(o.val_fraction >= 0 && o.val_fraction < 1))
     throw UsageError(fmt::format("val fraction must be in [0, 1), got {}", o.val_fraction));
   if (!(o.shard_mb > 0)) throw UsageError("shard size must be positive");
@@ -203,28 +262,30 @@ PrepareSummary prepare_corpus(const PrepareOptions& o) {
 
   uint32_t vocab = uint32_t(tok.vocab_size());
   uint64_t shard_bytes = uint64_t(o.shard_mb * 1024 * 1024);
-  SplitOutput train{"train", ShardWriter(vocab, tok.hash()), {}, o.out, shard_bytes, generation,
-                    &written};
-  SplitOutput val{"val",   ShardWriter(vocab, tok.hash()), {}, o.out, shard_bytes, generation,
-                  &written};
+  SplitOutput train{
+      "train", ShardWriter(vocab, tok.hash(), conversations), {}, o.out, shard_bytes, generation,
+      &written};
+  SplitOutput val{
+      "val",   ShardWriter(vocab, tok.hash(), conversations), {}, o.out, shard_bytes, generation,
+      &written};
 
   int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   const size_t chunk_bytes = size_t(threads) * (4 << 20);
-  DocumentReader reader(files, jsonl, field);
+  DocumentReader reader(files, format, field, chat ? &*chat : nullptr);
   bool show = o.progress && ::isatty(STDERR_FILENO);
   auto last_show = t0;
   PrepareSummary sum;
   sum.input_bytes = total_bytes;
 
-  std::vector<std::string> docs;
-  std::vector<std::vector<int32_t>> encoded;
+  std::vector<Document> docs;
+  std::vector<EncodedConversation> encoded;
   bool more = true;
   while (more) {
     docs.clear();
     size_t bytes = 0;
-    std::string doc;
+    Document doc;
     while (bytes < chunk_bytes && (more = reader.next(doc))) {
-      bytes += doc.size();
+      bytes += doc.text.size();
       docs.push_back(std::move(doc));
     }
     encoded.assign(docs.size(), {});
@@ -234,8 +295,12 @@ PrepareSummary prepare_corpus(const PrepareOptions& o) {
     auto work = [&] {
       try {
         for (size_t i; (i = next_doc.fetch_add(1)) < docs.size();) {
-          encoded[i] = tok.encode(docs[i]);
-          if (o.append_eos && tok.eos_id() >= 0) encoded[i].push_back(tok.eos_id());
+          if (chat) {
+            encoded[i] = encode_conversation(tok, *chat, docs[i].messages, o.append_eos);
+            continue;
+          }
+          encoded[i].tokens = tok.encode(docs[i].text);
+          if (o.append_eos && tok.eos_id() >= 0) encoded[i].tokens.push_back(tok.eos_id());
         }
       } catch (...) {
         std::lock_guard<std::mutex> lock(error_mu);
@@ -248,10 +313,11 @@ PrepareSummary prepare_corpus(const PrepareOptions& o) {
     for (auto& th : pool) th.join();
     if (error) std::rethrow_exception(error);
     for (size_t i = 0; i < docs.size(); ++i) {
-      if (encoded[i].empty()) continue;
-      (is_val_document(docs[i], o.val_fraction) ? val : train).add(encoded[i], docs[i].size());
+      if (encoded[i].tokens.empty()) continue;
+      (is_val_document(docs[i].text, o.val_fraction) ? val : train)
+          .add(encoded[i], docs[i].text.size());
       sum.documents += 1;
-      sum.tokens += encoded[i].size();
+      sum.tokens += encoded[i].tokens.size();
     }
     auto now = Clock::now();
     if (show && (now - last_show > std::chrono::milliseconds(500) || !more)) {
@@ -277,9 +343,11 @@ PrepareSummary prepare_corpus(const PrepareOptions& o) {
   m.tokenizer_file = o.tokenizer.string();
   m.tokenizer_hash = tok.hash();
   m.vocab_size = vocab;
-  m.eos_id = o.append_eos ? tok.eos_id() : -1;
+  m.eos_id = o.append_eos && (!chat || chat->eos) ? tok.eos_id() : -1;
   m.token_bytes = token_bytes_for_vocab(vocab);
   m.input_format = o.format;
+  m.loss_mask = conversations;
+  if (chat) m.chat_template = chat->name;
   m.inputs = o.inputs;
   m.val_fraction = o.val_fraction;
   m.splits["train"] = train.info;

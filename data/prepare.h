@@ -1,5 +1,5 @@
-// Corpus preparation (`trainer prepare`): stream text or JSON-lines input, split it into
-// documents, tokenize on every core (order preserved), and write train/val shards plus
+// Corpus preparation (`trainer prepare`): stream text, JSON-lines or conversation input, split it
+// into documents, tokenize on every core (order preserved), and write train/val shards plus
 // manifest.json. Byte-identical output for identical inputs. Rules in docs/data.md.
 #pragma once
 
@@ -13,7 +13,8 @@ namespace trainer::data {
 struct PrepareOptions {
   std::filesystem::path tokenizer;  // .model file
   std::vector<std::string> inputs;  // files or globs
-  std::string format = "text";      // text | jsonl | jsonl:<field>
+  std::string format = "text";      // text | jsonl[:field] | chat[:field] | prompt
+  std::string chat_template;        // chat, prompt: a preset or a .json file (data/chat_template.h)
   std::filesystem::path out;        // output directory
   double val_fraction = 0.0;        // share of documents (by content hash) in "val"
   double shard_mb = 100;            // shard size bound in MiB

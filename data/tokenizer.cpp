@@ -228,6 +228,7 @@ void Tokenizer::open(std::string_view bytes) {
     if (!bpe_) bpe_ = std::make_unique<BpeTokenizer>(bytes, path_);
     bytes_ = bpe_->canonical_json();
     hash_ = bpe_->hash();
+    specials_ = bpe_->special_tokens();
     return;
   }
   bytes_ = bytes;
@@ -235,6 +236,8 @@ void Tokenizer::open(std::string_view bytes) {
   sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
   auto status = sp_->LoadFromSerializedProto(bytes);
   CHECK(status.ok(), "{}: not a SentencePiece model: {}", path_.string(), status.ToString());
+  for (int id = 0; id < sp_->GetPieceSize(); ++id)
+    if (sp_->IsControl(id)) specials_.emplace_back(sp_->IdToPiece(id), id);
 }
 
 Tokenizer::~Tokenizer() = default;
@@ -245,6 +248,26 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   auto status = sp_->Encode(text, &ids);
   CHECK(status.ok(), "{}: encoding failed: {}", path_.string(), status.ToString());
   return std::vector<int32_t>(ids.begin(), ids.end());
+}
+
+std::vector<int32_t> Tokenizer::encode_template(std::string_view text) const {
+  std::vector<int32_t> out;
+  while (!text.empty()) {
+    size_t at = std::string_view::npos;
+    const std::pair<std::string, int32_t>* found = nullptr;
+    for (const auto& special : specials_) {
+      const size_t p = special.first.empty() ? std::string_view::npos : text.find(special.first);
+      if (p < at ||
+          (p == at && p != std::string_view::npos && special.first.size() > found->first.size()))
+        at = p, found = &special;
+    }
+    const std::vector<int32_t> plain = encode(text.substr(0, at));
+    out.insert(out.end(), plain.begin(), plain.end());
+    if (!found) break;
+    out.push_back(found->second);
+    text.remove_prefix(at + found->first.size());
+  }
+  return out;
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids) const {

@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace sentencepiece {
@@ -64,8 +65,15 @@ class Tokenizer {
   ~Tokenizer();
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;
-  // Thread-safe.
+  // Thread-safe. Special tokens written in the text are encoded as ordinary text.
   std::vector<int32_t> encode(std::string_view text) const;
+  // The ids of a template's own text (a chat template's headers and footers): each special
+  // token's text in it (leftmost, then longest) becomes that token, the rest is encoded as
+  // ordinary text. Thread-safe.
+  std::vector<int32_t> encode_template(std::string_view text) const;
+  // The tokens ordinary text never encodes to, as {text, id}: a tokenizer.json's special added
+  // tokens (<|im_start|>, <|eot_id|>), a SentencePiece model's control pieces (<s>, </s>).
+  const std::vector<std::pair<std::string, int32_t>>& special_tokens() const { return specials_; }
   std::string decode(std::span<const int32_t> ids) const;
   int vocab_size() const;
   int eos_id() const;
@@ -83,6 +91,7 @@ class Tokenizer {
   std::filesystem::path path_;
   std::string bytes_;
   uint64_t hash_ = 0;
+  std::vector<std::pair<std::string, int32_t>> specials_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   std::unique_ptr<BpeTokenizer> bpe_;
 };

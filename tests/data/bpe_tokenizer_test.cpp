@@ -11,6 +11,7 @@
 #include <random>
 #include <thread>
 
+#include "bpe_json.h"
 #include "common/temp_dir.h"
 #include "data/bpe_tokenizer.h"
 #include "runtime/error.h"
@@ -22,57 +23,9 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using trainer::testing::TempDir;
 using Ids = std::vector<int32_t>;
-
-// GPT-2's byte-to-unicode alphabet, written out again here from its definition.
-std::string byte_char(int b) {
-  static const std::vector<std::string> chars = [] {
-    std::vector<std::string> c(256);
-    int next = 256;
-    for (int i = 0; i < 256; ++i) {
-      bool printable = (i >= 33 && i <= 126) || (i >= 161 && i <= 172) || i >= 174;
-      int cp = printable ? i : next++;
-      c[size_t(i)] = cp < 0x80 ? std::string(1, char(cp))
-                               : std::string{char(0xC0 | (cp >> 6)), char(0x80 | (cp & 0x3F))};
-    }
-    return c;
-  }();
-  return chars[size_t(b)];
-}
-
-// A byte-level vocabulary: the 256 bytes as ids 0..255 (the id of a byte is the byte), then
-// `tokens` from 256 on.
-json vocab_json(const std::vector<std::string>& tokens) {
-  json v = json::object();
-  for (int b = 0; b < 256; ++b) v[byte_char(b)] = b;
-  for (size_t i = 0; i < tokens.size(); ++i) v[tokens[i]] = 256 + int(i);
-  return v;
-}
-
-// A GPT-2-like tokenizer.json (ByteLevel with its regex), as Hugging Face writes one.
-json tokenizer_json(const std::vector<std::string>& tokens,
-                    const std::vector<std::string>& merges) {
-  json j = {{"version", "1.0"},
-            {"truncation", nullptr},
-            {"padding", nullptr},
-            {"added_tokens", json::array()},
-            {"normalizer", nullptr}};
-  j["pre_tokenizer"] = {{"type", "ByteLevel"},
-                        {"add_prefix_space", false},
-                        {"trim_offsets", true},
-                        {"use_regex", true}};
-  j["post_processor"] = {{"type", "ByteLevel"}, {"trim_offsets", false}};
-  j["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}};
-  j["model"] = {{"type", "BPE"},
-                {"dropout", nullptr},
-                {"unk_token", nullptr},
-                {"continuing_subword_prefix", ""},
-                {"end_of_word_suffix", ""},
-                {"fuse_unk", false},
-                {"byte_fallback", false},
-                {"vocab", vocab_json(tokens)},
-                {"merges", merges}};
-  return j;
-}
+using testing::byte_char;
+using testing::tokenizer_json;
+using testing::vocab_json;
 
 // Tokens 256.. of the main test vocabulary, and its merges by rank.
 const std::vector<std::string> kTokens = {"bc", "ab", "abc", "aa", "Ġa", "yz", "<|endoftext|>"};

@@ -170,6 +170,39 @@ std::vector<std::vector<int32_t>> run_steps(const LoaderConfig& c, int world, in
   return seq;
 }
 
+// Instruction data: a token that does not count (a prompt's) is never a target, in every mode;
+// every other target is the document's next token, as without a mask.
+TEST(Loader, UncountedTokensAreNeverTargets) {
+  TempDir dir("loader");
+  auto counted = [](uint64_t, uint64_t pos) { return pos % 3 != 0; };
+  testing::write_corpus(dir.path, testing::random_lengths(60, 2, 40, 3), 7, testing::kVocab,
+                        counted);
+  for (Mode mode : {Mode::stream, Mode::pack, Mode::bucket}) {
+    Loader l(config(dir.path, mode), 0, 1);
+    int64_t masked = 0, batches = 0;
+    while (auto b = l.next()) {
+      ++batches;
+      int64_t targets = 0;
+      for (size_t i = 0; i < b->tokens.size(); ++i) {
+        if (b->targets[i] == -1) {
+          const bool padding = (!b->segments.empty() && b->segments[i] == -1) ||
+                               (!b->lengths.empty() && int(i % b->T) >= b->lengths[i / b->T]);
+          if (!padding && decode(b->tokens[i]).second % 3 == 2) ++masked;
+          continue;
+        }
+        ++targets;
+        auto [doc, pos] = decode(b->tokens[i]);
+        auto [tdoc, tpos] = decode(b->targets[i]);
+        if (mode != Mode::stream) EXPECT_EQ(std::pair(tdoc, tpos), std::pair(doc, pos + 1));
+        EXPECT_NE(tpos % 3, 0) << "an uncounted token is a target, mode " << int(mode);
+      }
+      EXPECT_EQ(b->loss_tokens, targets);
+    }
+    EXPECT_GT(batches, 0);
+    EXPECT_GT(masked, 0) << "no position lost its target to the mask, mode " << int(mode);
+  }
+}
+
 TEST(Loader, ResumeAtSameAndOtherWorldSize) {
   TempDir dir("loader");
   testing::write_corpus(dir.path, testing::random_lengths(150, 1, 30, 4), 40);

@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -194,6 +196,76 @@ TEST(Shard, TokenOutOfRange) {
   std::memcpy(&b[20], &crc, 4);
   write_bytes(p, b);
   expect_error([&] { Shard(p, {}, Verify::all); }, p, "token id 500 at position 5 is out of range");
+}
+
+// A version 2 shard with a loss mask of 12 tokens: two bytes of bits, the second half used.
+fs::path masked_shard(const fs::path& dir) {
+  ShardWriter w(1000, 42, /*loss_mask=*/true);
+  std::vector<int32_t> a = {1, 2, 3, 4, 5}, b = {6, 7, 8, 9, 10, 11, 12};
+  std::vector<uint8_t> ca = {0, 0, 1, 1, 1}, cb = {0, 1, 0, 1, 1, 0, 1};
+  w.add_document(a, ca);
+  w.add_document(b, cb);
+  fs::path p = dir / "m.bin";
+  w.write(p);
+  return p;
+}
+
+// Rewrites the shard's header checksum (and, with `payload`, its payload checksum) after an edit.
+void reseal(std::string& b, bool payload) {
+  uint32_t zero = 0;
+  if (payload) {
+    uint32_t crc = crc32(b.data() + kShardHeaderBytes, b.size() - kShardHeaderBytes);
+    std::memcpy(&b[48], &crc, 4);
+  }
+  std::memcpy(&b[20], &zero, 4);
+  uint32_t crc = crc32(b.data(), kShardHeaderBytes);
+  std::memcpy(&b[20], &crc, 4);
+}
+
+TEST(Shard, LossMaskRoundTrip) {
+  TempDir dir("shard");
+  fs::path p = masked_shard(dir.path);
+  EXPECT_EQ(fs::file_size(p), shard_file_bytes(2, 12, 2, true));
+  EXPECT_EQ(shard_file_bytes(2, 12, 2, true), shard_file_bytes(2, 12, 2) + 2);  // 12 bits: 2 bytes
+  EXPECT_EQ(read_bytes(p)[8], 2);  // a mask needs version 2
+  Shard s(p, {1000, 42}, Verify::all);
+  EXPECT_TRUE(s.header().has_loss_mask());
+  std::vector<uint8_t> counted(9);
+  s.read_counted(3, 9, counted.data());  // across the documents and the mask's byte boundary
+  EXPECT_EQ(counted, (std::vector<uint8_t>{1, 1, 0, 1, 0, 1, 1, 0, 1}));
+  // Without a mask every token counts, and the shard stays version 1 for older readers.
+  fs::path plain = small_shard(dir.path);
+  EXPECT_EQ(read_bytes(plain)[8], 1);
+  Shard q(plain, {}, Verify::all);
+  s.read_counted(0, 2, counted.data());
+  EXPECT_EQ(counted[0] + counted[1], 0);
+  q.read_counted(0, 7, counted.data());
+  EXPECT_EQ(std::count(counted.begin(), counted.begin() + 7, 1), 7);
+}
+
+TEST(Shard, BadLossMaskOrFlags) {
+  TempDir dir("shard");
+  fs::path p = masked_shard(dir.path);
+  const std::string good = read_bytes(p);
+  std::string b = good;
+  b.back() |= 0x10;  // bit 12: past the 12th token
+  reseal(b, true);
+  write_bytes(p, b);
+  expect_error([&] { Shard(p, {}, Verify::all); }, p, "bits set past the last token");
+  b = good;
+  b[52] = 3;  // a flag this build does not know
+  reseal(b, false);
+  write_bytes(p, b);
+  expect_error([&] { Shard(p, {}, Verify::none); }, p, "unknown shard flags 0x3");
+  b = good;
+  b[8] = 1;  // a version 1 shard cannot carry a mask
+  reseal(b, false);
+  write_bytes(p, b);
+  expect_error([&] { Shard(p, {}, Verify::none); }, p, "in a version 1 shard");
+  b = good;
+  b.pop_back();  // the mask's last byte lost
+  write_bytes(p, b);
+  expect_error([&] { Shard(p, {}, Verify::none); }, p, "truncated");
 }
 
 TEST(Shard, WriterRejectsOutOfRange) {

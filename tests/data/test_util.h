@@ -26,19 +26,23 @@ inline int32_t token_of(uint64_t doc, uint64_t pos) {
   return int32_t(((doc * 256 + pos) % (kVocab - 1)) + 1);
 }
 
-// Writes a "train" split with the given document lengths (docs_per_shard per shard).
+// Writes a "train" split with the given document lengths (docs_per_shard per shard); with
+// `counted`, a loss mask that counts token `pos` of document `doc` iff counted(doc, pos).
 inline void write_corpus(const fs::path& dir, const std::vector<uint64_t>& lengths,
-                         size_t docs_per_shard = 50, uint32_t vocab = kVocab) {
+                         size_t docs_per_shard = 50, uint32_t vocab = kVocab,
+                         bool (*counted)(uint64_t doc, uint64_t pos) = nullptr) {
   Manifest m;
   m.tokenizer_file = "synthetic.model";
   m.tokenizer_hash = kHash;
   m.vocab_size = vocab;
   m.token_bytes = token_bytes_for_vocab(vocab);
   m.input_format = "synthetic";
+  m.loss_mask = counted != nullptr;
   SplitInfo& info = m.splits["train"];
   m.splits["val"] = {};
-  ShardWriter w(vocab, kHash);
+  ShardWriter w(vocab, kHash, m.loss_mask);
   std::vector<int32_t> doc;
+  std::vector<uint8_t> mask;
   auto flush = [&] {
     if (w.num_docs() == 0) return;
     std::string file = "train-" + std::to_string(info.shards.size()) + ".bin";
@@ -47,8 +51,12 @@ inline void write_corpus(const fs::path& dir, const std::vector<uint64_t>& lengt
   };
   for (size_t d = 0; d < lengths.size(); ++d) {
     doc.clear();
-    for (uint64_t p = 0; p < lengths[d]; ++p) doc.push_back(token_of(d, p) % int32_t(vocab));
-    w.add_document(doc);
+    mask.clear();
+    for (uint64_t p = 0; p < lengths[d]; ++p) {
+      doc.push_back(token_of(d, p) % int32_t(vocab));
+      if (counted) mask.push_back(counted(d, p) ? 1 : 0);
+    }
+    w.add_document(doc, mask);
     info.documents += 1;
     info.tokens += lengths[d];
     if (w.num_docs() == docs_per_shard) flush();

@@ -174,6 +174,36 @@ TEST_P(EveryArch, PaddingIsNeverCounted) {
     ASSERT_NEAR(g_padded[i], g_plain[i], 1e-5 * scale) << i;
 }
 
+TEST_P(EveryArch, MaskedTargetsContributeNothing) {
+  // Instruction data masks its prompt's targets (-1). The gradient of a row whose first half is
+  // masked equals the sum of the gradients of its response positions taken one at a time: a
+  // masked position that leaked anything into the gradient would add it once to the first
+  // and four times to the second.
+  Transformer model(tiny_config(GetParam()), exec_for(1, 8));
+  model.init_weights(7);
+  std::vector<int32_t> tok = {1, 2, 3, 4, 5, 6, 7, 8}, tgt = {-1, -1, -1, -1, 6, 7, 8, 9};
+  model.zero_grads();
+  EXPECT_EQ(loss_of(model, {1, 8, tok.data(), tgt.data(), nullptr, nullptr}).count, 4);
+  model.backward(1.0f);
+  const std::vector<float> g_masked = testing::host_grads(model);
+  model.zero_grads();
+  for (int p = 4; p < 8; ++p) {
+    std::vector<int32_t> one(8, -1);
+    one[size_t(p)] = tgt[size_t(p)];
+    loss_of(model, {1, 8, tok.data(), one.data(), nullptr, nullptr});
+    model.backward(1.0f);  // adds to the gradients
+  }
+  const std::vector<float> g_sum = testing::host_grads(model);
+  // The same four per-position terms, summed in another order (within a GEMM, or across four
+  // backward passes): ~4 roundings of 2^-24 relative to the largest gradient; 1e-5 of it
+  // leaves 40x room, and a leaked term is O(1) of it.
+  double scale = 0;
+  for (float g : g_masked) scale = std::max(scale, double(std::fabs(g)));
+  ASSERT_GT(scale, 0);
+  for (size_t i = 0; i < g_masked.size(); ++i)
+    ASSERT_NEAR(g_masked[i], g_sum[i], 1e-5 * scale) << i;
+}
+
 TEST_P(EveryArch, OutOfRangeTokenIsAClearError) {
   Transformer model(tiny_config(GetParam()), exec_for(1, 4));
   std::vector<int32_t> tok = {1, 2, 31, 4}, tgt = {1, 1, 1, 1};

@@ -4,7 +4,8 @@
 #   - prepare renders chat lines (ChatML) and prompt/completion lines, and records the mask;
 #   - training lowers the response-only loss that eval reports, and sample answers in the
 #     template, stopping at its end of turn (which this SentencePiece tokenizer spells in pieces);
-#   - 2 ranks (dist.deterministic) train exactly as 1 does on the masked batches;
+#   - 2 ranks (dist.deterministic) train exactly as 1 does on the masked batches, and 2
+#     pipeline stages or 2 tensor ranks within rounding;
 #   - bad conversations, templates and options are refused naming what is wrong.
 #   instruction_data.sh <trainer> <mpiexec>
 set -euo pipefail
@@ -78,6 +79,26 @@ OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np 2 \
 losses() { python3 -c "import json,sys; print([r['loss'] for r in map(json.loads, open(sys.argv[1])) if 'loss' in r])" "$1"; }
 [[ "$(losses runs/one/metrics.jsonl)" == "$(losses runs/two/metrics.jsonl)" ]] ||
   fail "2 ranks $(losses runs/two/metrics.jsonl) against 1 rank $(losses runs/one/metrics.jsonl)"
+
+# Pipeline and tensor parallelism read the same masked batches: each step's loss equals one
+# process's within 1e-5 relative (the sums run in another order, about 1e-7 here, as argued in
+# pipeline_parallel.sh and tensor_parallel.sh).
+par=(--set train.steps=6 --set train.global_batch=2 --set log.every=1)
+"$TRAINER" train "${common[@]}" "${par[@]}" --set run.name=ref >/dev/null
+for layout in dist.pipeline_parallel dist.tensor_parallel; do
+  OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np 2 \
+    "$TRAINER" train "${common[@]}" "${par[@]}" --set run.name="$layout" --set "$layout=2" \
+    >/dev/null
+  python3 - "$layout" <<'PY' || fail "$layout=2 against one process"
+import json, sys
+def losses(name):
+    return [r["loss"] for r in map(json.loads, open(f"runs/{name}/metrics.jsonl")) if "loss" in r]
+ref, got = losses("ref"), losses(sys.argv[1])
+assert len(ref) == 6 and len(got) == 6, (ref, got)
+for a, b in zip(ref, got):
+    assert abs(a - b) <= 1e-5 * a, (sys.argv[1], ref, got)
+PY
+done
 
 # Refusals: exit 2 for the command line, 1 for the data, each naming what is wrong.
 failures=0

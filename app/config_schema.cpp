@@ -118,7 +118,8 @@ const std::vector<KeySpec>& schema() {
       {"data.max_tokens", Kind::integer, int64_t(0),
        "Bucket mode: padded tokens per micro-batch (0 = batch_size * seq_len)", 0},
       {"data.drop_last", Kind::boolean, true,
-       "Drop an epoch's incomplete last step (else wrap around)"},
+       "Stream mode: drop an epoch's last batch of fewer than batch_size windows (else fill it "
+       "with the epoch's first windows); a step never drops global batches at an epoch's end"},
       {"data.prefetch", Kind::integer, int64_t(4), "Batches kept ready by the loader thread", 1,
        1024},
       {"data.verify_checksums", Kind::text, std::string("first_use"),

@@ -51,7 +51,7 @@ Loader::Loader(const LoaderConfig& config, int rank, int world_size,
               config_.seed);
   PlanConfig pc{config_.mode,       config_.batch_size, config_.seq_len,
                 config_.max_tokens, state_.seed,        config_.drop_last};
-  steps_ = std::make_unique<StepPlanner>(pc, corpus_->docs(), world_size);
+  steps_ = std::make_unique<StepPlanner>(pc, corpus_->docs());
   steps_->seek(state_.epoch, state_.cursor);
   thread_ = std::thread([this] { run(); });
 }
@@ -71,23 +71,10 @@ void Loader::run() {
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, nullptr);
   try {
-    bool empty_epoch = true;
     while (true) {
       Item item;
-      if (config_.max_epochs > 0 && steps_->epoch() >= config_.max_epochs) {
-        item.after = {seed_, steps_->epoch(), 0};
-      } else {
-        std::vector<BatchPlan> plans = steps_->next_step();
-        if (plans.empty()) {
-          CHECK(!(empty_epoch && steps_->cursor() == 0),
-                "{}: split '{}' yields no step of {} batches per epoch (too small for this "
-                "batch size / world size with drop_last)",
-                config_.data_dir.string(), config_.split, world_size_);
-          steps_->seek(steps_->epoch() + 1, 0);
-          empty_epoch = true;
-          continue;
-        }
-        empty_epoch = false;
+      std::vector<BatchPlan> plans = next_round();
+      if (int(plans.size()) > rank_) {
         item.batch = make_batch(plans[size_t(rank_)], config_.mode, *corpus_);
         item.after = {seed_, steps_->epoch(), steps_->cursor()};
       }
@@ -104,6 +91,27 @@ void Loader::run() {
     error_ = std::current_exception();
     cv_.notify_all();
   }
+}
+
+std::vector<BatchPlan> Loader::next_round() {
+  std::vector<BatchPlan> plans;
+  auto within_epochs = [&] {
+    return config_.max_epochs == 0 || steps_->epoch() < config_.max_epochs;
+  };
+  if (!within_epochs()) return plans;
+  plans = steps_->next(world_size_);
+  // The round goes on into the next epoch (Note [Global order]), unless that is past the last.
+  while (int(plans.size()) < world_size_) {
+    CHECK(steps_->cursor() > 0,
+          "{}: split '{}' yields no batch per epoch (too small for this batch size with "
+          "data.drop_last)",
+          config_.data_dir.string(), config_.split);
+    steps_->seek(steps_->epoch() + 1, 0);
+    if (!within_epochs()) break;
+    for (BatchPlan& p : steps_->next(world_size_ - int(plans.size())))
+      plans.push_back(std::move(p));
+  }
+  return plans;
 }
 
 std::optional<Batch> Loader::next() {

@@ -28,7 +28,7 @@ struct LoaderConfig {
   int seq_len = 1024;      // T (stream, pack); longest row (bucket)
   int64_t max_tokens = 0;  // bucket: padded tokens per batch
   uint64_t seed = 0;
-  bool drop_last = true;        // else the epoch's tail is padded by wrapping around
+  bool drop_last = true;        // stream: drop a last batch of fewer than B windows, else wrap
   int prefetch = 4;             // K batches kept ready
   int64_t max_epochs = 0;       // 0 = infinite
   uint32_t vocab_size = 0;      // checked against the shards when non-zero
@@ -70,6 +70,9 @@ class Loader {
     LoaderState after;
   };
   void run();
+  // The next lockstep round's global batches, one per rank: fewer (or none) only once the last
+  // epoch (max_epochs) ends.
+  std::vector<BatchPlan> next_round();
 
   LoaderConfig config_;
   int rank_, world_size_;

@@ -12,13 +12,19 @@ namespace trainer::data {
 // Every rank runs the same planner over the same document lengths, so all agree on one
 // sequence of global batches per epoch, a pure function of (seed, epoch). The unit shuffled
 // is a window of T+1 tokens (stream) or a document (pack, bucket), through a keyed Feistel
-// permutation: nothing per token or per document is stored. Step k gives global batch
-// k*W + r to rank r. The loader's cursor counts global batches handed out, so a restart at
-// any world size continues the same sequence. The epoch's tail (fewer than W batches, or a
-// stream batch with fewer than B windows) is dropped (drop_last) or padded with the epoch's
-// first batches/windows (wrap-around). Pack and bucket planning carry state across batches
-// (pieces that did not fit, the sorted window); seeking replays the epoch from its start,
-// which touches document lengths only (about 10 ns per document).
+// permutation: nothing per token or per document is stored. The epochs' batches follow each
+// other in one sequence, and lockstep round k gives its (k*W + r)-th batch to rank r: a round
+// that the epoch cannot fill takes the next epoch's first batches, so no batch is dropped or
+// repeated at an epoch's end, and the sequence, and so each optimizer step's global batch,
+// is the same at every world size and every accumulation (a rule by W would drop or pad
+// W-dependent tails: a run on 1 rank and one on 4 with the same global batch parted at the
+// first epoch's end). Only when the last epoch (data.epochs) ends does a round go short: the
+// ranks past its batches get none. Within an epoch, a stream batch with fewer than B windows
+// is dropped (drop_last) or filled with the epoch's first windows. The loader's cursor counts
+// the epoch's global batches handed out, so a restart at any world size continues the same
+// sequence. Pack and bucket planning carry state across batches (pieces that did not fit, the
+// sorted window); seeking replays the epoch from its start, which touches document lengths
+// only (about 10 ns per document).
 
 namespace {
 constexpr uint64_t kStreamKey = 1, kDocKey = 2, kDealKey = 3;
@@ -214,49 +220,27 @@ std::optional<BatchPlan> EpochPlanner::next_bucket() {
   return p;
 }
 
-StepPlanner::StepPlanner(const PlanConfig& c, const DocIndex& docs, int world_size)
-    : c_(c), world_size_(world_size), planner_(c, docs) {
-  CHECK(world_size >= 1, "world size must be >= 1, got {}", world_size);
+StepPlanner::StepPlanner(const PlanConfig& c, const DocIndex& docs) : planner_(c, docs) {
   validate_plan_config(c, docs);
   seek(0, 0);
 }
 
 void StepPlanner::seek(int64_t epoch, int64_t cursor) {
   epoch_ = epoch;
-  cursor_ = cursor;
   planner_.start(epoch);
-  first_.clear();
-  drawn_ = 0;
-  while (drawn_ < std::min<int64_t>(cursor, world_size_)) {
-    std::optional<BatchPlan> p = planner_.next();
-    if (!p) break;
-    first_.push_back(std::move(*p));
-    ++drawn_;
-  }
-  if (cursor > drawn_) drawn_ += planner_.skip(cursor - drawn_);
+  // A cursor past the epoch's end (a checkpoint whose last step was padded by wrapping around,
+  // as trainers before Note [Global order]'s rule did) leaves it at its end.
+  cursor_ = planner_.skip(cursor);
 }
 
-std::vector<BatchPlan> StepPlanner::next_step() {
+std::vector<BatchPlan> StepPlanner::next(int count) {
   std::vector<BatchPlan> plans;
-  if (drawn_ < cursor_) return plans;  // the epoch ended inside the last (padded) step
-  while (int(plans.size()) < world_size_) {
+  while (int(plans.size()) < count) {
     std::optional<BatchPlan> p = planner_.next();
     if (!p) break;
-    if (drawn_ < world_size_) first_.push_back(*p);
-    ++drawn_;
+    ++cursor_;
     plans.push_back(std::move(*p));
   }
-  if (plans.empty()) return plans;
-  if (int(plans.size()) < world_size_) {
-    if (c_.drop_last) {
-      drawn_ = cursor_;  // mark the epoch as over
-      cursor_ += world_size_;
-      return {};
-    }
-    for (size_t k = 0; int(plans.size()) < world_size_; ++k)
-      plans.push_back(first_[k % first_.size()]);
-  }
-  cursor_ += world_size_;
   return plans;
 }
 

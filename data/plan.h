@@ -1,7 +1,7 @@
 // Batch planning: which tokens go where in every batch, decided from document lengths alone.
 // An epoch is a sequence of global batches that does not depend on the world size; a step
-// deals `world_size` consecutive global batches to the ranks. See Note [Global order] in
-// plan.cpp and docs/data.md.
+// deals the world size's number of consecutive global batches to the ranks. See Note [Global order]
+// in plan.cpp and docs/data.md.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +27,7 @@ struct PlanConfig {
   int seq_len = 1024;      // row length T (stream, pack); longest row (bucket)
   int64_t max_tokens = 0;  // bucket: padded tokens per batch (rows * T <= max_tokens)
   uint64_t seed = 0;
-  bool drop_last = true;  // drop the epoch's tail, else pad it by wrapping to its start
+  bool drop_last = true;  // stream: drop a last batch of fewer than B windows, else wrap it
 };
 
 // Checks a config against a corpus; throws trainer::UsageError / trainer::Error.
@@ -48,7 +48,7 @@ struct BatchPlan {
   std::vector<uint64_t> windows;           // stream: stream offset of each row's T+1 tokens
   std::vector<std::vector<Piece>> pieces;  // pack: pieces per row; bucket: one per row
   int64_t real_tokens = 0;                 // positions that are not padding
-  int64_t loss_tokens = 0;                 // targets != -1
+  int64_t loss_tokens = 0;                 // targets != -1, before a loss mask (data/batch.h)
 };
 
 // The global batches of one epoch, in order.
@@ -82,23 +82,22 @@ class EpochPlanner {
   int64_t window_ = 0;
 };
 
-// Lockstep steps for a world size: step k hands global batches [k*W, k*W+W) to ranks 0..W-1.
+// One epoch's global batches dealt in order, to be handed out in lockstep: a step of W ranks
+// takes the next W of them (rank r the r-th), and the loader continues a step that the epoch
+// cannot fill with the next epoch's first batches (Note [Global order]).
 class StepPlanner {
  public:
-  StepPlanner(const PlanConfig& c, const DocIndex& docs, int world_size);
-  // Positions before global batch `cursor` of `epoch` (replaying the epoch's plan).
+  StepPlanner(const PlanConfig& c, const DocIndex& docs);
+  // Positions after global batch `cursor` of `epoch` (replaying the epoch's plan).
   void seek(int64_t epoch, int64_t cursor);
-  // The next step's plans (one per rank), or empty when the epoch is over.
-  std::vector<BatchPlan> next_step();
+  // The epoch's next `count` global batches; fewer (or none) at its end.
+  std::vector<BatchPlan> next(int count);
   int64_t epoch() const { return epoch_; }
   int64_t cursor() const { return cursor_; }
 
  private:
-  PlanConfig c_;
-  int world_size_;
   EpochPlanner planner_;
-  std::vector<BatchPlan> first_;  // the epoch's first batches, for wrap-around padding
-  int64_t epoch_ = 0, cursor_ = 0, drawn_ = 0;
+  int64_t epoch_ = 0, cursor_ = 0;
 };
 
 }  // namespace trainer::data

@@ -6,6 +6,7 @@
 #      for bit, and so does every logged loss and gradient norm;
 #   2. the default reductions: every loss within 1e-5 relative of the 1-rank run's (summation
 #      order differs, nothing else);
+#   2b. the same across the first epoch's end, where a step takes batches of two epochs;
 #   3. without train.global_batch a resume at another world size warns that the batch changes;
 #      a global batch that does not share out over the ranks is refused, and so is
 #      dist.deterministic on a world that is not a power of two.
@@ -89,6 +90,22 @@ print(f"elastic resume 4-2-1-4 ranks: deterministic bit-identical to 1 rank (16 
       f"loss {det[16]['loss']:.6f}); default reductions within {worst:.1e} relative "
       f"({identical}/16 losses identical)")
 PY
+
+# Across an epoch's end: the corpus's 708 windows of 32 make 354 global batches of 2 rows, so
+# step 89 takes the first epoch's last 2 and the second's first 2 (Note [Global order] in
+# data/plan.cpp). 4 ranks throughout, and 2 ranks resumed at step 88 on 4, must agree with 1
+# rank bit for bit at step 92 (a loader that dropped the 2 on 4 ranks parted from 1 rank's
+# there).
+far=(--set dist.deterministic=true --set checkpoint.every=88)
+run 1 --set run.name=far_one --set train.steps=92 "${far[@]}"
+run 4 --set run.name=far_four --set train.steps=92 "${far[@]}"
+run 2 --set run.name=far_two --set train.steps=88 "${far[@]}"
+run 4 --set run.name=far_two --set train.steps=92 "${far[@]}"
+for name in far_four far_two; do
+  cmp -s runs/far_one/checkpoints/step-92/model.safetensors runs/$name/checkpoints/step-92/model.safetensors ||
+    { echo "FAIL: across the first epoch's end, $name's model differs from the 1-rank run's"; exit 1; }
+done
+echo "across an epoch's end: 4 ranks, and 2 ranks resumed on 4, bit-identical to 1 rank"
 
 # 3. A 2-rank run (2 micro-batches each) resumed on 4 ranks without train.global_batch.
 run 2 --set run.name=warned --set train.steps=2 --set train.global_batch=0 --set train.grad_accum=2

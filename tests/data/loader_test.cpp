@@ -233,6 +233,43 @@ TEST(Loader, ResumeAtSameAndOtherWorldSize) {
   }
 }
 
+// A step that the epoch cannot fill takes the next epoch's first batches, so every world size
+// walks one sequence of global batches through the epochs: the same optimizer steps at W ranks
+// as at one rank accumulating W micro-batches, and a resume inside a step that crossed an
+// epoch's end continues it at any world size. The last epoch's last step goes short.
+TEST(Loader, OneSequenceAcrossEpochsAtEveryWorldSize) {
+  TempDir dir("loader");
+  testing::write_corpus(dir.path, testing::random_lengths(150, 1, 30, 4), 40);
+  for (Mode mode : {Mode::stream, Mode::pack, Mode::bucket}) {
+    SCOPED_TRACE(kModeNames.name(mode));
+    LoaderConfig c = config(dir.path, mode);
+    c.max_epochs = 3;
+    auto ref = run_steps(c, 1, 1000, std::nullopt);  // under 80 batches an epoch, as below
+    int64_t first_epoch = 0;
+    {
+      Loader l(c, 0, 1);
+      while (l.next() && l.state().epoch == 0) ++first_epoch;
+    }
+    for (int W = 2; W <= 5; ++W) {
+      SCOPED_TRACE(W);
+      auto seq = run_steps(c, W, 1000, std::nullopt);
+      ASSERT_EQ(seq.size(), ref.size());
+      for (size_t i = 0; i < seq.size(); ++i) ASSERT_EQ(seq[i], ref[i]) << "global batch " << i;
+    }
+    // W ranks to the first step that crosses the first epoch's end, then 3 ranks on.
+    int W = 2;
+    while (first_epoch % W == 0) ++W;  // a world size that does not divide the epoch
+    const int steps = int(first_epoch / W + 1);
+    LoaderState st;
+    run_steps(c, W, steps, std::nullopt, &st);
+    EXPECT_EQ(st.epoch, 1);
+    EXPECT_EQ(st.cursor, W * steps - first_epoch);
+    auto tail = run_steps(c, 3, 4, st);
+    ASSERT_EQ(tail.size(), 12u);
+    for (size_t i = 0; i < tail.size(); ++i) ASSERT_EQ(tail[i], ref[size_t(W * steps) + i]);
+  }
+}
+
 TEST(Loader, EpochsReshuffleAndEnd) {
   TempDir dir("loader");
   testing::write_corpus(dir.path, testing::random_lengths(100, 1, 30, 6), 40);

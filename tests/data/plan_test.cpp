@@ -22,15 +22,17 @@ std::string key(const BatchPlan& p) {
   return k;
 }
 
+// The epoch's global batches, drawn `world` at a time (every draw full but the last).
 std::vector<BatchPlan> epoch_sequence(const PlanConfig& c, const DocIndex& docs, int world,
                                       int64_t epoch = 0) {
-  StepPlanner s(c, docs, world);
+  StepPlanner s(c, docs);
   s.seek(epoch, 0);
   std::vector<BatchPlan> all;
-  for (std::vector<BatchPlan> step; !(step = s.next_step()).empty();) {
-    EXPECT_EQ(int(step.size()), world);
+  for (std::vector<BatchPlan> step; !(step = s.next(world)).empty();) {
+    EXPECT_TRUE(all.size() % size_t(world) == 0) << "a short draw before the epoch's end";
     for (auto& p : step) all.push_back(std::move(p));
   }
+  EXPECT_EQ(s.cursor(), int64_t(all.size()));
   return all;
 }
 
@@ -71,43 +73,26 @@ TEST_P(PlanModes, CoverageDisjointnessAndWorldSizeIndependence) {
     auto cov = coverage(ref, docs, c.seq_len);
     EXPECT_EQ(cov.size(), units);
   }
-  // The stream planner pads its last partial batch; the others never make partial batches.
-  int64_t full = mode == Mode::stream ? int64_t(units / 3) : int64_t(ref.size());
+  // The stream planner drops (drop_last) or pads its last partial batch; the others never
+  // make partial batches. No batch is dropped or repeated at the epoch's end, whatever W.
+  uint64_t partial = mode == Mode::stream ? units % 3 : 0;
+  const int64_t M = int64_t(ref.size()) - (drop_last && partial ? 1 : 0);
   for (int W = 1; W <= 8; ++W) {
     SCOPED_TRACE(fmt::format("{} drop_last={} W={}", kModeNames.name(mode), drop_last, W));
     std::vector<BatchPlan> seq = epoch_sequence(c, docs, W);
-    int64_t M = int64_t(ref.size());
-    if (drop_last) {
-      ASSERT_EQ(int64_t(seq.size()), full / W * W);
-    } else {
-      ASSERT_EQ(int64_t(seq.size()), (M + W - 1) / W * W);
-    }
-    for (size_t i = 0; i < seq.size(); ++i) {
-      if (int64_t(i) < M)
-        ASSERT_EQ(key(seq[i]), key(ref[i])) << "global batch " << i;
-      else  // wrap-around padding repeats the epoch's first batches
-        ASSERT_EQ(key(seq[i]), key(ref[size_t(i - M) % ref.size()])) << "padding " << i;
-    }
+    ASSERT_EQ(int64_t(seq.size()), M);
+    for (size_t i = 0; i < seq.size(); ++i) ASSERT_EQ(key(seq[i]), key(ref[i])) << "batch " << i;
     // Rank r's share: batches r, r+W, ...; shares are disjoint and cover each unit once.
     // (A stream epoch whose last batch is partial pads it with wrapped windows: leave it out.)
-    uint64_t partial = mode == Mode::stream ? units % 3 : 0;
-    int64_t exact = partial ? M - 1 : M;
+    int64_t exact = partial ? int64_t(ref.size()) - 1 : M;
     std::map<uint64_t, int> total;
     for (int r = 0; r < W; ++r) {
       std::vector<BatchPlan> mine;
-      for (size_t i = size_t(r); i < std::min<size_t>(seq.size(), size_t(exact)); i += size_t(W))
-        mine.push_back(seq[i]);
+      for (size_t i = size_t(r); i < size_t(exact); i += size_t(W)) mine.push_back(seq[i]);
       for (auto [u, n] : coverage(mine, docs, c.seq_len)) total[u] += n;
     }
     for (auto [u, n] : total) ASSERT_EQ(n, 1) << "unit " << u << " seen " << n << " times";
-    if (!drop_last) {
-      EXPECT_EQ(total.size() + partial, units);
-    } else {
-      // drop_last loses fewer than W global batches: each at most 3 x 32 tokens (pack),
-      // max_tokens = 128 (bucket) or 3 windows (stream, which also leaves its < 3 spare
-      // windows out); 3 x 80 a batch and 3 x 32 more are above each.
-      EXPECT_GE(total.size() + uint64_t(W) * 3 * 80 + 3 * 32, units);
-    }
+    EXPECT_EQ(total.size() + partial, units);
   }
 }
 
@@ -144,9 +129,9 @@ TEST(Plan, SeekContinuesTheSameOrder) {
     PlanConfig c = config(mode, false);
     auto ref = epoch_sequence(c, docs, 1);
     for (int W : {1, 3, 5}) {
-      StepPlanner s(c, docs, W);
+      StepPlanner s(c, docs);
       s.seek(0, 7);
-      auto step = s.next_step();
+      auto step = s.next(W);
       ASSERT_EQ(int(step.size()), W);
       for (int r = 0; r < W; ++r) EXPECT_EQ(key(step[size_t(r)]), key(ref[size_t(7 + r)]));
     }
@@ -175,10 +160,10 @@ TEST(Plan, PackRowsAndBucketBudget) {
 TEST(Plan, BadConfigs) {
   DocIndex docs = doc_index_from_lengths({5, 6});
   PlanConfig c = config(Mode::stream, true);
-  EXPECT_THROW(StepPlanner(c, docs, 1), Error);  // 11 tokens < seq_len + 1
+  EXPECT_THROW(StepPlanner(c, docs), Error);  // 11 tokens < seq_len + 1
   c = config(Mode::bucket, true);
   c.max_tokens = 16;  // under seq_len = 32: no row fits
-  EXPECT_THROW(StepPlanner(c, docs, 1), UsageError);
+  EXPECT_THROW(StepPlanner(c, docs), UsageError);
   EXPECT_THROW(kModeNames.parse("shuffle"), UsageError);
 }
 

@@ -158,15 +158,20 @@ class NcclCommunicator final : public Communicator {
           fmt::format("; {} {} bytes {} rank {}, tag {}", t.send ? "send" : "recv",
                       t.count * int64_t(dtype_size(t.type)), t.send ? "to" : "from", t.peer, t.tag);
     }
-    const Work work = launch("transfers", bytes, detail + ")", [&] {
-      NCCL_CALL(ncclGroupStart());
-      for (const PeerTransfer& t : transfers)
-        if (t.send)
-          NCCL_CALL(ncclSend(t.data, size_t(t.count), nccl_type(t.type), t.peer, comm_, stream_));
-        else
-          NCCL_CALL(ncclRecv(t.data, size_t(t.count), nccl_type(t.type), t.peer, comm_, stream_));
-      NCCL_CALL(ncclGroupEnd());
-    });
+    const Work work = launch(
+        "transfers", bytes,
+        [&] {
+          NCCL_CALL(ncclGroupStart());
+          for (const PeerTransfer& t : transfers)
+            if (t.send)
+              NCCL_CALL(
+                  ncclSend(t.data, size_t(t.count), nccl_type(t.type), t.peer, comm_, stream_));
+            else
+              NCCL_CALL(
+                  ncclRecv(t.data, size_t(t.count), nccl_type(t.type), t.peer, comm_, stream_));
+          NCCL_CALL(ncclGroupEnd());
+        },
+        detail + ")");
     return std::vector<Work>(transfers.size(), work);
   }
   CommStats stats() const override { return engine_->stats(); }
@@ -176,13 +181,9 @@ class NcclCommunicator final : public Communicator {
  private:
   // Queues `enqueue_op` on the communicator's stream, after what the model's stream holds so
   // far (a gradient bucket), between two events; the engine's thread waits for the second.
+  // `detail` follows "<kind> #<seq>" in messages.
   template <typename Fn>
-  Work launch(const char* kind, double bytes, Fn&& enqueue_op) {
-    return launch(kind, bytes, " (NCCL)", std::forward<Fn>(enqueue_op));
-  }
-  // The same, with `detail` in messages after "<kind> #<seq>".
-  template <typename Fn>
-  Work launch(const char* kind, double bytes, std::string detail, Fn&& enqueue_op) {
+  Work launch(const char* kind, double bytes, Fn&& enqueue_op, std::string detail = " (NCCL)") {
     auto events = std::make_shared<std::pair<cudaEvent_t, cudaEvent_t>>();
     auto issue = [this, events, &enqueue_op] {
       CUDA_CALL(cudaEventCreate(&events->first));

@@ -80,33 +80,33 @@ ArchSpec llama_spec(const ModelConfig& m) {
   s.block_prefix = "model.layers.";
   s.embedding = {
       {"model.embed_tokens.weight", Role::tok_embedding, {V, C}, false, Init::normal, {}, kRows}};
-  s.block = {
-      {"input_layernorm.weight", Role::norm1_w, {C}, false, Init::ones},
-      {"self_attn.q_proj.weight", Role::q_w, {Q, C}, true, Init::normal, {}, kRows},
-      {"self_attn.k_proj.weight", Role::k_w, {Ckv, C}, true, Init::normal, {}, kv},
-      {"self_attn.v_proj.weight", Role::v_w, {Ckv, C}, true, Init::normal, {}, kv},
-      {"self_attn.q_proj.bias", Role::q_b, {Q}, false, Init::zeros, {}, kRows},
-      {"self_attn.k_proj.bias", Role::k_b, {Ckv}, false, Init::zeros, {}, kv},
-      {"self_attn.v_proj.bias", Role::v_b, {Ckv}, false, Init::zeros, {}, kv},
-      // Every rank holds them whole and norms its heads: partial gradients, summed.
-      {"self_attn.q_norm.weight", Role::q_norm_w, {hd}, false, Init::ones, {}, {-1, 1, true}},
-      {"self_attn.k_norm.weight", Role::k_norm_w, {hd}, false, Init::ones, {}, {-1, 1, true}},
-      {"self_attn.o_proj.weight",
-       Role::attn_proj_w,
-       {C, Q},
-       true,
-       Init::normal_residual,
-       {},
-       kCols},
-      {"post_attention_layernorm.weight", Role::norm2_w, {C}, false, Init::ones},
-      {"mlp.gate_proj.weight", Role::gate_w, {F, C}, true, Init::normal, {}, kRows},
-      {"mlp.up_proj.weight", Role::up_w, {F, C}, true, Init::normal, {}, kRows},
-      {"mlp.down_proj.weight", Role::down_w, {C, F}, true, Init::normal_residual, {}, kCols}};
-  std::erase_if(s.block, [&](const ParamSpec& p) {
-    const bool bias = p.role == Role::q_b || p.role == Role::k_b || p.role == Role::v_b,
-               norm = p.role == Role::q_norm_w || p.role == Role::k_norm_w;
-    return (bias && !has_qkv_bias(m)) || (norm && !has_head_norms(m));
-  });
+  s.block = {{"input_layernorm.weight", Role::norm1_w, {C}, false, Init::ones},
+             {"self_attn.q_proj.weight", Role::q_w, {Q, C}, true, Init::normal, {}, kRows},
+             {"self_attn.k_proj.weight", Role::k_w, {Ckv, C}, true, Init::normal, {}, kv},
+             {"self_attn.v_proj.weight", Role::v_w, {Ckv, C}, true, Init::normal, {}, kv}};
+  if (has_qkv_bias(m))  // adjacent, as the weights are: one product's bias
+    s.block.insert(s.block.end(),
+                   {{"self_attn.q_proj.bias", Role::q_b, {Q}, false, Init::zeros, {}, kRows},
+                    {"self_attn.k_proj.bias", Role::k_b, {Ckv}, false, Init::zeros, {}, kv},
+                    {"self_attn.v_proj.bias", Role::v_b, {Ckv}, false, Init::zeros, {}, kv}});
+  if (has_head_norms(m))  // every rank holds them whole and norms its heads: partial gradients
+    s.block.insert(
+        s.block.end(),
+        {{"self_attn.q_norm.weight", Role::q_norm_w, {hd}, false, Init::ones, {}, {-1, 1, true}},
+         {"self_attn.k_norm.weight", Role::k_norm_w, {hd}, false, Init::ones, {}, {-1, 1, true}}});
+  s.block.insert(
+      s.block.end(),
+      {{"self_attn.o_proj.weight",
+        Role::attn_proj_w,
+        {C, Q},
+        true,
+        Init::normal_residual,
+        {},
+        kCols},
+       {"post_attention_layernorm.weight", Role::norm2_w, {C}, false, Init::ones},
+       {"mlp.gate_proj.weight", Role::gate_w, {F, C}, true, Init::normal, {}, kRows},
+       {"mlp.up_proj.weight", Role::up_w, {F, C}, true, Init::normal, {}, kRows},
+       {"mlp.down_proj.weight", Role::down_w, {C, F}, true, Init::normal_residual, {}, kCols}});
   s.final = {{"model.norm.weight", Role::final_norm_w, {C}, false, Init::ones}};
   if (!m.tie_embeddings)
     s.final.push_back({"lm_head.weight", Role::lm_head, {V, C}, true, Init::normal, {}, kRows});
@@ -326,16 +326,17 @@ nlohmann::json llama_hf_config(const ModelConfig& m) {
   return j;
 }
 
-// Where LlamaConfig, Qwen2Config and MistralConfig default differently.
+// Where LlamaConfig, Qwen2Config, Qwen3Config and MistralConfig default differently.
 struct HfDefaults {
   int64_t vocab, context, width, ffn, layers, heads;
   std::optional<int64_t> kv_heads;  // none: as many as heads
   double eps;
+  std::optional<int64_t> head_dim = {};  // none: hidden_size / num_attention_heads
 };
 constexpr HfDefaults kLlamaDefaults{32000, 2048, 4096, 11008, 32, 32, {}, 1e-6};
 constexpr HfDefaults kQwen2Defaults{151936, 32768, 4096, 22016, 32, 32, {}, 1e-6};
+constexpr HfDefaults kQwen3Defaults{151936, 32768, 4096, 22016, 32, 32, {}, 1e-6, 128};
 constexpr HfDefaults kMistralDefaults{32000, 4096 * 32, 4096, 14336, 32, 32, 8, 1e-6};
-constexpr HfDefaults kQwen3Defaults{151936, 32768, 4096, 22016, 32, 32, {}, 1e-6};
 
 // The fields the three configs share (`d`'s defaults where absent).
 ModelConfig llama_family_from_hf(HfConfigReader& hf, const HfDefaults& d) {
@@ -359,10 +360,11 @@ ModelConfig llama_family_from_hf(HfConfigReader& hf, const HfDefaults& d) {
   return m;
 }
 
-// head_dim (absent: hidden_size / num_attention_heads), kept only where it differs.
-void read_head_dim(HfConfigReader& hf, ModelConfig& m) {
+// head_dim (absent: d's, or hidden_size / num_attention_heads), kept only where it differs
+// from the latter.
+void read_head_dim(HfConfigReader& hf, ModelConfig& m, const HfDefaults& d) {
   const int64_t fallback = m.n_embd % m.n_head == 0 ? m.n_embd / m.n_head : 0;
-  const int64_t hd = hf.integer("head_dim", fallback);
+  const int64_t hd = hf.integer("head_dim", d.head_dim.value_or(fallback));
   USAGE_CHECK(hd > 0,
               "{}: hidden_size {} is not a multiple of num_attention_heads {} and no "
               "head_dim is given",
@@ -373,7 +375,7 @@ void read_head_dim(HfConfigReader& hf, ModelConfig& m) {
 // LlamaConfig's fields (its defaults where absent).
 ModelConfig llama_from_hf(HfConfigReader& hf) {
   ModelConfig m = llama_family_from_hf(hf, kLlamaDefaults);
-  read_head_dim(hf, m);
+  read_head_dim(hf, m, kLlamaDefaults);
   hf.expect("attention_bias", false, {false}, "projections without biases");
   hf.expect("mlp_bias", false, {false}, "projections without biases");
   hf.ignore({"pretraining_tp"});  // how Meta's code cut the products: the same sums
@@ -399,8 +401,7 @@ ModelConfig qwen2_from_hf(HfConfigReader& hf) {
 // Qwen3Config's fields (its defaults where absent: head_dim 128), with Qwen2's window rule.
 ModelConfig qwen3_from_hf(HfConfigReader& hf) {
   ModelConfig m = llama_family_from_hf(hf, kQwen3Defaults);
-  const int64_t hd = hf.integer("head_dim", 128);
-  m.head_dim = m.n_embd % m.n_head == 0 && hd == m.n_embd / m.n_head ? 0 : int(hd);
+  read_head_dim(hf, m, kQwen3Defaults);
   hf.expect("attention_bias", false, {false}, "projections without biases");
   hf.expect("use_sliding_window", false, {false}, "full attention in every layer");
   hf.ignore({"sliding_window", "max_window_layers", "layer_types"});
@@ -413,7 +414,7 @@ ModelConfig qwen3_from_hf(HfConfigReader& hf) {
 // window (Mistral 7B v0.2 on) is none.
 ModelConfig mistral_from_hf(HfConfigReader& hf) {
   ModelConfig m = llama_family_from_hf(hf, kMistralDefaults);
-  read_head_dim(hf, m);
+  read_head_dim(hf, m, kMistralDefaults);
   const bool no_window = hf.is_null("sliding_window");
   const int64_t window = hf.integer("sliding_window", 4096);
   if (!no_window) m.max_seq_len = int(std::min<int64_t>(m.max_seq_len, window));

@@ -4,6 +4,7 @@
 # positionally must be used.
 #   cli_errors.sh <trainer>
 set -uo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TRAINER=$(realpath "$1")
 DIR=$(mktemp -d /tmp/trainer_cli.XXXXXX)
 trap 'rm -rf "$DIR"' EXIT
@@ -14,20 +15,7 @@ printf '# nothing but a comment\n' > comment.yaml
 printf 'modle:\n  n_layer: 2\n' > typo.yaml
 printf -- '- a\n- b\n' > list.yaml
 mkdir confdir
-failures=0
-# expect <exit code> <regex> <command...>
-expect() {
-  local want=$1 pattern=$2
-  shift 2
-  local out rc
-  out=$("$TRAINER" "$@" 2>&1)
-  rc=$?
-  if [[ $rc -ne $want ]] || ! grep -Eq -- "$pattern" <<<"$out"; then
-    echo "FAIL: trainer $* -> exit $rc (want $want), output:"
-    echo "$out" | head -5
-    failures=$((failures + 1))
-  fi
-}
+source "$HERE/expect_exit.sh"
 expect 2 "unexpected argument" train two.yaml extra
 expect 2 "unexpected argument" eval runs/x extra
 expect 2 "unexpected argument" prepare stray --tokenizer t --input x --out o

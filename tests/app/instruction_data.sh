@@ -9,6 +9,7 @@
 #   - bad conversations, templates and options are refused naming what is wrong.
 #   instruction_data.sh <trainer> <mpiexec>
 set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TRAINER=$1
 MPIEXEC=$2
 DIR=$(mktemp -d /tmp/trainer_instruct.XXXXXX)
@@ -101,19 +102,7 @@ PY
 done
 
 # Refusals: exit 2 for the command line, 1 for the data, each naming what is wrong.
-failures=0
-expect() {
-  local want=$1 pattern=$2
-  shift 2
-  local out rc
-  out=$("$TRAINER" "$@" 2>&1)
-  rc=$?
-  if [[ $rc -ne $want ]] || ! grep -Eq -- "$pattern" <<<"$out"; then
-    echo "FAIL: trainer $* -> exit $rc (want $want), output:"
-    echo "$out" | head -5
-    failures=$((failures + 1))
-  fi
-}
+source "$HERE/expect_exit.sh"
 set +e
 prep=(prepare --tokenizer tok.model --out bad)
 printf '%s\n' '{"messages": [{"role": "user", "content": "hi"}]}' \

@@ -2,8 +2,10 @@
 // vocabulary of the 256 bytes and extra tokens, and a tokenizer.json as Hugging Face writes it.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace trainer::data::testing {
@@ -59,6 +61,28 @@ inline json tokenizer_json(const std::vector<std::string>& tokens,
                 {"vocab", vocab_json(tokens)},
                 {"merges", merges}};
   return j;
+}
+
+// One entry of a tokenizer.json's added_tokens, as Hugging Face writes it.
+inline json added_token(int id, const std::string& content, bool special = true,
+                        bool normalized = true) {
+  return {{"id", id},        {"content", content},       {"single_word", false}, {"lstrip", false},
+          {"rstrip", false}, {"normalized", normalized}, {"special", special}};
+}
+
+using Ids = std::vector<int32_t>;
+
+// Ids joined.
+inline Ids operator+(Ids a, const Ids& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// The ids of s's bytes, unmerged: in vocab_json's vocabularies a byte's id is the byte.
+inline Ids ids_of(std::string_view s) {
+  Ids ids;
+  for (char c : s) ids.push_back(uint8_t(c));
+  return ids;
 }
 
 }  // namespace trainer::data::testing

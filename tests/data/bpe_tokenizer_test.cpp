@@ -21,8 +21,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing::Ids;
+using testing::ids_of;
 using trainer::testing::TempDir;
-using Ids = std::vector<int32_t>;
+using testing::operator+;
 using testing::byte_char;
 using testing::tokenizer_json;
 using testing::vocab_json;
@@ -33,13 +35,7 @@ const std::vector<std::string> kMerges = {"b c", "a b", "a bc", "a a", "Ġ a", "
 constexpr int32_t kBc = 256, kAb = 257, kAbc = 258, kAa = 259, kYz = 261, kEot = 262;
 
 json with_eot(json j) {
-  j["added_tokens"] = json::array({{{"id", kEot},
-                                    {"content", "<|endoftext|>"},
-                                    {"single_word", false},
-                                    {"lstrip", false},
-                                    {"rstrip", false},
-                                    {"normalized", true},
-                                    {"special", true}}});
+  j["added_tokens"] = json::array({testing::added_token(kEot, "<|endoftext|>")});
   return j;
 }
 
@@ -49,18 +45,6 @@ void write(const fs::path& p, const std::string& s) {
 
 BpeTokenizer from_json(const json& j) {
   return BpeTokenizer(j.dump(), "test.json");
-}
-
-Ids operator+(Ids a, const Ids& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-// The ids of s's bytes, unmerged (a byte's id is the byte).
-Ids ids_of(std::string_view s) {
-  Ids ids;
-  for (char c : s) ids.push_back(uint8_t(c));
-  return ids;
 }
 
 TEST(BpeTokenizer, MergesApplyByRankNotByPosition) {

@@ -17,8 +17,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing::Ids;
+using testing::ids_of;
 using trainer::testing::TempDir;
-using Ids = std::vector<int32_t>;
+using testing::operator+;
 
 // A byte-level tokenizer without merges (a byte's id is the byte) and the special tokens of
 // ChatML and Llama 3 from id 256 on, as their tokenizer.json files mark them.
@@ -30,25 +32,8 @@ Tokenizer chat_tokenizer() {
       "<|im_start|>",        "<|im_end|>",        "<|begin_of_text|>", "<|end_of_text|>",
       "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
   for (size_t i = 0; i < specials.size(); ++i)
-    j["added_tokens"].push_back({{"id", 256 + int(i)},
-                                 {"content", specials[i]},
-                                 {"single_word", false},
-                                 {"lstrip", false},
-                                 {"rstrip", false},
-                                 {"normalized", false},
-                                 {"special", true}});
+    j["added_tokens"].push_back(testing::added_token(256 + int(i), specials[i], true, false));
   return Tokenizer(j.dump(), "chat_tokenizer.json");
-}
-
-Ids operator+(Ids a, const Ids& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-Ids bytes_of(std::string_view s) {
-  Ids ids;
-  for (char c : s) ids.push_back(uint8_t(c));
-  return ids;
 }
 
 const std::vector<Message> kConversation = {
@@ -90,8 +75,8 @@ TEST(ChatTemplate, TemplateTextIsSpecialTokensAndOnlyResponsesCount) {
   const ChatTemplate t = chat_template("chatml");
   const std::vector<Message> messages = {{"user", "Hi"}, {"assistant", "Yo"}};
   const EncodedConversation e = encode_conversation(tok, t, messages, true);
-  const Ids want = Ids{kImStart} + bytes_of("user\nHi") + Ids{kImEnd} + bytes_of("\n") +
-                   Ids{kImStart} + bytes_of("assistant\nYo") + Ids{kImEnd} + bytes_of("\n");
+  const Ids want = Ids{kImStart} + ids_of("user\nHi") + Ids{kImEnd} + ids_of("\n") + Ids{kImStart} +
+                   ids_of("assistant\nYo") + Ids{kImEnd} + ids_of("\n");
   EXPECT_EQ(e.tokens, want);
   EXPECT_EQ(tok.decode(e.tokens), joined_text(render(t, messages)));
   // Counted: "Yo", <|im_end|> and its newline; nothing of the prompt or the headers. ChatML
@@ -99,7 +84,7 @@ TEST(ChatTemplate, TemplateTextIsSpecialTokensAndOnlyResponsesCount) {
   Ids counted;
   for (size_t i = 0; i < e.tokens.size(); ++i)
     if (e.counted[i]) counted.push_back(e.tokens[i]);
-  EXPECT_EQ(counted, bytes_of("Yo") + Ids{kImEnd} + bytes_of("\n"));
+  EXPECT_EQ(counted, ids_of("Yo") + Ids{kImEnd} + ids_of("\n"));
   EXPECT_EQ(turn_end_tokens(tok, t), (Ids{kEnd, kImEnd}));
   EXPECT_EQ(turn_end_text(t), "<|im_end|>");
   EXPECT_EQ(turn_end_text(chat_template("plain")), "");
@@ -117,9 +102,9 @@ TEST(ChatTemplate, Llama3EncodesItsHeadersAsSpecialTokens) {
   const Tokenizer tok = chat_tokenizer();
   const std::vector<Message> messages = {{"user", "Hi"}, {"assistant", " Yo "}};
   const EncodedConversation e = encode_conversation(tok, chat_template("llama3"), messages, true);
-  const Ids want = Ids{kBegin, kHeaderStart} + bytes_of("user") + Ids{kHeaderEnd} +
-                   bytes_of("\n\nHi") + Ids{kEot, kHeaderStart} + bytes_of("assistant") +
-                   Ids{kHeaderEnd} + bytes_of("\n\nYo") + Ids{kEot};
+  const Ids want = Ids{kBegin, kHeaderStart} + ids_of("user") + Ids{kHeaderEnd} + ids_of("\n\nHi") +
+                   Ids{kEot, kHeaderStart} + ids_of("assistant") + Ids{kHeaderEnd} +
+                   ids_of("\n\nYo") + Ids{kEot};
   EXPECT_EQ(e.tokens, want);
   const std::vector<uint8_t> tail(e.counted.end() - 3, e.counted.end());
   EXPECT_EQ(tail, (std::vector<uint8_t>{1, 1, 1}));  // "Yo" and <|eot_id|>
@@ -130,11 +115,11 @@ TEST(ChatTemplate, PlainIsPromptThenCompletionThenACountedEos) {
   const Tokenizer tok = chat_tokenizer();
   const std::vector<Message> messages = {{"user", "2+2="}, {"assistant", "4"}};
   const EncodedConversation e = encode_conversation(tok, chat_template("plain"), messages, true);
-  EXPECT_EQ(e.tokens, bytes_of("2+2=4") + Ids{kEnd});
+  EXPECT_EQ(e.tokens, ids_of("2+2=4") + Ids{kEnd});
   EXPECT_EQ(e.counted, (std::vector<uint8_t>{0, 0, 0, 0, 1, 1}));
   // --no-eos leaves it out; a conversation that ends with the user does not count its eos.
   EXPECT_EQ(encode_conversation(tok, chat_template("plain"), messages, false).tokens,
-            bytes_of("2+2=4"));
+            ids_of("2+2=4"));
   const std::vector<Message> open = {{"user", "2+2="}};
   EXPECT_EQ(encode_conversation(tok, chat_template("plain"), open, true).counted,
             (std::vector<uint8_t>{0, 0, 0, 0, 0}));

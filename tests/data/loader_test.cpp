@@ -203,6 +203,10 @@ TEST(Loader, UncountedTokensAreNeverTargets) {
   }
 }
 
+// Every world size walks one sequence of global batches through the epochs: a step that an
+// epoch cannot fill takes the next epoch's first batches (so W ranks make the optimizer steps
+// of one rank accumulating W micro-batches), and a resume, inside such a step too, continues it
+// at any world size. The last epoch's last step goes short.
 TEST(Loader, ResumeAtSameAndOtherWorldSize) {
   TempDir dir("loader");
   testing::write_corpus(dir.path, testing::random_lengths(150, 1, 30, 4), 40);
@@ -224,35 +228,14 @@ TEST(Loader, ResumeAtSameAndOtherWorldSize) {
       ASSERT_EQ(tail.size(), size_t(4 * W));
       for (size_t i = 0; i < tail.size(); ++i) ASSERT_EQ(tail[i], ref[10 + i]) << "W=" << W;
     }
-    // Resuming at the very end of the run yields nothing.
-    LoaderState end;
-    run_steps(c, 1, 1000000, std::nullopt, &end);  // to the end: under 3 x 80 steps, as above
-    EXPECT_EQ(end.epoch, 2);
-    Loader done(c, 0, 1, LoaderState{c.seed, 3, 0});
-    EXPECT_FALSE(done.next());
-  }
-}
-
-// A step that the epoch cannot fill takes the next epoch's first batches, so every world size
-// walks one sequence of global batches through the epochs: the same optimizer steps at W ranks
-// as at one rank accumulating W micro-batches, and a resume inside a step that crossed an
-// epoch's end continues it at any world size. The last epoch's last step goes short.
-TEST(Loader, OneSequenceAcrossEpochsAtEveryWorldSize) {
-  TempDir dir("loader");
-  testing::write_corpus(dir.path, testing::random_lengths(150, 1, 30, 4), 40);
-  for (Mode mode : {Mode::stream, Mode::pack, Mode::bucket}) {
-    SCOPED_TRACE(kModeNames.name(mode));
-    LoaderConfig c = config(dir.path, mode);
-    c.max_epochs = 3;
-    auto ref = run_steps(c, 1, 1000, std::nullopt);  // under 80 batches an epoch, as below
     int64_t first_epoch = 0;
     {
       Loader l(c, 0, 1);
       while (l.next() && l.state().epoch == 0) ++first_epoch;
     }
-    for (int W = 2; W <= 5; ++W) {
-      SCOPED_TRACE(W);
-      auto seq = run_steps(c, W, 1000, std::nullopt);
+    for (int world = 2; world <= 5; ++world) {
+      SCOPED_TRACE(world);
+      auto seq = run_steps(c, world, 1000, std::nullopt);
       ASSERT_EQ(seq.size(), ref.size());
       for (size_t i = 0; i < seq.size(); ++i) ASSERT_EQ(seq[i], ref[i]) << "global batch " << i;
     }
@@ -260,13 +243,19 @@ TEST(Loader, OneSequenceAcrossEpochsAtEveryWorldSize) {
     int W = 2;
     while (first_epoch % W == 0) ++W;  // a world size that does not divide the epoch
     const int steps = int(first_epoch / W + 1);
-    LoaderState st;
-    run_steps(c, W, steps, std::nullopt, &st);
-    EXPECT_EQ(st.epoch, 1);
-    EXPECT_EQ(st.cursor, W * steps - first_epoch);
-    auto tail = run_steps(c, 3, 4, st);
-    ASSERT_EQ(tail.size(), 12u);
-    for (size_t i = 0; i < tail.size(); ++i) ASSERT_EQ(tail[i], ref[size_t(W * steps) + i]);
+    LoaderState crossed;
+    run_steps(c, W, steps, std::nullopt, &crossed);
+    EXPECT_EQ(crossed.epoch, 1);
+    EXPECT_EQ(crossed.cursor, W * steps - first_epoch);
+    auto after = run_steps(c, 3, 4, crossed);
+    ASSERT_EQ(after.size(), 12u);
+    for (size_t i = 0; i < after.size(); ++i) ASSERT_EQ(after[i], ref[size_t(W * steps) + i]);
+    // Resuming at the very end of the run yields nothing.
+    LoaderState end;
+    run_steps(c, 1, 1000000, std::nullopt, &end);  // to the end: under 3 x 80 steps, as above
+    EXPECT_EQ(end.epoch, 2);
+    Loader done(c, 0, 1, LoaderState{c.seed, 3, 0});
+    EXPECT_FALSE(done.next());
   }
 }
 

@@ -29,20 +29,19 @@ namespace {
 ChatTemplate preset(const std::string& name) {
   ChatTemplate t;
   t.name = name;
-  const std::vector<std::string> roles = {"system", "user", "assistant", "tool"};
   if (name == "chatml") {
-    for (const std::string& r : roles)
+    for (const std::string r : {"system", "user", "assistant", "tool"})
       t.roles[r] = {"<|im_start|>" + r + "\n", "<|im_end|>\n", r == "assistant"};
   } else if (name == "llama3") {
     t.prefix = "<|begin_of_text|>";
     t.trim = true;
-    for (const std::string& r : {std::string("system"), std::string("user"),
-                                 std::string("assistant"), std::string("ipython")})
+    for (const std::string r : {"system", "user", "assistant", "ipython"})
       t.roles[r] = {"<|start_header_id|>" + r + "<|end_header_id|>\n\n", "<|eot_id|>",
                     r == "assistant"};
   } else if (name == "plain") {
     t.eos = true;
-    for (const std::string& r : roles) t.roles[r] = {"", "", r == "assistant"};
+    for (const std::string r : {"system", "user", "assistant", "tool"})
+      t.roles[r] = {"", "", r == "assistant"};
   } else {
     throw UsageError(fmt::format(
         "unknown chat template '{}' (chatml, llama3, plain, or a .json file of your own)", name));

@@ -72,9 +72,10 @@ answer=$("$TRAINER" sample runs/trained --template chatml --system "add the numb
 echo "sample: $answer"
 [[ "$answer" == "3 plus 4 is 7." ]] || fail "sample answered '$answer'"
 
-# 2 ranks with dist.deterministic: the same masked batches, the same sums, the same losses.
+# 2 ranks with dist.deterministic: the same masked batches, the same sums, the same losses. One
+# thread per rank in both (the GEMMs split their sums by threads: elastic_resume.sh).
 det=(--set train.steps=6 --set dist.deterministic=true --set train.global_batch=2 --set log.every=1)
-"$TRAINER" train "${common[@]}" "${det[@]}" --set run.name=one >/dev/null
+OMP_NUM_THREADS=1 "$TRAINER" train "${common[@]}" "${det[@]}" --set run.name=one >/dev/null
 OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np 2 \
   "$TRAINER" train "${common[@]}" "${det[@]}" --set run.name=two >/dev/null
 losses() { python3 -c "import json,sys; print([r['loss'] for r in map(json.loads, open(sys.argv[1])) if 'loss' in r])" "$1"; }

@@ -16,9 +16,9 @@ struct Span {
 
   void read(const Corpus& corpus, uint64_t pos, uint64_t n) {
     tokens.resize(n);
-    counted.assign(n, 1);
+    counted.resize(n);
     corpus.read(pos, n, tokens.data());
-    if (corpus.has_loss_mask()) corpus.read_counted(pos, n, counted.data());
+    corpus.read_counted(pos, n, counted.data());
   }
   // The target after position i: the next token, or -1 at the end or where it does not count.
   int32_t target(size_t i) const {

@@ -51,8 +51,11 @@ Loader::Loader(const LoaderConfig& config, int rank, int world_size,
               config_.seed);
   PlanConfig pc{config_.mode,       config_.batch_size, config_.seq_len,
                 config_.max_tokens, state_.seed,        config_.drop_last};
-  steps_ = std::make_unique<StepPlanner>(pc, corpus_->docs());
-  steps_->seek(state_.epoch, state_.cursor);
+  planner_ = std::make_unique<EpochPlanner>(pc, corpus_->docs());
+  planner_->start(state_.epoch);
+  // A cursor past the epoch's end (a checkpoint whose last step was padded by wrapping around,
+  // as trainers before Note [Global order]'s rule did) leaves it at the end.
+  planner_->skip(state_.cursor);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -76,7 +79,7 @@ void Loader::run() {
       std::vector<BatchPlan> plans = next_round();
       if (int(plans.size()) > rank_) {
         item.batch = make_batch(plans[size_t(rank_)], config_.mode, *corpus_);
-        item.after = {seed_, steps_->epoch(), steps_->cursor()};
+        item.after = {seed_, planner_->epoch(), planner_->drawn()};
       }
       bool last = !item.batch;
       std::unique_lock<std::mutex> lock(mu_);
@@ -96,19 +99,19 @@ void Loader::run() {
 std::vector<BatchPlan> Loader::next_round() {
   std::vector<BatchPlan> plans;
   auto within_epochs = [&] {
-    return config_.max_epochs == 0 || steps_->epoch() < config_.max_epochs;
+    return config_.max_epochs == 0 || planner_->epoch() < config_.max_epochs;
   };
   if (!within_epochs()) return plans;
-  plans = steps_->next(world_size_);
+  plans = planner_->take(world_size_);
   // The round goes on into the next epoch (Note [Global order]), unless that is past the last.
   while (int(plans.size()) < world_size_) {
-    CHECK(steps_->cursor() > 0,
+    CHECK(planner_->drawn() > 0,
           "{}: split '{}' yields no batch per epoch (too small for this batch size with "
           "data.drop_last)",
           config_.data_dir.string(), config_.split);
-    steps_->seek(steps_->epoch() + 1, 0);
+    planner_->start(planner_->epoch() + 1);
     if (!within_epochs()) break;
-    for (BatchPlan& p : steps_->next(world_size_ - int(plans.size())))
+    for (BatchPlan& p : planner_->take(world_size_ - int(plans.size())))
       plans.push_back(std::move(p));
   }
   return plans;

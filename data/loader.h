@@ -77,7 +77,7 @@ class Loader {
   LoaderConfig config_;
   int rank_, world_size_;
   std::unique_ptr<Corpus> corpus_;
-  std::unique_ptr<StepPlanner> steps_;
+  std::unique_ptr<EpochPlanner> planner_;
   LoaderState state_;  // owned by the caller's thread
   uint64_t seed_ = 0;
   bool finished_ = false;

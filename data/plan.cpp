@@ -1,4 +1,4 @@
-// Planning of global batches for the stream, pack and bucket modes, and of lockstep steps.
+// Planning of global batches for the stream, pack and bucket modes.
 #include "data/plan.h"
 
 #include <algorithm>
@@ -34,8 +34,8 @@ constexpr size_t kDealGroup = 8;              // bucket batches of similar size 
 int64_t round_up8(int64_t n) {
   return (n + 7) / 8 * 8;
 }
-}  // namespace
 
+// Checks a config against a corpus; throws trainer::UsageError / trainer::Error.
 void validate_plan_config(const PlanConfig& c, const DocIndex& docs) {
   if (c.seq_len < 1) throw UsageError(fmt::format("seq_len must be >= 1, got {}", c.seq_len));
   if (c.mode != Mode::bucket && c.batch_size < 1)
@@ -51,9 +51,12 @@ void validate_plan_config(const PlanConfig& c, const DocIndex& docs) {
     CHECK(docs.num_docs() > 0, "corpus has no documents");
   }
 }
+}  // namespace
 
 EpochPlanner::EpochPlanner(const PlanConfig& c, const DocIndex& docs) : c_(c), docs_(docs) {
+  validate_plan_config(c, docs);
   if (c_.mode == Mode::stream) num_windows_ = (docs_.num_tokens() - 1) / uint64_t(c_.seq_len);
+  start(0);
 }
 
 void EpochPlanner::start(int64_t epoch) {
@@ -220,25 +223,11 @@ std::optional<BatchPlan> EpochPlanner::next_bucket() {
   return p;
 }
 
-StepPlanner::StepPlanner(const PlanConfig& c, const DocIndex& docs) : planner_(c, docs) {
-  validate_plan_config(c, docs);
-  seek(0, 0);
-}
-
-void StepPlanner::seek(int64_t epoch, int64_t cursor) {
-  epoch_ = epoch;
-  planner_.start(epoch);
-  // A cursor past the epoch's end (a checkpoint whose last step was padded by wrapping around,
-  // as trainers before Note [Global order]'s rule did) leaves it at its end.
-  cursor_ = planner_.skip(cursor);
-}
-
-std::vector<BatchPlan> StepPlanner::next(int count) {
+std::vector<BatchPlan> EpochPlanner::take(int count) {
   std::vector<BatchPlan> plans;
   while (int(plans.size()) < count) {
-    std::optional<BatchPlan> p = planner_.next();
+    std::optional<BatchPlan> p = next();
     if (!p) break;
-    ++cursor_;
     plans.push_back(std::move(*p));
   }
   return plans;

@@ -30,9 +30,6 @@ struct PlanConfig {
   bool drop_last = true;  // stream: drop a last batch of fewer than B windows, else wrap it
 };
 
-// Checks a config against a corpus; throws trainer::UsageError / trainer::Error.
-void validate_plan_config(const PlanConfig& c, const DocIndex& docs);
-
 // Tokens [begin, begin+count) of document `doc`; `continues` when the document goes on after
 // them (so the last token's target is the document's next token).
 struct Piece {
@@ -51,15 +48,24 @@ struct BatchPlan {
   int64_t loss_tokens = 0;                 // targets != -1, before a loss mask (data/batch.h)
 };
 
-// The global batches of one epoch, in order.
+// The global batches of one epoch, in order. The loader takes them W at a time (one a rank) and
+// goes on into the next epoch where one ends inside a step (Note [Global order] in plan.cpp).
 class EpochPlanner {
  public:
+  // Checks the config against the corpus (trainer::UsageError / trainer::Error) and starts
+  // epoch 0.
   EpochPlanner(const PlanConfig& c, const DocIndex& docs);
+  // Positions before the first batch of `epoch`.
   void start(int64_t epoch);
   // The next global batch, or nullopt when the epoch is over.
   std::optional<BatchPlan> next();
+  // The next `count` global batches; fewer (or none) at the epoch's end.
+  std::vector<BatchPlan> take(int count);
   // Skips n batches (O(1) in stream mode); returns how many existed.
   int64_t skip(int64_t n);
+  int64_t epoch() const { return epoch_; }
+  // The epoch's batches taken or skipped so far: the loader's cursor.
+  int64_t drawn() const { return batch_; }
 
  private:
   std::optional<Piece> next_piece();
@@ -71,33 +77,15 @@ class EpochPlanner {
   PlanConfig c_;
   const DocIndex& docs_;
   int64_t epoch_ = 0;
+  int64_t batch_ = 0;  // batches taken or skipped this epoch
   // stream
   uint64_t num_windows_ = 0;
-  int64_t batch_ = 0;
   // pack / bucket: documents in permuted order, cut into pieces of at most seq_len
   Permutation perm_{0, 0};
   uint64_t doc_cursor_ = 0, piece_offset_ = 0;
   std::vector<Piece> pending_;   // pack: pieces that did not fit yet
   std::deque<BatchPlan> ready_;  // bucket: the current window's batches
   int64_t window_ = 0;
-};
-
-// One epoch's global batches dealt in order, to be handed out in lockstep: a step of W ranks
-// takes the next W of them (rank r the r-th), and the loader continues a step that the epoch
-// cannot fill with the next epoch's first batches (Note [Global order]).
-class StepPlanner {
- public:
-  StepPlanner(const PlanConfig& c, const DocIndex& docs);
-  // Positions after global batch `cursor` of `epoch` (replaying the epoch's plan).
-  void seek(int64_t epoch, int64_t cursor);
-  // The epoch's next `count` global batches; fewer (or none) at its end.
-  std::vector<BatchPlan> next(int count);
-  int64_t epoch() const { return epoch_; }
-  int64_t cursor() const { return cursor_; }
-
- private:
-  EpochPlanner planner_;
-  int64_t epoch_ = 0, cursor_ = 0;
 };
 
 }  // namespace trainer::data

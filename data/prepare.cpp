@@ -190,6 +190,22 @@ struct SplitOutput {
   }
 };
 
+// --format: text, jsonl[:field] (default "text"), chat[:field] (default "messages"), prompt.
+std::pair<Format, std::string> parse_format(const std::string& format) {
+  const size_t colon = format.find(':');
+  const std::string kind = format.substr(0, colon);
+  const std::string field = colon == std::string::npos ? "" : format.substr(colon + 1);
+  const bool whole = colon == std::string::npos;
+  if (format == "text") return {Format::text, ""};
+  if (format == "prompt") return {Format::prompt, ""};
+  if (kind == "jsonl" && (whole || !field.empty())) return {Format::jsonl, whole ? "text" : field};
+  if (kind == "chat" && (whole || !field.empty()))
+    return {Format::chat, whole ? "messages" : field};
+  throw UsageError(fmt::format(
+      "unknown input format '{}' (text, jsonl, jsonl:<field>, chat, chat:<field>, prompt)",
+      format));
+}
+
 std::string human_duration(double s) {
   if (s < 0 || s > 1e7) return "?";
   int t = int(s + 0.5);
@@ -210,23 +226,7 @@ bool is_val_document(std::string_view text, double val_fraction) {
 
 PrepareSummary prepare_corpus(const PrepareOptions& o) {
   auto t0 = Clock::now();
-  Format format = Format::text;
-  std::string field;
-  const std::string kind = o.format.substr(0, o.format.find(':'));
-  if (o.format.find(':') != std::string::npos) field = o.format.substr(o.format.find(':') + 1);
-  if (kind == "jsonl" && (field.size() || o.format == "jsonl")) {
-    format = Format::jsonl;
-    if (field.empty()) field = "text";
-  } else if (kind == "chat" && (field.size() || o.format == "chat")) {
-    format = Format::chat;
-    if (field.empty()) field = "messages";
-  } else if (o.format == "prompt") {
-    format = Format::prompt;
-  } else if (o.format != "text") {
-    throw UsageError(fmt::format(
-        "unknown input format '{}' (text, jsonl, jsonl:<field>, chat, chat:<field>, prompt)",
-        o.format));
-  }
+  const auto [format, field] = parse_format(o.format);
   const bool conversations = format == Format::chat || format == Format::prompt;
   if (!conversations && !o.chat_template.empty())
     throw UsageError(

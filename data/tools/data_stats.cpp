@@ -25,9 +25,9 @@ struct EpochStats {
 // One epoch at a world size: real tokens / padded slots, and per step (max - min) / mean of
 // the ranks' real tokens.
 EpochStats epoch_stats(const PlanConfig& pc, const DocIndex& docs, int world) {
-  StepPlanner steps(pc, docs);
+  EpochPlanner steps(pc, docs);
   EpochStats s;
-  for (std::vector<BatchPlan> plans; !(plans = steps.next(world)).empty();) {
+  for (std::vector<BatchPlan> plans; !(plans = steps.take(world)).empty();) {
     int64_t lo = INT64_MAX, hi = 0, sum = 0;
     for (const BatchPlan& p : plans) {
       s.batches += 1;

@@ -25,14 +25,14 @@ std::string key(const BatchPlan& p) {
 // The epoch's global batches, drawn `world` at a time (every draw full but the last).
 std::vector<BatchPlan> epoch_sequence(const PlanConfig& c, const DocIndex& docs, int world,
                                       int64_t epoch = 0) {
-  StepPlanner s(c, docs);
-  s.seek(epoch, 0);
+  EpochPlanner s(c, docs);
+  s.start(epoch);
   std::vector<BatchPlan> all;
-  for (std::vector<BatchPlan> step; !(step = s.next(world)).empty();) {
+  for (std::vector<BatchPlan> step; !(step = s.take(world)).empty();) {
     EXPECT_TRUE(all.size() % size_t(world) == 0) << "a short draw before the epoch's end";
     for (auto& p : step) all.push_back(std::move(p));
   }
-  EXPECT_EQ(s.cursor(), int64_t(all.size()));
+  EXPECT_EQ(s.drawn(), int64_t(all.size()));
   return all;
 }
 
@@ -129,9 +129,9 @@ TEST(Plan, SeekContinuesTheSameOrder) {
     PlanConfig c = config(mode, false);
     auto ref = epoch_sequence(c, docs, 1);
     for (int W : {1, 3, 5}) {
-      StepPlanner s(c, docs);
-      s.seek(0, 7);
-      auto step = s.next(W);
+      EpochPlanner s(c, docs);
+      EXPECT_EQ(s.skip(7), 7);
+      auto step = s.take(W);
       ASSERT_EQ(int(step.size()), W);
       for (int r = 0; r < W; ++r) EXPECT_EQ(key(step[size_t(r)]), key(ref[size_t(7 + r)]));
     }
@@ -160,10 +160,10 @@ TEST(Plan, PackRowsAndBucketBudget) {
 TEST(Plan, BadConfigs) {
   DocIndex docs = doc_index_from_lengths({5, 6});
   PlanConfig c = config(Mode::stream, true);
-  EXPECT_THROW(StepPlanner(c, docs), Error);  // 11 tokens < seq_len + 1
+  EXPECT_THROW(EpochPlanner(c, docs), Error);  // 11 tokens < seq_len + 1
   c = config(Mode::bucket, true);
   c.max_tokens = 16;  // under seq_len = 32: no row fits
-  EXPECT_THROW(StepPlanner(c, docs), UsageError);
+  EXPECT_THROW(EpochPlanner(c, docs), UsageError);
   EXPECT_THROW(kModeNames.parse("shuffle"), UsageError);
 }
 

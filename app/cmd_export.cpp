@@ -2,14 +2,18 @@
 // can load, in Hugging Face's layout: the weights (model.safetensors, or shards of at most
 // --max-shard-size with model.safetensors.index.json), config.json, the tokenizer and the
 // trainer's own config. The mirror of reading such a folder: export, import, export again
-// writes the same bytes.
+// writes the same bytes. A model with LoRA adapters is written merged (W + (alpha/r) B A),
+// with the adapters alone in PEFT's layout in adapter/ beside it.
 #include <nlohmann/json.hpp>
+
+#include <algorithm>
 
 #include "app/options.h"
 #include "app/saved_model.h"
 #include "data/tokenizer.h"
 #include "nn/architecture.h"
 #include "nn/hf_weights.h"
+#include "nn/lora.h"
 #include "runtime/error.h"
 #include "runtime/file_io.h"
 #include "runtime/log.h"
@@ -45,6 +49,46 @@ DType export_dtype(const std::string& name) {
   throw UsageError(fmt::format("export: --dtype must be fp32, bf16 or fp16, got '{}'", name));
 }
 
+// The adapters of `layout` (a whole model with LoRA on) in `flat` as PEFT writes an adapter:
+// adapter_model.safetensors under PEFT's names and adapter_config.json, for the base model
+// `base_model` (train.init_from, where the run named one).
+void write_peft_adapter(const fs::path& folder, const nn::ParamLayout& layout, const float* flat,
+                        DType dtype, const std::string& base_model) {
+  const nn::LoraConfig& lora = layout.config().lora;
+  std::vector<const nn::ParamInfo*> adapters;
+  std::vector<std::string> modules;  // q_proj, ..., down_proj: the module names PEFT matches
+  for (const nn::ParamInfo& p : layout.params()) {
+    if (!nn::is_adapter(p.role)) continue;
+    adapters.push_back(&p);
+    const std::string module = p.name.substr(0, p.name.rfind(".lora_"));
+    const std::string leaf = module.substr(module.rfind('.') + 1);
+    if (std::find(modules.begin(), modules.end(), leaf) == modules.end()) modules.push_back(leaf);
+  }
+  fs::create_directories(folder);
+  nn::write_tensors(folder / "adapter_model.safetensors", adapters, flat, dtype,
+                    [](const nn::ParamInfo& p) { return nn::peft_name(p.name); });
+  const nlohmann::json config = {{"peft_type", "LORA"},
+                                 {"task_type", "CAUSAL_LM"},
+                                 {"base_model_name_or_path", base_model},
+                                 {"r", lora.rank},
+                                 {"lora_alpha", nn::as_decimal(lora.alpha)},
+                                 {"lora_dropout", 0.0},
+                                 {"target_modules", modules},
+                                 {"bias", "none"},
+                                 {"fan_in_fan_out", false},
+                                 {"init_lora_weights", true},
+                                 {"inference_mode", true},
+                                 {"use_rslora", false},
+                                 {"use_dora", false},
+                                 {"modules_to_save", nullptr},
+                                 {"layers_to_transform", nullptr},
+                                 {"rank_pattern", nlohmann::json::object()},
+                                 {"alpha_pattern", nlohmann::json::object()}};
+  write_file_atomic(folder / "adapter_config.json", config.dump(2) + "\n");
+  for (const auto& e : fs::directory_iterator(folder)) fsync_path(e.path());
+  fsync_path(folder);
+}
+
 }  // namespace
 
 int cmd_export(const Args& args) {
@@ -76,17 +120,32 @@ int cmd_export(const Args& args) {
   fs::create_directories(tmp);
   RemoveUnlessKept guard(tmp);
   nn::Model& model = *saved.model;
-  const std::vector<std::string> weights =  // the masters, on the host (open_saved_model)
-      nn::write_hf_weights(tmp, model.layout(), model.params().as<float>(), dtype, max_shard);
-  write_file_atomic(tmp / data::tokenizer_file_name(tokenizer.bytes), tokenizer.bytes);
+  const float* masters = model.params().as<float>();  // on the host (open_saved_model)
   const nn::ModelConfig& config = saved.model->config();
-  nlohmann::json hf = config.architecture().hf_config(config);
+  std::string config_yaml = saved.config_yaml;
+  // With adapters: the base with them merged, and the adapters alone.
+  const nn::ParamLayout base(config.base());
+  std::vector<float> merged;
+  if (config.lora.on()) {
+    merged.resize(size_t(base.total()));
+    nn::merge_adapters(model.layout(), masters, base, merged.data());
+    masters = merged.data();
+    write_peft_adapter(tmp / "adapter", model.layout(), model.params().as<float>(), dtype,
+                       saved.config.text("train.init_from"));
+    Config merged_config = saved.config;  // the folder holds the merged model, no adapters
+    merged_config.set("train.lora.rank", int64_t(0));
+    config_yaml = merged_config.to_yaml();
+  }
+  const std::vector<std::string> weights =
+      nn::write_hf_weights(tmp, base, masters, dtype, max_shard);
+  write_file_atomic(tmp / data::tokenizer_file_name(tokenizer.bytes), tokenizer.bytes);
+  nlohmann::json hf = config.architecture().hf_config(config.base());
   hf["torch_dtype"] = dtype == DType::bf16  ? "bfloat16"
                       : dtype == DType::f16 ? "float16"
                                             : "float32";
   hf["trainer_step"] = saved.step;
   write_file_atomic(tmp / "config.json", hf.dump(2) + "\n");
-  if (!saved.config_yaml.empty()) write_file_atomic(tmp / "trainer_config.yaml", saved.config_yaml);
+  if (!config_yaml.empty()) write_file_atomic(tmp / "trainer_config.yaml", config_yaml);
   for (const auto& e : fs::directory_iterator(tmp)) fsync_path(e.path());  // the copies too
   fsync_path(tmp);
   fs::rename(tmp, out);

@@ -166,6 +166,18 @@ const std::vector<KeySpec>& schema() {
        "Sequence-length curriculum (stream, pack): [\"step:seq_len\", ...] from that step on"},
       {"train.freeze", Kind::list, L{},
        "Parameter name patterns (* wildcards) kept fixed: no gradient, no optimizer state"},
+      {"train.lora.rank", Kind::integer, int64_t(0),
+       "LoRA: the adapters' rank; the base weights are then frozen and only the adapters train "
+       "(0: no adapters, every parameter trains)",
+       0, 4096},
+      {"train.lora.alpha", Kind::real, 16.0, "LoRA: the adapters' output is scaled by alpha / rank",
+       0, 1e6, L{}, true},
+      {"train.lora.dropout", Kind::real, 0.0,
+       "LoRA: dropout on the adapters' input; only 0 (the trainer has no dropout yet)", 0, 1, L{},
+       false, true},
+      {"train.lora.targets", Kind::list, L{"q", "k", "v", "o", "gate", "up", "down"},
+       "LoRA: the block products adapted (llama, qwen2, qwen3: q, k, v, o, gate, up, down; "
+       "PEFT's q_proj ... down_proj)"},
       {"train.on_nonfinite", Kind::text, std::string("stop"),
        "A NaN/Inf loss or gradient: stop with a diagnostic, or skip the step", -1e300, 1e300,
        kNonFiniteNames.names()},

@@ -21,6 +21,10 @@ namespace trainer::app {
 struct InitSource {
   ModelSource source;
   std::shared_ptr<const nn::HfWeights> folder;  // a folder's weights, checked against the model
+  // Where the run adds LoRA adapters to a source without them: the run's base layout, which
+  // the source is read by, the adapters starting by their initialisation rules. Null when the
+  // source holds every parameter of the run.
+  std::shared_ptr<const nn::ParamLayout> base;
 };
 
 // Opens `from` and checks it against the run that `run_config` describes (its parameters laid
@@ -31,7 +35,9 @@ InitSource open_init_source(const std::filesystem::path& from, const Config& run
                             const nn::ParamLayout& layout, uint64_t tokenizer_hash);
 
 // Loads the source's weights into this rank's slices of `dp` (fp32, bf16 or fp16 folders
-// alike), a range at a time, and makes the model's weights agree.
-void load_init_weights(const InitSource& source, const nn::Model& model, dist::DataParallel& dp);
+// alike), a range at a time, and makes the model's weights agree; adapters the source lacks
+// start from `seed` as a new run's would.
+void load_init_weights(const InitSource& source, const nn::Model& model, dist::DataParallel& dp,
+                       uint64_t seed);
 
 }  // namespace trainer::app

@@ -36,6 +36,10 @@ std::vector<int> checkpoint_layers(const Config& c) {
 
 }  // namespace
 
+bool is_frozen(const nn::ParamInfo& p, const RunConfig& r) {
+  return matches_any(p.name, r.freeze) || (r.model.lora.on() && !nn::is_adapter(p.role));
+}
+
 nn::ModelConfig model_config(const Config& c) {
   const nn::ModelConfig m = stated_model(c);
   m.validate();
@@ -127,6 +131,9 @@ const std::vector<const char*>& model_keys() {
 nn::ModelConfig stated_model(const Config& c) {
   nn::ModelConfig m;
   for (const ModelKey& k : kModelKeys) k.read(c, k.key, m);
+  m.lora.rank = int(c.integer("train.lora.rank"));
+  m.lora.alpha = float(c.real("train.lora.alpha"));
+  m.lora.targets = c.list("train.lora.targets");
   return m;
 }
 
@@ -339,6 +346,9 @@ void read_loop(const Config& c, RunConfig& r) {
   r.grad_accum_schedule = parse_schedule(c, "train.grad_accum_schedule");
   r.seq_len_schedule = parse_schedule(c, "train.seq_len_schedule");
   r.freeze = c.list("train.freeze");
+  USAGE_CHECK(c.real("train.lora.dropout") == 0,
+              "train.lora.dropout = {}: dropout is not implemented yet (issue 40); set it to 0",
+              c.real("train.lora.dropout"));
   r.on_nonfinite = kNonFiniteNames.parse(c.text("train.on_nonfinite"));
   r.max_consecutive_skips = c.integer("train.max_consecutive_skips");
   r.max_skips = c.integer("train.max_skips");

@@ -104,6 +104,10 @@ int held_micro_batches(const RunConfig& r, dist::PipelineSchedule schedule, int 
 
 // Everything the training job needs from `c`, checked; throws UsageError naming the key.
 RunConfig resolve_run(const Config& c);
+// Whether parameter `p` is kept fixed in the run `r` describes: train.freeze matches it, or it
+// is a base parameter under LoRA (Note [LoRA] in nn/lora.h).
+bool is_frozen(const nn::ParamInfo& p, const RunConfig& r);
+
 // run.dir/run.name: where the run keeps its checkpoints, logs and metrics.
 std::filesystem::path run_dir_of(const Config& c);
 // What only starting a training run asks of `c`, before anything is written: run.name is a

@@ -59,12 +59,11 @@ nn::BatchView view_of(const data::Batch& b) {
           b.lengths.empty() ? nullptr : b.lengths.data()};
 }
 
-// Ranges of the flat parameter buffer matched by the freeze patterns.
-std::vector<dist::Range> frozen_ranges(const nn::ParamLayout& layout,
-                                       const std::vector<std::string>& patterns) {
+// The ranges of the flat parameter buffer that are kept fixed.
+std::vector<dist::Range> frozen_ranges(const nn::ParamLayout& layout, const RunConfig& rc) {
   std::vector<dist::Range> out;
   for (const nn::ParamInfo& p : layout.params())
-    if (matches_any(p.name, patterns)) out.push_back({p.offset, p.offset + p.numel});
+    if (is_frozen(p, rc)) out.push_back({p.offset, p.offset + p.numel});
   return out;
 }
 
@@ -82,17 +81,21 @@ TrainLoop::TrainLoop(const Config& config, RunConfig rc, const TrainOptions& opt
       transformer_(rc_.model, rc_.exec),
       tensor_group_(grid.tensor()),
       model_(transformer_),
-      dp_(dist::make_data_parallel(
-          data_, model_,
-          {.sharding = rc_.sharding,
-           .bucket_mb = rc_.bucket_mb,
-           .reshard_after_forward = rc_.reshard_after_forward,
-           .adamw = rc_.adamw,
-           .deterministic = rc_.deterministic,
-           .reduce_in_finish = grid.pipeline_size() > 1,
-           .frozen = frozen_ranges(model_.layout(), rc_.freeze),
-           .is_frozen =
-               [this](const std::string& name) { return matches_any(name, rc_.freeze); }})),
+      dp_(dist::make_data_parallel(data_, model_,
+                                   {.sharding = rc_.sharding,
+                                    .bucket_mb = rc_.bucket_mb,
+                                    .reshard_after_forward = rc_.reshard_after_forward,
+                                    .adamw = rc_.adamw,
+                                    .deterministic = rc_.deterministic,
+                                    .reduce_in_finish = grid.pipeline_size() > 1,
+                                    .frozen = frozen_ranges(model_.layout(), rc_),
+                                    .is_frozen =
+                                        [this](const std::string& name) {
+                                          const nn::ParamInfo* p = model_.layout().find(name);
+                                          TRAINER_ASSERT(p, "is_frozen of {}, not a parameter",
+                                                         name);
+                                          return is_frozen(*p, rc_);
+                                        }})),
       join_(rc_.join),
       peak_(peak),
       token_flops_(rc_.model.token_flops()),

@@ -344,7 +344,7 @@ void TrainLoop::start_up() {
     saved_step_ = state_.step;
     log::info("resumed from {} at step {}", from.string(), state_.step);
   } else if (init) {
-    load_init_weights(*init, model_, *dp_);
+    load_init_weights(*init, model_, *dp_, rc_.seed);
     log::info("fine-tuning from {}: its weights, a fresh optimizer, step 0",
               init->source.dir.string());
   } else {

@@ -176,7 +176,10 @@ StateBytes planned_state_bytes(const nn::ParamLayout& layout, const ParallelConf
                                int world, DType compute, DType grad) {
   if (stage_record(config.sharding).sharded)
     return planned_sharded_bytes(layout, config, world, compute, grad);
-  return replicated_bytes(layout.total(), compute, grad);
+  StateBytes s = replicated_bytes(layout.total(), compute, grad);
+  s.optimizer =
+      nn::AdamW::state_size_of(layout, {{0, layout.total(), 0}}, config.is_frozen) * 2 * 4;
+  return s;
 }
 
 StateBytes state_bytes_for(int64_t params, const ParallelConfig& config, int world, DType compute,

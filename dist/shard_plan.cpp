@@ -83,8 +83,7 @@ StateBytes bytes_of(const ShardBuffers& b, DType compute, DType grad, int64_t op
 StateBytes planned_sharded_bytes(const nn::ParamLayout& layout, const ParallelConfig& config,
                                  int world, DType compute, DType grad) {
   const ShardGeometry geo(layout, world, 0);
-  int64_t state = 0;  // rank 0's share of the elements (freezing is not planned)
-  for (const nn::FlatSlice& s : geo.slices()) state += s.size();
+  const int64_t state = nn::AdamW::state_size_of(layout, geo.slices(), config.is_frozen);
   return bytes_of(plan_buffers(sizes_of(geo), config, grad), compute, grad, state);
 }
 

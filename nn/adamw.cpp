@@ -27,6 +27,17 @@ AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& config, std::vector<F
   v_ = Buffer(size_t(state_size_) * sizeof(float), device);
 }
 
+int64_t AdamW::state_size_of(const ParamLayout& layout, const std::vector<FlatSlice>& slices,
+                             const std::function<bool(const std::string&)>& frozen) {
+  int64_t n = 0;
+  for (const FlatSlice& sl : slices)
+    for (const ParamInfo& p : layout.params()) {
+      const int64_t b = std::max(sl.begin, p.offset), e = std::min(sl.end, p.offset + p.numel);
+      if (b < e && !(frozen && frozen(p.name))) n += e - b;
+    }
+  return n;
+}
+
 int64_t AdamW::local_size() const {
   int64_t n = 0;
   for (const FlatSlice& sl : slices_) n = std::max(n, sl.local + sl.size());

@@ -63,6 +63,9 @@ class AdamW {
   int64_t local_size() const;
   // Moments of the trainable elements (frozen ones skipped): state_size() elements each.
   int64_t state_size() const { return state_size_; }
+  // The state_size() an AdamW of these arguments has, without making one (the memory plans).
+  static int64_t state_size_of(const ParamLayout& layout, const std::vector<FlatSlice>& slices,
+                               const std::function<bool(const std::string&)>& frozen);
   // Copies the moments of flat elements [begin, end) (which must lie in one slice) to/from
   // host arrays of end - begin floats; frozen elements read as zero and ignore writes. The
   // layout checkpoints use, independent of what is frozen or sharded. `ctx` is the model's:

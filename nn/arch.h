@@ -49,6 +49,22 @@ enum class Role : uint8_t {
   up_w,
   down_w,
   lm_head,  // an untied head
+  // LoRA adapters (Note [LoRA] in nn/lora.h): each target product's A (r, in) and B (out, r),
+  // in the order of kLoraTargets.
+  lora_q_a,
+  lora_q_b,
+  lora_k_a,
+  lora_k_b,
+  lora_v_a,
+  lora_v_b,
+  lora_o_a,
+  lora_o_b,
+  lora_gate_a,
+  lora_gate_b,
+  lora_up_a,
+  lora_up_b,
+  lora_down_a,
+  lora_down_b,
   kCount
 };
 
@@ -57,9 +73,15 @@ constexpr bool is_norm(Role r) {
          r == Role::final_norm_w || r == Role::final_norm_b;
 }
 
-// How a parameter starts: zeros, ones, N(0, init_std), or N(0, init_std / sqrt(2L)) for the
-// projections into the residual stream.
-enum class Init : uint8_t { zeros, ones, normal, normal_residual };
+// Whether a parameter is a LoRA adapter's A or B factor.
+constexpr bool is_adapter(Role r) {
+  return r >= Role::lora_q_a && r < Role::kCount;
+}
+
+// How a parameter starts: zeros, ones, N(0, init_std), N(0, init_std / sqrt(2L)) for the
+// projections into the residual stream, or U(-1/sqrt(in), 1/sqrt(in)) with `in` its whole
+// tensor's columns (a LoRA A factor, as PEFT's Kaiming-uniform with a = sqrt(5) draws it).
+enum class Init : uint8_t { zeros, ones, normal, normal_residual, uniform_fan_in };
 
 // Note [Tensor-parallel splits]
 // How tensor parallelism (Megatron-LM's layout) cuts a parameter over the ranks of a group:
@@ -137,6 +159,7 @@ enum class Act : uint8_t {
   k_rstd,
   qk_out,  // scratch of the head norms: the normed heads, or the gradient at them
   qk_din,  // (fp32) and the gradient at their inputs
+  lora_h,  // a LoRA adapter's x A^T and the gradient at it, (N, 2r): one adapter at a time
   kCount
 };
 
@@ -157,12 +180,22 @@ struct ActSpec {
 
 enum class NormKind : uint8_t { layernorm, rmsnorm };
 
+// A LoRA adapter on one block product (Note [LoRA] in nn/lora.h): its name in
+// train.lora.targets, the product it adds to (by the product's weight, Matmul::weight), the
+// base weight whose outputs it adds to (one of a stacked product's: Llama's k_w within q/k/v),
+// and its factors' roles.
+struct Adapter {
+  const char* name;
+  Role product, base, a, b;
+};
+
 struct ArchSpec {
   NormKind norm = NormKind::layernorm;  // every norm of the model, the final one included
   std::string block_prefix;
   std::vector<ParamSpec> embedding, block, final;
   std::vector<ActSpec> block_acts;
   std::vector<Matmul> block_matmuls;  // fused products once (Llama's q/k/v is one)
+  std::vector<Adapter> adapters;      // LoRA's, in block parameter order (none without LoRA)
   float init_std = 0.02f;
 };
 

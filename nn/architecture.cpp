@@ -3,6 +3,7 @@
 
 #include <fmt/ranges.h>
 
+#include "nn/lora.h"
 #include "runtime/error.h"
 
 namespace trainer::nn {
@@ -36,7 +37,9 @@ const Architecture& ModelConfig::architecture() const {
 }
 
 ArchSpec arch_spec(const ModelConfig& model) {
-  return slice_spec(model.architecture().spec(model), model.tensor.degree);
+  ArchSpec spec = model.architecture().spec(model);
+  add_adapters(spec, model);
+  return slice_spec(std::move(spec), model.tensor.degree);
 }
 
 namespace {

@@ -48,6 +48,8 @@ struct Architecture {
   std::vector<const char*> hf_extra_tensors;
   // Other classes read as this architecture.
   std::vector<HfAlias> hf_also{};
+  // The block products LoRA may adapt (train.lora.targets' choices); none: LoRA is refused.
+  std::vector<Adapter> lora_targets{};
 };
 
 // Every architecture, in the order the schema lists them.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "nn/lora.h"
 #include "nn/ops/attention.h"
 #include "nn/ops/cast.h"
 #include "runtime/memory.h"
@@ -84,21 +85,30 @@ const Matmul& product(const BlockTensors& t, Role weight) {
 
 }  // namespace
 
-void block_access::product_forward(const BlockTensors& t, Role weight, const Tensor& y,
-                                   const Tensor& x, const ProductForward& op) {
+void block_access::product_forward(const Context& ctx, const BlockTensors& t, Role weight,
+                                   const Tensor& y, const Tensor& x, const ProductForward& op) {
   const Matmul& m = product(t, weight);
   const Tensor bias = m.bias == Role::kCount ? Tensor{} : W(t, m.bias);
-  if (!t.group || m.parallel == Parallel::none) return op(y, x, bias);
-  if (m.parallel == Parallel::column) return op(y, gather_tokens(t, x), bias);
-  op(partials_of(t, y), x, t.group->rank() == 0 ? bias : Tensor{});
+  auto run = [&](const Tensor& out, const Tensor& in, const Tensor& b) {
+    op(out, in, b);
+    adapters_forward(ctx, t, weight, out, in);
+  };
+  if (!t.group || m.parallel == Parallel::none) return run(y, x, bias);
+  if (m.parallel == Parallel::column) return run(y, gather_tokens(t, x), bias);
+  run(partials_of(t, y), x, t.group->rank() == 0 ? bias : Tensor{});
   sum_into(t, y);
 }
 
-void block_access::product_backward(const BlockTensors& t, Role weight, const Tensor& dx,
-                                    const Tensor& dy, const Tensor& x, const ProductBackward& op) {
+void block_access::product_backward(const Context& ctx, const BlockTensors& t, Role weight,
+                                    const Tensor& dx, const Tensor& dy, const Tensor& x,
+                                    const ProductBackward& op) {
   const Matmul& m = product(t, weight);
-  if (!t.group || m.parallel != Parallel::column) return op(dx, dy, x);
-  op(partials_of(t, dx), dy, gather_tokens(t, x));
+  auto run = [&](const Tensor& din, const Tensor& dout, const Tensor& in) {
+    op(din, dout, in);
+    adapters_backward(ctx, t, weight, din, dout, in);
+  };
+  if (!t.group || m.parallel != Parallel::column) return run(dx, dy, x);
+  run(partials_of(t, dx), dy, gather_tokens(t, x));
   sum_into(t, dx);
 }
 

@@ -34,7 +34,8 @@ struct BlockTensors {
   const ModelConfig* model = nullptr;  // the keys the block reads (heads, rotary embeddings)
   int B = 0, T = 0, n_head = 0;        // n_head: the heads of this slice
   TensorGroup* group = nullptr;        // the other slices' ranks (tensor parallelism), or null
-  const std::vector<Matmul>* products = nullptr;  // the block's, as the spec cuts them
+  const std::vector<Matmul>* products = nullptr;   // the block's, as the spec cuts them
+  const std::vector<Adapter>* adapters = nullptr;  // its LoRA adapters (nn/lora.h), or null
   // Sequence parallelism only: every token of a sliced tensor gathered (compute dtype), and a
   // row-parallel product's partial output or a column-parallel one's input gradient before
   // it is scattered (fp32 bytes), (N, C) each; empty otherwise.
@@ -89,16 +90,17 @@ Tensor branch_grad(const Context& ctx, const BlockTensors& t);
 // the slices), and its bias is passed on the group's rank 0 only (the sum would add every
 // rank's).
 using ProductForward = std::function<void(const Tensor& y, const Tensor& x, const Tensor& bias)>;
-void product_forward(const BlockTensors& t, Role weight, const Tensor& y, const Tensor& x,
-                     const ProductForward& op);
+// The product's LoRA adapters (Note [LoRA] in nn/lora.h) run with it, after `op`.
+void product_forward(const Context& ctx, const BlockTensors& t, Role weight, const Tensor& y,
+                     const Tensor& x, const ProductForward& op);
 // op(dx, dy, x) writes the gradient dx of the product's input from its output's gradient dy
 // and adds its parameters' gradients (a row-parallel bias's is every rank's alike). A
 // column-parallel product's x is gathered again, and it writes this rank's part of dx (its
 // heads' or hidden units'), then summed over the group into dx; a row-parallel product's dy
 // is branch_grad, every token already.
 using ProductBackward = std::function<void(const Tensor& dx, const Tensor& dy, const Tensor& x)>;
-void product_backward(const BlockTensors& t, Role weight, const Tensor& dx, const Tensor& dy,
-                      const Tensor& x, const ProductBackward& op);
+void product_backward(const Context& ctx, const BlockTensors& t, Role weight, const Tensor& dx,
+                      const Tensor& dy, const Tensor& x, const ProductBackward& op);
 // The queries (B,T,C), keys and values (B,T,Ckv) of a packed (N, C + 2 Ckv) tensor (the qkv
 // product, or its gradient): strided views, in that order.
 std::array<Tensor, 3> qkv_parts(const BlockTensors& t, const Tensor& packed);

@@ -173,6 +173,30 @@ void to_hf_order(const ParamLayout& layout, float* flat) {
   }
 }
 
+void write_tensors(const fs::path& path, const std::vector<const ParamInfo*>& params,
+                   const float* flat, DType dtype,
+                   const std::function<std::string(const ParamInfo&)>& name_of) {
+  SafetensorsWriter w;
+  for (const ParamInfo* p : params) {
+    const int64_t cols = p->numel / p->shape[0];
+    w.add_generated(name_of(*p), dtype, p->shape, [=](int64_t begin, int64_t end, void* out) {
+      for (int64_t i = begin; i < end; ++i) {
+        const float v = flat[p->offset + hf_row(*p, i / cols, true) * cols + i % cols];
+        if (dtype == DType::f32) static_cast<float*>(out)[i - begin] = v;
+        if (dtype == DType::bf16) static_cast<bf16*>(out)[i - begin] = to_bf16(v);
+        if (dtype == DType::f16) {
+          USAGE_CHECK(std::abs(v) <= 65504.0f || !std::isfinite(v),
+                      "{}: {} = {} is beyond fp16's range (65504): export it as bf16 or fp32",
+                      path.parent_path().string(), p->name, v);
+          static_cast<f16*>(out)[i - begin] = to_f16(v);
+        }
+      }
+    });
+  }
+  w.set_metadata("format", "pt");
+  w.write(path);
+}
+
 std::vector<std::string> write_hf_weights(const fs::path& folder, const ParamLayout& layout,
                                           const float* flat, DType dtype, int64_t max_shard_bytes) {
   // Parameters in layout order, cut into shards where the next would pass the limit.
@@ -190,26 +214,9 @@ std::vector<std::string> write_hf_weights(const fs::path& folder, const ParamLay
     files.push_back(shards.size() == 1
                         ? std::string(kSingle)
                         : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size()));
-    SafetensorsWriter w;
-    for (const ParamInfo* p : shards[s]) {
-      const int64_t cols = p->numel / p->shape[0];
-      w.add_generated(p->name, dtype, p->shape, [=](int64_t begin, int64_t end, void* out) {
-        for (int64_t i = begin; i < end; ++i) {
-          const float v = flat[p->offset + hf_row(*p, i / cols, true) * cols + i % cols];
-          if (dtype == DType::f32) static_cast<float*>(out)[i - begin] = v;
-          if (dtype == DType::bf16) static_cast<bf16*>(out)[i - begin] = to_bf16(v);
-          if (dtype == DType::f16) {
-            USAGE_CHECK(std::abs(v) <= 65504.0f || !std::isfinite(v),
-                        "{}: {} = {} is beyond fp16's range (65504): export it as bf16 or fp32",
-                        folder.string(), p->name, v);
-            static_cast<f16*>(out)[i - begin] = to_f16(v);
-          }
-        }
-      });
-      map[p->name] = files.back();
-    }
-    w.set_metadata("format", "pt");
-    w.write(folder / files.back());
+    write_tensors(folder / files.back(), shards[s], flat, dtype,
+                  [](const ParamInfo& p) { return p.name; });
+    for (const ParamInfo* p : shards[s]) map[p->name] = files.back();
   }
   if (shards.size() > 1) {
     const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};

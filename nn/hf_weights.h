@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -44,6 +45,13 @@ class HfWeights {
 // the host buffer `flat` (fp32, laid out by the whole model's `layout`) in Hugging Face's
 // order, in place.
 void to_hf_order(const ParamLayout& layout, float* flat);
+
+// Writes `params` of `flat` (host fp32, laid out by their whole model's layout) into one
+// safetensors file at `path`, each named name_of(p), in Hugging Face's row order and `dtype`
+// (F32, BF16 or F16, rounded to nearest even).
+void write_tensors(const std::filesystem::path& path, const std::vector<const ParamInfo*>& params,
+                   const float* flat, DType dtype,
+                   const std::function<std::string(const ParamInfo&)>& name_of);
 
 // Writes the parameters of `flat` (host fp32, laid out by the whole model's `layout`) into
 // `folder` as Hugging Face stores them: names, row order, `dtype` (F32, BF16 or F16, rounded to

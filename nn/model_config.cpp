@@ -4,6 +4,7 @@
 #include <string>
 
 #include "nn/architecture.h"
+#include "nn/lora.h"
 #include "runtime/error.h"
 
 namespace trainer::nn {
@@ -27,6 +28,7 @@ void ModelConfig::validate() const {
   USAGE_CHECK(norm_eps > 0 && norm_eps <= 1, "model.norm_eps must be in (0, 1], got {}", norm_eps);
   validate_rope_scaling();
   architecture().validate(*this);
+  validate_lora(*this);
   int next = 0;
   for (const auto& [b, e] : pipeline.chunks) {
     TRAINER_ASSERT(next <= b && b < e && e <= n_layer, "pipeline chunk [{}, {}) of {} layers", b, e,

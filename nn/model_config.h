@@ -62,6 +62,17 @@ inline constexpr EnumNames<RopeScaling, 3> kRopeScalingNames{"model.rope_scaling
                                                                {RopeScaling::linear, "linear"},
                                                                {RopeScaling::llama3, "llama3"}}}};
 
+// LoRA (Note [LoRA] in nn/lora.h): low-rank adapters of rank `rank` on the block products
+// named in `targets` (kLoraTargets' names), their sum scaled by alpha / rank; the base weights
+// are frozen. rank 0: none.
+struct LoraConfig {
+  int rank = 0;
+  float alpha = 16.0f;
+  std::vector<std::string> targets;
+  bool on() const { return rank > 0; }
+  float scale() const { return alpha / float(rank); }
+};
+
 struct ModelConfig {
   std::string arch = "gpt2";  // an architecture's name (nn/architecture.h lists them)
   int vocab_size = 8192;      // V: embedding rows (pad to a multiple of 64 for speed)
@@ -84,6 +95,9 @@ struct ModelConfig {
   float norm_eps = 1e-5f;          // the epsilon of every LayerNorm or RMSNorm
   bool tie_embeddings = true;      // the head reads the token embedding
   GeluForm gelu = GeluForm::tanh;  // gpt2, neox: the MLP's GELU (Pythia's is erf)
+  // The train.lora keys: adapters are parameters too (a key of train.*, since a published
+  // model's folder never states them).
+  LoraConfig lora;
   // Not a key of model.*: the slice this process holds (dist.tensor_parallel and the rank's
   // place in the grid set it); the parameters and activations are the slice's.
   TensorSlice tensor;
@@ -108,6 +122,12 @@ struct ModelConfig {
   int64_t vocab_begin() const { return local_vocab() * tensor.rank; }
   // Into how many slices the residual stream's tokens are cut (1 without sequence parallelism).
   int sequence_slices() const { return tensor.sequence ? tensor.degree : 1; }
+  // The model without its adapters: the base they train on.
+  ModelConfig base() const {
+    ModelConfig m = *this;
+    m.lora = {};
+    return m;
+  }
   // The whole model (tensor = {1, 0}, every layer).
   ModelConfig whole() const {
     ModelConfig m = *this;

@@ -62,6 +62,8 @@ void ParamLayout::add_unit(UnitKind kind, const std::vector<ParamSpec>& specs,
     p.decay = s.decay;
     p.init = s.init;
     p.init_std = s.init == Init::normal_residual ? residual_std : spec.init_std;
+    if (s.init == Init::uniform_fan_in)  // the bound, from the whole tensor's inputs
+      p.init_std = 1.0f / std::sqrt(float(s.full_shape.empty() ? s.shape[1] : s.full_shape[1]));
     p.role = s.role;
     p.hf_rows = s.hf_rows;
     p.split = s.split;
@@ -183,6 +185,12 @@ void init_param(const ParamInfo& p, uint64_t seed, int64_t begin, int64_t end, f
       for_each_whole_run(p, begin, end, [&](int64_t local, int64_t whole, int64_t count) {
         fill_normal(out + (local - begin), whole, whole + count, seed ^ hash64(p.name), 0.0f,
                     p.init_std);
+      });
+      break;
+    case Init::uniform_fan_in:
+      for_each_whole_run(p, begin, end, [&](int64_t local, int64_t whole, int64_t count) {
+        fill_uniform(out + (local - begin), whole, whole + count, seed ^ hash64(p.name),
+                     -p.init_std, p.init_std);
       });
       break;
   }

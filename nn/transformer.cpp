@@ -54,7 +54,7 @@ Transformer::Transformer(const ModelConfig& config, const ExecConfig& exec)
       exec_(exec),
       chunks_(config.held_chunks()),
       arch_(config.architecture()),
-      spec_(arch_.spec(config)),
+      spec_(arch_spec(config)),
       layout_(config),
       plan_(config, (exec.validate(config), exec)),  // validated before anything is sized
       ctx_(context_for(exec)),
@@ -235,6 +235,7 @@ BlockTensors Transformer::block_tensors(int l, ParamUse use) {
   t.n_head = config_.local_heads();
   t.group = group();
   t.products = &spec_.block_matmuls;
+  if (!spec_.adapters.empty()) t.adapters = &spec_.adapters;
   t.positions = mb_.positions.view(DType::i32, int64_t(mb_.B) * mb_.T);
   const int u = layout_.block_unit(l);
   const Tensor w = unit_weights(u, use);

@@ -21,8 +21,17 @@ int64_t Transformer::workspace_bytes(const ModelConfig& m, const ExecConfig& e,
   const int64_t N = int64_t(e.max_rows) * e.max_seq_len, C = m.n_embd, V = m.local_vocab();
   const DType act = e.compute;
   size_t most = 0;
-  for (const Matmul& mm : arch_spec(m).block_matmuls)
+  const ArchSpec spec = arch_spec(m);
+  for (const Matmul& mm : spec.block_matmuls)
     most = std::max(most, linear_workspace(ctx, N, mm.in, mm.out, act));
+  const int64_t r = m.lora.rank;
+  for (const Matmul& mm : spec.block_matmuls)  // its adapters' products (nn/lora.cpp)
+    for (size_t b : {matmul_workspace_bytes(ctx, N, r, mm.in, act),
+                     matmul_workspace_bytes(ctx, N, mm.out, r, act),
+                     matmul_workspace_bytes(ctx, mm.out, r, N, act),
+                     matmul_workspace_bytes(ctx, r, mm.in, N, act),
+                     matmul_workspace_bytes(ctx, N, mm.in, r, act)})
+      if (r > 0) most = std::max(most, b);
   for (size_t b :
        {embedding_backward_workspace(ctx, N, C), layernorm_backward_workspace(ctx, C),
         rmsnorm_backward_workspace(ctx, C),

@@ -58,6 +58,15 @@ void fill_normal(float* out, int64_t begin, int64_t end, uint64_t key, float mea
   }
 }
 
+void fill_uniform(float* out, int64_t begin, int64_t end, uint64_t key, float lo, float hi) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = begin; i < end; ++i) {
+    const uint64_t c = uint64_t(i);
+    const auto r = philox4x32({uint32_t(c), uint32_t(c >> 32), 2, 0}, key);
+    out[i - begin] = lo + (hi - lo) * (float(r[0] >> 8) * (1.0f / 16777216.0f));
+  }
+}
+
 uint64_t Rng::next_u64() {
   auto r = philox4x32({uint32_t(offset_), uint32_t(offset_ >> 32), 1, 0}, key_);
   ++offset_;

@@ -20,6 +20,10 @@ void fill_normal(float* out, int64_t n, uint64_t key, float mean, float std);
 // Elements [begin, end) of the same values into out[0..end-begin), for filling a piece at a time.
 void fill_normal(float* out, int64_t begin, int64_t end, uint64_t key, float mean, float std);
 
+// Elements [begin, end) of values uniform in [lo, hi) into out[0..end-begin); element i
+// depends only on (key, i).
+void fill_uniform(float* out, int64_t begin, int64_t end, uint64_t key, float lo, float hi);
+
 // A stream of uniform numbers whose whole state is (key, offset): saved in checkpoints.
 class Rng {
  public:

@@ -94,19 +94,19 @@ void gpt2_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
   }
   layernorm_forward(ctx, A(t, ln1), A(t, ln1_mean), A(t, ln1_rstd), t.x, W(t, R::norm1_w),
                     W(t, R::norm1_b), t.model->norm_eps);
-  product_forward(t, R::qkv_w, A(t, qkv), A(t, ln1),
+  product_forward(ctx, t, R::qkv_w, A(t, qkv), A(t, ln1),
                   [&](auto& y, auto& x, auto& b) { linear_forward(ctx, y, x, W(t, R::qkv_w), b); });
   const auto [q, k, v] = qkv_parts(t, A(t, qkv));
   attend(ctx, t, q, k, v);
-  product_forward(t, R::attn_proj_w, t.tmp, A(t, atty), [&](auto& y, auto& x, auto& b) {
+  product_forward(ctx, t, R::attn_proj_w, t.tmp, A(t, atty), [&](auto& y, auto& x, auto& b) {
     linear_forward(ctx, y, x, W(t, R::attn_proj_w), b);
   });
   layernorm_residual_forward(ctx, A(t, res_mid), A(t, ln2), A(t, ln2_mean), A(t, ln2_rstd), t.x,
                              t.tmp, W(t, R::norm2_w), W(t, R::norm2_b), t.model->norm_eps);
-  product_forward(t, R::fc_w, A(t, fch), A(t, ln2), [&](auto& y, auto& x, auto& b) {
+  product_forward(ctx, t, R::fc_w, A(t, fch), A(t, ln2), [&](auto& y, auto& x, auto& b) {
     linear_gelu_forward(ctx, A(t, fch_gelu), y, x, W(t, R::fc_w), b, t.model->gelu);
   });
-  product_forward(t, R::fc_proj_w, t.tmp, A(t, fch_gelu), [&](auto& y, auto& x, auto& b) {
+  product_forward(ctx, t, R::fc_proj_w, t.tmp, A(t, fch_gelu), [&](auto& y, auto& x, auto& b) {
     linear_forward(ctx, y, x, W(t, R::fc_proj_w), b);
   });
   if (pass == BlockPass::train) residual_forward(ctx, t.out, A(t, res_mid), t.tmp);
@@ -116,24 +116,24 @@ void gpt2_block_backward(const Context& ctx, const BlockTensors& t) {
   using enum Act;
   using R = Role;
   // MLP branch (GELU's backward in the second layer's input-gradient product).
-  product_backward(t, R::fc_proj_w, A(t, d_fch), branch_grad(ctx, t), A(t, fch_gelu),
+  product_backward(ctx, t, R::fc_proj_w, A(t, d_fch), branch_grad(ctx, t), A(t, fch_gelu),
                    [&](auto& dx, auto& dy, auto& x) {
                      gelu_linear_backward(ctx, dx, G(t, R::fc_proj_w), G(t, R::fc_proj_b), dy, x,
                                           W(t, R::fc_proj_w), A(t, fch), t.model->gelu);
                    });
-  product_backward(t, R::fc_w, t.d_ln, A(t, d_fch), A(t, ln2), [&](auto& dx, auto& dy, auto& x) {
+  product_backward(ctx, t, R::fc_w, t.d_ln, A(t, d_fch), A(t, ln2), [&](auto& dx, auto& dy, auto& x) {
     linear_backward(ctx, dx, G(t, R::fc_w), G(t, R::fc_b), dy, x, W(t, R::fc_w));
   });
   layernorm_backward(ctx, t.d_res, G(t, R::norm2_w), G(t, R::norm2_b), t.d_ln, A(t, res_mid),
                      W(t, R::norm2_w), A(t, ln2_mean), A(t, ln2_rstd));
   // Attention branch.
-  product_backward(t, R::attn_proj_w, A(t, d_atty), branch_grad(ctx, t), A(t, atty),
+  product_backward(ctx, t, R::attn_proj_w, A(t, d_atty), branch_grad(ctx, t), A(t, atty),
                    [&](auto& dx, auto& dy, auto& x) {
                      linear_backward(ctx, dx, G(t, R::attn_proj_w), G(t, R::attn_proj_b), dy, x,
                                      W(t, R::attn_proj_w));
                    });
   attend_backward(ctx, t, qkv_parts(t, A(t, d_qkv)), qkv_parts(t, A(t, qkv)));
-  product_backward(t, R::qkv_w, t.d_ln, A(t, d_qkv), A(t, ln1), [&](auto& dx, auto& dy, auto& x) {
+  product_backward(ctx, t, R::qkv_w, t.d_ln, A(t, d_qkv), A(t, ln1), [&](auto& dx, auto& dy, auto& x) {
     linear_backward(ctx, dx, G(t, R::qkv_w), G(t, R::qkv_b), dy, x, W(t, R::qkv_w));
   });
   layernorm_backward(ctx, t.d_res, G(t, R::norm1_w), G(t, R::norm1_b), t.d_ln, t.x,

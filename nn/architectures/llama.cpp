@@ -229,7 +229,7 @@ void llama_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pa
   }
   const int hs = t.model->head_size();
   rmsnorm_forward(ctx, A(t, ln1), A(t, ln1_rstd), t.x, W(t, R::norm1_w), t.model->norm_eps);
-  product_forward(t, R::q_w, A(t, qkv), A(t, ln1), [&](auto& y, auto& x, auto&) {
+  product_forward(ctx, t, R::q_w, A(t, qkv), A(t, ln1), [&](auto& y, auto& x, auto&) {
     linear_forward(ctx, y, x, qkv_weight(t, t.w), qkv_bias(t, t.w), kOutIn);
   });
   const auto [q, k, v] = qkv_parts(t, A(t, qkv));
@@ -240,16 +240,16 @@ void llama_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pa
   rope_forward(ctx, q, t.positions, hs, hs, t.model->rope());
   rope_forward(ctx, k, t.positions, hs, hs, t.model->rope());
   attend(ctx, t, q, k, v);
-  product_forward(t, R::attn_proj_w, t.tmp, A(t, atty), [&](auto& y, auto& x, auto&) {
+  product_forward(ctx, t, R::attn_proj_w, t.tmp, A(t, atty), [&](auto& y, auto& x, auto&) {
     linear_forward(ctx, y, x, W(t, R::attn_proj_w), {}, kOutIn);
   });
   rmsnorm_residual_forward(ctx, A(t, res_mid), A(t, ln2), A(t, ln2_rstd), t.x, t.tmp,
                            W(t, R::norm2_w), t.model->norm_eps);
-  product_forward(t, R::gate_w, A(t, gate_up), A(t, ln2), [&](auto& y, auto& x, auto&) {
+  product_forward(ctx, t, R::gate_w, A(t, gate_up), A(t, ln2), [&](auto& y, auto& x, auto&) {
     linear_forward(ctx, y, x, gate_up_weight(t.w), {}, kOutIn);
   });
   swiglu_forward(ctx, A(t, swiglu), A(t, gate_up));
-  product_forward(t, R::down_w, t.tmp, A(t, swiglu), [&](auto& y, auto& x, auto&) {
+  product_forward(ctx, t, R::down_w, t.tmp, A(t, swiglu), [&](auto& y, auto& x, auto&) {
     linear_forward(ctx, y, x, W(t, R::down_w), {}, kOutIn);
   });
   if (pass == BlockPass::train) residual_forward(ctx, t.out, A(t, res_mid), t.tmp);
@@ -260,19 +260,19 @@ void llama_block_backward(const Context& ctx, const BlockTensors& t) {
   using R = Role;
   const int hs = t.model->head_size();
   // MLP branch.
-  product_backward(t, R::down_w, A(t, d_swiglu), branch_grad(ctx, t), A(t, swiglu),
+  product_backward(ctx, t, R::down_w, A(t, d_swiglu), branch_grad(ctx, t), A(t, swiglu),
                    [&](auto& dx, auto& dy, auto& x) {
                      linear_backward(ctx, dx, G(t, R::down_w), {}, dy, x, W(t, R::down_w), kOutIn);
                    });
   swiglu_backward(ctx, A(t, d_gate_up), A(t, d_swiglu), A(t, gate_up));
   product_backward(
-      t, R::gate_w, t.d_ln, A(t, d_gate_up), A(t, ln2), [&](auto& dx, auto& dy, auto& x) {
+      ctx, t, R::gate_w, t.d_ln, A(t, d_gate_up), A(t, ln2), [&](auto& dx, auto& dy, auto& x) {
         linear_backward(ctx, dx, gate_up_weight(t.g), {}, dy, x, gate_up_weight(t.w), kOutIn);
       });
   rmsnorm_backward(ctx, t.d_res, G(t, R::norm2_w), t.d_ln, A(t, res_mid), W(t, R::norm2_w),
                    A(t, ln2_rstd));
   // Attention branch.
-  product_backward(t, R::attn_proj_w, A(t, d_atty), branch_grad(ctx, t), A(t, atty),
+  product_backward(ctx, t, R::attn_proj_w, A(t, d_atty), branch_grad(ctx, t), A(t, atty),
                    [&](auto& dx, auto& dy, auto& x) {
                      linear_backward(ctx, dx, G(t, R::attn_proj_w), {}, dy, x, W(t, R::attn_proj_w),
                                      kOutIn);
@@ -286,10 +286,11 @@ void llama_block_backward(const Context& ctx, const BlockTensors& t) {
     head_norm_backward(ctx, t, dq, q_pre, q_rstd, R::q_norm_w);
     head_norm_backward(ctx, t, dk, k_pre, k_rstd, R::k_norm_w);
   }
-  product_backward(t, R::q_w, t.d_ln, A(t, d_qkv), A(t, ln1), [&](auto& dx, auto& dy, auto& x) {
-    linear_backward(ctx, dx, qkv_weight(t, t.g), qkv_bias(t, t.g), dy, x, qkv_weight(t, t.w),
-                    kOutIn);
-  });
+  product_backward(ctx, t, R::q_w, t.d_ln, A(t, d_qkv), A(t, ln1),
+                   [&](auto& dx, auto& dy, auto& x) {
+                     linear_backward(ctx, dx, qkv_weight(t, t.g), qkv_bias(t, t.g), dy, x,
+                                     qkv_weight(t, t.w), kOutIn);
+                   });
   rmsnorm_backward(ctx, t.d_res, G(t, R::norm1_w), t.d_ln, t.x, W(t, R::norm1_w), A(t, ln1_rstd));
 }
 
@@ -423,6 +424,17 @@ ModelConfig mistral_from_hf(HfConfigReader& hf) {
 
 }  // namespace
 
+// PEFT's target names of a Llama's seven projections; q/k/v and gate/up run stacked, so their
+// adapters add to their product's columns.
+const std::vector<Adapter> kLlamaLoraTargets = {
+    {"q", Role::q_w, Role::q_w, Role::lora_q_a, Role::lora_q_b},
+    {"k", Role::q_w, Role::k_w, Role::lora_k_a, Role::lora_k_b},
+    {"v", Role::q_w, Role::v_w, Role::lora_v_a, Role::lora_v_b},
+    {"o", Role::attn_proj_w, Role::attn_proj_w, Role::lora_o_a, Role::lora_o_b},
+    {"gate", Role::gate_w, Role::gate_w, Role::lora_gate_a, Role::lora_gate_b},
+    {"up", Role::gate_w, Role::up_w, Role::lora_up_a, Role::lora_up_b},
+    {"down", Role::down_w, Role::down_w, Role::lora_down_a, Role::lora_down_b}};
+
 extern const Architecture kLlama = {
     "llama",
     "rotary positions, RMSNorm, SwiGLU, no biases, grouped-query attention, tied or untied head",
@@ -436,7 +448,8 @@ extern const Architecture kLlama = {
     llama_from_hf,
     "",
     {".rotary_emb.inv_freq", "lm_head.weight"},
-    {{"MistralForCausalLM", "mistral", mistral_from_hf}}};
+    {{"MistralForCausalLM", "mistral", mistral_from_hf}},
+    kLlamaLoraTargets};
 
 extern const Architecture kQwen2 = {
     "qwen2",
@@ -450,7 +463,9 @@ extern const Architecture kQwen2 = {
     llama_hf_config,
     qwen2_from_hf,
     "",
-    {".rotary_emb.inv_freq", "lm_head.weight"}};
+    {".rotary_emb.inv_freq", "lm_head.weight"},
+    {},
+    kLlamaLoraTargets};
 
 extern const Architecture kQwen3 = {
     "qwen3",
@@ -464,6 +479,8 @@ extern const Architecture kQwen3 = {
     llama_hf_config,
     qwen3_from_hf,
     "",
-    {".rotary_emb.inv_freq", "lm_head.weight"}};
+    {".rotary_emb.inv_freq", "lm_head.weight"},
+    {},
+    kLlamaLoraTargets};
 
 }  // namespace trainer::nn

@@ -119,22 +119,22 @@ void neox_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
   const Rope rope = t.model->rope();
   norms();
   // Attention branch.
-  product_forward(t, R::qkv_w, A(t, qkv), A(t, ln1), [&](auto& y, auto& x, auto& b) {
+  product_forward(ctx, t, R::qkv_w, A(t, qkv), A(t, ln1), [&](auto& y, auto& x, auto& b) {
     linear_forward(ctx, y, x, W(t, R::qkv_w), b, kOutIn);
   });
   const auto [q, k, v] = qkv_parts(t, A(t, qkv));
   rope_forward(ctx, q, t.positions, hs, rd, rope);
   rope_forward(ctx, k, t.positions, hs, rd, rope);
   attend(ctx, t, q, k, v);
-  product_forward(t, R::attn_proj_w, t.tmp, A(t, atty), [&](auto& y, auto& x, auto& b) {
+  product_forward(ctx, t, R::attn_proj_w, t.tmp, A(t, atty), [&](auto& y, auto& x, auto& b) {
     linear_forward(ctx, y, x, W(t, R::attn_proj_w), b, kOutIn);
   });
   if (pass == BlockPass::train) residual_forward(ctx, t.out, t.x, t.tmp);
   // MLP branch, beside it.
-  product_forward(t, R::fc_w, A(t, fch), A(t, ln2), [&](auto& y, auto& x, auto& b) {
+  product_forward(ctx, t, R::fc_w, A(t, fch), A(t, ln2), [&](auto& y, auto& x, auto& b) {
     linear_gelu_forward(ctx, A(t, fch_gelu), y, x, W(t, R::fc_w), b, t.model->gelu, kOutIn);
   });
-  product_forward(t, R::fc_proj_w, t.tmp, A(t, fch_gelu), [&](auto& y, auto& x, auto& b) {
+  product_forward(ctx, t, R::fc_proj_w, t.tmp, A(t, fch_gelu), [&](auto& y, auto& x, auto& b) {
     linear_forward(ctx, y, x, W(t, R::fc_proj_w), b, kOutIn);
   });
   if (pass == BlockPass::train) residual_forward(ctx, t.out, t.out, t.tmp);
@@ -148,18 +148,18 @@ void neox_block_backward(const Context& ctx, const BlockTensors& t) {
   const int hs = t.model->head_size(), rd = t.model->rotary_dims();
   const Rope rope = t.model->rope();
   const Tensor& d_out = branch_grad(ctx, t);
-  product_backward(t, R::fc_proj_w, A(t, d_fch), d_out, A(t, fch_gelu),
+  product_backward(ctx, t, R::fc_proj_w, A(t, d_fch), d_out, A(t, fch_gelu),
                    [&](auto& dx, auto& dy, auto& x) {
                      gelu_linear_backward(ctx, dx, G(t, R::fc_proj_w), G(t, R::fc_proj_b), dy, x,
                                           W(t, R::fc_proj_w), A(t, fch), t.model->gelu, kOutIn);
                    });
-  product_backward(t, R::attn_proj_w, A(t, d_atty), d_out, A(t, atty),
+  product_backward(ctx, t, R::attn_proj_w, A(t, d_atty), d_out, A(t, atty),
                    [&](auto& dx, auto& dy, auto& x) {
                      linear_backward(ctx, dx, G(t, R::attn_proj_w), G(t, R::attn_proj_b), dy, x,
                                      W(t, R::attn_proj_w), kOutIn);
                    });
   // MLP branch.
-  product_backward(t, R::fc_w, t.d_ln, A(t, d_fch), A(t, ln2), [&](auto& dx, auto& dy, auto& x) {
+  product_backward(ctx, t, R::fc_w, t.d_ln, A(t, d_fch), A(t, ln2), [&](auto& dx, auto& dy, auto& x) {
     linear_backward(ctx, dx, G(t, R::fc_w), G(t, R::fc_b), dy, x, W(t, R::fc_w), kOutIn);
   });
   layernorm_backward(ctx, t.d_res, G(t, R::norm2_w), G(t, R::norm2_b), t.d_ln, t.x,
@@ -170,7 +170,7 @@ void neox_block_backward(const Context& ctx, const BlockTensors& t) {
   const Tensor &dq = d[0], &dk = d[1];
   rope_backward(ctx, dq, t.positions, hs, rd, rope);
   rope_backward(ctx, dk, t.positions, hs, rd, rope);
-  product_backward(t, R::qkv_w, t.d_ln, A(t, d_qkv), A(t, ln1), [&](auto& dx, auto& dy, auto& x) {
+  product_backward(ctx, t, R::qkv_w, t.d_ln, A(t, d_qkv), A(t, ln1), [&](auto& dx, auto& dy, auto& x) {
     linear_backward(ctx, dx, G(t, R::qkv_w), G(t, R::qkv_b), dy, x, W(t, R::qkv_w), kOutIn);
   });
   layernorm_backward(ctx, t.d_res, G(t, R::norm1_w), G(t, R::norm1_b), t.d_ln, t.x,

@@ -1,0 +1,191 @@
+// LoRA adapters; see lora.h and Note [LoRA].
+#include "nn/lora.h"
+
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "nn/architecture.h"
+#include "nn/param_layout.h"
+#include "runtime/error.h"
+#include "runtime/gemm.h"
+#include "runtime/profile.h"
+
+namespace trainer::nn {
+
+namespace {
+
+using namespace block_access;
+
+constexpr const char* kPeftPrefix = "base_model.model.";
+
+bool targeted(const ModelConfig& m, const Adapter& ad) {
+  return std::find(m.lora.targets.begin(), m.lora.targets.end(), ad.name) != m.lora.targets.end();
+}
+
+template <typename T, typename Pred>
+const T& find_in(const std::vector<T>& all, Pred pred) {
+  const auto it = std::find_if(all.begin(), all.end(), pred);
+  TRAINER_ASSERT(it != all.end(), "a LoRA target that its architecture's spec lacks");
+  return *it;
+}
+
+// "x.weight" without ".weight".
+std::string stem(const std::string& weight_name) {
+  TRAINER_ASSERT(weight_name.ends_with(".weight"), "LoRA on {}", weight_name);
+  return weight_name.substr(0, weight_name.size() - 7);
+}
+
+// Where adapter `ad`'s base outputs start among its product's: the stacked weights are
+// adjacent in the unit's buffer (as the product reads them), so after the rows before base's.
+int64_t output_offset(const BlockTensors& t, const Adapter& ad) {
+  const Tensor &first = W(t, ad.product), &base = W(t, ad.base);
+  const int64_t bytes = static_cast<const char*>(base.data) - static_cast<const char*>(first.data),
+                row = base.cols() * int64_t(dtype_size(base.dtype));
+  TRAINER_ASSERT(bytes >= 0 && bytes % row == 0, "a stacked LoRA base is not adjacent");
+  return bytes / row;
+}
+
+// h = x A^T and dh, (N, r) each, in the block's lora_h scratch.
+std::pair<Tensor, Tensor> scratch(const BlockTensors& t, int64_t N, int64_t r) {
+  const Tensor& all = A(t, Act::lora_h);
+  TRAINER_ASSERT(all.numel() >= 2 * N * r, "LoRA scratch of {} elements for {} tokens", all.numel(),
+                 N);
+  const size_t half = size_t(N * r) * dtype_size(all.dtype);
+  return {make_tensor(all.data, all.dtype, {N, r}, all.device),
+          make_tensor(static_cast<char*>(all.data) + half, all.dtype, {N, r}, all.device)};
+}
+
+}  // namespace
+
+void validate_lora(const ModelConfig& m) {
+  if (!m.lora.on()) return;
+  const std::vector<Adapter>& choices = m.architecture().lora_targets;
+  std::vector<std::string> names;
+  for (const Adapter& ad : choices) names.push_back(ad.name);
+  USAGE_CHECK(!choices.empty(),
+              "train.lora: model.arch = {} has no LoRA targets (LoRA adapts llama, qwen2 and "
+              "qwen3 models)",
+              m.arch);
+  USAGE_CHECK(!m.lora.targets.empty(), "train.lora.targets is empty: name some of {}",
+              fmt::join(names, ", "));
+  for (size_t i = 0; i < m.lora.targets.size(); ++i) {
+    const std::string& t = m.lora.targets[i];
+    USAGE_CHECK(std::find(names.begin(), names.end(), t) != names.end(),
+                "train.lora.targets: '{}' is not one of {}'s products ({})", t, m.arch,
+                fmt::join(names, ", "));
+    USAGE_CHECK(std::find(m.lora.targets.begin(), m.lora.targets.begin() + i, t) ==
+                    m.lora.targets.begin() + i,
+                "train.lora.targets names '{}' twice", t);
+  }
+  USAGE_CHECK(std::isfinite(m.lora.alpha) && m.lora.alpha > 0,
+              "train.lora.alpha must be positive, got {}", m.lora.alpha);
+  const int64_t width = std::min<int64_t>(m.n_embd, m.kv_channels());
+  USAGE_CHECK(m.lora.rank <= width,
+              "train.lora.rank = {} exceeds the narrowest adapted product's {} channels: a "
+              "low-rank adapter is narrower than its product",
+              m.lora.rank, width);
+}
+
+void add_adapters(ArchSpec& spec, const ModelConfig& m) {
+  if (!m.lora.on()) return;
+  const int64_t r = m.lora.rank;
+  for (const Adapter& ad : m.architecture().lora_targets) {
+    if (!targeted(m, ad)) continue;
+    const ParamSpec base =  // a copy: the block's list grows below
+        find_in(spec.block, [&](const ParamSpec& p) { return p.role == ad.base; });
+    const Matmul product =
+        find_in(spec.block_matmuls, [&](const Matmul& p) { return p.weight == ad.product; });
+    const int64_t out = base.shape[0], in = base.shape[1];
+    constexpr Split kPartial{-1, 1, true};
+    const bool column = product.parallel == Parallel::column;
+    spec.block.push_back({stem(base.name) + ".lora_A.weight",
+                          ad.a,
+                          {r, in},
+                          true,
+                          Init::uniform_fan_in,
+                          {},
+                          column ? kPartial : base.split});
+    spec.block.push_back({stem(base.name) + ".lora_B.weight",
+                          ad.b,
+                          {out, r},
+                          true,
+                          Init::zeros,
+                          base.hf_rows,
+                          column ? base.split : kPartial});
+    spec.adapters.push_back(ad);
+  }
+  // Every token's h and dh: `split` with all of it kept whole, so that neither tensor
+  // parallelism cuts it nor sequence parallelism slices its tokens.
+  spec.block_acts.push_back({Act::lora_h, 2 * r, false, ActKind::work, true, 2 * r});
+}
+
+void adapters_forward(const Context& ctx, const BlockTensors& t, Role product, const Tensor& y,
+                      const ConstTensor& x) {
+  if (!t.adapters) return;
+  const float s = t.model->lora.scale();
+  for (const Adapter& ad : *t.adapters) {
+    if (ad.product != product) continue;
+    PROFILE_SCOPE("lora_forward", "gemm");
+    const Tensor &a = W(t, ad.a), &b = W(t, ad.b);
+    const auto [h, dh] = scratch(t, x.rows(), a.rows());
+    matmul(ctx, h, x, false, a, true);
+    matmul(ctx, y.col_range(output_offset(t, ad), b.rows()), h, false, b, true, s, 1.0f);
+  }
+}
+
+void adapters_backward(const Context& ctx, const BlockTensors& t, Role product, const Tensor& dx,
+                       const ConstTensor& dy, const ConstTensor& x) {
+  if (!t.adapters) return;
+  const float s = t.model->lora.scale();
+  for (const Adapter& ad : *t.adapters) {
+    if (ad.product != product) continue;
+    PROFILE_SCOPE("lora_backward", "gemm");
+    const Tensor &a = W(t, ad.a), &b = W(t, ad.b);
+    const auto [h, dh] = scratch(t, x.rows(), a.rows());
+    const ConstTensor dy_b = dy.col_range(output_offset(t, ad), b.rows());
+    matmul(ctx, h, x, false, a, true);                        // h = x A^T
+    matmul(ctx, G(t, ad.b), dy_b, true, h, false, s, 1.0f);   // dB += s dy^T h
+    matmul(ctx, dh, dy_b, false, b, false, s, 0.0f);          // dh = s dy B
+    matmul(ctx, G(t, ad.a), dh, true, x, false, 1.0f, 1.0f);  // dA += dh^T x
+    matmul(ctx, dx, dh, false, a, false, 1.0f, 1.0f);         // dx += dh A
+  }
+}
+
+void merge_adapters(const ParamLayout& layout, const float* flat, const ParamLayout& base_layout,
+                    float* base) {
+  TRAINER_ASSERT(layout.config().tensor.degree == 1 && layout.config().pipeline.whole(),
+                 "merging the adapters of a slice");
+  for (const ParamInfo& p : base_layout.params()) {
+    const ParamInfo* q = layout.find(p.name);
+    TRAINER_ASSERT(q && q->numel == p.numel, "the base parameter {} is not the model's", p.name);
+    std::copy_n(flat + q->offset, p.numel, base + p.offset);
+  }
+  const float s = layout.config().lora.scale();
+  for (const ParamInfo& a : layout.params()) {
+    if (!is_adapter(a.role) || !a.name.ends_with(".lora_A.weight")) continue;
+    const std::string name = a.name.substr(0, a.name.size() - 14);
+    const ParamInfo* b = layout.find(name + ".lora_B.weight");
+    const ParamInfo* w = base_layout.find(name + ".weight");
+    TRAINER_ASSERT(b && w, "the LoRA factors of {} are not paired", name);
+    const int64_t out = w->shape[0], in = w->shape[1], r = a.shape[0];
+    sgemm(false, false, out, in, r, s, flat + b->offset, r, flat + a.offset, in, 1.0f,
+          base + w->offset, in);
+  }
+}
+
+std::string peft_name(const std::string& name) {
+  return kPeftPrefix + name;
+}
+
+std::string from_peft_name(const std::string& peft) {
+  USAGE_CHECK(peft.starts_with(kPeftPrefix) &&
+                  (peft.ends_with(".lora_A.weight") || peft.ends_with(".lora_B.weight")),
+              "{} is not a PEFT LoRA tensor name (base_model.model.<module>.lora_A.weight or "
+              "lora_B.weight)",
+              peft);
+  return peft.substr(std::string(kPeftPrefix).size());
+}
+
+}  // namespace trainer::nn

@@ -1,0 +1,63 @@
+// LoRA: low-rank adapters on a frozen model's block products, as a specification (the
+// adapters' parameters and scratch added to an architecture's), as a block's forward and
+// backward (called by block_access::product_forward and product_backward for every product),
+// and merged back into the base weights for export.
+//
+// Note [LoRA]
+// An adapted product computes y = x W^T + s (x A^T) B^T, with A (r, in), B (out, r) and
+// s = alpha / r (Hu et al.; PEFT's names and initialisation: A Kaiming-uniform, B zero, so a
+// fresh adapter changes nothing). The adapters are parameters of their block's unit, after
+// the base's, so every layout, shard, checkpoint and resume treats them as any parameter;
+// the training loop freezes everything else (app/: no optimizer state, no communication, out
+// of the gradient norm). On a stacked product (Llama's q/k/v, gate/up) an adapter adds to its
+// base weight's columns of the product's output. Backward recomputes h = x A^T (one (N, r)
+// product) rather than keep it, in the block's work activation lora_h with dh beside it:
+//   dB += s dy^T h,  dh = s dy B,  dA += dh^T x,  dx += dh A.
+// Tensor parallelism cuts an adapter like its base and needs no collective of its own: on a
+// column-parallel product A is replicated and B cut like the base's rows, so each rank's dA is
+// partial (its outputs' share, summed with the unit's backward: Split::partial_grad); on a
+// row-parallel one A is cut like the base's columns and B replicated, so h, and with it B's
+// gradient, is partial, and s h B^T rides in the partial output the product's sum adds up.
+#pragma once
+
+#include <string>
+
+#include "nn/arch.h"
+#include "nn/block.h"
+#include "nn/model_config.h"
+#include "nn/param_layout.h"
+#include "runtime/context.h"
+#include "runtime/tensor.h"
+
+namespace trainer::nn {
+
+// Throws a UsageError naming train.lora's key when `m.lora` does not fit m's architecture
+// (one without adapters, an unknown target, a rank past the products' sizes).
+void validate_lora(const ModelConfig& m);
+
+// Adds m.lora's adapters to `spec` (whole shapes, before slice_spec): their parameters at the
+// end of the block, named as PEFT names them without its "base_model.model." prefix, the
+// scratch lora_h, and spec.adapters.
+void add_adapters(ArchSpec& spec, const ModelConfig& m);
+
+// The adapters of the product whose weight is `product` added to its output y (N, out), from
+// the input x (N, in) it read: y += s (x A^T) B^T, on y's columns of each adapter's base.
+void adapters_forward(const Context& ctx, const BlockTensors& t, Role product, const Tensor& y,
+                      const ConstTensor& x);
+// Their backward, after the product's own: the factors' gradients added, and dx (N, in) added
+// to, from the output's gradient dy (N, out) and the input x.
+void adapters_backward(const Context& ctx, const BlockTensors& t, Role product, const Tensor& dx,
+                       const ConstTensor& dy, const ConstTensor& x);
+
+// Folds the adapters of `flat` (host fp32, laid out by the whole model's `layout`, LoRA on)
+// into `base` (laid out by the base's layout): each base parameter copied, each adapted
+// weight's rows W + s B A.
+void merge_adapters(const ParamLayout& layout, const float* flat, const ParamLayout& base_layout,
+                    float* base);
+
+// PEFT's name of adapter parameter `name` ("base_model.model." before it) and the inverse
+// (throws a UsageError naming `name` when it is not one).
+std::string peft_name(const std::string& name);
+std::string from_peft_name(const std::string& peft);
+
+}  // namespace trainer::nn

@@ -1,0 +1,198 @@
+// LoRA adapters (nn/lora.h) against their oracle, the base model with the adapters merged into
+// its weights: W + s B A computes what the adapted products do, so its loss is the adapted
+// model's and its weight gradients G give the factors' by the chain rule (dB = s G A^T,
+// dA = s B^T G), and every other parameter's gradient is its own.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "common/arch_family.h"
+#include "model_test_util.h"
+#include "nn/lora.h"
+#include "nn/transformer.h"
+#include "runtime/error.h"
+
+namespace trainer::nn {
+
+namespace {
+
+using testing::exec_for;
+using testing::host_grads;
+using testing::host_params;
+using testing::loss_of;
+
+const std::vector<std::string> kAllTargets = {"q", "k", "v", "o", "gate", "up", "down"};
+
+// A two-layer model of `arch` (Llama and Qwen2 with grouped key/value heads, Qwen3 with heads
+// wider than n_embd / n_head) with rank-3 adapters on `targets`.
+ModelConfig adapted(const std::string& arch, const std::vector<std::string>& targets) {
+  ModelConfig c;
+  c.arch = arch;
+  c.vocab_size = 29;
+  c.max_seq_len = 8;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.n_embd = 32;
+  c.ffn_multiple_of = 16;
+  c.tie_embeddings = false;
+  if (arch == "qwen3") c.head_dim = 16;
+  c.lora = {3, 6.0f, targets};
+  return c;
+}
+
+struct Batch {
+  int B = 2, T = 8;
+  std::vector<int32_t> tokens, targets;
+  Batch() {
+    for (int i = 0; i < B * T; ++i) {
+      tokens.push_back((i * 7 + 3) % 29);
+      targets.push_back((i * 5 + 1) % 29);
+    }
+  }
+  BatchView view() const { return {B, T, tokens.data(), targets.data(), nullptr, nullptr}; }
+};
+
+// The same parameter's values in another layout's buffer.
+void copy_param(const ParamInfo& from, const float* src, const ParamLayout& to, float* dst) {
+  const ParamInfo* p = to.find(from.name);
+  ASSERT_NE(p, nullptr) << from.name;
+  std::copy_n(src + from.offset, from.numel, dst + p->offset);
+}
+
+// rel_err of got against want: |got - want| / |want|, the norms over the whole tensor.
+double rel_err(const std::vector<double>& got, const std::vector<double>& want) {
+  double d = 0, n = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    d += (got[i] - want[i]) * (got[i] - want[i]);
+    n += want[i] * want[i];
+  }
+  return std::sqrt(d / n);
+}
+
+}  // namespace
+
+class LoraArch : public ::testing::TestWithParam<std::string> {};
+
+// A new adapter's B is zero: it adds exact zeros, so the loss is the base's bit for bit.
+TEST_P(LoraArch, AFreshAdapterChangesNothing) {
+  const ModelConfig cfg = adapted(GetParam(), kAllTargets);
+  Transformer lora(cfg, exec_for(2, 8)), base(cfg.base(), exec_for(2, 8));
+  lora.init_weights(5);
+  std::vector<float> p = host_params(lora), q(size_t(base.layout().total()));
+  for (const ParamInfo& info : lora.layout().params())
+    if (!is_adapter(info.role)) copy_param(info, p.data(), base.layout(), q.data());
+  std::copy(q.begin(), q.end(), base.params().as<float>());
+  base.sync_working_params();
+  Batch batch;
+  EXPECT_EQ(loss_of(lora, batch.view()).sum, loss_of(base, batch.view()).sum);
+}
+
+// With every factor nonzero, against the merged model.
+TEST_P(LoraArch, MatchesTheMergedModel) {
+  const ModelConfig cfg = adapted(GetParam(), kAllTargets);
+  Transformer lora(cfg, exec_for(2, 8)), merged(cfg.base(), exec_for(2, 8));
+  lora.init_weights(7);
+  float* p = lora.params().as<float>();
+  for (const ParamInfo& info : lora.layout().params())  // B away from zero
+    if (info.name.ends_with("lora_B.weight"))
+      for (int64_t i = 0; i < info.numel; ++i) p[info.offset + i] = 0.05f * std::sin(float(i + 1));
+  lora.sync_working_params();
+  merge_adapters(lora.layout(), p, merged.layout(), merged.params().as<float>());
+  merged.sync_working_params();
+
+  Batch batch;
+  lora.zero_grads();
+  merged.zero_grads();
+  const double l_lora = loss_of(lora, batch.view()).sum,
+               l_merged = loss_of(merged, batch.view()).sum;
+  lora.backward(1.0f);
+  merged.backward(1.0f);
+  // fp32, the products summed in two orders (x W^T + s (x A^T) B^T against x (W + s B A)^T):
+  // each output differs by a few float roundings (~1e-7 relative), the ~50-nat loss by far less
+  // than 1e-5 of it.
+  EXPECT_NEAR(l_lora, l_merged, 1e-5 * std::abs(l_merged));
+
+  const std::vector<float> g = host_grads(lora), gm = host_grads(merged);
+  const float s = cfg.lora.scale();
+  // The same rounding in the gradients, each a sum over the 16 tokens: 1e-4 of a tensor's norm
+  // is over 100x the difference of two fp32 orderings; a missing term is off by O(1).
+  const double tol = 1e-4;
+  for (const ParamInfo& info : merged.layout().params()) {  // the base's own gradients
+    const ParamInfo* mine = lora.layout().find(info.name);
+    std::vector<double> got(g.begin() + mine->offset, g.begin() + mine->offset + info.numel);
+    std::vector<double> want(gm.begin() + info.offset, gm.begin() + info.offset + info.numel);
+    const bool adapted_weight =
+        lora.layout().find(info.name.substr(0, info.name.size() - 7) + ".lora_A.weight") != nullptr;
+    if (!adapted_weight) EXPECT_LT(rel_err(got, want), tol) << info.name;
+  }
+  for (const ParamInfo& a : lora.layout().params()) {
+    if (!a.name.ends_with(".lora_A.weight")) continue;
+    const std::string stem = a.name.substr(0, a.name.size() - 14);
+    const ParamInfo& b = *lora.layout().find(stem + ".lora_B.weight");
+    const ParamInfo& w = *merged.layout().find(stem + ".weight");
+    const int64_t out = w.shape[0], in = w.shape[1], r = a.shape[0];
+    std::vector<double> da(size_t(r * in)), db(size_t(out * r));  // the chain rule, in double
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t i = 0; i < in; ++i) {
+        const double gw = gm[size_t(w.offset + o * in + i)];
+        for (int64_t k = 0; k < r; ++k) {
+          db[size_t(o * r + k)] += s * gw * p[a.offset + k * in + i];
+          da[size_t(k * in + i)] += s * p[b.offset + o * r + k] * gw;
+        }
+      }
+    EXPECT_LT(rel_err({g.begin() + a.offset, g.begin() + a.offset + a.numel}, da), tol) << a.name;
+    EXPECT_LT(rel_err({g.begin() + b.offset, g.begin() + b.offset + b.numel}, db), tol) << b.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Llamas, LoraArch, ::testing::Values("llama", "qwen2", "qwen3"));
+
+// Adapters only on some products, each named once, on an architecture that has them.
+TEST(Lora, TargetsAreCheckedByName) {
+  EXPECT_NO_THROW(adapted("llama", {"v", "down"}).validate());
+  EXPECT_THROW(adapted("llama", {"q", "qkv"}).validate(), UsageError);
+  EXPECT_THROW(adapted("llama", {"q", "q"}).validate(), UsageError);
+  EXPECT_THROW(adapted("llama", {}).validate(), UsageError);
+  ModelConfig gpt2 = adapted("llama", {"q"});
+  gpt2.arch = "gpt2";
+  gpt2.n_kv_head = 0;
+  EXPECT_THROW(gpt2.validate(), UsageError);
+  ModelConfig wide = adapted("llama", {"q"});
+  wide.lora.rank = 33;
+  EXPECT_THROW(wide.validate(), UsageError);
+}
+
+// Only the targets' factors are parameters, after each block's base parameters, PEFT's
+// names without its prefix; A starts U(-1/sqrt(in), 1/sqrt(in)) and B at zero.
+TEST(Lora, AdaptersAreTheTargetsParameters) {
+  const ParamLayout layout(adapted("llama", {"k", "down"}));
+  std::vector<std::string> names;
+  for (const ParamInfo& p : layout.params())
+    if (is_adapter(p.role)) names.push_back(p.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"model.layers.0.self_attn.k_proj.lora_A.weight",
+                                             "model.layers.0.self_attn.k_proj.lora_B.weight",
+                                             "model.layers.0.mlp.down_proj.lora_A.weight",
+                                             "model.layers.0.mlp.down_proj.lora_B.weight",
+                                             "model.layers.1.self_attn.k_proj.lora_A.weight",
+                                             "model.layers.1.self_attn.k_proj.lora_B.weight",
+                                             "model.layers.1.mlp.down_proj.lora_A.weight",
+                                             "model.layers.1.mlp.down_proj.lora_B.weight"}));
+  const ParamInfo& a = *layout.find("model.layers.0.mlp.down_proj.lora_A.weight");
+  EXPECT_EQ(a.shape, (std::vector<int64_t>{3, a.full_shape[1]}));
+  std::vector<float> v(size_t(a.numel));
+  init_param(a, 1, v.data());
+  const float bound = 1.0f / std::sqrt(float(a.shape[1]));
+  float lo = 0, hi = 0;
+  for (float x : v) lo = std::min(lo, x), hi = std::max(hi, x);
+  EXPECT_GE(lo, -bound);
+  EXPECT_LT(hi, bound);
+  EXPECT_GT(hi - lo, bound);  // spread over the range, not one value
+  EXPECT_EQ(peft_name(a.name), "base_model.model." + a.name);
+  EXPECT_EQ(from_peft_name(peft_name(a.name)), a.name);
+  EXPECT_THROW(from_peft_name("model.layers.0.mlp.down_proj.weight"), UsageError);
+}
+
+}  // namespace trainer::nn

@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# LoRA through the binary (Note [LoRA] in nn/lora.h): a Llama trained in full, then adapters
+# on every product trained on it (train.init_from, train.lora.rank).
+#   - the base stays bit for bit what it was, and only the adapters have optimizer moments;
+#   - the adapters lower the validation loss the base reached;
+#   - TP=2, TP=4 (key/value heads held whole), TP=2 with sequence parallelism, DDP, ZeRO-1
+#     under TP=2, ZeRO-3, 2 pipeline stages and bf16 at TP=2 train as one process does
+#     (the losses and the merged and adapter tensors within rounding); full activation
+#     checkpointing and a resume from step 10 are bit for bit the same run;
+#   - export writes the merged model (whose eval loss is the adapted checkpoint's) and the
+#     adapters in PEFT's layout; the merged folder fine-tunes again with new adapters;
+#   - what LoRA cannot do is refused by name.
+#   lora.sh <trainer> <mpiexec>
+set -euo pipefail
+HERE=$(realpath "$(dirname "${BASH_SOURCE[0]}")")
+source "$HERE/small_corpus.sh"
+source "$HERE/expect_exit.sh"
+TRAINER=$1
+MPIEXEC=$2
+DIR=$(mktemp -d /tmp/trainer_lora.XXXXXX)
+trap 'rm -rf "$DIR"' EXIT
+cd "$DIR"
+small_corpus "$TRAINER"
+common=(--set data.path=corpus --set data.tokenizer=tok.model --set run.dir=runs
+        --set model.arch=llama --set model.n_kv_head=2 --set model.ffn_multiple_of=16
+        --set model.tie_embeddings=false --set model.vocab_size=320 --set model.n_layer=2
+        --set model.n_head=4 --set model.n_embd=32 --set model.max_seq_len=32
+        --set data.seq_len=32 --set data.batch_size=2 --set data.mode=pack
+        --set train.global_batch=4 --set train.steps=20 --set train.val_every=20
+        --set train.val_batches=4 --set checkpoint.every=10 --set log.every=1
+        --set log.progress=off --set schedule.warmup_steps=2 --set log.peak_gflops=100)
+lora=(--set train.init_from=runs/base --set train.lora.rank=4 --set train.lora.alpha=8
+      --set optimizer.lr=1e-2)
+run() {  # run <ranks> <name> [--set ...]
+  local np=$1 name=$2
+  shift 2
+  OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np "$np" \
+    "$TRAINER" train "${common[@]}" --set run.name="$name" "$@" >"$name.log" 2>&1 ||
+    { echo "FAIL: run $name"; tail -5 "$name.log"; exit 1; }
+  "$TRAINER" export "runs/$name" --out "exports/$name" >/dev/null
+}
+
+run 1 base --set optimizer.lr=1e-3
+run 1 lora "${lora[@]}"
+run 1 lora_recompute "${lora[@]}" --set model.activation_checkpointing=full
+run 1 lora_resume "${lora[@]}" --set train.resume=runs/lora/checkpoints/step-10
+run 2 lora_tp2 "${lora[@]}" --set dist.tensor_parallel=2
+run 4 lora_tp4 "${lora[@]}" --set dist.tensor_parallel=4
+run 2 lora_tp2_sp "${lora[@]}" --set dist.tensor_parallel=2 --set dist.sequence_parallel=true
+run 2 lora_dp2 "${lora[@]}"
+run 4 lora_tp2_dp2_optimizer "${lora[@]}" --set dist.tensor_parallel=2 --set dist.sharding=optimizer
+run 2 lora_dp2_full "${lora[@]}" --set dist.sharding=full
+run 2 lora_pp2 "${lora[@]}" --set dist.pipeline_parallel=2
+run 1 lora_bf16 "${lora[@]}" --set model.precision=bf16
+run 2 lora_bf16_tp2 "${lora[@]}" --set model.precision=bf16 --set dist.tensor_parallel=2
+# The merged export is a plain model: it fine-tunes again, with fresh adapters on it.
+run 1 again --set train.init_from=exports/lora --set train.lora.rank=2 --set train.steps=2 \
+  --set train.lora.targets='[q, v]'
+"$TRAINER" eval runs/lora --max-batches 4 > eval_lora.txt
+"$TRAINER" eval exports/lora --max-batches 4 > eval_merged.txt
+"$TRAINER" sample runs/lora --prompt "the quick" --max-new-tokens 8 --seed 1 > sample_lora.txt
+"$TRAINER" sample exports/lora --prompt "the quick" --max-new-tokens 8 --seed 1 > sample_merged.txt
+
+PYTHONPATH="$HERE" /usr/bin/python3 - <<'PY'
+import json, sys
+import compare_runs
+from compare_runs import losses, tensors
+
+errors = []
+STEPS, LR, C = 20, 1e-2, 32
+worst = {}
+
+# The base is frozen: the adapted run's checkpoint holds the base's tensors bit for bit, and
+# moments for the adapters alone (a frozen parameter's read as zero).
+base = tensors("runs/base/checkpoints/step-20/model.safetensors")
+mine = tensors("runs/lora/checkpoints/step-20/model.safetensors")
+moments = tensors("runs/lora/checkpoints/step-20/optimizer.safetensors")
+adapters = sorted(n for n in mine if ".lora_" in n)
+if len(adapters) != 2 * 7 * 2 or sorted(set(mine) - set(adapters)) != sorted(base):
+    errors.append(f"adapted checkpoint's tensors: {sorted(mine)}")
+errors += [f"{n} moved" for n in base if mine.get(n) != base[n]]
+# The moments are one flat tensor each, laid out as the parameters: the nonzero ones are at
+# most the adapters' elements (and most of them: only an element whose every gradient was
+# exactly zero keeps a zero v).
+held = sum(len(mine[n]) for n in adapters)
+nonzero = sum(x != 0 for x in moments["adamw.v"])
+if not 0.9 * held <= nonzero <= held:
+    errors.append(f"{nonzero} nonzero second moments, the adapters have {held} elements")
+
+# The adapters learn: the validation loss falls below the base's.
+val = lambda run: [r for r in map(json.loads, open(f"runs/{run}/metrics.jsonl"))
+                   if "val_loss" in r][-1]["val_loss"]
+if not val("lora") < val("base") - 0.02:
+    errors.append(f"val loss {val('lora')} adapted, {val('base')} base")
+
+# Every layout against one process, as tensor_parallel.sh argues the bounds (fp32: the
+# group's partial sums reassociate, ~1e-7 of each gradient; AdamW normalises the rest), on
+# the merged model and on the adapters themselves. The adapters' B start at zero, so their
+# early steps are AdamW's sign-like ones on every element: 1e-5 of a tensor's norm still
+# leaves 10x over the measured worst.
+def compare(name, loss_rel, norm_rel):
+    compare_runs.compare(name, "lora", loss_rel, norm_rel, STEPS, LR, C, errors, worst)
+    a = tensors(f"exports/{name}/adapter/adapter_model.safetensors")
+    b = tensors("exports/lora/adapter/adapter_model.safetensors")
+    for t in b:
+        diff = sum((x - y) ** 2 for x, y in zip(a[t], b[t])) ** 0.5
+        rel = diff / sum(y * y for y in b[t]) ** 0.5
+        worst[name] = max(worst.get(name, 0.0), rel)
+        if rel > norm_rel:
+            errors.append(f"{name}: adapter {t} differs by {rel:.3g} of its norm")
+
+for name in ["lora_tp2", "lora_tp4", "lora_tp2_sp", "lora_dp2", "lora_tp2_dp2_optimizer",
+             "lora_dp2_full", "lora_pp2"]:
+    compare(name, 1e-5, 1e-5)
+# bf16 at TP=2 against bf16 alone: the partial sums rounded to bf16 (tensor_parallel.sh's
+# argument and bounds).
+compare_runs.compare("lora_bf16_tp2", "lora_bf16", 1e-2, 1e-1, STEPS, LR, C, errors, worst)
+print("largest per-tensor relative difference:",
+      ", ".join(f"{k} {v:.1e}" for k, v in sorted(worst.items(), key=lambda kv: -kv[1])[:4]))
+
+# Recomputing every block, and resuming at step 10, are the same run bit for bit.
+ref = losses("lora")
+if losses("lora_recompute") != ref:
+    errors.append("full activation checkpointing changed the losses")
+resumed = losses("lora_resume")
+if sorted(resumed) != list(range(11, 21)) or any(resumed[s] != ref[s] for s in resumed):
+    errors.append(f"resumed at step 10: {resumed}")
+if tensors("runs/lora_resume/checkpoints/step-20/model.safetensors") != mine:
+    errors.append("the resumed run's final weights differ")
+
+# The merged export computes the adapted model (fp32 products in two orders: 1e-5).
+got, want = (json.loads(open(f).read().splitlines()[-1])["loss"]
+             for f in ("eval_merged.txt", "eval_lora.txt"))
+if abs(got - want) > 1e-5 * want:
+    errors.append(f"merged export's eval loss {got}, the adapted checkpoint's {want}")
+
+# PEFT's layout: its config and names, A (r, in) and B (out, r).
+cfg = json.load(open("exports/lora/adapter/adapter_config.json"))
+want_cfg = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 4, "lora_alpha": 8,
+            "bias": "none", "fan_in_fan_out": False,
+            "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                               "down_proj"]}
+if not cfg.get("base_model_name_or_path", "").endswith("runs/base"):
+    errors.append(f"adapter_config.json names the base {cfg.get('base_model_name_or_path')!r}")
+for k, v in want_cfg.items():
+    if cfg.get(k) != v:
+        errors.append(f"adapter_config.json {k}: {cfg.get(k)!r}, want {v!r}")
+with open("exports/lora/adapter/adapter_model.safetensors", "rb") as f:
+    header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+shapes = {n: t["shape"] for n, t in header.items() if n != "__metadata__"}
+F = 96  # 8C/3 rounded up to 16
+dims = {"q_proj": (32, 32), "k_proj": (16, 32), "v_proj": (16, 32), "o_proj": (32, 32),
+        "gate_proj": (F, 32), "up_proj": (F, 32), "down_proj": (32, F)}
+want_shapes = {}
+for l in range(2):
+    for m, (o, i) in dims.items():
+        part = "self_attn" if m in ("q_proj", "k_proj", "v_proj", "o_proj") else "mlp"
+        stem = f"base_model.model.model.layers.{l}.{part}.{m}"
+        want_shapes[f"{stem}.lora_A.weight"] = [4, i]
+        want_shapes[f"{stem}.lora_B.weight"] = [o, 4]
+if shapes != want_shapes:
+    errors.append(f"adapter tensors {sorted(set(shapes) ^ set(want_shapes))} or shapes differ")
+if json.load(open("exports/lora/config.json")).get("model_type") != "llama":
+    errors.append("the merged export is not a llama folder")
+for e in errors[:20]:
+    print("FAIL:", e)
+sys.exit(1 if errors else 0)
+PY
+# Weights that agree to 1e-5 sample the same text with one seed (tensor_parallel.sh's reason).
+cmp -s sample_lora.txt sample_merged.txt ||
+  { echo "FAIL: samples differ"; diff sample_lora.txt sample_merged.txt; exit 1; }
+
+set +e
+expect 2 "train.lora: model.arch = gpt2 has no LoRA targets" train "${common[@]}" \
+  --set model.arch=gpt2 --set model.n_kv_head=0 --set model.tie_embeddings=true \
+  --set train.lora.rank=4 --set run.name=x
+expect 2 "train.lora.targets: 'qkv' is not one of llama's products" train "${common[@]}" \
+  --set train.lora.rank=4 --set train.lora.targets='[q, qkv]' --set run.name=x
+expect 2 "train.lora.dropout = 0.05: dropout is not implemented yet" train "${common[@]}" \
+  --set train.lora.rank=4 --set train.lora.dropout=0.05 --set run.name=x
+expect 2 "holds LoRA adapters \(train.lora.rank 4.*same train.lora keys" train "${common[@]}" \
+  --set train.init_from=runs/lora --set train.lora.rank=2 --set run.name=x
+expect 2 "holds LoRA adapters" train "${common[@]}" --set train.init_from=runs/lora \
+  --set run.name=x
+[[ $failures -eq 0 ]] || exit 1
+echo "lora: adapters train on a frozen base at every layout, export merged and as PEFT's"

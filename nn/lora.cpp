@@ -88,6 +88,11 @@ void validate_lora(const ModelConfig& m) {
               m.lora.rank, width);
 }
 
+bool skips_weight_grad(const ModelConfig& m, Role r) {
+  return m.lora.on() && !is_adapter(r) && !is_norm(r) && r != Role::q_norm_w &&
+         r != Role::k_norm_w;
+}
+
 void add_adapters(ArchSpec& spec, const ModelConfig& m) {
   if (!m.lora.on()) return;
   const int64_t r = m.lora.rank;

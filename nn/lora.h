@@ -35,6 +35,11 @@ namespace trainer::nn {
 // (one without adapters, an unknown target, a rank past the products' sizes).
 void validate_lora(const ModelConfig& m);
 
+// Whether backward leaves parameter `r`'s gradient out under m's LoRA: every product's weight
+// and bias and the embedding are frozen, so their weight gradients are not computed (the
+// norms' still are, by their ops, and frozen by the training loop like the rest).
+bool skips_weight_grad(const ModelConfig& m, Role r);
+
 // Adds m.lora's adapters to `spec` (whole shapes, before slice_spec): their parameters at the
 // end of the block, named as PEFT names them without its "base_model.model." prefix, the
 // scratch lora_h, and spec.adapters.

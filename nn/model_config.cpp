@@ -103,7 +103,14 @@ int64_t ModelConfig::matmul_params() const {
 }
 
 TokenFlops ModelConfig::token_flops() const {
-  return {6.0 * double(matmul_params()), 12.0 * n_layer * double(attention_width())};
+  // Under LoRA the frozen products compute no weight gradient (4 FLOPs a parameter, not 6),
+  // and each adapter factor is a product of its own (Note [LoRA] in nn/lora.h).
+  double adapters = 0;
+  if (lora.on())
+    for (const ParamSpec& p : arch_spec(whole()).block)
+      if (is_adapter(p.role)) adapters += double(p.shape[0]) * double(p.shape[1]) * n_layer;
+  return {(lora.on() ? 4.0 : 6.0) * double(matmul_params()) + 6.0 * adapters,
+          12.0 * n_layer * double(attention_width())};
 }
 
 Recompute ExecConfig::policy(int layer) const {

@@ -22,7 +22,7 @@ struct Architecture;  // nn/architecture.h
 
 // Training FLOPs per token, 6N + 12 L C T (PaLM appendix B): a line in the sequence length T.
 struct TokenFlops {
-  double fixed = 0;         // 6N, N the matmul parameters
+  double fixed = 0;         // 6N, N the matmul parameters (4N + 6 N_adapters under LoRA)
   double per_position = 0;  // 12 L C: attention's two products, forward and backward (C its
                             // width, attention_width())
   double at(int seq_len) const { return fixed + per_position * double(seq_len); }

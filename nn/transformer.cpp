@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "nn/kv_cache.h"
+#include "nn/lora.h"
 #include "nn/ops/attention.h"
 #include "nn/ops/cast.h"
 #include "nn/ops/cross_entropy.h"
@@ -243,7 +244,7 @@ BlockTensors Transformer::block_tensors(int l, ParamUse use) {
   for (size_t r = 0; r < size_t(Role::kCount); ++r)
     if (layout_.has(u, Role(r))) {
       t.w[r] = param(w, u, Role(r));
-      if (!g.empty()) t.g[r] = param(g, u, Role(r));
+      if (!g.empty() && !skips_weight_grad(config_, Role(r))) t.g[r] = param(g, u, Role(r));
     }
   for (const ActSpec& a : spec_.block_acts)
     if (exec_.training || a.kind != ActKind::scratch)

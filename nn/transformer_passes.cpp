@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "nn/kv_cache.h"
+#include "nn/lora.h"
 #include "nn/ops/attention.h"
 #include "nn/ops/cast.h"
 #include "nn/ops/cross_entropy.h"
@@ -148,7 +149,8 @@ void Transformer::head_backward_pass() {
       // Through the head (V, C): d lnf = dlogits @ head; d head += dlogits^T @ lnf.
       PROFILE_SCOPE("lm_head_backward", "gemm");
       matmul(ctx_, d_all, dlogits, false, head, false);
-      matmul(ctx_, dhead, dlogits, true, gathered(plan_.lnf), false, 1.0f, 1.0f);
+      if (!skips_weight_grad(config_, tied() ? Role::tok_embedding : Role::lm_head))
+        matmul(ctx_, dhead, dlogits, true, gathered(plan_.lnf), false, 1.0f, 1.0f);
     }
     // Each vocabulary slice's part of d lnf, summed (into each rank's tokens, sliced).
     if (sliced)
@@ -179,6 +181,7 @@ void Transformer::embedding_backward_pass() {
   const int E = layout_.embedding_unit();
   const int64_t N = int64_t(mb_.B) * mb_.T;
   const Tensor ge = unit_grads(E);
+  if (skips_weight_grad(config_, Role::tok_embedding)) return unit_ready(E);
   segment(true, E, [&] {
     // Every token's gradient reaches every vocabulary slice (gathered, sliced).
     const Tensor d_res = act(plan_.d_res);

@@ -146,7 +146,9 @@ ArchSpec llama_spec(const ModelConfig& m) {
 
 // `first` and the `more` tensors that follow it in the flat buffer, as one (rows, cols)
 // matrix: the stacked q/k/v or gate/up weights (or their gradients).
+// Empty where they are (frozen weights' gradients: skips_weight_grad).
 Tensor stacked(const Tensor& first, std::initializer_list<const Tensor*> more) {
+  if (first.empty()) return {};
   Tensor t = first;
   const char* end = static_cast<const char*>(first.data) + first.bytes();
   for (const Tensor* m : more) {
@@ -169,7 +171,7 @@ Tensor gate_up_weight(const std::array<Tensor, size_t(Role::kCount)>& w) {
 // The q/k/v biases (or their gradients) as one vector, adjacent in the flat buffer; none
 // without them.
 Tensor qkv_bias(const BlockTensors& t, const std::array<Tensor, size_t(Role::kCount)>& b) {
-  if (!has_qkv_bias(*t.model)) return {};
+  if (!has_qkv_bias(*t.model) || b[size_t(Role::q_b)].empty()) return {};
   const Tensor &q = b[size_t(Role::q_b)], &k = b[size_t(Role::k_b)], &v = b[size_t(Role::v_b)];
   const char* base = static_cast<const char*>(q.data);
   TRAINER_ASSERT(k.data == base + q.bytes() && v.data == base + q.bytes() + k.bytes() &&

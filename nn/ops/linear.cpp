@@ -42,6 +42,10 @@ namespace {
 // dw's dtype: fp32 gradients only, so that bf16 ones still round once per micro-batch.
 void weight_grads(const Context& ctx, const Tensor& dw, const Tensor& dbias,
                   const ConstTensor& dout, const ConstTensor& inp, bool in_out) {
+  if (dw.empty()) {
+    if (!dbias.empty()) linear_bias_grad(ctx, dbias, dout);
+    return;
+  }
   if (!in_out) {
     matmul(ctx, dw, dout, true, inp, false, 1.0f, 1.0f);
     if (!dbias.empty()) linear_bias_grad(ctx, dbias, dout);

@@ -30,7 +30,8 @@ void linear_gelu_forward(const Context& ctx, const Tensor& out, const Tensor& pr
                          GeluForm form, WeightLayout layout = WeightLayout::in_out);
 
 // dinp(N,I) = dout @ w^T (overwritten; skipped when dinp is empty); dw += inp^T @ dout (in
-// w's layout); dbias(O) += the column sums of dout (skipped when empty; deterministic).
+// w's layout; skipped when empty: a frozen weight); dbias(O) += the column sums of dout
+// (skipped when empty; deterministic).
 void linear_backward(const Context& ctx, const Tensor& dinp, const Tensor& dw, const Tensor& dbias,
                      const ConstTensor& dout, const ConstTensor& inp, const ConstTensor& w,
                      WeightLayout layout = WeightLayout::in_out);

@@ -77,7 +77,7 @@ int eval_tasks(const std::string& dir, const std::vector<std::string>& files,
   const double norm = choice_examples ? double(all.correct_norm) / double(choice_examples) : 0;
   std::printf("tasks: accuracy %.4f | normalised %.4f | %ld examples in %zu files (%.1f s)\n",
               all.accuracy(), norm, long(all.examples), files.size(), t.seconds());
-  nlohmann::json j = {{"checkpoint", saved.dir.string()},
+  nlohmann::json j = {{"checkpoint", saved.name()},
                       {"step", saved.step},
                       {"tasks", tasks},
                       {"examples", all.examples},
@@ -121,7 +121,7 @@ int cmd_eval(const Args& args) {
   data::Loader loader(lc, 0, 1);
   CHECK(data::tokenizer_is(tokenizer_of(saved).bytes, loader.corpus().manifest().tokenizer_hash),
         "{} was made with another tokenizer than checkpoint {}", lc.data_dir.string(),
-        saved.dir.string());
+        saved.name());
   const int64_t max_batches = vm["max-batches"].as<int64_t>();
   int64_t tokens = 0, batches = 0;
   Timer t;
@@ -143,9 +143,9 @@ int cmd_eval(const Args& args) {
   // A loss below zero is impossible and a non-finite one meaningless: neither is reported.
   CHECK(std::isfinite(loss) && loss >= 0,
         "checkpoint {} gives a loss of {} on {} (NaN or infinite weights?); no figures reported",
-        saved.dir.string(), loss, lc.data_dir.string());
+        saved.name(), loss, lc.data_dir.string());
   nlohmann::json j = {
-      {"checkpoint", saved.dir.string()}, {"split", lc.split}, {"step", saved.step}, {"loss", loss},
+      {"checkpoint", saved.name()}, {"split", lc.split}, {"step", saved.step}, {"loss", loss},
       {"perplexity", std::exp(loss)},     {"tokens", tokens},  {"batches", batches}};
   if (loader.corpus().has_loss_mask()) {
     // Instruction data: the loss counts the responses only; bits per byte would need the

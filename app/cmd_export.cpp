@@ -56,14 +56,12 @@ void write_peft_adapter(const fs::path& folder, const nn::ParamLayout& layout, c
                         DType dtype, const std::string& base_model) {
   const nn::LoraConfig& lora = layout.config().lora;
   std::vector<const nn::ParamInfo*> adapters;
+  for (const nn::ParamInfo& p : layout.params())
+    if (nn::is_adapter(p.role)) adapters.push_back(&p);
   std::vector<std::string> modules;  // q_proj, ..., down_proj: the module names PEFT matches
-  for (const nn::ParamInfo& p : layout.params()) {
-    if (!nn::is_adapter(p.role)) continue;
-    adapters.push_back(&p);
-    const std::string module = p.name.substr(0, p.name.rfind(".lora_"));
-    const std::string leaf = module.substr(module.rfind('.') + 1);
-    if (std::find(modules.begin(), modules.end(), leaf) == modules.end()) modules.push_back(leaf);
-  }
+  for (const nn::Adapter& ad : layout.config().architecture().lora_targets)
+    if (std::find(lora.targets.begin(), lora.targets.end(), ad.name) != lora.targets.end())
+      modules.push_back(nn::peft_module(layout.config(), ad));
   fs::create_directories(folder);
   nn::write_tensors(folder / "adapter_model.safetensors", adapters, flat, dtype,
                     [](const nn::ParamInfo& p) { return nn::peft_name(p.name); });
@@ -134,7 +132,7 @@ int cmd_export(const Args& args) {
                        saved.config.text("train.init_from"));
     Config merged_config = saved.config;  // the folder holds the merged model, no adapters
     merged_config.set("train.lora.rank", int64_t(0));
-    config_yaml = merged_config.to_yaml();
+    if (!config_yaml.empty()) config_yaml = merged_config.to_yaml();  // (a run's, not a folder's)
   }
   const std::vector<std::string> weights =
       nn::write_hf_weights(tmp, base, masters, dtype, max_shard);
@@ -150,7 +148,7 @@ int cmd_export(const Args& args) {
   fsync_path(tmp);
   fs::rename(tmp, out);
   guard.keep();
-  log::info("exported {} (step {}) to {} ({} weights file{})", saved.dir.string(), saved.step,
+  log::info("exported {} (step {}) to {} ({} weights file{})", saved.name(), saved.step,
             out.string(), weights.size(), weights.size() == 1 ? "" : "s");
   return 0;
 }

@@ -115,7 +115,7 @@ int cmd_sample(const Args& args) {
       CHECK(std::isfinite(l[v]),
             "checkpoint {} gives non-finite logits at position {} (NaN or infinite weights?); "
             "refusing to sample",
-            saved.dir.string(), dec.length());
+            saved.name(), dec.length());
     return l;
   };
   const float* logits = nullptr;

@@ -61,12 +61,4 @@ std::unique_ptr<data::Tokenizer> hf_folder_tokenizer(const fs::path& folder) {
   return hf_folder_has_tokenizer(folder) ? std::make_unique<data::Tokenizer>(folder) : nullptr;
 }
 
-void load_hf_weights(const fs::path& folder, nn::Model& model) {
-  const nn::HfWeights weights(folder, model.layout());
-  float* params = model.params().as<float>();
-  for (const nn::ParamInfo& p : model.layout().params())
-    weights.read(p, 0, p.numel, params + p.offset);
-  model.sync_working_params();
-}
-
 }  // namespace trainer::app

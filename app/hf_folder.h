@@ -32,8 +32,4 @@ Config fit_seq_len(Config c);
 bool hf_folder_has_tokenizer(const std::filesystem::path& folder);
 std::unique_ptr<data::Tokenizer> hf_folder_tokenizer(const std::filesystem::path& folder);
 
-// Copies the folder's weights into `model`'s own parameters (a model on the host that owns
-// them), a tensor at a time; see nn::HfWeights for what is refused.
-void load_hf_weights(const std::filesystem::path& folder, nn::Model& model);
-
 }  // namespace trainer::app

@@ -12,6 +12,7 @@
 
 #include "app/config.h"
 #include "app/model_source.h"
+#include "app/source_weights.h"
 #include "dist/data_parallel.h"
 #include "nn/hf_weights.h"
 #include "nn/model.h"
@@ -20,24 +21,19 @@ namespace trainer::app {
 
 struct InitSource {
   ModelSource source;
-  std::shared_ptr<const nn::HfWeights> folder;  // a folder's weights, checked against the model
-  // Where the run adds LoRA adapters to a source without them: the run's base layout, which
-  // the source is read by, the adapters starting by their initialisation rules. Null when the
-  // source holds every parameter of the run.
-  std::shared_ptr<const nn::ParamLayout> base;
+  std::shared_ptr<const SourceWeights> weights;  // checked against the model
 };
 
 // Opens `from` and checks it against the run that `run_config` describes (its parameters laid
 // out by `layout`): every key that defines the model must match, a folder's tensors must be
-// the model's, and its tokenizer must hash to `tokenizer_hash`; throws a UsageError naming the
-// first difference. Reads no weights.
+// the model's, adapters it holds must be the run's (app/source_weights.h), and its tokenizer
+// must hash to `tokenizer_hash`; throws a UsageError naming the first difference. Reads no
+// weights; adapters the source lacks will start from `seed`.
 InitSource open_init_source(const std::filesystem::path& from, const Config& run_config,
-                            const nn::ParamLayout& layout, uint64_t tokenizer_hash);
+                            const nn::ParamLayout& layout, uint64_t tokenizer_hash, uint64_t seed);
 
 // Loads the source's weights into this rank's slices of `dp` (fp32, bf16 or fp16 folders
-// alike), a range at a time, and makes the model's weights agree; adapters the source lacks
-// start from `seed` as a new run's would.
-void load_init_weights(const InitSource& source, const nn::Model& model, dist::DataParallel& dp,
-                       uint64_t seed);
+// alike), a range at a time, and makes the model's weights agree.
+void load_init_weights(const InitSource& source, const nn::Model& model, dist::DataParallel& dp);
 
 }  // namespace trainer::app

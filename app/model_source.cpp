@@ -5,7 +5,9 @@
 
 #include "app/hf_folder.h"
 #include "app/run_checkpoints.h"
+#include "app/run_setup.h"
 #include "nn/hf_weights.h"
+#include "nn/lora.h"
 #include "runtime/error.h"
 #include "runtime/file_io.h"
 
@@ -15,6 +17,7 @@ namespace fs = std::filesystem;
 
 SourceKind source_kind(const fs::path& path) {
   std::error_code ec;
+  if (nn::is_peft_adapter(path)) return SourceKind::peft_adapter;
   if (nn::is_hf_folder(path)) return SourceKind::hf_folder;
   if (!fs::is_directory(path, ec)) return SourceKind::none;
   if (fs::exists(path / kCheckpointManifest, ec)) return SourceKind::checkpoint;
@@ -37,6 +40,42 @@ std::optional<TokenizerBytes> ModelSource::own_tokenizer() const {
   return TokenizerBytes{own->path(), own->bytes()};
 }
 
+namespace {
+
+// A PEFT adapter folder: the base its adapter_config.json names, opened, with train.lora.* set
+// to the adapter's.
+ModelSource open_peft_adapter(const fs::path& path, const std::string& what) {
+  const fs::path file = path / "adapter_config.json";
+  nlohmann::json config;
+  try {
+    config = nlohmann::json::parse(read_file(file));
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(fmt::format("{}: malformed JSON: {}", file.string(), e.what()));
+  }
+  const auto base = config.find("base_model_name_or_path");
+  USAGE_CHECK(base != config.end() && base->is_string() && !base->get<std::string>().empty(),
+              "{}: base_model_name_or_path names no base model", file.string());
+  const fs::path base_path = base->get<std::string>();
+  USAGE_CHECK(source_kind(base_path) != SourceKind::none &&
+                  source_kind(base_path) != SourceKind::peft_adapter,
+              "{}: the base model {} is not a model folder, checkpoint or run directory here (a "
+              "Hub name: download the model and write its path there)",
+              file.string(), base_path.string());
+  ModelSource s = open_model_source(base_path, fmt::format("{}'s base model", what));
+  USAGE_CHECK(!stated_model(s.config).lora.on(),
+              "{}: the base model {} has LoRA adapters of its own: name its merged export "
+              "(trainer export)",
+              file.string(), base_path.string());
+  const nn::LoraConfig lora = nn::lora_from_peft(config, stated_model(s.config), file.string());
+  s.config.set("train.lora.rank", int64_t(lora.rank));
+  s.config.set("train.lora.alpha", double(lora.alpha));
+  s.config.set("train.lora.targets", lora.targets);
+  s.adapter = path;
+  return s;
+}
+
+}  // namespace
+
 ModelSource open_model_source(const fs::path& path, const std::string& what) {
   ModelSource s;
   switch (source_kind(path)) {
@@ -55,6 +94,8 @@ ModelSource open_model_source(const fs::path& path, const std::string& what) {
         s.step = hf["trainer_step"].get<int64_t>();
       return s;
     }
+    case SourceKind::peft_adapter:
+      return open_peft_adapter(path, what);
     case SourceKind::checkpoint:
     case SourceKind::run_dir:
       s.checkpoint = open_checkpoint_of(path);  // a live run's latest, read safely

@@ -1,6 +1,8 @@
 // Where saved weights come from, classified in one place: a Hugging Face model folder
 // (config.json and safetensors weights, such as `trainer export` writes), a checkpoint (a step
-// directory), or a run directory, which stands for the checkpoint its `latest` names.
+// directory), a run directory, which stands for the checkpoint its `latest` names, or a PEFT
+// LoRA adapter folder, which stands for the base model its adapter_config.json names (a path
+// here) with the adapters on it.
 // train.init_from, eval, sample, export and inspect open their model through here, and its
 // tokenizer is found here.
 #pragma once
@@ -17,7 +19,7 @@ namespace trainer::app {
 
 // What a path names: a Hugging Face folder, a checkpoint's step directory, a run directory
 // with checkpoints, or none of them.
-enum class SourceKind : uint8_t { hf_folder, checkpoint, run_dir, none };
+enum class SourceKind : uint8_t { hf_folder, checkpoint, run_dir, peft_adapter, none };
 
 // What `path` is (a run directory only while it has a checkpoint).
 SourceKind source_kind(const std::filesystem::path& path);
@@ -39,12 +41,17 @@ struct ModelSource {
   int64_t step = 0;                      // the training step of its weights (0: unknown)
   std::string config_yaml;               // the training run's config ("": a published folder)
   Config config;                         // every key: the run's, or the folder's model keys
+  // A PEFT adapter's folder, whose LoRA factors go on the model above (its base; train.lora.*
+  // in `config` say which); empty for the other kinds.
+  std::filesystem::path adapter;
+  // What reports call it: the adapter's folder, or `dir`.
+  std::string name() const { return (adapter.empty() ? dir : adapter).string(); }
   // The tokenizer it holds (a checkpoint's copy, verified with it; a folder's files), or none.
   std::optional<TokenizerBytes> own_tokenizer() const;
 };
 
 // Opens `path` (a checkpoint's files verified against its manifest; no weights read). A path
-// that is none of the three is a UsageError naming `what` ("train.init_from = <path>", or the
+// that is none of the four is a UsageError naming `what` ("train.init_from = <path>", or the
 // path itself).
 ModelSource open_model_source(const std::filesystem::path& path, const std::string& what);
 

@@ -57,11 +57,21 @@ Config with_absolute_paths(Config c) {
   return c;
 }
 
-// Fine-tuning a Hugging Face folder: the model keys come from its config.json.
+// Fine-tuning a Hugging Face folder: the model keys come from its config.json; a PEFT
+// adapter: from its base's (a folder's), and train.lora's from adapter_config.json, where the
+// config states none.
 Config with_init_model(Config c) {
   const fs::path from = c.text("train.init_from");
-  if (from.empty() || source_kind(from) != SourceKind::hf_folder) return c;
-  return fit_seq_len(with_hf_model(c, from, fmt::format("train.init_from = {}", from.string())));
+  const std::string what = fmt::format("train.init_from = {}", from.string());
+  if (from.empty()) return c;
+  const SourceKind kind = source_kind(from);
+  if (kind == SourceKind::hf_folder) return fit_seq_len(with_hf_model(c, from, what));
+  if (kind != SourceKind::peft_adapter) return c;
+  const ModelSource s = open_model_source(from, what);
+  if (!s.checkpoint) c = fit_seq_len(with_hf_model(c, s.dir, what));
+  for (const char* key : {"train.lora.rank", "train.lora.alpha", "train.lora.targets"})
+    if (!c.stated(key)) c.set(key, s.config.value(key));
+  return c;
 }
 
 }  // namespace

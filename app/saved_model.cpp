@@ -2,6 +2,7 @@
 
 #include "app/hf_folder.h"
 #include "app/run_setup.h"
+#include "app/source_weights.h"
 #include "data/tokenizer.h"
 #include "nn/hf_weights.h"
 #include "runtime/error.h"
@@ -81,10 +82,11 @@ SavedModel open_saved_model(const fs::path& dir, int rows, int seq_len) {
   exec.recompute = nn::Recompute::full;  // forward only: keep nothing per block
   exec.recompute_layers.clear();
   s.model = std::make_unique<nn::Transformer>(mc, exec);
-  if (s.checkpoint)
-    load_weights(*s.checkpoint, *s.model);
-  else
-    load_hf_weights(s.dir, *s.model);
+  const SourceWeights weights(s, s.model->layout(), s.config.integer("run.seed"));
+  float* params = s.model->params().as<float>();
+  for (const nn::ParamInfo& p : s.model->layout().params())
+    weights.read(p, 0, p.numel, params + p.offset);
+  s.model->sync_working_params();
   return s;
 }
 

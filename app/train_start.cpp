@@ -286,7 +286,7 @@ void TrainLoop::start_up() {
   // Fine-tuning starts a new run (not a resume) from saved weights; checked now, loaded below.
   std::optional<InitSource> init;
   if (!ckpt && !rc_.init_from.empty())
-    init = open_init_source(init_path(), config_, model_.layout(), tokenizer_hash_);
+    init = open_init_source(init_path(), config_, model_.layout(), tokenizer_hash_, rc_.seed);
   const std::vector<fs::path> discard =
       leader_ ? check_overwrite(from, state_.step) : std::vector<fs::path>{};
   std::optional<data::LoaderState> loader_state;
@@ -344,9 +344,9 @@ void TrainLoop::start_up() {
     saved_step_ = state_.step;
     log::info("resumed from {} at step {}", from.string(), state_.step);
   } else if (init) {
-    load_init_weights(*init, model_, *dp_, rc_.seed);
+    load_init_weights(*init, model_, *dp_);
     log::info("fine-tuning from {}: its weights, a fresh optimizer, step 0",
-              init->source.dir.string());
+              init->source.name());
   } else {
     dist::init_masters(*dp_, model_, rc_.seed);
   }

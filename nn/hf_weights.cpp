@@ -8,6 +8,7 @@
 #include <set>
 
 #include "nn/architecture.h"
+#include "nn/lora.h"
 #include "runtime/error.h"
 #include "runtime/file_io.h"
 
@@ -20,6 +21,7 @@ namespace {
 
 constexpr const char* kSingle = "model.safetensors";
 constexpr const char* kIndex = "model.safetensors.index.json";
+constexpr const char* kAdapter = "adapter_model.safetensors";
 
 // The shard files an index names, in order of first mention, refusing a tensor named twice
 // (which a JSON object would otherwise keep silently, the last one winning).
@@ -71,25 +73,34 @@ bool is_hf_folder(const fs::path& dir) {
          (fs::is_regular_file(dir / kSingle) || fs::is_regular_file(dir / kIndex));
 }
 
-HfWeights::HfWeights(const fs::path& folder, const ParamLayout& slice) {
+bool is_peft_adapter(const fs::path& dir) {
+  return fs::is_regular_file(dir / "adapter_config.json") && fs::is_regular_file(dir / kAdapter);
+}
+
+HfWeights::HfWeights(const fs::path& folder, const ParamLayout& slice, HfTensors which) {
   const ParamLayout layout = slice.all_layers();
   const Architecture& arch = layout.config().architecture();
+  const bool adapter = which == HfTensors::peft_adapter;
   // model.safetensors first, as Hugging Face reads a folder holding both.
-  std::vector<std::string> shards = {kSingle};
-  if (!fs::is_regular_file(folder / kSingle) && fs::is_regular_file(folder / kIndex))
+  std::vector<std::string> shards = {adapter ? kAdapter : kSingle};
+  if (!adapter && !fs::is_regular_file(folder / kSingle) && fs::is_regular_file(folder / kIndex))
     shards = index_shards(folder / kIndex);
-  USAGE_CHECK(fs::is_regular_file(folder / shards[0]), "{}: no {} or {} (safetensors weights)",
-              folder.string(), kSingle, kIndex);
+  USAGE_CHECK(fs::is_regular_file(folder / shards[0]), "{}: no {} (safetensors weights)",
+              folder.string(), adapter ? kAdapter : "model.safetensors or " + std::string(kIndex));
+  // Whether `p` is what the files hold.
+  auto held = [&](const ParamInfo* p) { return p && is_adapter(p->role) == adapter; };
   std::map<std::string, std::string> where;  // layout name -> file, for the twice check
   for (const std::string& shard : shards) {
     files_.push_back(std::make_unique<SafetensorsFile>(folder / shard));
     const SafetensorsFile& f = *files_.back();
     for (const TensorEntry& t : f.tensors()) {
-      std::string name = t.name;
+      std::string name = adapter ? from_peft_name(t.name) : t.name;
       const std::string prefix = arch.hf_file_prefix;
-      if (!layout.find(name) && !prefix.empty() && name.starts_with(prefix))
+      if (!held(layout.find(name)) && !prefix.empty() && name.starts_with(prefix))
         name = name.substr(prefix.size());
-      if (!layout.find(name)) {
+      if (!held(layout.find(name))) {
+        USAGE_CHECK(!adapter, "{}: tensor '{}' is not one of the adapters train.lora gives ({})",
+                    f.path().string(), t.name, fmt::join(layout.config().lora.targets, ", "));
         const bool extra = std::any_of(arch.hf_extra_tensors.begin(), arch.hf_extra_tensors.end(),
                                        [&](const char* s) { return ends_with(name, s); });
         USAGE_CHECK(extra, "{}: tensor '{}' is not one of the {} model's (another model?)",
@@ -104,7 +115,9 @@ HfWeights::HfWeights(const fs::path& folder, const ParamLayout& slice) {
   const std::string files = shards.size() == 1 ? (folder / shards[0]).string()
                                                : fmt::format("{} shards of {}", shards.size(),
                                                              (folder / kIndex).string());
+  bool first = true;
   for (const ParamInfo& p : layout.params()) {
+    if (is_adapter(p.role) != adapter) continue;
     const auto it = params_.find(p.name);
     USAGE_CHECK(it != params_.end(), "{}: no tensor '{}' (the {} model needs it)", files, p.name,
                 arch.name);
@@ -113,7 +126,7 @@ HfWeights::HfWeights(const fs::path& folder, const ParamLayout& slice) {
                 "{}: tensor '{}' is {}, not F32, BF16 or F16", files, t.name, dtype_name(t.dtype));
     USAGE_CHECK(t.shape == p.full_shape, "{}: tensor '{}' has shape [{}] but the model's is [{}]",
                 files, t.name, fmt::join(t.shape, ", "), fmt::join(p.full_shape, ", "));
-    if (&p == &layout.params().front()) dtype_ = t.dtype;
+    if (first) dtype_ = t.dtype, first = false;
   }
 }
 

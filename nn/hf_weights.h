@@ -17,6 +17,12 @@ namespace trainer::nn {
 
 // Whether `dir` is a Hugging Face model folder: a config.json and safetensors weights.
 bool is_hf_folder(const std::filesystem::path& dir);
+// Whether `dir` is a PEFT adapter folder: adapter_config.json and adapter_model.safetensors.
+bool is_peft_adapter(const std::filesystem::path& dir);
+
+// What a folder's weights are: a model's parameters (its LoRA adapters, if the layout has any,
+// are not among them), or a PEFT adapter's LoRA factors under PEFT's names (nn/lora.h).
+enum class HfTensors : uint8_t { model, peft_adapter };
 
 class HfWeights {
  public:
@@ -25,8 +31,10 @@ class HfWeights {
   // before any value is read. Throws a UsageError naming the file and the tensor for a shard
   // the index names that is missing, a tensor named twice (in the index or in two files), a
   // parameter missing, of another shape or not F32, BF16 or F16, or a tensor that is not one of
-  // the model's.
-  HfWeights(const std::filesystem::path& folder, const ParamLayout& layout);
+  // the model's. With `peft_adapter`, the same for the adapter's file and the layout's
+  // adapters.
+  HfWeights(const std::filesystem::path& folder, const ParamLayout& layout,
+            HfTensors which = HfTensors::model);
   ~HfWeights();
 
   // Elements [begin, end) of `p` (a parameter of the layout, or of any slice or stage of its

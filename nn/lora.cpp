@@ -180,6 +180,59 @@ void merge_adapters(const ParamLayout& layout, const float* flat, const ParamLay
   }
 }
 
+std::string peft_module(const ModelConfig& m, const Adapter& ad) {
+  const ArchSpec spec = m.architecture().spec(m.base());
+  const std::string name =
+      stem(find_in(spec.block, [&](const ParamSpec& p) { return p.role == ad.base; }).name);
+  return name.substr(name.rfind('.') + 1);
+}
+
+LoraConfig lora_from_peft(const nlohmann::json& c, const ModelConfig& m, const std::string& file) {
+  using nlohmann::json;
+  auto field = [&](const char* key) { return c.contains(key) ? c[key] : json(); };
+  // A field that changes what the adapters compute must hold what the trainer computes.
+  auto expect = [&](const char* key, std::initializer_list<json> fine, const char* meaning) {
+    const json v = field(key);
+    USAGE_CHECK(v.is_null() || std::find(fine.begin(), fine.end(), v) != fine.end(),
+                "{}: {} = {} is not supported: the trainer's adapters are {}", file, key, v.dump(),
+                meaning);
+  };
+  USAGE_CHECK(c.is_object() && field("peft_type") == "LORA",
+              "{}: peft_type {} is not LORA (the only adapter the trainer reads)", file,
+              field("peft_type").dump());
+  expect("bias", {"none"}, "without biases");
+  expect("use_dora", {false}, "plain LoRA, not DoRA");
+  expect("use_rslora", {false}, "scaled by alpha / r (not rsLoRA's alpha / sqrt(r))");
+  expect("fan_in_fan_out", {false}, "stored (out, in) as torch.nn.Linear's weights");
+  expect("modules_to_save", {json::array()}, "the only trained tensors");
+  expect("layers_to_transform", {}, "on every layer");
+  expect("rank_pattern", {json::object()}, "of one rank");
+  expect("alpha_pattern", {json::object()}, "of one alpha");
+  const json r = field("r"), alpha = field("lora_alpha"), modules = field("target_modules");
+  USAGE_CHECK(r.is_number_integer() && r.get<int64_t>() > 0 && r.get<int64_t>() <= 4096,
+              "{}: r = {} is not a rank (a positive integer)", file, r.dump());
+  USAGE_CHECK(alpha.is_number() && alpha.get<double>() > 0, "{}: lora_alpha = {} is not positive",
+              file, alpha.dump());
+  LoraConfig lora{int(r.get<int64_t>()), float(alpha.get<double>()), {}};
+  const std::vector<Adapter>& all = m.architecture().lora_targets;
+  if (modules == "all-linear") {
+    for (const Adapter& ad : all) lora.targets.push_back(ad.name);
+    return lora;
+  }
+  USAGE_CHECK(modules.is_array() && !modules.empty(),
+              "{}: target_modules = {} is not a list of module names or \"all-linear\"", file,
+              modules.dump());
+  for (const Adapter& ad : all)  // in the architecture's order, as train.lora.targets is read
+    if (std::find(modules.begin(), modules.end(), json(peft_module(m, ad))) != modules.end())
+      lora.targets.push_back(ad.name);
+  for (const json& name : modules)
+    USAGE_CHECK(std::any_of(all.begin(), all.end(),
+                            [&](const Adapter& ad) { return name == peft_module(m, ad); }),
+                "{}: target_modules names {}, not one of {}'s adapted modules", file, name.dump(),
+                m.arch);
+  return lora;
+}
+
 std::string peft_name(const std::string& name) {
   return kPeftPrefix + name;
 }

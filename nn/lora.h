@@ -20,6 +20,7 @@
 // gradient, is partial, and s h B^T rides in the partial output the product's sum adds up.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "nn/arch.h"
@@ -59,6 +60,16 @@ void adapters_backward(const Context& ctx, const BlockTensors& t, Role product, 
 // weight's rows W + s B A.
 void merge_adapters(const ParamLayout& layout, const float* flat, const ParamLayout& base_layout,
                     float* base);
+
+// PEFT's name of the module an adapter adapts (its base weight's leaf: "q_proj" for Llama's q).
+std::string peft_module(const ModelConfig& m, const Adapter& ad);
+// The adapters a PEFT adapter_config.json (`file`, parsed as `config`) describes on model m:
+// a LoRA of rank r, lora_alpha and target_modules (a list of m's modules, or "all-linear").
+// Throws a UsageError naming the file and field for what the trainer does not compute (another
+// peft_type, biases, DoRA, rsLoRA, per-layer ranks, fan_in_fan_out, modules_to_save, layers
+// left out) or that m lacks.
+LoraConfig lora_from_peft(const nlohmann::json& config, const ModelConfig& m,
+                          const std::string& file);
 
 // PEFT's name of adapter parameter `name` ("base_model.model." before it) and the inverse
 // (throws a UsageError naming `name` when it is not one).

@@ -9,6 +9,8 @@
 #     checkpointing and a resume from step 10 are bit for bit the same run;
 #   - export writes the merged model (whose eval loss is the adapted checkpoint's) and the
 #     adapters in PEFT's layout; the merged folder fine-tunes again with new adapters;
+#   - the PEFT adapter folder evaluates, samples and exports as the adapted checkpoint does,
+#     bit for bit, and trains further at TP=2 x PP=2;
 #   - what LoRA cannot do is refused by name.
 #   lora.sh <trainer> <mpiexec>
 set -euo pipefail
@@ -18,7 +20,7 @@ source "$HERE/expect_exit.sh"
 TRAINER=$1
 MPIEXEC=$2
 DIR=$(mktemp -d /tmp/trainer_lora.XXXXXX)
-trap 'rm -rf "$DIR"' EXIT
+[[ -n "${KEEP:-}" ]] || trap 'rm -rf "$DIR"' EXIT
 cd "$DIR"
 small_corpus "$TRAINER"
 common=(--set data.path=corpus --set data.tokenizer=tok.model --set run.dir=runs
@@ -60,6 +62,21 @@ run 1 again --set train.init_from=exports/lora --set train.lora.rank=2 --set tra
 "$TRAINER" eval exports/lora --max-batches 4 > eval_merged.txt
 "$TRAINER" sample runs/lora --prompt "the quick" --max-new-tokens 8 --seed 1 > sample_lora.txt
 "$TRAINER" sample exports/lora --prompt "the quick" --max-new-tokens 8 --seed 1 > sample_merged.txt
+# The PEFT adapter folder reads as its base with the adapters on it. Its factors are in fp32
+# and its base is the adapted run's frozen one, so eval, sample and a merged export are the
+# adapted checkpoint's bit for bit; it trains further at TP=2 x PP=2, where at lr 0 every
+# slice of every factor is read back unchanged.
+"$TRAINER" eval exports/lora/adapter --max-batches 4 > eval_adapter.txt
+"$TRAINER" sample exports/lora/adapter --prompt "the quick" --max-new-tokens 8 --seed 1 \
+  > sample_adapter.txt
+"$TRAINER" export exports/lora/adapter --out exports/from_adapter >/dev/null
+run 4 adapter_tp2_pp2 --set train.init_from=exports/lora/adapter --set optimizer.lr=0 \
+  --set optimizer.min_lr=0 --set train.steps=2 --set dist.tensor_parallel=2 \
+  --set dist.pipeline_parallel=2
+for f in adapter_tp2_pp2/adapter/adapter_model.safetensors from_adapter/model.safetensors; do
+  cmp -s "exports/$f" "exports/lora/${f#*/}" || { echo "FAIL: exports/$f differs"; exit 1; }
+done
+cmp -s sample_adapter.txt sample_lora.txt || { echo "FAIL: the adapter samples otherwise"; exit 1; }
 
 PYTHONPATH="$HERE" /usr/bin/python3 - <<'PY'
 import json, sys
@@ -133,6 +150,9 @@ got, want = (json.loads(open(f).read().splitlines()[-1])["loss"]
              for f in ("eval_merged.txt", "eval_lora.txt"))
 if abs(got - want) > 1e-5 * want:
     errors.append(f"merged export's eval loss {got}, the adapted checkpoint's {want}")
+got = json.loads(open("eval_adapter.txt").read().splitlines()[-1])["loss"]
+if got != want:
+    errors.append(f"the PEFT adapter's eval loss {got}, the adapted checkpoint's {want}")
 
 # PEFT's layout: its config and names, A (r, in) and B (out, r).
 cfg = json.load(open("exports/lora/adapter/adapter_config.json"))
@@ -182,5 +202,22 @@ expect 2 "holds LoRA adapters \(train.lora.rank 4.*same train.lora keys" train "
   --set train.init_from=runs/lora --set train.lora.rank=2 --set run.name=x
 expect 2 "holds LoRA adapters" train "${common[@]}" --set train.init_from=runs/lora \
   --set run.name=x
+# PEFT adapters the trainer does not compute, or whose base is not here.
+peft() {  # peft <name> <python assignment to c>: a copy of the exported adapter, changed
+  cp -r exports/lora/adapter "$1"
+  python3 -c "import json; f='$1/adapter_config.json'; c=json.load(open(f)); $2; json.dump(c, open(f, 'w'))"
+}
+peft dora 'c["use_dora"] = True'
+peft hub 'c["base_model_name_or_path"] = "meta-llama/Llama-3.2-1B"'
+peft gpt2 'c["target_modules"] = ["q_proj", "c_attn"]'
+peft rank 'c["r"] = 8'
+expect 2 "use_dora = true is not supported: the trainer's adapters are plain LoRA" eval dora
+expect 2 "the base model meta-llama/Llama-3.2-1B is not a model folder, checkpoint or run" \
+  sample hub --prompt x
+expect 2 'target_modules names "c_attn", not one of llama' export gpt2 --out x
+expect 2 "adapter_model.safetensors: tensor '.*lora_A.weight' has shape \[4, 32\] but the model's is \[8, 32\]" \
+  eval rank
+expect 2 "exports/lora/adapter holds LoRA adapters \(train.lora.rank 4" train "${common[@]}" \
+  --set train.init_from=exports/lora/adapter --set train.lora.rank=2 --set run.name=x
 [[ $failures -eq 0 ]] || exit 1
 echo "lora: adapters train on a frozen base at every layout, export merged and as PEFT's"

@@ -91,9 +91,7 @@ int eval_tasks(const std::string& dir, const std::vector<std::string>& files,
 
 int cmd_eval(const Args& args) {
   po::options_description desc("eval options");
-  desc.add_options()("checkpoint", po::value<std::string>()->required(),
-                     "checkpoint directory, a run directory (its latest), or a Hugging Face model "
-                     "folder; also positional")(
+  desc.add_options()("checkpoint", po::value<std::string>()->required(), kModelSourceHelp)(
       "data", po::value<std::string>(), "prepared data directory (default: the run's data.path)")(
       "split", po::value<std::string>()->default_value("val"), "split to evaluate")(
       "max-batches", po::value<int64_t>()->default_value(0), "stop after n batches (0 = all)")(
@@ -145,8 +143,8 @@ int cmd_eval(const Args& args) {
         "checkpoint {} gives a loss of {} on {} (NaN or infinite weights?); no figures reported",
         saved.name(), loss, lc.data_dir.string());
   nlohmann::json j = {
-      {"checkpoint", saved.name()}, {"split", lc.split}, {"step", saved.step}, {"loss", loss},
-      {"perplexity", std::exp(loss)},     {"tokens", tokens},  {"batches", batches}};
+      {"checkpoint", saved.name()},   {"split", lc.split}, {"step", saved.step}, {"loss", loss},
+      {"perplexity", std::exp(loss)}, {"tokens", tokens},  {"batches", batches}};
   if (loader.corpus().has_loss_mask()) {
     // Instruction data: the loss counts the responses only; bits per byte would need the
     // responses' bytes, which the corpus does not count apart.

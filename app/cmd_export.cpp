@@ -91,10 +91,8 @@ void write_peft_adapter(const fs::path& folder, const nn::ParamLayout& layout, c
 
 int cmd_export(const Args& args) {
   po::options_description desc("export options");
-  desc.add_options()("checkpoint", po::value<std::string>()->required(),
-                     "checkpoint directory, a run directory (its latest), or a Hugging Face model "
-                     "folder; also positional")("out", po::value<std::string>()->required(),
-                                                "output folder (created; must not exist)")(
+  desc.add_options()("checkpoint", po::value<std::string>()->required(), kModelSourceHelp)(
+      "out", po::value<std::string>()->required(), "output folder (created; must not exist)")(
       "tokenizer", po::value<std::string>(),
       "tokenizer (default: the checkpoint's or folder's own)")(
       "dtype", po::value<std::string>()->default_value("fp32"),

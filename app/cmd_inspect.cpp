@@ -1,6 +1,6 @@
 // `trainer inspect`: a checkpoint's manifest, trainer state, config and tensor list (with each
 // tensor's flat offset, which sharded checkpoints' ranges refer to); or a Hugging Face folder's
-// model, tokenizer and tensors.
+// model, tokenizer and tensors; or a PEFT adapter's LoRA and tensors.
 #include <fmt/ranges.h>
 
 #include <cstdio>
@@ -11,8 +11,10 @@
 #include "app/options.h"
 #include "app/run_setup.h"
 #include "app/saved_model.h"
+#include "app/source_weights.h"
 #include "dist/hosts.h"
 #include "nn/hf_weights.h"
+#include "nn/lora.h"
 #include "nn/param_layout.h"
 
 namespace trainer::app {
@@ -52,19 +54,39 @@ int inspect_folder(const ModelSource& source) {
   return 0;
 }
 
+// A PEFT adapter folder: its LoRA and its tensors, and the base it goes on (every tensor of
+// both checked against the model before anything is printed).
+int inspect_adapter(const ModelSource& source) {
+  const nn::ParamLayout layout(model_config(source.config));
+  const SourceWeights check(source, layout, 0);
+  const nn::LoraConfig& lora = layout.config().lora;
+  std::printf("PEFT adapter %s on %s (all tensors checked)\n\n", source.adapter.c_str(),
+              source.dir.c_str());
+  std::printf("lora: rank %d, alpha %g, targets %s\n\ntensors:\n", lora.rank, lora.alpha,
+              fmt::format("{}", fmt::join(lora.targets, ", ")).c_str());
+  int64_t count = 0, tensors = 0;
+  for (const nn::ParamInfo& p : layout.params()) {
+    if (!nn::is_adapter(p.role)) continue;
+    count += p.numel, ++tensors;
+    std::printf("  %-56s [%s]\n", nn::peft_name(p.name).c_str(),
+                fmt::format("{}", fmt::join(p.shape, ", ")).c_str());
+  }
+  std::printf("  %ld tensors, %ld parameters\n", long(tensors), long(count));
+  return 0;
+}
+
 }  // namespace
 
 int cmd_inspect(const Args& args) {
   po::options_description desc("inspect options");
-  desc.add_options()("checkpoint", po::value<std::string>()->required(),
-                     "checkpoint directory, a run directory (its latest), or a Hugging Face model "
-                     "folder; also positional");
+  desc.add_options()("checkpoint", po::value<std::string>()->required(), kModelSourceHelp);
   po::positional_options_description pos;
   pos.add("checkpoint", 1);
   po::variables_map vm;
   if (!parse_options("inspect", args, desc, vm, &pos)) return 0;
   const fs::path dir = vm["checkpoint"].as<std::string>();
   const ModelSource source = open_model_source(dir, dir.string());
+  if (!source.adapter.empty()) return inspect_adapter(source);
   if (!source.checkpoint) return inspect_folder(source);
   const Checkpoint& c = *source.checkpoint;
   std::printf("checkpoint %s (all %zu files verified)\n\nmanifest:\n%s\n\nconfig:\n%s\n",

@@ -52,9 +52,7 @@ int32_t draw(const float* logits, int V, const SamplingOptions& o, Rng& rng) {
 
 int cmd_sample(const Args& args) {
   po::options_description desc("sample options");
-  desc.add_options()("checkpoint", po::value<std::string>()->required(),
-                     "checkpoint directory, a run directory (its latest), or a Hugging Face model "
-                     "folder; also positional")(
+  desc.add_options()("checkpoint", po::value<std::string>()->required(), kModelSourceHelp)(
       "prompt", po::value<std::string>()->default_value(""),
       "text to continue; with --template, the user's message to answer")(
       "template", po::value<std::string>(),

@@ -11,6 +11,11 @@
 
 namespace trainer::app {
 
+// The help of the commands that open a saved model (app/model_source.h): what it may be.
+inline constexpr const char* kModelSourceHelp =
+    "checkpoint directory, a run directory (its latest), a Hugging Face model folder or a PEFT "
+    "adapter folder (on the base its adapter_config.json names); also positional";
+
 namespace po = boost::program_options;
 
 // Parses args against `desc`. Positional arguments go where `pos` says; without `pos` any

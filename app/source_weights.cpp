@@ -40,8 +40,7 @@ SourceWeights::SourceWeights(const ModelSource& source, const nn::ParamLayout& l
   else
     folder_ = std::make_unique<nn::HfWeights>(source.dir, base_);
   if (!source.adapter.empty())
-    adapter_ =
-        std::make_unique<nn::HfWeights>(source.adapter, layout, nn::HfTensors::peft_adapter);
+    adapter_ = std::make_unique<nn::HfWeights>(source.adapter, layout, nn::HfTensors::peft_adapter);
 }
 
 SourceWeights::~SourceWeights() = default;
@@ -49,7 +48,8 @@ SourceWeights::~SourceWeights() = default;
 void SourceWeights::read(const nn::ParamInfo& p, int64_t begin, int64_t end, float* out) const {
   if (whole_) return checkpoint_->read_params(p.offset + begin, p.offset + end, out);
   if (nn::is_adapter(p.role))
-    return adapter_ ? adapter_->read(p, begin, end, out) : nn::init_param(p, seed_, begin, end, out);
+    return adapter_ ? adapter_->read(p, begin, end, out)
+                    : nn::init_param(p, seed_, begin, end, out);
   const nn::ParamInfo* q = base_.find(p.name);
   TRAINER_ASSERT(q, "{} is not a parameter of the base's layout", p.name);
   if (checkpoint_) return checkpoint_->read_params(q->offset + begin, q->offset + end, out);

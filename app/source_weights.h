@@ -28,8 +28,8 @@ class SourceWeights {
   void read(const nn::ParamInfo& p, int64_t begin, int64_t end, float* out) const;
 
  private:
-  nn::ParamLayout base_;      // the layout without adapters: what a folder or base holds
-  bool whole_ = false;        // a checkpoint holding every parameter of the layout
+  nn::ParamLayout base_;  // the layout without adapters: what a folder or base holds
+  bool whole_ = false;    // a checkpoint holding every parameter of the layout
   std::optional<CheckpointTensors> checkpoint_;
   std::unique_ptr<nn::HfWeights> folder_, adapter_;
   uint64_t seed_;

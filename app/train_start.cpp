@@ -345,8 +345,7 @@ void TrainLoop::start_up() {
     log::info("resumed from {} at step {}", from.string(), state_.step);
   } else if (init) {
     load_init_weights(*init, model_, *dp_);
-    log::info("fine-tuning from {}: its weights, a fresh optimizer, step 0",
-              init->source.name());
+    log::info("fine-tuning from {}: its weights, a fresh optimizer, step 0", init->source.name());
   } else {
     dist::init_masters(*dp_, model_, rc_.seed);
   }

@@ -77,6 +77,8 @@ for f in adapter_tp2_pp2/adapter/adapter_model.safetensors from_adapter/model.sa
   cmp -s "exports/$f" "exports/lora/${f#*/}" || { echo "FAIL: exports/$f differs"; exit 1; }
 done
 cmp -s sample_adapter.txt sample_lora.txt || { echo "FAIL: the adapter samples otherwise"; exit 1; }
+"$TRAINER" inspect exports/lora/adapter | grep -q "^lora: rank 4, alpha 8, targets q, k, v, o, gate, up, down" ||
+  { echo "FAIL: inspect of the adapter"; exit 1; }
 
 PYTHONPATH="$HERE" /usr/bin/python3 - <<'PY'
 import json, sys

@@ -6,7 +6,8 @@
 #   - TP=2, TP=4 (key/value heads held whole), TP=2 with sequence parallelism, DDP, ZeRO-1
 #     under TP=2, ZeRO-3, 2 pipeline stages and bf16 at TP=2 train as one process does
 #     (the losses and the merged and adapter tensors within rounding); full activation
-#     checkpointing and a resume from step 10 are bit for bit the same run;
+#     checkpointing and a resume from step 10 are bit for bit the same run, and so are 2 ranks
+#     and 1 under dist.deterministic; the TP=2 checkpoint resumes in one process;
 #   - export writes the merged model (whose eval loss is the adapted checkpoint's) and the
 #     adapters in PEFT's layout; the merged folder fine-tunes again with new adapters;
 #   - the PEFT adapter folder evaluates, samples and exports as the adapted checkpoint does,
@@ -53,6 +54,9 @@ run 2 lora_dp2 "${lora[@]}"
 run 4 lora_tp2_dp2_optimizer "${lora[@]}" --set dist.tensor_parallel=2 --set dist.sharding=optimizer
 run 2 lora_dp2_full "${lora[@]}" --set dist.sharding=full
 run 2 lora_pp2 "${lora[@]}" --set dist.pipeline_parallel=2
+run 1 lora_det1 "${lora[@]}" --set dist.deterministic=true
+run 2 lora_det2 "${lora[@]}" --set dist.deterministic=true
+run 1 lora_from_tp2 "${lora[@]}" --set train.resume=runs/lora_tp2/checkpoints/step-10
 run 1 lora_bf16 "${lora[@]}" --set model.precision=bf16
 run 2 lora_bf16_tp2 "${lora[@]}" --set model.precision=bf16 --set dist.tensor_parallel=2
 # The merged export is a plain model: it fine-tunes again, with fresh adapters on it.
@@ -146,6 +150,16 @@ if sorted(resumed) != list(range(11, 21)) or any(resumed[s] != ref[s] for s in r
     errors.append(f"resumed at step 10: {resumed}")
 if tensors("runs/lora_resume/checkpoints/step-20/model.safetensors") != mine:
     errors.append("the resumed run's final weights differ")
+# dist.deterministic: 2 ranks are 1, bit for bit (docs/dist.md).
+if losses("lora_det2") != losses("lora_det1") or \
+        tensors("runs/lora_det2/checkpoints/step-20/model.safetensors") != \
+        tensors("runs/lora_det1/checkpoints/step-20/model.safetensors"):
+    errors.append("dist.deterministic: 2 ranks differ from 1")
+# The TP=2 run's step-10 checkpoint, resumed by one process, continues the curve (fp32
+# reassociation, as above).
+for step, l in losses("lora_from_tp2").items():
+    if abs(l - ref[step]) > 1e-5 * ref[step]:
+        errors.append(f"lora_from_tp2: step {step} loss {l!r}, one process {ref[step]!r}")
 
 # The merged export computes the adapted model (fp32 products in two orders: 1e-5).
 got, want = (json.loads(open(f).read().splitlines()[-1])["loss"]

@@ -93,7 +93,7 @@ void print_stages(const RunConfig& rc, const nn::ParamLayout& layout, int world)
       dist::ParallelConfig pc;
       pc.sharding = stage;
       pc.reshard_after_forward = rc.reshard_after_forward;
-      pc.is_frozen = [&](const std::string& p) { return is_frozen(*layout.find(p), rc); };
+      pc.is_frozen = frozen_by_name(layout, rc);
       const dist::StateBytes st = dist::planned_state_bytes(layout, pc, world, e.compute, e.grad);
       std::printf("  %-10s %-9s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f /%8.1f %10.1f /%9.1f\n", name,
                   compute == DType::f32 ? "fp32" : (e.grad == DType::bf16 ? "bf16" : "bf16/g32"),

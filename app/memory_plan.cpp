@@ -15,7 +15,7 @@ MemoryPlan plan_memory(const RunConfig& rc, int data_ranks) {
   dist::ParallelConfig pc;
   pc.sharding = rc.sharding;
   pc.reshard_after_forward = rc.reshard_after_forward;
-  pc.is_frozen = [&](const std::string& name) { return is_frozen(*layout.find(name), rc); };
+  pc.is_frozen = frozen_by_name(layout, rc);
   return {dist::planned_state_bytes(layout, pc, data_ranks, rc.exec.compute, rc.exec.grad),
           nn::Transformer::planned_memory(rc.model, rc.exec)};
 }

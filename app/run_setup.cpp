@@ -40,6 +40,15 @@ bool is_frozen(const nn::ParamInfo& p, const RunConfig& r) {
   return matches_any(p.name, r.freeze) || (r.model.lora.on() && !nn::is_adapter(p.role));
 }
 
+std::function<bool(const std::string&)> frozen_by_name(const nn::ParamLayout& layout,
+                                                       const RunConfig& r) {
+  return [&layout, &r](const std::string& name) {
+    const nn::ParamInfo* p = layout.find(name);
+    TRAINER_ASSERT(p, "is_frozen of {}, not a parameter", name);
+    return is_frozen(*p, r);
+  };
+}
+
 nn::ModelConfig model_config(const Config& c) {
   const nn::ModelConfig m = stated_model(c);
   m.validate();

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -107,6 +108,10 @@ RunConfig resolve_run(const Config& c);
 // Whether parameter `p` is kept fixed in the run `r` describes: train.freeze matches it, or it
 // is a base parameter under LoRA (Note [LoRA] in nn/lora.h).
 bool is_frozen(const nn::ParamInfo& p, const RunConfig& r);
+// The same by the name of a parameter of `layout` (dist::ParallelConfig::is_frozen), for as
+// long as both live.
+std::function<bool(const std::string&)> frozen_by_name(const nn::ParamLayout& layout,
+                                                       const RunConfig& r);
 
 // run.dir/run.name: where the run keeps its checkpoints, logs and metrics.
 std::filesystem::path run_dir_of(const Config& c);

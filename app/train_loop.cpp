@@ -89,13 +89,7 @@ TrainLoop::TrainLoop(const Config& config, RunConfig rc, const TrainOptions& opt
                                     .deterministic = rc_.deterministic,
                                     .reduce_in_finish = grid.pipeline_size() > 1,
                                     .frozen = frozen_ranges(model_.layout(), rc_),
-                                    .is_frozen =
-                                        [this](const std::string& name) {
-                                          const nn::ParamInfo* p = model_.layout().find(name);
-                                          TRAINER_ASSERT(p, "is_frozen of {}, not a parameter",
-                                                         name);
-                                          return is_frozen(*p, rc_);
-                                        }})),
+                                    .is_frozen = frozen_by_name(model_.layout(), rc_)})),
       join_(rc_.join),
       peak_(peak),
       token_flops_(rc_.model.token_flops()),

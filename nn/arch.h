@@ -49,8 +49,7 @@ enum class Role : uint8_t {
   up_w,
   down_w,
   lm_head,  // an untied head
-  // LoRA adapters (Note [LoRA] in nn/lora.h): each target product's A (r, in) and B (out, r),
-  // in the order of kLoraTargets.
+  // LoRA adapters (Note [LoRA] in nn/lora.h): each target product's A (r, in) and B (out, r).
   lora_q_a,
   lora_q_b,
   lora_k_a,

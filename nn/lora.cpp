@@ -64,10 +64,13 @@ void validate_lora(const ModelConfig& m) {
   const std::vector<Adapter>& choices = m.architecture().lora_targets;
   std::vector<std::string> names;
   for (const Adapter& ad : choices) names.push_back(ad.name);
-  USAGE_CHECK(!choices.empty(),
-              "train.lora: model.arch = {} has no LoRA targets (LoRA adapts llama, qwen2 and "
-              "qwen3 models)",
-              m.arch);
+  if (choices.empty()) {
+    std::vector<std::string> adaptable;
+    for (const Architecture* a : architectures())
+      if (!a->lora_targets.empty()) adaptable.push_back(a->name);
+    throw UsageError(fmt::format("train.lora: model.arch = {} has no LoRA targets (LoRA adapts {})",
+                                 m.arch, fmt::join(adaptable, ", ")));
+  }
   USAGE_CHECK(!m.lora.targets.empty(), "train.lora.targets is empty: name some of {}",
               fmt::join(names, ", "));
   for (size_t i = 0; i < m.lora.targets.size(); ++i) {
@@ -81,11 +84,15 @@ void validate_lora(const ModelConfig& m) {
   }
   USAGE_CHECK(std::isfinite(m.lora.alpha) && m.lora.alpha > 0,
               "train.lora.alpha must be positive, got {}", m.lora.alpha);
-  const int64_t width = std::min<int64_t>(m.n_embd, m.kv_channels());
-  USAGE_CHECK(m.lora.rank <= width,
-              "train.lora.rank = {} exceeds the narrowest adapted product's {} channels: a "
-              "low-rank adapter is narrower than its product",
-              m.lora.rank, width);
+  const ArchSpec spec = m.architecture().spec(m.base());
+  for (const Adapter& ad : choices) {
+    if (!targeted(m, ad)) continue;
+    const ParamSpec& w = find_in(spec.block, [&](const ParamSpec& p) { return p.role == ad.base; });
+    USAGE_CHECK(m.lora.rank <= std::min(w.shape[0], w.shape[1]),
+                "train.lora.rank = {} exceeds {} ({} x {}): a low-rank adapter is narrower than "
+                "its product",
+                m.lora.rank, w.name, w.shape[0], w.shape[1]);
+  }
 }
 
 bool skips_weight_grad(const ModelConfig& m, Role r) {

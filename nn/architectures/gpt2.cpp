@@ -121,9 +121,10 @@ void gpt2_block_backward(const Context& ctx, const BlockTensors& t) {
                      gelu_linear_backward(ctx, dx, G(t, R::fc_proj_w), G(t, R::fc_proj_b), dy, x,
                                           W(t, R::fc_proj_w), A(t, fch), t.model->gelu);
                    });
-  product_backward(ctx, t, R::fc_w, t.d_ln, A(t, d_fch), A(t, ln2), [&](auto& dx, auto& dy, auto& x) {
-    linear_backward(ctx, dx, G(t, R::fc_w), G(t, R::fc_b), dy, x, W(t, R::fc_w));
-  });
+  product_backward(ctx, t, R::fc_w, t.d_ln, A(t, d_fch), A(t, ln2),
+                   [&](auto& dx, auto& dy, auto& x) {
+                     linear_backward(ctx, dx, G(t, R::fc_w), G(t, R::fc_b), dy, x, W(t, R::fc_w));
+                   });
   layernorm_backward(ctx, t.d_res, G(t, R::norm2_w), G(t, R::norm2_b), t.d_ln, A(t, res_mid),
                      W(t, R::norm2_w), A(t, ln2_mean), A(t, ln2_rstd));
   // Attention branch.
@@ -133,9 +134,10 @@ void gpt2_block_backward(const Context& ctx, const BlockTensors& t) {
                                      W(t, R::attn_proj_w));
                    });
   attend_backward(ctx, t, qkv_parts(t, A(t, d_qkv)), qkv_parts(t, A(t, qkv)));
-  product_backward(ctx, t, R::qkv_w, t.d_ln, A(t, d_qkv), A(t, ln1), [&](auto& dx, auto& dy, auto& x) {
-    linear_backward(ctx, dx, G(t, R::qkv_w), G(t, R::qkv_b), dy, x, W(t, R::qkv_w));
-  });
+  product_backward(
+      ctx, t, R::qkv_w, t.d_ln, A(t, d_qkv), A(t, ln1), [&](auto& dx, auto& dy, auto& x) {
+        linear_backward(ctx, dx, G(t, R::qkv_w), G(t, R::qkv_b), dy, x, W(t, R::qkv_w));
+      });
   layernorm_backward(ctx, t.d_res, G(t, R::norm1_w), G(t, R::norm1_b), t.d_ln, t.x,
                      W(t, R::norm1_w), A(t, ln1_mean), A(t, ln1_rstd));
 }

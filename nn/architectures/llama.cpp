@@ -145,8 +145,8 @@ ArchSpec llama_spec(const ModelConfig& m) {
 }
 
 // `first` and the `more` tensors that follow it in the flat buffer, as one (rows, cols)
-// matrix: the stacked q/k/v or gate/up weights (or their gradients).
-// Empty where they are (frozen weights' gradients: skips_weight_grad).
+// matrix: the stacked q/k/v or gate/up weights (or their gradients); empty where they are
+// (frozen weights' gradients: skips_weight_grad).
 Tensor stacked(const Tensor& first, std::initializer_list<const Tensor*> more) {
   if (first.empty()) return {};
   Tensor t = first;

@@ -159,9 +159,10 @@ void neox_block_backward(const Context& ctx, const BlockTensors& t) {
                                      W(t, R::attn_proj_w), kOutIn);
                    });
   // MLP branch.
-  product_backward(ctx, t, R::fc_w, t.d_ln, A(t, d_fch), A(t, ln2), [&](auto& dx, auto& dy, auto& x) {
-    linear_backward(ctx, dx, G(t, R::fc_w), G(t, R::fc_b), dy, x, W(t, R::fc_w), kOutIn);
-  });
+  product_backward(
+      ctx, t, R::fc_w, t.d_ln, A(t, d_fch), A(t, ln2), [&](auto& dx, auto& dy, auto& x) {
+        linear_backward(ctx, dx, G(t, R::fc_w), G(t, R::fc_b), dy, x, W(t, R::fc_w), kOutIn);
+      });
   layernorm_backward(ctx, t.d_res, G(t, R::norm2_w), G(t, R::norm2_b), t.d_ln, t.x,
                      W(t, R::norm2_w), A(t, ln2_mean), A(t, ln2_rstd));
   // Attention branch.
@@ -170,9 +171,10 @@ void neox_block_backward(const Context& ctx, const BlockTensors& t) {
   const Tensor &dq = d[0], &dk = d[1];
   rope_backward(ctx, dq, t.positions, hs, rd, rope);
   rope_backward(ctx, dk, t.positions, hs, rd, rope);
-  product_backward(ctx, t, R::qkv_w, t.d_ln, A(t, d_qkv), A(t, ln1), [&](auto& dx, auto& dy, auto& x) {
-    linear_backward(ctx, dx, G(t, R::qkv_w), G(t, R::qkv_b), dy, x, W(t, R::qkv_w), kOutIn);
-  });
+  product_backward(
+      ctx, t, R::qkv_w, t.d_ln, A(t, d_qkv), A(t, ln1), [&](auto& dx, auto& dy, auto& x) {
+        linear_backward(ctx, dx, G(t, R::qkv_w), G(t, R::qkv_b), dy, x, W(t, R::qkv_w), kOutIn);
+      });
   layernorm_backward(ctx, t.d_res, G(t, R::norm1_w), G(t, R::norm1_b), t.d_ln, t.x,
                      W(t, R::norm1_w), A(t, ln1_mean), A(t, ln1_rstd));
 }

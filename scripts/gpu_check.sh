@@ -497,6 +497,17 @@ checks() {
       row "$label" "$why"
     fi
   done
+  # LoRA: the adapters' products add into strided columns of the q/k/v and gate/up outputs
+  # (cuBLASLt with beta = 1), and the frozen products skip their weight gradients.
+  label="20 steps llama LoRA, GPU vs CPU"
+  if needs "$label" corpus; then
+    if train_small cpu llama llama-lora-cpu --set train.lora.rank=8 &&
+        train_small cuda llama llama-lora-cuda --set train.lora.rank=8; then
+      compare "$label" close 20 llama-lora-cpu llama-lora-cuda
+    else
+      row "$label" "$why"
+    fi
+  fi
   # DDP through a 1-rank NCCL communicator: its all-reduces run, and change nothing.
   label="1-rank NCCL DDP, 20 steps"
   if needs "$label" corpus gpt2-cuda; then
@@ -783,7 +794,8 @@ selftest() {
   expect "$t" "  kernel families, GPT-2 350M" '^gemm 61\.0%'
   expect "$t" "  fallbacks, GPT-2 350M" '^pass: none$'
   expect "$t" "  fallbacks, GPT-2 124M-fast" '^FAIL: cudnn_attention_backward, 120 calls \(injected\)$'
-  expect "$t" "(done)" '^32 rows, 8 FAIL, 0 SKIP'
+  expect "$t" "20 steps llama LoRA, GPU vs CPU" '^pass: loss 6\.8900 -> 6\.7000 \(llama-lora-cpu\), 6\.7000 \(llama-lora-cuda\), worst step 0\.0e\+00$'
+  expect "$t" "(done)" '^33 rows, 8 FAIL, 0 SKIP'
   n=$((n + 1))
   if ! grep -q '^==== graphs-stream.log: exit 124' "$dir/main/logs.txt"; then
     echo "selftest FAIL: logs.txt has no graphs-stream.log"

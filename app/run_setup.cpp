@@ -137,6 +137,12 @@ const std::vector<const char*>& model_keys() {
   return keys;
 }
 
+const std::vector<const char*>& lora_keys() {
+  static const std::vector<const char*> keys = {"train.lora.rank", "train.lora.alpha",
+                                                "train.lora.targets"};
+  return keys;
+}
+
 nn::ModelConfig stated_model(const Config& c) {
   nn::ModelConfig m;
   for (const ModelKey& k : kModelKeys) k.read(c, k.key, m);

@@ -128,6 +128,9 @@ nn::ModelConfig stated_model(const Config& c);
 void set_model_keys(Config& c, const nn::ModelConfig& m);
 // The keys that define a model's parameters and what they compute (Note [Model keys]).
 const std::vector<const char*>& model_keys();
+// The train.lora keys that define its adapters (read into nn::ModelConfig::lora too; a
+// published folder never states them, so they are not model keys).
+const std::vector<const char*>& lora_keys();
 // How the model runs (precision, gradient dtype, checkpointing) for batches of up to
 // max_rows x max_seq_len tokens.
 nn::ExecConfig exec_config(const Config& c, int max_rows, int max_seq_len);

@@ -69,7 +69,7 @@ Config with_init_model(Config c) {
   if (kind != SourceKind::peft_adapter) return c;
   const ModelSource s = open_model_source(from, what);
   if (!s.checkpoint) c = fit_seq_len(with_hf_model(c, s.dir, what));
-  for (const char* key : {"train.lora.rank", "train.lora.alpha", "train.lora.targets"})
+  for (const char* key : lora_keys())
     if (!c.stated(key)) c.set(key, s.config.value(key));
   return c;
 }

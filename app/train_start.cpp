@@ -31,7 +31,8 @@ namespace fs = std::filesystem;
 namespace {
 
 // Keys that give the loader's saved position its meaning, and keys that define the model
-// without changing tensor shapes (n_head): changing either on resume is refused.
+// without changing tensor shapes (n_head, train.lora.alpha): changing either on resume is
+// refused.
 void check_resumable(const Config& now, const Checkpoint& ckpt) {
   Config then;
   then.merge_yaml(ckpt.config_yaml, (ckpt.dir / "config.yaml").string());
@@ -42,7 +43,9 @@ void check_resumable(const Config& now, const Checkpoint& ckpt) {
       throw UsageError(fmt::format(
           "cannot resume from {}: {} was {} there but is {} now (it defines the data order)",
           ckpt.dir.string(), key, then.to_yaml_value(key), now.to_yaml_value(key)));
-  for (const char* key : model_keys())
+  std::vector<const char*> model = model_keys();
+  model.insert(model.end(), lora_keys().begin(), lora_keys().end());
+  for (const char* key : model)
     if (then.to_yaml_value(key) != now.to_yaml_value(key))
       throw UsageError(fmt::format(
           "cannot resume from {}: {} was {} there but is {} now (another model; start a new "

@@ -218,6 +218,8 @@ expect 2 "holds LoRA adapters \(train.lora.rank 4.*same train.lora keys" train "
   --set train.init_from=runs/lora --set train.lora.rank=2 --set run.name=x
 expect 2 "holds LoRA adapters" train "${common[@]}" --set train.init_from=runs/lora \
   --set run.name=x
+expect 2 "cannot resume from .*step-20: train.lora.rank was 4 there but is 8 now" train \
+  "${common[@]}" "${lora[@]}" --set train.lora.rank=8 --set run.name=lora --set train.steps=30
 # PEFT adapters the trainer does not compute, or whose base is not here.
 peft() {  # peft <name> <python assignment to c>: a copy of the exported adapter, changed
   cp -r exports/lora/adapter "$1"

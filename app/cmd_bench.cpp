@@ -11,6 +11,7 @@
 #include "app/run_setup.h"
 #include "dist/communicator.h"
 #include "nn/adamw.h"
+#include "nn/lora.h"
 #include "nn/transformer.h"
 #include "runtime/buffer.h"
 #include "runtime/cuda/stream.h"
@@ -95,7 +96,11 @@ int cmd_bench(const Args& args) {
   }
   nn::Transformer model(mc, exec);
   model.init_weights(1);
-  nn::AdamW opt(model.layout(), {}, {{0, model.layout().total(), 0}}, nullptr, exec.device);
+  // The base of a LoRA model is frozen, as a run freezes it.
+  const auto frozen = [&](const std::string& name) {
+    return nn::frozen_by_lora(mc, model.layout().find(name)->role);
+  };
+  nn::AdamW opt(model.layout(), {}, {{0, model.layout().total(), 0}}, frozen, exec.device);
   std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T);
   Rng rng(7);
   for (size_t i = 0; i < tokens.size(); ++i) {

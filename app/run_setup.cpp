@@ -6,6 +6,7 @@
 #include <string>
 
 #include "app/refusals.h"
+#include "nn/lora.h"
 #include "nn/param_layout.h"
 #include "nn/pipeline_split.h"
 #include "nn/transformer.h"
@@ -37,7 +38,7 @@ std::vector<int> checkpoint_layers(const Config& c) {
 }  // namespace
 
 bool is_frozen(const nn::ParamInfo& p, const RunConfig& r) {
-  return matches_any(p.name, r.freeze) || (r.model.lora.on() && !nn::is_adapter(p.role));
+  return matches_any(p.name, r.freeze) || nn::frozen_by_lora(r.model, p.role);
 }
 
 std::function<bool(const std::string&)> frozen_by_name(const nn::ParamLayout& layout,

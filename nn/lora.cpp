@@ -96,7 +96,7 @@ void validate_lora(const ModelConfig& m) {
 }
 
 bool skips_weight_grad(const ModelConfig& m, Role r) {
-  return m.lora.on() && !is_adapter(r) && !is_norm(r) && r != Role::q_norm_w && r != Role::k_norm_w;
+  return frozen_by_lora(m, r) && !is_norm(r) && r != Role::q_norm_w && r != Role::k_norm_w;
 }
 
 void add_adapters(ArchSpec& spec, const ModelConfig& m) {

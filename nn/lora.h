@@ -36,6 +36,11 @@ namespace trainer::nn {
 // (one without adapters, an unknown target, a rank past the products' sizes).
 void validate_lora(const ModelConfig& m);
 
+// Whether a parameter of role `r` is frozen by m's LoRA: every one but the adapters.
+inline bool frozen_by_lora(const ModelConfig& m, Role r) {
+  return m.lora.on() && !is_adapter(r);
+}
+
 // Whether backward leaves parameter `r`'s gradient out under m's LoRA: every product's weight
 // and bias and the embedding are frozen, so their weight gradients are not computed (the
 // norms' still are, by their ops, and frozen by the training loop like the rest).

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "nn/architecture.h"
 #include "nn/param_layout.h"
@@ -181,8 +182,18 @@ void merge_adapters(const ParamLayout& layout, const float* flat, const ParamLay
     const ParamInfo* w = base_layout.find(name + ".weight");
     TRAINER_ASSERT(b && w, "the LoRA factors of {} are not paired", name);
     const int64_t out = w->shape[0], in = w->shape[1], r = a.shape[0];
-    sgemm(false, false, out, in, r, s, flat + b->offset, r, flat + a.offset, in, 1.0f,
-          base + w->offset, in);
+    const float *A = flat + a.offset, *B = flat + b->offset;
+    float* W = base + w->offset;
+#pragma omp parallel for schedule(static)
+    for (int64_t o = 0; o < out; ++o) {
+      // Each product of two floats is exact in double, so only the sum over k (in order)
+      // and the final addition round.
+      std::vector<double> sum(size_t(in), 0.0);
+      for (int64_t k = 0; k < r; ++k)
+        for (int64_t i = 0; i < in; ++i) sum[size_t(i)] += double(B[o * r + k]) * A[k * in + i];
+      for (int64_t i = 0; i < in; ++i)
+        W[o * in + i] = float(double(W[o * in + i]) + double(s) * sum[size_t(i)]);
+    }
   }
 }
 

@@ -62,7 +62,8 @@ void adapters_backward(const Context& ctx, const BlockTensors& t, Role product, 
 
 // Folds the adapters of `flat` (host fp32, laid out by the whole model's `layout`, LoRA on)
 // into `base` (laid out by the base's layout): each base parameter copied, each adapted
-// weight's rows W + s B A.
+// weight's elements W + s (B A) computed in double (the sum over the rank in order) and
+// rounded to fp32 once.
 void merge_adapters(const ParamLayout& layout, const float* flat, const ParamLayout& base_layout,
                     float* base);
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# LoRA against full fine-tuning, side by side from one run: the same Llama (L=4, C=512, 8 heads
-# with 4 key/value heads, V=8192, 4 rows of 128 tokens, fp32, 2 threads) fine-tuned 30 steps
-# from one base, in full and with rank-16 adapters on every product: each one's median step
-# time, its memory plan (optimizer state, gradients, total) and peak resident memory, and the
-# ratios. The adapters' optimizer state is their own; the base's fp32 masters and gradient
-# buffer are still held (docs/interop.md, "LoRA").
+# LoRA against full fine-tuning, side by side from one run: a Llama (L=4, C=512, 8 heads with 4
+# key/value heads, V=8192, 4 rows of 128 tokens, fp32, 2 threads) trained 60 steps and exported
+# as a Hugging Face folder, then fine-tuned 30 steps on new sentences, in full (lr 1e-3) and
+# with rank-16 adapters on every product (lr 1e-2): each one's validation loss on the new data,
+# median step time, memory plan (optimizer state, gradients, total) and peak resident memory,
+# and the ratios. The adapters' optimizer state is their own; the base's fp32 masters and
+# gradient buffer are still held (docs/interop.md, "LoRA").
 #   scripts/bench/lora.sh [build/trainer]
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -14,6 +15,13 @@ trap 'rm -rf "$DIR"' EXIT
 cd "$DIR"
 source "$ROOT/tests/app/small_corpus.sh"
 small_corpus "$TRAINER"
+for i in $(seq 1 300); do
+  echo "a small cat number $((i % 7)) sits on the warm mat by the kitchen door all day."
+  echo "the old man reads $((i % 3)) books in the quiet house while the rain falls."
+  echo
+done > new.txt
+"$TRAINER" prepare --tokenizer tok.model --input new.txt --format text --out new \
+  --val-fraction 0.1 >/dev/null
 common=(--set data.path=corpus --set data.tokenizer=tok.model --set run.dir=runs
         --set model.arch=llama --set model.vocab_size=8192 --set model.n_layer=4
         --set model.n_head=8 --set model.n_kv_head=4 --set model.n_embd=512
@@ -21,13 +29,21 @@ common=(--set data.path=corpus --set data.tokenizer=tok.model --set run.dir=runs
         --set train.val_every=0 --set log.every=1 --set log.progress=off
         --set log.peak_gflops=100)
 export OMP_NUM_THREADS=2
-"$TRAINER" train "${common[@]}" --set run.name=base --set train.steps=1 \
-  --set checkpoint.every=1 >base.log 2>&1
+"$TRAINER" train "${common[@]}" --set run.name=base --set train.steps=60 \
+  --set checkpoint.every=60 >base.log 2>&1
+"$TRAINER" export runs/base --out base >/dev/null
 for name in full lora; do
-  extra=()
-  [[ $name == lora ]] && extra=(--set train.lora.rank=16 --set train.lora.alpha=32)
-  "$TRAINER" train "${common[@]}" --set run.name="$name" --set train.init_from=runs/base \
-    --set train.steps=30 --set checkpoint.every=0 "${extra[@]}" >"$name.log" 2>&1
+  extra=(--set optimizer.lr=1e-3)
+  [[ $name == lora ]] && extra=(--set train.lora.rank=16 --set train.lora.alpha=32
+                                --set optimizer.lr=1e-2)
+  "$TRAINER" train "${common[@]}" --set run.name="$name" --set train.init_from=base \
+    --set data.path=new --set train.steps=30 --set checkpoint.every=30 "${extra[@]}" \
+    >"$name.log" 2>&1
+done
+for name in base full lora; do
+  src=runs/$name
+  [[ $name == base ]] && src=base
+  "$TRAINER" eval "$src" --data new --max-batches 8 | tail -1 >"eval_$name.json"
 done
 
 /usr/bin/python3 - <<'PY'
@@ -41,12 +57,17 @@ def run(name):
                      r"([0-9.]+)", log)
     peak = float(re.search(r"peak resident memory ([0-9.]+) MiB", log).group(1))
     total, masters, grads, opt = map(float, plan.groups())
-    return {"step ms": statistics.median(r["step_ms"] for r in rows if r["step"] > 5),
+    return {"val loss": json.load(open(f"eval_{name}.json"))["loss"],
+            "step ms": statistics.median(r["step_ms"] for r in rows if r["step"] > 5),
             "optimizer MiB": opt, "gradients MiB": grads, "plan MiB": total,
             "peak RSS MiB": peak}
 
 full, lora = run("full"), run("lora")
+base = json.load(open("eval_base.json"))["loss"]
+print(f"validation loss on the new data before fine-tuning: {base:.4f}")
 print(f"{'':16}{'full':>10}{'LoRA r=16':>12}{'LoRA / full':>14}")
 for key in full:
-    print(f"{key:16}{full[key]:10.1f}{lora[key]:12.1f}{lora[key] / max(full[key], 1e-9):14.2f}")
+    digits = 4 if key == "val loss" else 1
+    print(f"{key:16}{full[key]:10.{digits}f}{lora[key]:12.{digits}f}"
+          f"{lora[key] / max(full[key], 1e-9):14.2f}")
 PY

@@ -24,6 +24,13 @@ DIR=$(mktemp -d /tmp/trainer_lora.XXXXXX)
 [[ -n "${KEEP:-}" ]] || trap 'rm -rf "$DIR"' EXIT
 cd "$DIR"
 small_corpus "$TRAINER"
+for i in $(seq 1 300); do  # new data for the fine-tuning, in the same tokenizer
+  echo "a small cat number $((i % 7)) sits on the warm mat by the kitchen door all day."
+  echo "the old man reads $((i % 3)) books in the quiet house while the rain falls."
+  echo
+done > new.txt
+"$TRAINER" prepare --tokenizer tok.model --input new.txt --format text --out new \
+  --val-fraction 0.1 >/dev/null
 common=(--set data.path=corpus --set data.tokenizer=tok.model --set run.dir=runs
         --set model.arch=llama --set model.n_kv_head=2 --set model.ffn_multiple_of=16
         --set model.tie_embeddings=false --set model.vocab_size=320 --set model.n_layer=2
@@ -32,18 +39,13 @@ common=(--set data.path=corpus --set data.tokenizer=tok.model --set run.dir=runs
         --set train.global_batch=4 --set train.steps=20 --set train.val_every=20
         --set train.val_batches=4 --set checkpoint.every=10 --set log.every=1
         --set log.progress=off --set schedule.warmup_steps=2 --set log.peak_gflops=100)
-lora=(--set train.init_from=runs/base --set train.lora.rank=4 --set train.lora.alpha=8
-      --set optimizer.lr=1e-2)
-run() {  # run <ranks> <name> [--set ...]
-  local np=$1 name=$2
-  shift 2
-  OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np "$np" \
-    "$TRAINER" train "${common[@]}" --set run.name="$name" "$@" >"$name.log" 2>&1 ||
-    { echo "FAIL: run $name"; tail -5 "$name.log"; exit 1; }
-  "$TRAINER" export "runs/$name" --out "exports/$name" >/dev/null
-}
+# Fine-tuning: from the base's exported folder, on the new data.
+tune=(--set train.init_from=exports/base --set data.path=new)
+lora=("${tune[@]}" --set train.lora.rank=4 --set train.lora.alpha=8 --set optimizer.lr=1e-2)
+source "$HERE/train_and_export.sh"
 
 run 1 base --set optimizer.lr=1e-3
+run 1 full "${tune[@]}" --set optimizer.lr=1e-3
 run 1 lora "${lora[@]}"
 run 1 lora_recompute "${lora[@]}" --set model.activation_checkpointing=full
 run 1 lora_resume "${lora[@]}" --set train.resume=runs/lora/checkpoints/step-10
@@ -62,6 +64,9 @@ run 2 lora_bf16_tp2 "${lora[@]}" --set model.precision=bf16 --set dist.tensor_pa
 # The merged export is a plain model: it fine-tunes again, with fresh adapters on it.
 run 1 again --set train.init_from=exports/lora --set train.lora.rank=2 --set train.steps=2 \
   --set train.lora.targets='[q, v]'
+for name in base full lora; do
+  "$TRAINER" eval "exports/$name" --data new --max-batches 4 | tail -1 > "eval_new_$name.txt"
+done
 "$TRAINER" eval runs/lora --max-batches 4 > eval_lora.txt
 "$TRAINER" eval exports/lora --max-batches 4 > eval_merged.txt
 "$TRAINER" sample runs/lora --prompt "the quick" --max-new-tokens 8 --seed 1 > sample_lora.txt
@@ -70,7 +75,7 @@ run 1 again --set train.init_from=exports/lora --set train.lora.rank=2 --set tra
 # and its base is the adapted run's frozen one, so eval, sample and a merged export are the
 # adapted checkpoint's bit for bit; it trains further at TP=2 x PP=2, where at lr 0 every
 # slice of every factor is read back unchanged.
-"$TRAINER" eval exports/lora/adapter --max-batches 4 > eval_adapter.txt
+"$TRAINER" eval exports/lora/adapter --data new --max-batches 4 > eval_adapter.txt
 "$TRAINER" sample exports/lora/adapter --prompt "the quick" --max-new-tokens 8 --seed 1 \
   > sample_adapter.txt
 "$TRAINER" export exports/lora/adapter --out exports/from_adapter >/dev/null
@@ -95,7 +100,7 @@ worst = {}
 
 # The base is frozen: the adapted run's checkpoint holds the base's tensors bit for bit, and
 # moments for the adapters alone (a frozen parameter's read as zero).
-base = tensors("runs/base/checkpoints/step-20/model.safetensors")
+base = tensors("exports/base/model.safetensors")
 mine = tensors("runs/lora/checkpoints/step-20/model.safetensors")
 moments = tensors("runs/lora/checkpoints/step-20/optimizer.safetensors")
 adapters = sorted(n for n in mine if ".lora_" in n)
@@ -110,11 +115,38 @@ nonzero = sum(x != 0 for x in moments["adamw.v"])
 if not 0.9 * held <= nonzero <= held:
     errors.append(f"{nonzero} nonzero second moments, the adapters have {held} elements")
 
-# The adapters learn: the validation loss falls below the base's.
-val = lambda run: [r for r in map(json.loads, open(f"runs/{run}/metrics.jsonl"))
-                   if "val_loss" in r][-1]["val_loss"]
-if not val("lora") < val("base") - 0.02:
-    errors.append(f"val loss {val('lora')} adapted, {val('base')} base")
+# The adapters learn the new data: its validation loss falls below the base's, which has not
+# seen its sentences (full fine-tuning's, at the same steps, printed beside it). Measured: by
+# 0.17 nats, of which rounding could move at most about 1e-5 (the layouts' bound above); 0.05
+# leaves 3x to a slower optimisation elsewhere.
+val = {n: json.load(open(f"eval_new_{n}.txt"))["loss"] for n in ("base", "full", "lora")}
+print("validation loss on the new data after 20 steps: base {base:.4f}, full fine-tuning "
+      "{full:.4f}, LoRA r=4 {lora:.4f}".format(**val))
+if not val["lora"] < val["base"] - 0.05:
+    errors.append(f"validation loss on the new data {val['lora']} adapted, {val['base']} base")
+
+# The merged export is base + (alpha/r) B A exactly: each element's sum over the rank in
+# double, in order (each product of two floats is exact there), rounded to fp32 once
+# (nn/lora.h). A contracted multiply-add could round the double once less: that changes the
+# fp32 result only where the double lands within 1e-16 of an fp32 rounding boundary, odds of
+# about 1e-9 per element.
+import torch
+A = tensors("exports/lora/adapter/adapter_model.safetensors")
+merged = tensors("exports/lora/model.safetensors")
+s = torch.tensor(8, dtype=torch.float32) / torch.tensor(4, dtype=torch.float32)
+for name, w in base.items():
+    stem = name[:-len(".weight")]
+    a, b = (A.get(f"base_model.model.{stem}.lora_{x}.weight") for x in "AB")
+    want = torch.tensor(w, dtype=torch.float64)
+    if a is not None:
+        a = torch.tensor(a, dtype=torch.float64).view(4, -1)
+        b = torch.tensor(b, dtype=torch.float64).view(-1, 4)
+        acc = torch.zeros(b.shape[0], a.shape[1], dtype=torch.float64)
+        for k in range(4):
+            acc += b[:, k:k + 1] * a[k:k + 1, :]
+        want = want + s.double() * acc.flatten()
+    if not torch.equal(want.float(), torch.tensor(merged[name], dtype=torch.float32)):
+        errors.append(f"merged {name} is not base + (alpha/r) B A")
 
 # Every layout against one process, as tensor_parallel.sh argues the bounds (fp32: the
 # group's partial sums reassociate, ~1e-7 of each gradient; AdamW normalises the rest), on
@@ -176,7 +208,7 @@ want_cfg = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 4, "lora_alpha":
             "bias": "none", "fan_in_fan_out": False,
             "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                "down_proj"]}
-if not cfg.get("base_model_name_or_path", "").endswith("runs/base"):
+if not cfg.get("base_model_name_or_path", "").endswith("exports/base"):
     errors.append(f"adapter_config.json names the base {cfg.get('base_model_name_or_path')!r}")
 for k, v in want_cfg.items():
     if cfg.get(k) != v:
@@ -214,10 +246,12 @@ expect 2 "train.lora.targets: 'qkv' is not one of llama's products" train "${com
   --set train.lora.rank=4 --set train.lora.targets='[q, qkv]' --set run.name=x
 expect 2 "train.lora.dropout = 0.05: dropout is not implemented yet" train "${common[@]}" \
   --set train.lora.rank=4 --set train.lora.dropout=0.05 --set run.name=x
+# (runs/lora's model keys are its folder's: the SwiGLU width as config.json gives it)
+folder_keys=(--set model.ffn_hidden=96 --set model.ffn_multiple_of=1)
 expect 2 "holds LoRA adapters \(train.lora.rank 4.*same train.lora keys" train "${common[@]}" \
-  --set train.init_from=runs/lora --set train.lora.rank=2 --set run.name=x
-expect 2 "holds LoRA adapters" train "${common[@]}" --set train.init_from=runs/lora \
-  --set run.name=x
+  "${folder_keys[@]}" --set train.init_from=runs/lora --set train.lora.rank=2 --set run.name=x
+expect 2 "holds LoRA adapters" train "${common[@]}" "${folder_keys[@]}" \
+  --set train.init_from=runs/lora --set run.name=x
 expect 2 "cannot resume from .*step-20: train.lora.rank was 4 there but is 8 now" train \
   "${common[@]}" "${lora[@]}" --set train.lora.rank=8 --set run.name=lora --set train.steps=30
 # PEFT adapters the trainer does not compute, or whose base is not here.

@@ -35,14 +35,7 @@ common=(--set data.path="$DIR/corpus" --set data.tokenizer="$DIR/tok.model" --se
 llama=(--set model.arch=llama --set model.n_kv_head=2 --set model.ffn_multiple_of=16
        --set model.tie_embeddings=false)
 interleaved=(--set dist.pipeline_schedule=interleaved --set dist.pipeline_virtual_stages=2)
-run() {  # run <ranks> <name> [--set ...]
-  local np=$1 name=$2
-  shift 2
-  OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np "$np" \
-    "$TRAINER" train "${common[@]}" --set run.name="$name" "$@" >"$name.log" 2>&1 ||
-    { echo "FAIL: run $name"; tail -5 "$name.log"; exit 1; }
-  "$TRAINER" export "runs/$name" --out "exports/$name" >/dev/null
-}
+source "$HERE/train_and_export.sh"
 
 run 1 gpt2
 for p in 2 4; do

@@ -28,14 +28,7 @@ common=(--set data.path="$DIR/corpus" --set data.tokenizer="$DIR/tok.model" --se
 llama=(--set model.arch=llama --set model.n_kv_head=2 --set model.ffn_multiple_of=16
        --set model.tie_embeddings=false)
 pp2=(--set dist.pipeline_parallel=2)
-run() {  # run <ranks> <name> [--set ...]: trains, and exports the result to exports/<name>
-  local np=$1 name=$2
-  shift 2
-  OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np "$np" \
-    "$TRAINER" train "${common[@]}" --set run.name="$name" "$@" >"$name.log" 2>&1 ||
-    { tail -3 "$name.log"; fail "run $name"; }
-  "$TRAINER" export "runs/$name" --out "exports/$name" >/dev/null
-}
+source "$HERE/train_and_export.sh"
 
 # The sources: a trained GPT-2 and Llama, exported whole and in shards of 8 KB.
 run 1 gpt2

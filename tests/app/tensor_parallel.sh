@@ -32,14 +32,7 @@ common=(--set data.path=corpus --set data.tokenizer=tok.model --set run.dir=runs
         --set optimizer.lr=1e-3 --set log.peak_gflops=100)
 llama=(--set model.arch=llama --set model.n_kv_head=2 --set model.ffn_multiple_of=16
        --set model.tie_embeddings=false)
-run() {  # run <ranks> <name> [--set ...]
-  local np=$1 name=$2
-  shift 2
-  OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np "$np" \
-    "$TRAINER" train "${common[@]}" --set run.name="$name" "$@" >"$name.log" 2>&1 ||
-    { echo "FAIL: run $name"; tail -5 "$name.log"; exit 1; }
-  "$TRAINER" export "runs/$name" --out "exports/$name" >/dev/null
-}
+source "$HERE/train_and_export.sh"
 
 run 1 gpt2
 run 2 gpt2_tp2 --set dist.tensor_parallel=2

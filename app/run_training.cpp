@@ -19,6 +19,7 @@
 #include "runtime/cuda/stream.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "runtime/file_io.h"
 #include "runtime/gemm.h"
 #include "runtime/log.h"
 #include "runtime/memory.h"
@@ -57,18 +58,31 @@ Config with_absolute_paths(Config c) {
   return c;
 }
 
-// Fine-tuning a Hugging Face folder: the model keys come from its config.json; a PEFT
-// adapter: from its base's (a folder's), and train.lora's from adapter_config.json, where the
-// config states none.
+// `c` with the model keys it leaves out taken from `source`, a saved run's config.
+Config with_model_keys_of(Config c, const Config& source) {
+  for (const char* key : model_keys())
+    if (!c.stated(key)) c.set(key, source.value(key));
+  return fit_seq_len(c);
+}
+
+// Fine-tuning: the model keys the config leaves out come from the source, a Hugging Face
+// folder's config.json or a checkpoint's config (those it states must agree: init_from.h); a
+// PEFT adapter's from its base, and train.lora's from its adapter_config.json.
 Config with_init_model(Config c) {
   const fs::path from = c.text("train.init_from");
   const std::string what = fmt::format("train.init_from = {}", from.string());
   if (from.empty()) return c;
   const SourceKind kind = source_kind(from);
   if (kind == SourceKind::hf_folder) return fit_seq_len(with_hf_model(c, from, what));
+  if (kind == SourceKind::checkpoint || kind == SourceKind::run_dir) {
+    const fs::path file = source_dir(from) / "config.yaml";
+    Config saved;
+    saved.merge_yaml(read_file(file), file.string());
+    return with_model_keys_of(c, saved);
+  }
   if (kind != SourceKind::peft_adapter) return c;
   const ModelSource s = open_model_source(from, what);
-  if (!s.checkpoint) c = fit_seq_len(with_hf_model(c, s.dir, what));
+  c = s.checkpoint ? with_model_keys_of(c, s.config) : fit_seq_len(with_hf_model(c, s.dir, what));
   for (const char* key : lora_keys())
     if (!c.stated(key)) c.set(key, s.config.value(key));
   return c;

@@ -15,13 +15,7 @@ trap 'rm -rf "$DIR"' EXIT
 cd "$DIR"
 source "$ROOT/tests/app/small_corpus.sh"
 small_corpus "$TRAINER"
-for i in $(seq 1 300); do
-  echo "a small cat number $((i % 7)) sits on the warm mat by the kitchen door all day."
-  echo "the old man reads $((i % 3)) books in the quiet house while the rain falls."
-  echo
-done > new.txt
-"$TRAINER" prepare --tokenizer tok.model --input new.txt --format text --out new \
-  --val-fraction 0.1 >/dev/null
+new_corpus "$TRAINER"
 common=(--set data.path=corpus --set data.tokenizer=tok.model --set run.dir=runs
         --set model.arch=llama --set model.vocab_size=8192 --set model.n_layer=4
         --set model.n_head=8 --set model.n_kv_head=4 --set model.n_embd=512

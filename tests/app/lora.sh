@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# LoRA through the binary (Note [LoRA] in nn/lora.h): a Llama trained in full, then adapters
-# on every product trained on it (train.init_from, train.lora.rank).
+# LoRA through the binary (Note [LoRA] in nn/lora.h): a Llama trained in full and exported as
+# a Hugging Face folder, then adapters on every product trained on it on new data
+# (train.init_from, train.lora.rank), and full fine-tuning beside them.
 #   - the base stays bit for bit what it was, and only the adapters have optimizer moments;
-#   - the adapters lower the validation loss the base reached;
+#   - the adapters lower the validation loss of the new data;
 #   - TP=2, TP=4 (key/value heads held whole), TP=2 with sequence parallelism, DDP, ZeRO-1
-#     under TP=2, ZeRO-3, 2 pipeline stages and bf16 at TP=2 train as one process does
-#     (the losses and the merged and adapter tensors within rounding); full activation
+#     under TP=2, ZeRO-2, ZeRO-3, 2 pipeline stages and bf16 at TP=2 train as one process
+#     does (the losses and the merged and adapter tensors within rounding); full activation
 #     checkpointing and a resume from step 10 are bit for bit the same run, and so are 2 ranks
 #     and 1 under dist.deterministic; the TP=2 checkpoint resumes in one process;
-#   - export writes the merged model (whose eval loss is the adapted checkpoint's) and the
-#     adapters in PEFT's layout; the merged folder fine-tunes again with new adapters;
+#   - export writes the merged model, exactly base + (alpha/r) B A, and the adapters in
+#     PEFT's layout; the merged folder fine-tunes again with new adapters;
 #   - the PEFT adapter folder evaluates, samples and exports as the adapted checkpoint does,
 #     bit for bit, and trains further at TP=2 x PP=2;
 #   - what LoRA cannot do is refused by name.
@@ -24,13 +25,7 @@ DIR=$(mktemp -d /tmp/trainer_lora.XXXXXX)
 [[ -n "${KEEP:-}" ]] || trap 'rm -rf "$DIR"' EXIT
 cd "$DIR"
 small_corpus "$TRAINER"
-for i in $(seq 1 300); do  # new data for the fine-tuning, in the same tokenizer
-  echo "a small cat number $((i % 7)) sits on the warm mat by the kitchen door all day."
-  echo "the old man reads $((i % 3)) books in the quiet house while the rain falls."
-  echo
-done > new.txt
-"$TRAINER" prepare --tokenizer tok.model --input new.txt --format text --out new \
-  --val-fraction 0.1 >/dev/null
+new_corpus "$TRAINER"  # the data to fine-tune on
 common=(--set data.path=corpus --set data.tokenizer=tok.model --set run.dir=runs
         --set model.arch=llama --set model.n_kv_head=2 --set model.ffn_multiple_of=16
         --set model.tie_embeddings=false --set model.vocab_size=320 --set model.n_layer=2
@@ -54,6 +49,7 @@ run 4 lora_tp4 "${lora[@]}" --set dist.tensor_parallel=4
 run 2 lora_tp2_sp "${lora[@]}" --set dist.tensor_parallel=2 --set dist.sequence_parallel=true
 run 2 lora_dp2 "${lora[@]}"
 run 4 lora_tp2_dp2_optimizer "${lora[@]}" --set dist.tensor_parallel=2 --set dist.sharding=optimizer
+run 2 lora_dp2_gradients "${lora[@]}" --set dist.sharding=gradients
 run 2 lora_dp2_full "${lora[@]}" --set dist.sharding=full
 run 2 lora_pp2 "${lora[@]}" --set dist.pipeline_parallel=2
 run 1 lora_det1 "${lora[@]}" --set dist.deterministic=true
@@ -165,7 +161,7 @@ def compare(name, loss_rel, norm_rel):
             errors.append(f"{name}: adapter {t} differs by {rel:.3g} of its norm")
 
 for name in ["lora_tp2", "lora_tp4", "lora_tp2_sp", "lora_dp2", "lora_tp2_dp2_optimizer",
-             "lora_dp2_full", "lora_pp2"]:
+             "lora_dp2_gradients", "lora_dp2_full", "lora_pp2"]:
     compare(name, 1e-5, 1e-5)
 # bf16 at TP=2 against bf16 alone: the partial sums rounded to bf16 (tensor_parallel.sh's
 # argument and bounds).

@@ -4,8 +4,8 @@
 #include <optional>
 
 #include "app/run_setup.h"
-#include "nn/architecture.h"
 #include "data/tokenizer.h"
+#include "nn/architecture.h"
 #include "nn/hf_weights.h"
 #include "runtime/error.h"
 #include "runtime/file_io.h"
@@ -14,17 +14,23 @@ namespace trainer::app {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// Whether `a` and `b` are one model, compared as Hugging Face would write them: keys that do
+// not change the model (a SwiGLU width given two ways) agree.
+bool same_model(const nn::ModelConfig& a, const nn::ModelConfig& b) {
+  return a.arch == b.arch && a.architecture().hf_config(a) == b.architecture().hf_config(b);
+}
+
+}  // namespace
+
 InitSource open_init_source(const fs::path& from, const Config& run_config,
                             const nn::ParamLayout& layout, uint64_t tokenizer_hash, uint64_t seed) {
   const std::string what = fmt::format("train.init_from = {}", from.string());
   InitSource s{open_model_source(from, what), nullptr};
-  // A folder's model keys are the run's already (run_training applied them: with_hf_model). A
-  // checkpoint's model is compared as Hugging Face would write it (keys that do not change the
-  // model, such as a SwiGLU width given two ways, agree), and a difference named by its key.
-  const nn::ModelConfig theirs = stated_model(s.source.config), mine = stated_model(run_config);
-  const bool same = theirs.arch == mine.arch && theirs.architecture().hf_config(theirs) ==
-                                                    mine.architecture().hf_config(mine);
-  if (s.source.checkpoint && !same)
+  // A folder's model keys are the run's already (run_training applied them: with_hf_model); a
+  // checkpoint's other model is named by the first key that differs.
+  if (s.source.checkpoint && !same_model(stated_model(s.source.config), stated_model(run_config)))
     for (const char* key : model_keys())
       if (s.source.config.to_yaml_value(key) != run_config.to_yaml_value(key))
         throw UsageError(fmt::format(

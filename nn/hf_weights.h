@@ -1,6 +1,7 @@
 // A Hugging Face model folder's weights: model.safetensors, or the shards that
 // model.safetensors.index.json names, in fp32, bf16 or fp16, read into the trainer's layout a
-// piece at a time (the files are mapped, so a model larger than memory loads a range at a time).
+// piece at a time (the files are mapped, so a model larger than memory loads a range at a time);
+// a PEFT adapter folder's adapter_model.safetensors likewise; and both written back.
 #pragma once
 
 #include <filesystem>

@@ -63,8 +63,8 @@ inline constexpr EnumNames<RopeScaling, 3> kRopeScalingNames{"model.rope_scaling
                                                                {RopeScaling::llama3, "llama3"}}}};
 
 // LoRA (Note [LoRA] in nn/lora.h): low-rank adapters of rank `rank` on the block products
-// named in `targets` (kLoraTargets' names), their sum scaled by alpha / rank; the base weights
-// are frozen. rank 0: none.
+// named in `targets` (names of the architecture's lora_targets), their sum scaled by
+// alpha / rank; the base weights are frozen. rank 0: none.
 struct LoraConfig {
   int rank = 0;
   float alpha = 16.0f;

@@ -150,6 +150,18 @@ void TrainLoop::log_setup() {
       e.compute == DType::bf16 ? " (" + bf16_path + ")" : "", float_dtype_name(e.grad),
       nn::kRecomputeNames.name(e.recompute),
       e.recompute_layers.empty() ? "" : fmt::format(" on {} blocks", e.recompute_layers.size()));
+  int64_t all = 0, trained = 0;  // of this rank's slice, as above
+  for (const nn::ParamInfo& p : model_.layout().params()) {
+    all += p.numel;
+    if (!is_frozen(p, rc_)) trained += p.numel;
+  }
+  const nn::LoraConfig& lora = rc_.model.lora;
+  if (trained < all)
+    log::info("trained: {} of the {} parameters ({:.2f}%), {}", trained, all,
+              100.0 * double(trained) / double(all),
+              lora.on() ? fmt::format("LoRA adapters of rank {} on {}", lora.rank,
+                                      fmt::join(lora.targets, ", "))
+                        : std::string("the rest frozen by train.freeze"));
   const dist::StateBytes st = dp_->state_bytes();
   log::info(
       "memory plan per rank: {:.1f} MiB (sharding {}: fp32 masters {:.1f}, working weights "

@@ -60,6 +60,10 @@ run 2 lora_bf16_tp2 "${lora[@]}" --set model.precision=bf16 --set dist.tensor_pa
 # The merged export is a plain model: it fine-tunes again, with fresh adapters on it.
 run 1 again --set train.init_from=exports/lora --set train.lora.rank=2 --set train.steps=2 \
   --set train.lora.targets='[q, v]'
+# The start-up log counts what trains: per layer, rank 4 times (in + out) of each product, q and
+# o 32 + 32, k and v 32 + 16, gate and up 32 + 96, down 96 + 32: 2432, over 2 layers.
+grep -q "trained: 4864 of the 50080 parameters (9.71%), LoRA adapters of rank 4 on q, k, v" \
+  lora.log || { echo "FAIL: lora.log does not count the trained parameters"; exit 1; }
 for name in base full lora; do
   "$TRAINER" eval "exports/$name" --data new --max-batches 4 | tail -1 > "eval_new_$name.txt"
 done

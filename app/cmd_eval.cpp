@@ -23,6 +23,26 @@ namespace {
 
 constexpr int kTaskRows = 8;  // sequences per forward
 
+// The UTF-8 bytes of the text that the counted targets of `b` spell (instruction data's
+// responses): each row's runs of counted positions decoded apart. (A SentencePiece run that
+// starts with a word's first piece drops the space before it, as decoding a whole text does.)
+int64_t counted_bytes(const data::Batch& b, const data::Tokenizer& tok) {
+  int64_t bytes = 0;
+  for (int r = 0; r < b.B; ++r) {
+    const int32_t* row = b.targets.data() + int64_t(r) * b.T;
+    for (int t = 0; t < b.T;) {
+      if (row[t] < 0) {
+        ++t;
+        continue;
+      }
+      const int begin = t;
+      while (t < b.T && row[t] >= 0) ++t;
+      bytes += int64_t(tok.decode({row + begin, size_t(t - begin)}).size());
+    }
+  }
+  return bytes;
+}
+
 // `trainer eval --task`: each file's accuracy (and normalised accuracy), then all together.
 int eval_tasks(const std::string& dir, const std::vector<std::string>& files,
                const std::string& tokenizer, const std::string& scores_file) {
@@ -117,11 +137,14 @@ int cmd_eval(const Args& args) {
   lc.max_epochs = 1;
   lc.drop_last = true;
   data::Loader loader(lc, 0, 1);
-  CHECK(data::tokenizer_is(tokenizer_of(saved).bytes, loader.corpus().manifest().tokenizer_hash),
+  const TokenizerBytes tok_bytes = tokenizer_of(saved);
+  CHECK(data::tokenizer_is(tok_bytes.bytes, loader.corpus().manifest().tokenizer_hash),
         "{} was made with another tokenizer than checkpoint {}", lc.data_dir.string(),
         saved.name());
   const int64_t max_batches = vm["max-batches"].as<int64_t>();
-  int64_t tokens = 0, batches = 0;
+  const bool responses = loader.corpus().has_loss_mask();
+  const data::Tokenizer tok(tok_bytes.bytes, tok_bytes.from);
+  int64_t tokens = 0, batches = 0, response_bytes = 0;
   Timer t;
   nn::Model& model = *saved.model;
   model.reset_loss();
@@ -131,6 +154,7 @@ int cmd_eval(const Args& args) {
     tokens += model.forward({b->B, b->T, b->tokens.data(), b->targets.data(),
                              b->segments.empty() ? nullptr : b->segments.data(),
                              b->lengths.empty() ? nullptr : b->lengths.data()});
+    if (responses) response_bytes += counted_bytes(*b, tok);
     ++batches;
   }
   const double sum = model.read_step_scalars({}).loss_sum;
@@ -145,13 +169,14 @@ int cmd_eval(const Args& args) {
   nlohmann::json j = {
       {"checkpoint", saved.name()},   {"split", lc.split}, {"step", saved.step}, {"loss", loss},
       {"perplexity", std::exp(loss)}, {"tokens", tokens},  {"batches", batches}};
-  if (loader.corpus().has_loss_mask()) {
-    // Instruction data: the loss counts the responses only; bits per byte would need the
-    // responses' bytes, which the corpus does not count apart.
+  if (responses) {
+    // Instruction data: the loss counts the responses only, and bits per byte their text's.
+    const double bpb = sum / std::numbers::ln2 / double(std::max<int64_t>(response_bytes, 1));
     std::printf(
-        "eval %s: response-only loss %.4f | perplexity %.2f | %ld response tokens in %ld "
-        "batches (%.1f s)\n",
-        lc.split.c_str(), loss, std::exp(loss), long(tokens), long(batches), t.seconds());
+        "eval %s: response-only loss %.4f | perplexity %.2f | bits/byte %.4f | %ld response "
+        "tokens in %ld batches (%.1f s)\n",
+        lc.split.c_str(), loss, std::exp(loss), bpb, long(tokens), long(batches), t.seconds());
+    j["bits_per_byte"] = bpb;
     j["loss_counts"] = "responses";
   } else {
     const double bytes_per_token = double(split.utf8_bytes) / double(split.tokens);

@@ -56,6 +56,11 @@ response_loss() {
   out=$("$TRAINER" eval "$1" --split val)
   grep -q "^eval val: response-only loss" <<<"$out" || fail "eval of $1 does not say response-only: $out"
   python3 -c "import json,sys; j=json.loads(sys.argv[1].splitlines()[-1]); assert j['loss_counts'] == 'responses'; print(j['loss'])" "$out"
+  # Bits per byte over the responses' bytes: a piece of this 300-piece tokenizer spans at
+  # least 1 byte and, on these short words and digits, fewer than 8, so bits/byte lies between
+  # loss / ln 2 / 8 and loss / ln 2 (0 bytes, or the whole corpus's, would fall outside).
+  python3 -c "import json,sys,math; j=json.loads(sys.argv[1].splitlines()[-1]); b=j['loss']/math.log(2); assert b/8 < j['bits_per_byte'] < b, j" "$out" >&2 ||
+    fail "bits per byte of $1's responses"
 }
 trained=$(response_loss runs/trained)
 untrained=$(response_loss runs/untrained)

@@ -117,7 +117,7 @@ if not 0.9 * held <= nonzero <= held:
 
 # The adapters learn the new data: its validation loss falls below the base's, which has not
 # seen its sentences (full fine-tuning's, at the same steps, printed beside it). Measured: by
-# 0.17 nats, of which rounding could move at most about 1e-5 (the layouts' bound above); 0.05
+# 0.17 nats, of which rounding could move at most about 1e-5 (the layouts' bound below); 0.05
 # leaves 3x to a slower optimisation elsewhere.
 val = {n: json.load(open(f"eval_new_{n}.txt"))["loss"] for n in ("base", "full", "lora")}
 print("validation loss on the new data after 20 steps: base {base:.4f}, full fine-tuning "

@@ -125,8 +125,4 @@ class CheckpointTensors {
 // checkpoint was written at), a piece at a time, and makes the model's weights agree.
 void load_training_state(const Checkpoint& ckpt, nn::Model& model, dist::DataParallel& dp);
 
-// Loads the weights into a model that owns them (eval, sample, export) and refreshes its
-// working copy.
-void load_weights(const Checkpoint& ckpt, nn::Model& model);
-
 }  // namespace trainer::app

@@ -263,16 +263,4 @@ void load_training_state(const Checkpoint& ckpt, nn::Model& model, dist::DataPar
   dp.masters_changed();
 }
 
-void load_weights(const Checkpoint& ckpt, nn::Model& model) {
-  const CheckpointTensors src(ckpt, model.layout());
-  const Tensor params = model.params();
-  std::vector<float> p;
-  for_each_piece(model.layout().total(), [&](int64_t b, int64_t e) {
-    p.resize(size_t(e - b));
-    src.read_params(b, e, p.data());  // alignment gaps read as zero
-    copy(model.context(), params.flat(b, e - b), make_tensor(p.data(), DType::f32, {e - b}));
-  });
-  model.sync_working_params();
-}
-
 }  // namespace trainer::app

@@ -82,11 +82,7 @@ SavedModel open_saved_model(const fs::path& dir, int rows, int seq_len) {
   exec.recompute = nn::Recompute::full;  // forward only: keep nothing per block
   exec.recompute_layers.clear();
   s.model = std::make_unique<nn::Transformer>(mc, exec);
-  const SourceWeights weights(s, s.model->layout(), s.config.integer("run.seed"));
-  float* params = s.model->params().as<float>();
-  for (const nn::ParamInfo& p : s.model->layout().params())
-    weights.read(p, 0, p.numel, params + p.offset);
-  s.model->sync_working_params();
+  SourceWeights(s, s.model->layout(), s.config.integer("run.seed")).load(*s.model);
   return s;
 }
 

@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "app/run_setup.h"
 #include "nn/lora.h"
 #include "runtime/error.h"
+#include "runtime/memory.h"
 
 namespace trainer::app {
 
@@ -44,6 +46,19 @@ SourceWeights::SourceWeights(const ModelSource& source, const nn::ParamLayout& l
 }
 
 SourceWeights::~SourceWeights() = default;
+
+void SourceWeights::load(nn::Model& model) const {
+  const Tensor params = model.params();
+  std::vector<float> piece;
+  for (const nn::ParamInfo& p : model.layout().params())
+    for_each_piece(p.numel, [&](int64_t b, int64_t e) {
+      piece.resize(size_t(e - b));
+      read(p, b, e, piece.data());
+      copy(model.context(), params.flat(p.offset + b, e - b),
+           make_tensor(piece.data(), DType::f32, {e - b}));
+    });
+  model.sync_working_params();
+}
 
 void SourceWeights::read(const nn::ParamInfo& p, int64_t begin, int64_t end, float* out) const {
   if (whole_) return checkpoint_->read_params(p.offset + begin, p.offset + end, out);

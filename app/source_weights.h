@@ -11,6 +11,7 @@
 #include "app/checkpoint.h"
 #include "app/model_source.h"
 #include "nn/hf_weights.h"
+#include "nn/model.h"
 #include "nn/param_layout.h"
 
 namespace trainer::app {
@@ -26,6 +27,9 @@ class SourceWeights {
 
   // Elements [begin, end) of parameter `p` of the layout, as fp32.
   void read(const nn::ParamInfo& p, int64_t begin, int64_t end, float* out) const;
+  // Every parameter into `model` (laid out as the layout, owning its weights: eval, sample,
+  // export), a piece at a time, and its working copy refreshed.
+  void load(nn::Model& model) const;
 
  private:
   nn::ParamLayout base_;  // the layout without adapters: what a folder or base holds

@@ -40,36 +40,37 @@ std::optional<TokenizerBytes> ModelSource::own_tokenizer() const {
   return TokenizerBytes{own->path(), own->bytes()};
 }
 
+PeftAdapterConfig read_peft_adapter(const fs::path& adapter) {
+  PeftAdapterConfig a{adapter / "adapter_config.json", {}, {}};
+  try {
+    a.config = nlohmann::json::parse(read_file(a.file));
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(fmt::format("{}: malformed JSON: {}", a.file.string(), e.what()));
+  }
+  const auto base = a.config.find("base_model_name_or_path");
+  USAGE_CHECK(base != a.config.end() && base->is_string() && !base->get<std::string>().empty(),
+              "{}: base_model_name_or_path names no base model", a.file.string());
+  a.base = base->get<std::string>();
+  USAGE_CHECK(
+      source_kind(a.base) != SourceKind::none && source_kind(a.base) != SourceKind::peft_adapter,
+      "{}: the base model {} is not a model folder, checkpoint or run directory here (a "
+      "Hub name: download the model and write its path there)",
+      a.file.string(), a.base.string());
+  return a;
+}
+
 namespace {
 
 // A PEFT adapter folder: the base its adapter_config.json names, opened, with train.lora.* set
 // to the adapter's.
 ModelSource open_peft_adapter(const fs::path& path, const std::string& what) {
-  const fs::path file = path / "adapter_config.json";
-  nlohmann::json config;
-  try {
-    config = nlohmann::json::parse(read_file(file));
-  } catch (const nlohmann::json::exception& e) {
-    throw UsageError(fmt::format("{}: malformed JSON: {}", file.string(), e.what()));
-  }
-  const auto base = config.find("base_model_name_or_path");
-  USAGE_CHECK(base != config.end() && base->is_string() && !base->get<std::string>().empty(),
-              "{}: base_model_name_or_path names no base model", file.string());
-  const fs::path base_path = base->get<std::string>();
-  USAGE_CHECK(source_kind(base_path) != SourceKind::none &&
-                  source_kind(base_path) != SourceKind::peft_adapter,
-              "{}: the base model {} is not a model folder, checkpoint or run directory here (a "
-              "Hub name: download the model and write its path there)",
-              file.string(), base_path.string());
-  ModelSource s = open_model_source(base_path, fmt::format("{}'s base model", what));
+  const PeftAdapterConfig a = read_peft_adapter(path);
+  ModelSource s = open_model_source(a.base, fmt::format("{}'s base model", what));
   USAGE_CHECK(!stated_model(s.config).lora.on(),
               "{}: the base model {} has LoRA adapters of its own: name its merged export "
               "(trainer export)",
-              file.string(), base_path.string());
-  const nn::LoraConfig lora = nn::lora_from_peft(config, stated_model(s.config), file.string());
-  s.config.set("train.lora.rank", int64_t(lora.rank));
-  s.config.set("train.lora.alpha", double(lora.alpha));
-  s.config.set("train.lora.targets", lora.targets);
+              a.file.string(), a.base.string());
+  set_lora_keys(s.config, nn::lora_from_peft(a.config, stated_model(s.config), a.file.string()));
   s.adapter = path;
   return s;
 }

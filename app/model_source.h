@@ -12,6 +12,8 @@
 #include <optional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "app/checkpoint.h"
 #include "app/config.h"
 
@@ -49,6 +51,14 @@ struct ModelSource {
   // The tokenizer it holds (a checkpoint's copy, verified with it; a folder's files), or none.
   std::optional<TokenizerBytes> own_tokenizer() const;
 };
+
+// A PEFT adapter folder's adapter_config.json (`file`, parsed) and the base model it names,
+// a model source here that is not itself an adapter (a UsageError naming the file otherwise).
+struct PeftAdapterConfig {
+  std::filesystem::path file, base;
+  nlohmann::json config;
+};
+PeftAdapterConfig read_peft_adapter(const std::filesystem::path& adapter);
 
 // Opens `path` (a checkpoint's files verified against its manifest; no weights read). A path
 // that is none of the four is a UsageError naming `what` ("train.init_from = <path>", or the

@@ -144,6 +144,12 @@ const std::vector<const char*>& lora_keys() {
   return keys;
 }
 
+void set_lora_keys(Config& c, const nn::LoraConfig& lora) {
+  c.set("train.lora.rank", int64_t(lora.rank));
+  c.set("train.lora.alpha", double(lora.alpha));
+  c.set("train.lora.targets", lora.targets);
+}
+
 nn::ModelConfig stated_model(const Config& c) {
   nn::ModelConfig m;
   for (const ModelKey& k : kModelKeys) k.read(c, k.key, m);

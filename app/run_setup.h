@@ -131,6 +131,8 @@ const std::vector<const char*>& model_keys();
 // The train.lora keys that define its adapters (read into nn::ModelConfig::lora too; a
 // published folder never states them, so they are not model keys).
 const std::vector<const char*>& lora_keys();
+// Sets them to describe `lora` (the inverse of stated_model's reading of them).
+void set_lora_keys(Config& c, const nn::LoraConfig& lora);
 // How the model runs (precision, gradient dtype, checkpointing) for batches of up to
 // max_rows x max_seq_len tokens.
 nn::ExecConfig exec_config(const Config& c, int max_rows, int max_seq_len);

@@ -14,6 +14,7 @@
 #include "dist/communicator.h"
 #include "dist/grid.h"
 #include "dist/launch.h"
+#include "nn/lora.h"
 #include "nn/pipeline_split.h"
 #include "nn/transformer.h"
 #include "runtime/cuda/stream.h"
@@ -65,27 +66,40 @@ Config with_model_keys_of(Config c, const Config& source) {
   return fit_seq_len(c);
 }
 
-// Fine-tuning: the model keys the config leaves out come from the source, a Hugging Face
-// folder's config.json or a checkpoint's config (those it states must agree: init_from.h); a
-// PEFT adapter's from its base, and train.lora's from its adapter_config.json.
-Config with_init_model(Config c) {
-  const fs::path from = c.text("train.init_from");
-  const std::string what = fmt::format("train.init_from = {}", from.string());
-  if (from.empty()) return c;
-  const SourceKind kind = source_kind(from);
-  if (kind == SourceKind::hf_folder) return fit_seq_len(with_hf_model(c, from, what));
-  if (kind == SourceKind::checkpoint || kind == SourceKind::run_dir) {
-    const fs::path file = source_dir(from) / "config.yaml";
-    Config saved;
-    saved.merge_yaml(read_file(file), file.string());
-    return with_model_keys_of(c, saved);
+// Fine-tuning: the model keys the config leaves out come from the source at `from`, a Hugging
+// Face folder's config.json or a checkpoint's config (those it states must agree: init_from.h);
+// a PEFT adapter's from its base, and train.lora's from its adapter_config.json. Reads configs
+// only: the source's weights are checked once, when the run opens it.
+Config with_source_model(Config c, const fs::path& from, const std::string& what) {
+  switch (source_kind(from)) {
+    case SourceKind::hf_folder:
+      return fit_seq_len(with_hf_model(c, from, what));
+    case SourceKind::checkpoint:
+    case SourceKind::run_dir: {
+      const fs::path file = source_dir(from) / "config.yaml";
+      Config saved;
+      saved.merge_yaml(read_file(file), file.string());
+      return with_model_keys_of(c, saved);
+    }
+    case SourceKind::peft_adapter: {
+      const PeftAdapterConfig a = read_peft_adapter(from);
+      c = with_source_model(c, a.base, what);
+      Config adapter = c;
+      set_lora_keys(adapter, nn::lora_from_peft(a.config, stated_model(c), a.file.string()));
+      for (const char* key : lora_keys())
+        if (!c.stated(key)) c.set(key, adapter.value(key));
+      return c;
+    }
+    case SourceKind::none:  // named when the run opens it
+      return c;
   }
-  if (kind != SourceKind::peft_adapter) return c;
-  const ModelSource s = open_model_source(from, what);
-  c = s.checkpoint ? with_model_keys_of(c, s.config) : fit_seq_len(with_hf_model(c, s.dir, what));
-  for (const char* key : lora_keys())
-    if (!c.stated(key)) c.set(key, s.config.value(key));
   return c;
+}
+
+Config with_init_model(const Config& c) {
+  const fs::path from = c.text("train.init_from");
+  if (from.empty()) return c;
+  return with_source_model(c, from, fmt::format("train.init_from = {}", from.string()));
 }
 
 }  // namespace

@@ -239,14 +239,15 @@ LoraConfig lora_from_peft(const nlohmann::json& c, const ModelConfig& m, const s
   USAGE_CHECK(modules.is_array() && !modules.empty(),
               "{}: target_modules = {} is not a list of module names or \"all-linear\"", file,
               modules.dump());
-  for (const Adapter& ad : all)  // in the architecture's order, as train.lora.targets is read
-    if (std::find(modules.begin(), modules.end(), json(peft_module(m, ad))) != modules.end())
-      lora.targets.push_back(ad.name);
+  std::vector<json> known;  // each adapter's module name, in the architecture's order
+  for (const Adapter& ad : all) known.push_back(peft_module(m, ad));
   for (const json& name : modules)
-    USAGE_CHECK(std::any_of(all.begin(), all.end(),
-                            [&](const Adapter& ad) { return name == peft_module(m, ad); }),
+    USAGE_CHECK(std::find(known.begin(), known.end(), name) != known.end(),
                 "{}: target_modules names {}, not one of {}'s adapted modules", file, name.dump(),
                 m.arch);
+  for (size_t i = 0; i < all.size(); ++i)  // in that order, as train.lora.targets is read
+    if (std::find(modules.begin(), modules.end(), known[i]) != modules.end())
+      lora.targets.push_back(all[i].name);
   return lora;
 }
 

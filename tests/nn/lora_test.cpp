@@ -43,18 +43,6 @@ ModelConfig adapted(const std::string& arch, const std::vector<std::string>& tar
   return c;
 }
 
-struct Batch {
-  int B = 2, T = 8;
-  std::vector<int32_t> tokens, targets;
-  Batch() {
-    for (int i = 0; i < B * T; ++i) {
-      tokens.push_back((i * 7 + 3) % 29);
-      targets.push_back((i * 5 + 1) % 29);
-    }
-  }
-  BatchView view() const { return {B, T, tokens.data(), targets.data(), nullptr, nullptr}; }
-};
-
 // The same parameter's values in another layout's buffer.
 void copy_param(const ParamInfo& from, const float* src, const ParamLayout& to, float* dst) {
   const ParamInfo* p = to.find(from.name);
@@ -86,7 +74,7 @@ TEST_P(LoraArch, AFreshAdapterChangesNothing) {
     if (!is_adapter(info.role)) copy_param(info, p.data(), base.layout(), q.data());
   std::copy(q.begin(), q.end(), base.params().as<float>());
   base.sync_working_params();
-  Batch batch;
+  const testing::TinyBatch batch(29);
   EXPECT_EQ(loss_of(lora, batch.view()).sum, loss_of(base, batch.view()).sum);
 }
 
@@ -103,7 +91,7 @@ TEST_P(LoraArch, MatchesTheMergedModel) {
   merge_adapters(lora.layout(), p, merged.layout(), merged.params().as<float>());
   merged.sync_working_params();
 
-  Batch batch;
+  const testing::TinyBatch batch(29);
   lora.zero_grads();
   merged.zero_grads();
   const double l_lora = loss_of(lora, batch.view()).sum,

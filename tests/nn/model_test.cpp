@@ -23,6 +23,7 @@ namespace {
 using testing::exec_for;
 using testing::forward_backward;
 using testing::loss_of;
+using testing::TinyBatch;
 
 // `c` as architecture `arch`: Llama with one key/value head (multi-query) and an untied head;
 // Qwen2 likewise, with as many key/value heads as make 16 channels (its q/k/v biases run as
@@ -53,18 +54,6 @@ ModelConfig tiny_config(const std::string& arch = "gpt2") {
   c.n_embd = 16;
   return with_arch(c, arch);
 }
-
-struct TinyBatch {
-  int B = 2, T = 8;
-  std::vector<int32_t> tokens, targets;
-  TinyBatch() {
-    for (int i = 0; i < B * T; ++i) {
-      tokens.push_back((i * 7 + 3) % 31);
-      targets.push_back((i * 5 + 1) % 31);
-    }
-  }
-  BatchView view() const { return {B, T, tokens.data(), targets.data(), nullptr, nullptr}; }
-};
 
 }  // namespace
 

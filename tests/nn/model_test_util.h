@@ -23,6 +23,19 @@ inline ExecConfig exec_for(int rows, int seq_len, DType compute = DType::f32,
   return e;
 }
 
+// Two rows of 8 tokens and targets, every id below `vocab`.
+struct TinyBatch {
+  int B = 2, T = 8;
+  std::vector<int32_t> tokens, targets;
+  explicit TinyBatch(int vocab = 31) {
+    for (int i = 0; i < B * T; ++i) {
+      tokens.push_back((i * 7 + 3) % vocab);
+      targets.push_back((i * 5 + 1) % vocab);
+    }
+  }
+  BatchView view() const { return {B, T, tokens.data(), targets.data(), nullptr, nullptr}; }
+};
+
 struct LossSum {
   double sum = 0;
   int64_t count = 0;

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "app/options.h"
+#include "app/run_setup.h"
 #include "app/saved_model.h"
 #include "data/tokenizer.h"
 #include "nn/architecture.h"
@@ -129,7 +130,9 @@ int cmd_export(const Args& args) {
     write_peft_adapter(tmp / "adapter", model.layout(), model.params().as<float>(), dtype,
                        saved.config.text("train.init_from"));
     Config merged_config = saved.config;  // the folder holds the merged model, no adapters
-    merged_config.set("train.lora.rank", int64_t(0));
+    nn::LoraConfig merged_in = config.lora;
+    merged_in.rank = 0;
+    set_lora_keys(merged_config, merged_in);
     if (!config_yaml.empty()) config_yaml = merged_config.to_yaml();  // (a run's, not a folder's)
   }
   const std::vector<std::string> weights =

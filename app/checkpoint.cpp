@@ -42,16 +42,18 @@ constexpr const char* kManifestFile = kCheckpointManifest;
 constexpr const char* kTokenizerFiles[] = {"tokenizer.model", "tokenizer.json"};
 
 json state_to_json(const TrainerState& s) {
-  return {{"step", s.step},
-          {"tokens_seen", s.tokens_seen},
-          {"world_size", s.world_size},
-          {"tensor_parallel", s.tensor_parallel},
-          {"pipeline_parallel", s.pipeline_parallel},
-          {"tokenizer_hash", fmt::format("{:016x}", s.tokenizer_hash)},
-          {"data_hash", fmt::format("{:016x}", s.data_hash)},
-          {"loader", s.loader},
-          {"threads", s.threads},
-          {"hosts", s.hosts}};
+  json j = {{"step", s.step},
+            {"tokens_seen", s.tokens_seen},
+            {"world_size", s.world_size},
+            {"tensor_parallel", s.tensor_parallel},
+            {"pipeline_parallel", s.pipeline_parallel},
+            {"tokenizer_hash", fmt::format("{:016x}", s.tokenizer_hash)},
+            {"data_hash", fmt::format("{:016x}", s.data_hash)},
+            {"loader", s.loader},
+            {"threads", s.threads},
+            {"hosts", s.hosts}};
+  if (!s.spike_guard.is_null()) j["spike_guard"] = s.spike_guard;
+  return j;
 }
 
 // Adds `shape` fp32 elements of the flat tensor `flat` from `offset` on: in place when it is
@@ -417,6 +419,11 @@ TrainerState parse_trainer_state(const std::string& text, const std::string& whe
     s.loader = j.at("loader");
     s.loader.get<data::LoaderState>();  // must be one
     if (j.contains("hosts")) s.hosts = j.at("hosts").get<std::vector<std::string>>();
+    if (j.contains("spike_guard")) {  // SpikeGuard::state(): two windows of numbers
+      s.spike_guard = j.at("spike_guard");
+      s.spike_guard.at("losses").get<std::vector<double>>();
+      s.spike_guard.at("grad_norms").get<std::vector<double>>();
+    }
     CHECK(s.hosts.empty() || int(s.hosts.size()) == s.world_size,
           "hosts names {} ranks but world_size is {}", s.hosts.size(), s.world_size);
     CHECK(s.step >= 0 && s.tokens_seen >= 0 && s.world_size >= 1 && s.tensor_parallel >= 1 &&

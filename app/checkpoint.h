@@ -39,6 +39,7 @@ struct TrainerState {
   nlohmann::json loader;   // data::LoaderState
   int threads = 0;  // each rank's CPU threads (OpenMP's): oneDNN splits sums by them (0: unknown)
   std::vector<std::string> hosts;  // each rank's host, by rank (empty: not recorded)
+  nlohmann::json spike_guard;      // SpikeGuard::state() (null: saved without the guard)
 };
 
 struct SaveOptions {

@@ -148,8 +148,13 @@ const std::vector<KeySpec>& schema() {
        0},
 
       {"schedule.warmup_steps", Kind::integer, int64_t(50), "Linear warmup steps", 0},
-      {"schedule.decay", Kind::text, std::string("cosine"), "Decay after warmup", -1e300, 1e300,
+      {"schedule.decay", Kind::text, std::string("cosine"),
+       "The decay's shape, to optimizer.min_lr (constant: none)", -1e300, 1e300,
        nn::kDecayNames.names()},
+      {"schedule.decay_steps", Kind::integer, int64_t(0),
+       "Decay over the last this many steps only, at optimizer.lr before them "
+       "(warmup-stable-decay; 0: decay from the end of warmup)",
+       0},
 
       {"train.steps", Kind::integer, int64_t(600), "Optimizer steps", 1},
       {"train.grad_accum", Kind::integer, int64_t(1), "Micro-batches per optimizer step", 1,
@@ -182,13 +187,27 @@ const std::vector<KeySpec>& schema() {
        "A NaN/Inf loss or gradient: stop with a diagnostic, or skip the step", -1e300, 1e300,
        kNonFiniteNames.names()},
       {"train.max_consecutive_skips", Kind::integer, int64_t(5),
-       "train.on_nonfinite=skip: the run stops (exit 1, no checkpoint saved) after this many "
-       "skipped steps in a row",
+       "Skipped steps (train.on_nonfinite=skip, train.spike_guard.action=skip): the run stops "
+       "(exit 1, no checkpoint saved) after this many in a row",
        1},
       {"train.max_skips", Kind::integer, int64_t(50),
-       "train.on_nonfinite=skip: the run stops (exit 1, no checkpoint saved) after this many "
-       "skipped steps in all (of this process)",
+       "Skipped steps likewise: the run stops (exit 1, no checkpoint saved) after this many in "
+       "all (of this process)",
        1},
+      {"train.spike_guard.action", Kind::text, std::string("off"),
+       "A loss or gradient norm more than train.spike_guard.threshold standard deviations above "
+       "its mean over the last train.spike_guard.window steps: skip the step, or stop with a "
+       "checkpoint of the step before (exit 1)",
+       -1e300, 1e300, kSpikeActionNames.names()},
+      {"train.spike_guard.metric", Kind::text, std::string("both"),
+       "What the spike guard watches: the loss, the gradient norm (before clipping) or both",
+       -1e300, 1e300, kSpikeMetricNames.names()},
+      {"train.spike_guard.window", Kind::integer, int64_t(100),
+       "The spike guard's window of accepted steps; it judges nothing until the window is full", 2,
+       1 << 20},
+      {"train.spike_guard.threshold", Kind::real, 6.0,
+       "The spike guard's threshold in standard deviations above the window's mean", 0, 1e6, L{},
+       true},
       {"train.init_from", Kind::text, std::string(""),
        "Fine-tuning: start a new run from the weights of a checkpoint, a run directory or an "
        "exported model (same model and tokenizer; fresh optimizer, step 0); a checkpoint of "

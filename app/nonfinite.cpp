@@ -25,8 +25,8 @@ namespace trainer::app {
 namespace {
 constexpr const char* kDivergenceAdvice =
     "the training diverged. Resume from the last checkpoint with a lower optimizer.lr, a longer "
-    "schedule.warmup_steps or a train.grad_clip (train.on_nonfinite=skip only rides out a rare "
-    "bad batch)";
+    "schedule.warmup_steps or a lower optimizer.grad_clip (train.on_nonfinite=skip only rides "
+    "out a rare bad batch)";
 }  // namespace
 
 NonFiniteGuard::NonFiniteGuard(dist::Communicator& comm, nn::Model& model, dist::DataParallel& dp,
@@ -77,12 +77,16 @@ void NonFiniteGuard::bad_step(int64_t step, double loss, double grad_norm) {
         "step {}: {} (loss {}, grad norm {}); nothing was saved, so the last checkpoint is the "
         "last good state: {}",
         step, what, loss, grad_norm, kDivergenceAdvice);
+  skipped(step, what);
+}
+
+void NonFiniteGuard::skipped(int64_t step, const std::string& what) {
   ++consecutive_;
   ++total_;
   log::warn("step {}: {}; step skipped ({} in a row, {} in all)", step, what, consecutive_, total_);
   if (consecutive_ >= policy_.max_consecutive_skips || total_ >= policy_.max_skips)
     THROW_ERROR(
-        "step {}: {} steps skipped in a row and {} in all for non-finite values (the last: {}; "
+        "step {}: {} steps skipped in a row and {} in all (the last: {}; "
         "train.max_consecutive_skips = {}, train.max_skips = {}); nothing was saved: {}",
         step, consecutive_, total_, what, policy_.max_consecutive_skips, policy_.max_skips,
         kDivergenceAdvice);

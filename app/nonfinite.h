@@ -24,8 +24,13 @@ class NonFiniteGuard {
   // Step `step` (1-based) has a loss or gradient norm that is not finite: throws naming what is
   // not finite under stop or past skip's limits, else logs the skip. A collective.
   void bad_step(int64_t step, double loss, double grad_norm);
+  // Step `step` is skipped because of `what` (a non-finite value, a spike): logs it, and throws
+  // past train.max_consecutive_skips or train.max_skips.
+  void skipped(int64_t step, const std::string& what);
   // A step whose update was applied: ends a streak of skips.
   void good_step() { consecutive_ = 0; }
+  // Steps skipped so far by this process.
+  int64_t skips() const { return total_; }
   // Whether the last step was skipped (periodic checkpoints wait for the streak to end).
   bool skipping() const { return consecutive_ > 0; }
   // Throws when the weights about to be saved at `step` are not finite; `last_saved` (-1: none)

@@ -262,10 +262,9 @@ nn::LrSchedule lr_schedule(const Config& c) {
   s.min_lr = float(c.real("optimizer.min_lr"));
   s.warmup_steps = c.integer("schedule.warmup_steps");
   s.total_steps = c.integer("train.steps");
-  if (s.min_lr > s.max_lr)
-    throw UsageError(
-        fmt::format("optimizer.min_lr = {} exceeds optimizer.lr = {}", s.min_lr, s.max_lr));
+  s.decay_steps = c.integer("schedule.decay_steps");
   s.decay = nn::kDecayNames.parse(c.text("schedule.decay"));
+  s.validate();
   return s;
 }
 
@@ -374,6 +373,10 @@ void read_loop(const Config& c, RunConfig& r) {
   r.on_nonfinite = kNonFiniteNames.parse(c.text("train.on_nonfinite"));
   r.max_consecutive_skips = c.integer("train.max_consecutive_skips");
   r.max_skips = c.integer("train.max_skips");
+  r.spike_guard = {.action = kSpikeActionNames.parse(c.text("train.spike_guard.action")),
+                   .metric = kSpikeMetricNames.parse(c.text("train.spike_guard.metric")),
+                   .window = c.integer("train.spike_guard.window"),
+                   .threshold = c.real("train.spike_guard.threshold")};
   r.resume = c.text("train.resume");
   r.init_from = c.text("train.init_from");
   r.val_every = c.integer("train.val_every");

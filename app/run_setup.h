@@ -12,6 +12,7 @@
 
 #include "app/config.h"
 #include "app/progress_mode.h"
+#include "app/spike_guard.h"
 #include "data/loader.h"
 #include "dist/data_parallel.h"
 #include "dist/join.h"
@@ -63,7 +64,8 @@ struct RunConfig {
   std::vector<std::string> freeze;
   NonFinite on_nonfinite = NonFinite::stop;
   int64_t max_consecutive_skips = 0, max_skips = 0;  // skip's limits
-  std::string resume;                                // "auto", "none" or a checkpoint directory
+  SpikeGuard::Policy spike_guard;
+  std::string resume;               // "auto", "none" or a checkpoint directory
   std::filesystem::path init_from;  // fine-tuning's source (empty: initialise by the seed)
   int64_t val_every = 0, val_batches = 0;
   std::vector<std::string> eval_tasks;  // task files (app/task_eval.h)

@@ -31,6 +31,21 @@ void test_fault(int rank, int64_t step) {
     THROW_ERROR("TRAINER_TEST_FAULT: rank {} fails at step {}", rank, step);
 }
 
+// A test's poisoned batch (TRAINER_TEST_POISON=<step>, 1-based): the first data-parallel
+// rank's micro-batches of that step get other tokens, drawn uniformly from the vocabulary by a
+// hash of their place, standing in for a corrupt stretch of a corpus that one rank reads.
+void test_poison(std::vector<data::Batch>& batches, int data_rank, int64_t step, int vocab) {
+  static const char* env = std::getenv("TRAINER_TEST_POISON");
+  if (!env || data_rank != 0 || std::to_string(step) != env) return;
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (data::Batch& b : batches)
+    for (size_t i = 0; i < b.tokens.size(); ++i) {
+      x = (x ^ i) * 0xBF58476D1CE4E5B9ull;
+      b.tokens[i] = int32_t((x >> 33) % uint64_t(vocab));
+      if (b.targets[i] >= 0) b.targets[i] = int32_t((x >> 13) % uint64_t(vocab));
+    }
+}
+
 // A batch cut to its first `t` positions (sequence-length curriculum).
 void truncate_batch(data::Batch& b, int t) {
   if (t >= b.T) return;
@@ -94,8 +109,8 @@ TrainLoop::TrainLoop(const Config& config, RunConfig rc, const TrainOptions& opt
       peak_(peak),
       token_flops_(rc_.model.token_flops()),
       stragglers_(comm_.hosts()),
-      nonfinite_(comm_, model_, *dp_,
-                 {rc_.on_nonfinite, rc_.max_consecutive_skips, rc_.max_skips}) {
+      nonfinite_(comm_, model_, *dp_, {rc_.on_nonfinite, rc_.max_consecutive_skips, rc_.max_skips}),
+      spikes_(rc_.spike_guard) {
   if (grid_.tensor_size() > 1) transformer_.attach_tensor_group(&tensor_group_);
   step_ = std::make_unique<dist::TrainStep>(
       grid_, model_, *dp_,
@@ -160,7 +175,7 @@ StepStats TrainLoop::train_step(const std::optional<std::vector<data::Batch>>& b
 }
 
 // With the gradients summed and the loss and norm agreed: the update, unless they are not
-// finite (Note [Non-finite values]).
+// finite (Note [Non-finite values]) or spike (Note [Spike guard]; under stop, run() ends).
 StepStats TrainLoop::update(StepStats& s) {
   Timer t;
   s.lr = rc_.schedule.at(state_.step);
@@ -168,8 +183,12 @@ StepStats TrainLoop::update(StepStats& s) {
   if (!std::isfinite(s.loss) || s.loss < 0 || !std::isfinite(s.grad_norm)) {
     nonfinite_.bad_step(state_.step + 1, s.loss, s.grad_norm);  // throws unless skipping
     s.skipped = true;
+  } else if (s.spike = spikes_.spike(s.loss, s.grad_norm); !s.spike.empty()) {
+    s.skipped = true;
+    if (rc_.spike_guard.action == SpikeAction::skip) nonfinite_.skipped(state_.step + 1, s.spike);
   } else {
     nonfinite_.good_step();
+    spikes_.accept(s.loss, s.grad_norm);
     dp_->step(s.lr, nn::clip_scale(s.grad_norm, rc_.grad_clip));
   }
   s.times.optimizer_s = t.seconds();
@@ -217,18 +236,38 @@ void TrainLoop::score_tasks() {
   if (leader_) write_metrics(record);
 }
 
-// A collective: every rank writes its part (Note [Sharded checkpoints]).
-void TrainLoop::save() {
+// A collective: every rank writes its part (Note [Sharded checkpoints]), with the data
+// position `loader` (default: the loader's now).
+void TrainLoop::save(const std::optional<data::LoaderState>& loader) {
   if (state_.step == saved_step_) return;
   nonfinite_.check_before_save(state_.step, saved_step_);
   saved_step_ = state_.step;
-  state_.loader = loader_->state();
+  state_.loader = loader ? *loader : loader_->state();
+  state_.spike_guard = spikes_.state();
   const SaveOptions options{.policy = {rc_.keep_last, rc_.keep_every},
                             .prune_all = options_.force,
                             .timeout_s = rc_.checkpoint_timeout_s};
   const fs::path dir = save_checkpoint(comm_, rc_.run_dir, model_, *dp_, state_, config_.to_yaml(),
                                        tokenizer_, options);
   log::info("saved {}", dir.string());
+}
+
+// train.spike_guard.action=stop (Note [Spike guard]): saves the state before the step, which
+// never updated the weights, with the data position before its batches, and ends the run.
+void TrainLoop::stop_at_spike(const StepStats& s, const data::LoaderState& before) {
+  if (progress_) progress_->finish();
+  if (leader_)
+    write_metrics({{"step", state_.step + 1},
+                   {"loss", s.loss},
+                   {"grad_norm", s.grad_norm},
+                   {"spike", s.spike},
+                   {"stopped", true}});
+  save(before);
+  THROW_ERROR(
+      "step {}: {}; train.spike_guard.action = stop: the run ends with checkpoint step-{}, the "
+      "state before this step (resuming replays the batch: resume with "
+      "train.spike_guard.action=skip to pass over it, or with a lower optimizer.lr)",
+      state_.step + 1, s.spike, state_.step);
 }
 
 int TrainLoop::run() {
@@ -242,7 +281,9 @@ int TrainLoop::run() {
     test_fault(comm_.rank(), state_.step);
     Timer step_timer;
     const int micro = int(micro_batches(state_.step));
+    const data::LoaderState before = loader_->state();
     auto batches = next_step_batches(micro);
+    if (batches) test_poison(*batches, data_.rank(), state_.step + 1, rc_.model.vocab_size);
     const double data_s = step_timer.seconds();
     int64_t my_tokens = 0;
     if (batches)
@@ -254,6 +295,7 @@ int TrainLoop::run() {
     CHECK(counts.global_tokens > 0, "step {}: the global batch has no loss tokens",
           state_.step + 1);
     StepStats s = train_step(batches, counts);
+    if (!s.spike.empty() && rc_.spike_guard.action == SpikeAction::stop) stop_at_spike(s, before);
     s.times.data_wait_s = data_s;
     log::debug(
         "step {}: {} micro-batch(es), {} loss tokens here; data {:.1f} ms, forward {:.1f} ms, "

@@ -18,6 +18,7 @@
 #include "app/nonfinite.h"
 #include "app/run_setup.h"
 #include "app/run_training.h"
+#include "app/spike_guard.h"
 #include "app/task_eval.h"
 #include "data/loader.h"
 #include "dist/communicator.h"
@@ -39,6 +40,7 @@ struct StepStats {
   double grad_norm = 0;
   float lr = 0;
   bool skipped = false;
+  std::string spike;            // what spiked (train.spike_guard), or empty
   bool stop_requested = false;  // a signal reached some rank
   bool write_failed = false;    // rank 0 could not write its metrics or log
   dist::StepTimes times;
@@ -79,7 +81,8 @@ class TrainLoop {
   std::string write_failure() const;
   double validate();
   void score_tasks();
-  void save();
+  void save(const std::optional<data::LoaderState>& loader = std::nullopt);
+  [[noreturn]] void stop_at_spike(const StepStats& s, const data::LoaderState& before);
   void log_step(const StepStats& s, double step_s);
   void write_metrics(const nlohmann::json& record);
   void report_write_failure();
@@ -121,6 +124,7 @@ class TrainLoop {
   dist::CommStats tensor_logged_, data_logged_;  // the groups' likewise
   dist::StragglerWatch stragglers_;  // rank 0: the current streak of one lagging rank or node
   NonFiniteGuard nonfinite_;         // what a step or a save does with NaN and Inf
+  SpikeGuard spikes_;                // train.spike_guard's windows
 };
 
 }  // namespace trainer::app

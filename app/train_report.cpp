@@ -51,7 +51,8 @@ void TrainLoop::report_write_failure() {
 
 void TrainLoop::log_step(const StepStats& s, double step_s) {
   const int64_t total = rc_.steps;
-  const bool line = state_.step % rc_.log_every == 0 || state_.step == total;
+  // A skipped step always gets its line: the metrics count every skip.
+  const bool line = state_.step % rc_.log_every == 0 || state_.step == total || s.skipped;
   // Every rank takes part in the straggler report at every step (it is a collective): a
   // straggler is a rank behind on several steps in a row (Note [Stragglers]).
   std::optional<dist::StragglerReport> ranks;
@@ -74,6 +75,7 @@ void TrainLoop::log_step(const StepStats& s, double step_s) {
                       {"grad_norm", s.grad_norm},
                       {"tokens", state_.tokens_seen},
                       {"skipped", s.skipped},
+                      {"skips", nonfinite_.skips()},
                       {"tokens_per_s", tok_s},
                       {"mfu", mfu},
                       {"step_ms", step_s * 1e3},
@@ -85,6 +87,7 @@ void TrainLoop::log_step(const StepStats& s, double step_s) {
                       {"comm_hidden", t.hidden_fraction()},
                       {"optimizer_ms", t.optimizer_s * 1e3},
                       {"rss_mib", resident_mib()}};
+  if (!s.spike.empty()) j["spike"] = s.spike;
   if (grid_.pipeline_size() > 1) j["bubble"] = s.bubble;  // the stages' pooled idle share
   if (ranks) {
     j["slowest_rank"] = ranks->slowest_rank;
@@ -162,6 +165,7 @@ void TrainLoop::log_setup() {
               lora.on() ? fmt::format("LoRA adapters of rank {} on {}", lora.rank,
                                       fmt::join(lora.targets, ", "))
                         : std::string("the rest frozen by train.freeze"));
+  log::info("learning rate: {}", rc_.schedule.describe());
   const dist::StateBytes st = dp_->state_bytes();
   log::info(
       "memory plan per rank: {:.1f} MiB (sharding {}: fp32 masters {:.1f}, working weights "

@@ -33,6 +33,13 @@ namespace {
 // Keys that give the loader's saved position its meaning, and keys that define the model
 // without changing tensor shapes (n_head, train.lora.alpha): changing either on resume is
 // refused.
+// Whether checkpoint `from` (empty: none) is one of run_dir's own.
+bool is_own_checkpoint(const fs::path& from, const fs::path& run_dir) {
+  std::error_code ec;
+  return !from.empty() && fs::weakly_canonical(from.parent_path(), ec) ==
+                              fs::weakly_canonical(run_dir / "checkpoints", ec);
+}
+
 void check_resumable(const Config& now, const Checkpoint& ckpt) {
   Config then;
   then.merge_yaml(ckpt.config_yaml, (ckpt.dir / "config.yaml").string());
@@ -134,10 +141,9 @@ std::string TrainLoop::from_leader(std::string text) {
 // of the run would replace its later ones. Any of those is refused unless --force, which
 // deletes them once every other check has passed. Returns what --force is to delete.
 std::vector<fs::path> TrainLoop::check_overwrite(const fs::path& from, int64_t start_step) {
-  const fs::path ckpts = rc_.run_dir / "checkpoints", metrics = rc_.run_dir / "metrics.jsonl";
+  const fs::path metrics = rc_.run_dir / "metrics.jsonl";
   std::error_code ec;
-  const bool own = !from.empty() &&
-                   fs::weakly_canonical(from.parent_path(), ec) == fs::weakly_canonical(ckpts, ec);
+  const bool own = is_own_checkpoint(from, rc_.run_dir);
   std::vector<fs::path> discard;
   for (const auto& [step, dir] : list_checkpoints(rc_.run_dir))
     if (!own || step > start_step) discard.push_back(dir);
@@ -344,7 +350,11 @@ void TrainLoop::start_up() {
   }
   if (ckpt) {
     load_training_state(*ckpt, model_, *dp_);
-    saved_step_ = state_.step;
+    spikes_.restore(state_.spike_guard);
+    // This run's own checkpoint of the step is there; another run's (a branch's start) is not.
+    // Rank 0 decides: save() is a collective that returns at once for a saved step.
+    if (!from_leader(leader_ && is_own_checkpoint(from, rc_.run_dir) ? "own" : "").empty())
+      saved_step_ = state_.step;
     log::info("resumed from {} at step {}", from.string(), state_.step);
   } else if (init) {
     load_init_weights(*init, model_, *dp_);

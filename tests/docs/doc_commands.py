@@ -44,6 +44,9 @@ ELSEWHERE = [
     (r"^sbatch --nodes=\d+ --ntasks-per-node=\d+ scripts/launch/train\.sbatch",
      "tests/app/multi_node.sh", "-N 2 --ntasks-per-node=2"),
     (r"^salloc -n \d+ mpirun -np \d+ trainer", "tests/app/slurm.sh", "salloc -n 2 mpirun"),
+    # A cooldown branch sets its own train.steps, beyond the one step a doc command trains.
+    (r"train\.resume=runs/gpt-constant/checkpoints/step-\d+ .*schedule\.decay_steps=",
+     "tests/app/wsd_cooldown.sh", "--set train.resume=runs/constant/checkpoints/step-20"),
 ]
 
 

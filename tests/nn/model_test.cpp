@@ -219,6 +219,39 @@ TEST(LrSchedule, WarmupThenCosineToTheFloor) {
   EXPECT_THROW(kDecayNames.parse("cosin"), Error);
 }
 
+// Note [WSD]: the peak until the last decay_steps, then each shape's closed form; a constant
+// schedule's rates up to the decay's start, so a cooldown can branch off it.
+TEST(LrSchedule, WarmupStableDecayHoldsThePeakThenDecaysOverItsLastSteps) {
+  const LrSchedule constant{.max_lr = 1.0f,
+                            .min_lr = 0.1f,
+                            .warmup_steps = 10,
+                            .total_steps = 1000,
+                            .decay = LrSchedule::Decay::constant};
+  LrSchedule s{.max_lr = 1.0f,
+               .min_lr = 0.1f,
+               .warmup_steps = 10,
+               .total_steps = 120,
+               .decay_steps = 20,
+               .decay = LrSchedule::Decay::one_minus_sqrt};
+  EXPECT_EQ(s.decay_start(), 100);
+  for (int64_t step = 0; step < 100; ++step) EXPECT_EQ(s.at(step), constant.at(step)) << step;
+  // 1e-6: each is computed in double and rounded to float once (1 ulp at 1 is 6e-8).
+  EXPECT_NEAR(s.at(105), 0.1 + 0.9 * (1 - std::sqrt(0.25)), 1e-6);
+  s.decay = LrSchedule::Decay::linear;
+  EXPECT_NEAR(s.at(105), 0.1 + 0.9 * 0.75, 1e-6);
+  s.decay = LrSchedule::Decay::cosine;
+  EXPECT_NEAR(s.at(110), 0.55, 1e-6);
+  EXPECT_EQ(s.describe(),
+            "warmup to 1 over steps 1-10, 1 over steps 11-100, cosine decay to 0.1 over steps "
+            "101-120");
+  s.decay_steps = 111;  // does not fit after warmup
+  EXPECT_THROW(s.validate(), UsageError);
+  s.decay_steps = 20;
+  s.decay = LrSchedule::Decay::constant;  // decays nothing
+  EXPECT_THROW(s.validate(), UsageError);
+  EXPECT_EQ(kDecayNames.parse("1-sqrt"), LrSchedule::Decay::one_minus_sqrt);
+}
+
 TEST(AdamW, MatchesTheClosedFormFirstStep) {
   // After one step from zero moments, the update is lr * g / (|g| + eps) (bias-corrected).
   ModelConfig c = tiny_config();

@@ -23,8 +23,9 @@ namespace trainer::app {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: trainer tokenizer train --input FILES... --vocab-size N [--model-type bpe|unigram]"
-    " --out tok.model\n"
+    "usage: trainer tokenizer train --input FILES... --vocab-size N "
+    "[--model-type bpe|unigram|char] --out tok.model\n"
+    "       trainer tokenizer train --model-type byte --out tok.json\n"
     "       trainer tokenizer info --tokenizer PATH\n"
     "       trainer tokenizer encode --tokenizer PATH [--input FILE | --text TEXT]\n"
     "       trainer tokenizer decode --tokenizer PATH [--input FILE]\n"
@@ -104,11 +105,14 @@ int cmd_tokenizer(const Args& args) {
     data::TokenizerTrainOptions o;
     std::string out;
     po::options_description desc("trainer tokenizer train");
-    desc.add_options()("input", po::value(&o.inputs)->multitoken()->required(),
-                       "text files or globs (one sentence or paragraph per line)")(
-        "vocab-size", po::value(&o.vocab_size)->default_value(8000), "vocabulary size")(
-        "model-type", po::value(&o.model_type)->default_value("bpe"), "bpe or unigram")(
-        "out", po::value(&out)->required(), "output .model file")(
+    desc.add_options()("input", po::value(&o.inputs)->multitoken(),
+                       "text files or globs (one sentence or paragraph per line; none for byte)")(
+        "vocab-size", po::value(&o.vocab_size),
+        "vocabulary size (default: 8000; byte: 257, fixed)")(
+        "model-type", po::value(&o.model_type)->default_value("bpe"),
+        "bpe, unigram, char (SentencePiece's character model) or byte (256 byte tokens and "
+        "<|endoftext|>, a tokenizer.json)")(
+        "out", po::value(&out)->required(), "output .model file (byte: a .json)")(
         "threads", po::value(&o.threads)->default_value(0), "threads (0: all cores)")(
         "max-sentences", po::value(&o.max_sentences)->default_value(2000000),
         "lines sampled for training (0: all)")(
@@ -117,7 +121,8 @@ int cmd_tokenizer(const Args& args) {
         "seed", po::value(&o.seed)->default_value(0), "sampling seed");
     po::variables_map vm;
     if (!parse_options("tokenizer train", rest, desc, vm)) return 0;
-    require_range("tokenizer train", vm, "vocab-size", 300, 1 << 24);
+    if (vm.count("vocab-size") && o.model_type != "byte")
+      require_range("tokenizer train", vm, "vocab-size", 300, 1 << 24);
     require_range("tokenizer train", vm, "threads", 0, 1024);
     require_range("tokenizer train", vm, "max-sentences", int64_t(0), int64_t(1) << 40);
     require_range("tokenizer train", vm, "character-coverage", 0.5, 1.0);

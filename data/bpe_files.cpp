@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "data/bpe_internal.h"
+#include "data/bpe_tokenizer.h"
 #include "runtime/error.h"
 #include "runtime/file_io.h"
 
@@ -455,3 +456,15 @@ std::string canonical_json(const Spec& spec) {
 }
 
 }  // namespace trainer::data::bpe
+
+namespace trainer::data {
+
+std::string byte_tokenizer_json() {
+  bpe::Spec spec;
+  spec.from = "the byte tokenizer";
+  for (int b = 0; b < 256; ++b) spec.vocab.emplace_back(b, bpe::byte_char(uint8_t(b)));
+  spec.added.push_back({256, "<|endoftext|>", true});
+  return bpe::canonical_json(spec);
+}
+
+}  // namespace trainer::data

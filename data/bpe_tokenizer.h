@@ -55,4 +55,9 @@ class BpeTokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
+// The byte tokenizer's tokenizer.json: one token per byte value, its id the byte, then
+// <|endoftext|> (256, the eos and bos); no merges and no pre-tokenization, so every byte string
+// round-trips and no text is normalised.
+std::string byte_tokenizer_json();
+
 }  // namespace trainer::data

@@ -47,14 +47,36 @@ std::vector<fs::path> expand_inputs(const std::vector<std::string>& patterns) {
   return files;
 }
 
+namespace {
+
+// --model-type byte: nothing to learn, so no input; the vocabulary is 256 bytes and one special.
+void write_byte_tokenizer(const TokenizerTrainOptions& o) {
+  USAGE_CHECK(o.inputs.empty(),
+              "--model-type byte takes no --input: its 256 byte tokens and <|endoftext|> are "
+              "fixed");
+  USAGE_CHECK(o.vocab_size == 0 || o.vocab_size == 257,
+              "--vocab-size {} with --model-type byte: its vocabulary is the 256 byte values and "
+              "<|endoftext|>, 257 tokens",
+              o.vocab_size);
+  if (o.out.empty()) throw UsageError("tokenizer train needs an output path (--out)");
+  if (o.out.has_parent_path()) fs::create_directories(o.out.parent_path());
+  write_file_atomic(o.out, byte_tokenizer_json());
+}
+
+}  // namespace
+
 void train_tokenizer(const TokenizerTrainOptions& o) {
-  if (o.model_type != "bpe" && o.model_type != "unigram")
-    throw UsageError(fmt::format("model type must be bpe or unigram, got '{}'", o.model_type));
-  if (o.vocab_size < 300)
+  if (o.model_type == "byte") return write_byte_tokenizer(o);
+  if (o.model_type != "bpe" && o.model_type != "unigram" && o.model_type != "char")
+    throw UsageError(fmt::format("model type must be bpe, unigram, char or byte, got '{}'",
+                                 o.model_type));
+  const int vocab_size = o.vocab_size > 0 ? o.vocab_size : 8000;
+  if (vocab_size < 300)
     throw UsageError(
         fmt::format("vocab size {} is too small: byte fallback needs 256 byte "
                     "pieces plus specials and merges (use >= 300)",
-                    o.vocab_size));
+                    vocab_size));
+  USAGE_CHECK(!o.inputs.empty(), "tokenizer train needs text to learn from (--input)");
   if (o.out.empty()) throw UsageError("tokenizer train needs an output path (--out)");
   std::vector<fs::path> files = expand_inputs(o.inputs);
   std::string input;
@@ -73,11 +95,13 @@ void train_tokenizer(const TokenizerTrainOptions& o) {
   std::unordered_map<std::string, std::string> args = {
       {"input", input},
       {"model_prefix", staging.string()},
-      {"vocab_size", std::to_string(o.vocab_size)},
+      {"vocab_size", std::to_string(vocab_size)},
       {"model_type", o.model_type},
       {"byte_fallback", "true"},
       {"normalization_rule_name", "identity"},
       {"remove_extra_whitespaces", "false"},
+      // A character model keeps the text as it is: no space prepended to it.
+      {"add_dummy_prefix", o.model_type == "char" ? "false" : "true"},
       {"split_digits", "true"},
       {"character_coverage", fmt::format("{}", o.character_coverage)},
       {"num_threads", std::to_string(threads)},

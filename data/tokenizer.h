@@ -28,8 +28,8 @@ std::vector<std::filesystem::path> expand_inputs(const std::vector<std::string>&
 
 struct TokenizerTrainOptions {
   std::vector<std::string> inputs;  // files or globs of text, one sentence/paragraph per line
-  int vocab_size = 8000;
-  std::string model_type = "bpe";   // bpe | unigram
+  int vocab_size = 0;               // 0: 8000 (bpe, unigram, char), 257 (byte)
+  std::string model_type = "bpe";   // bpe | unigram | char | byte
   std::filesystem::path out;        // the .model file (a .vocab is written beside it)
   int threads = 0;                  // 0: all cores
   int64_t max_sentences = 2000000;  // lines sampled for training (0: all)
@@ -37,8 +37,12 @@ struct TokenizerTrainOptions {
   uint64_t seed = 0;
 };
 
-// Trains a tokenizer with byte fallback (no input maps to <unk>) and identity normalisation
-// (decode(encode(s)) == s). Throws trainer::Error / UsageError.
+// Trains a SentencePiece tokenizer (bpe, unigram, or char: SentencePiece's character model,
+// with no space prepended) with byte fallback (no input maps to <unk>) and identity
+// normalisation: decode(encode(s)) == s for valid UTF-8 text, except that SentencePiece writes
+// spaces as U+2581 inside, so a U+2581 in the text decodes as a space, and that invalid UTF-8
+// becomes U+FFFD. `byte` writes the byte tokenizer (byte_tokenizer_json(), a tokenizer.json:
+// no input), which round-trips every byte string. Throws trainer::Error / UsageError.
 void train_tokenizer(const TokenizerTrainOptions& options);
 
 // The hash that identifies a tokenizer from its one-file bytes: for a SentencePiece model,

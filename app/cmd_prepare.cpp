@@ -2,7 +2,7 @@
 // manifest.
 //   trainer prepare --tokenizer tok.model --input <files/globs>... --out DIR
 //                   [--format text|jsonl[:field]|chat[:field]|prompt] [--template NAME|FILE]
-//                   [--val-fraction F] [--shard-mb 100] [--threads N]
+//                   [--val-fraction F] [--val-input FILES...] [--shard-mb 100] [--threads N]
 #include "app/commands.h"
 #include "app/options.h"
 #include "data/prepare.h"
@@ -26,7 +26,10 @@ int cmd_prepare(const Args& args) {
                                                      "output directory")(
       "val-fraction", po::value(&o.val_fraction)->default_value(0.0),
       "share of documents for the val split (chosen by content hash)")(
-      "shard-mb", po::value(&o.shard_mb)->default_value(100), "shard size bound in MiB")(
+      "val-input", po::value(&o.val_inputs)->multitoken(),
+      "files or globs held out whole as the split 'heldout' (eval --split heldout, "
+      "train.val_sets DIR:heldout)")("shard-mb", po::value(&o.shard_mb)->default_value(100),
+                                     "shard size bound in MiB")(
       "threads", po::value(&o.threads)->default_value(0), "tokenizer threads (0: all cores)")(
       "no-eos", "do not end documents with the tokenizer's eos id")("no-progress",
                                                                     "no progress line");

@@ -111,8 +111,8 @@ int cmd_tokenizer(const Args& args) {
         "vocabulary size (default: 8000; byte: 257, fixed)")(
         "model-type", po::value(&o.model_type)->default_value("bpe"),
         "bpe, unigram, char (SentencePiece's character model) or byte (256 byte tokens and "
-        "<|endoftext|>, a tokenizer.json)")(
-        "out", po::value(&out)->required(), "output .model file (byte: a .json)")(
+        "<|endoftext|>, a tokenizer.json)")("out", po::value(&out)->required(),
+                                            "output .model file (byte: a .json)")(
         "threads", po::value(&o.threads)->default_value(0), "threads (0: all cores)")(
         "max-sentences", po::value(&o.max_sentences)->default_value(2000000),
         "lines sampled for training (0: all)")(

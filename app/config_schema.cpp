@@ -227,7 +227,13 @@ const std::vector<KeySpec>& schema() {
        "the GPU's free memory) refuses the start (refuse) or only warns (warn)",
        -1e300, 1e300, kMemoryCheckNames.names()},
       {"train.val_every", Kind::integer, int64_t(100), "Validate every N steps (0 = never)", 0},
-      {"train.val_batches", Kind::integer, int64_t(20), "Batches per validation", 1},
+      {"train.val_batches", Kind::integer, int64_t(20),
+       "Batches per validation of each set, the same ones each time (0 = the whole split)", 0},
+      {"train.val_sets", Kind::list, L{},
+       "Validation sets, each evaluated and logged under its name: [\"[NAME=]DIR[:SPLIT]\", ...] "
+       "(a prepared corpus with the run's tokenizer; SPLIT val by default, or heldout from "
+       "prepare --val-input; NAME: DIR's folder name, _SPLIT added when not val); empty: "
+       "data.path's val split"},
       {"train.eval_tasks", Kind::list, L{},
        "Downstream task files scored while training (JSON lines: HellaSwag's multiple choice "
        "or LAMBADA's last word; see trainer eval --task), written to the metrics"},

@@ -442,14 +442,60 @@ int held_micro_batches(const RunConfig& r, dist::PipelineSchedule schedule, int 
       dist::pipeline_actions(schedule, r.pipeline_parallel, stage, int(M), chunks));
 }
 
+ValSetEntry parse_val_set(const std::string& entry) {
+  ValSetEntry e;
+  const size_t eq = entry.find('=');
+  e.dir_begin = eq == std::string::npos ? 0 : eq + 1;
+  e.name = entry.substr(0, e.dir_begin ? eq : 0);
+  const size_t colon = entry.rfind(':');
+  e.dir_end = colon == std::string::npos || colon < e.dir_begin ? entry.size() : colon;
+  e.dir = entry.substr(e.dir_begin, e.dir_end - e.dir_begin);
+  e.split = e.dir_end < entry.size() ? entry.substr(e.dir_end + 1) : "val";
+  USAGE_CHECK(!e.dir.empty() && !e.split.empty(),
+              "train.val_sets: '{}' is not [NAME=]DIR[:SPLIT] (a prepared corpus, e.g. "
+              "corpora/wiki:heldout)",
+              entry);
+  return e;
+}
+
+// train.val_sets, read as the training data is (one epoch).
+std::vector<ValSet> val_sets(const Config& c) {
+  std::vector<ValSet> sets;
+  const std::vector<std::string> entries = c.list("train.val_sets");
+  if (entries.empty()) sets.push_back({"", loader_config(c, "val")});
+  for (const std::string& entry : entries) {
+    auto [name, dir, split, dir_begin, dir_end] = parse_val_set(entry);
+    if (name.empty()) {
+      name = std::filesystem::path(dir).lexically_normal().filename().string();
+      if (name.empty())
+        name = std::filesystem::path(dir).lexically_normal().parent_path().filename();
+      if (split != "val") name += "_" + split;
+    }
+    USAGE_CHECK(
+        !name.empty() && name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOP"
+                                                "QRSTUVWXYZ0123456789_-.") == std::string::npos,
+        "train.val_sets: '{}' names the set '{}': a name takes letters, digits, _, - and "
+        "., and is written NAME=DIR[:SPLIT]",
+        entry, name);
+    for (const ValSet& s : sets)
+      USAGE_CHECK(s.name != name,
+                  "train.val_sets names '{}' twice: give one a name of its own (NAME=DIR[:SPLIT])",
+                  name);
+    ValSet s{name, loader_config(c, split)};
+    s.data.data_dir = dir;
+    sets.push_back(std::move(s));
+  }
+  for (ValSet& s : sets) s.data.max_epochs = 1;
+  return sets;
+}
+
 RunConfig resolve_run(const Config& c) {
   RunConfig r;
   r.run_dir = run_dir_of(c);
   r.seed = uint64_t(c.integer("run.seed"));
   r.model = model_config(c);
   r.train_data = loader_config(c, "train");
-  r.val_data = loader_config(c, "val");
-  r.val_data.max_epochs = 1;
+  r.val_sets = val_sets(c);
   r.tokenizer = c.text("data.tokenizer");
   r.exec = exec_config(c, model_rows(r.train_data), r.train_data.seq_len);
   read_dist(c, r);

@@ -56,6 +56,12 @@ Config with_absolute_paths(Config c) {
   std::vector<std::string> tasks;
   for (const std::string& t : c.list("train.eval_tasks")) tasks.push_back(absolute(t));
   c.set("train.eval_tasks", tasks);
+  std::vector<std::string> sets;
+  for (std::string s : c.list("train.val_sets")) {
+    const ValSetEntry e = parse_val_set(s);
+    sets.push_back(s.replace(e.dir_begin, e.dir_end - e.dir_begin, absolute(e.dir)));
+  }
+  c.set("train.val_sets", sets);
   return c;
 }
 

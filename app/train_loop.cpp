@@ -195,26 +195,56 @@ StepStats TrainLoop::update(StepStats& s) {
   return s;
 }
 
-double TrainLoop::validate() {
-  data::LoaderConfig vc = rc_.val_data;
+// The mean loss of `set`: its first train.val_batches batches, or all of it (0), the same ones
+// every time.
+double TrainLoop::validate(const ValSet& set) {
+  data::LoaderConfig vc = set.data;
   if (val_verified_) vc.verify = data::Verify::none;
   data::Loader val(vc, data_.rank(), data_.size());
   model_.reset_loss();
   // Loss, tokens: each data rank takes its share of the batches; a tensor group's ranks each
   // hold a share of the loss and count the tokens once.
   std::vector<double> sums = {0, 0};
-  for (int64_t i = 0; i < rc_.val_batches; i += data_.size()) {
+  const bool whole = rc_.val_batches == 0;
+  for (int64_t i = 0; whole || i < rc_.val_batches; i += data_.size()) {
     std::optional<data::Batch> b = val.next();
+    if (whole) {  // every rank goes on while any has a batch left
+      std::vector<double> left = {b ? 1.0 : 0.0};
+      if (comm_.size() > 1) comm_.all_reduce(left);
+      if (left[0] == 0) break;
+    }
     const double counted_here = grid_.tensor_rank() == 0 ? 1.0 : 0.0;
     if (b)
       sums[1] += counted_here * double(step_->forward(view_of(*b)));
-    else if (!step_->idle_forward())  // the others' passes need none of this rank
+    else if (!step_->idle_forward() && !whole)  // the others' passes need none of this rank
       break;
   }
   sums[0] = model_.read_step_scalars({}).loss_sum;
   if (comm_.size() > 1) comm_.all_reduce(sums);
-  CHECK(sums[1] > 0, "validation split of {} yielded no tokens", vc.data_dir.string());
+  CHECK(sums[1] > 0, "the {} split of {} yielded no tokens", vc.split, vc.data_dir.string());
   return sums[0] / sums[1];
+}
+
+// Every validation set's loss, logged and written as one metrics record (docs/recipes.md,
+// "Validation sets"): val_loss is the first set's, and each named set also has its own.
+void TrainLoop::validate_all() {
+  nlohmann::json record = {{"step", state_.step}};
+  if (leader_) progress_->finish();
+  for (const ValSet& set : rc_.val_sets) {
+    const double v = validate(set);
+    if (!record.contains("val_loss")) {
+      record["val_loss"] = v;
+      record["val_perplexity"] = std::exp(v);
+    }
+    if (!set.name.empty()) {
+      record["val_loss_" + set.name] = v;
+      record["val_perplexity_" + set.name] = std::exp(v);
+    }
+    if (leader_)
+      log::info("step {}: val loss{} {:.4f} (perplexity {:.2f})", state_.step,
+                set.name.empty() ? "" : " " + set.name, v, std::exp(v));
+  }
+  if (leader_) write_metrics(record);
 }
 
 // A collective over the data group: each rank scores its share of the examples.
@@ -317,14 +347,8 @@ int TrainLoop::run() {
       if (comm_.size() > 1) comm_.barrier();
       return code;
     }
-    if (rc_.val_every > 0 && (state_.step % rc_.val_every == 0 || state_.step == total)) {
-      double v = validate();
-      if (leader_) {
-        progress_->finish();
-        log::info("step {}: val loss {:.4f} (perplexity {:.2f})", state_.step, v, std::exp(v));
-        write_metrics({{"step", state_.step}, {"val_loss", v}, {"val_perplexity", std::exp(v)}});
-      }
-    }
+    if (rc_.val_every > 0 && (state_.step % rc_.val_every == 0 || state_.step == total))
+      validate_all();
     if (!tasks_.empty() && (state_.step == total || (rc_.eval_tasks_every > 0 &&
                                                      state_.step % rc_.eval_tasks_every == 0))) {
       if (leader_) progress_->finish();

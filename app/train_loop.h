@@ -79,7 +79,8 @@ class TrainLoop {
                        const dist::StepCounts& counts);
   StepStats update(StepStats& s);
   std::string write_failure() const;
-  double validate();
+  double validate(const ValSet& set);
+  void validate_all();
   void score_tasks();
   void save(const std::optional<data::LoaderState>& loader = std::nullopt);
   [[noreturn]] void stop_at_spike(const StepStats& s, const data::LoaderState& before);

@@ -174,28 +174,38 @@ void TrainLoop::check_data() {
         rc_.tokenizer.string(), rc_.train_data.data_dir.string(), tokenizer_hash_, m.tokenizer_hash,
         m.tokenizer_file);
   if (rc_.val_every == 0) return;
-  // Every validation checks the shards' tokenizer (as the manifest records it: a corpus
-  // prepared before the content hash records the hash of the file's bytes).
-  rc_.val_data.tokenizer_hash = m.tokenizer_hash;
-  std::optional<data::Batch> first;
-  try {
-    data::Loader val(rc_.val_data, data_.rank(), data_.size());
-    first = val.next();
-  } catch (const UsageError&) {
-    throw;
-  } catch (const Error& e) {  // what the user can fix by the key (an InternalError is no Error)
-    throw UsageError(
-        fmt::format("train.val_every = {} but the validation data cannot be read: "
-                    "{} (set train.val_every=0 to train without validation)",
-                    rc_.val_every, e.what()));
+  for (ValSet& set : rc_.val_sets) {
+    const std::string what =
+        set.name.empty() ? "the validation data" : fmt::format("train.val_sets' {}", set.name);
+    std::optional<data::Batch> first;
+    try {
+      // Every validation checks the shards' tokenizer (as the manifest records it: a corpus
+      // prepared before the content hash records the hash of the file's bytes).
+      const data::Manifest vm = data::read_manifest(set.data.data_dir);
+      USAGE_CHECK(data::tokenizer_is(tokenizer_, vm.tokenizer_hash),
+                  "{} ({}) was prepared with another tokenizer ({}, hash {:016x}) than the run's "
+                  "data.tokenizer = {}",
+                  what, set.data.data_dir.string(), vm.tokenizer_file, vm.tokenizer_hash,
+                  rc_.tokenizer.string());
+      set.data.tokenizer_hash = vm.tokenizer_hash;
+      data::Loader val(set.data, data_.rank(), data_.size());
+      first = val.next();
+    } catch (const UsageError&) {
+      throw;
+    } catch (const Error& e) {  // what the user can fix by the key (an InternalError is no Error)
+      throw UsageError(
+          fmt::format("train.val_every = {} but {} cannot be read: {} (set train.val_every=0 "
+                      "to train without validation)",
+                      rc_.val_every, what, e.what()));
+    }
+    CHECK(first.has_value(),
+          "train.val_every = {} but the {} split of {} yields no batch of this shape on rank {} "
+          "(prepare with a larger --val-fraction, or set train.val_every=0)",
+          rc_.val_every, set.data.split, set.data.data_dir.string(), comm_.rank());
   }
-  CHECK(first.has_value(),
-        "train.val_every = {} but the val split of {} yields no batch of this shape on rank {} "
-        "(prepare with a larger --val-fraction, or set train.val_every=0)",
-        rc_.val_every, rc_.val_data.data_dir.string(), comm_.rank());
-  // Under `all` its shards were checked just now; under first_use each validation checks what
-  // it reads.
-  val_verified_ = rc_.val_data.verify == data::Verify::all;
+  // Under `all` their shards were checked just now; under first_use each validation checks
+  // what it reads.
+  val_verified_ = rc_.train_data.verify == data::Verify::all;
 }
 
 // Note [Shared run directory]: ranks on several nodes write one run directory (each its

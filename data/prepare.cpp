@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -157,7 +158,9 @@ class DocumentReader {
 // the directory (a tokenizer, say) are left alone.
 
 bool is_shard_name(const std::string& name) {
-  return (name.starts_with("train-") || name.starts_with("val-")) && name.ends_with(".bin");
+  return (name.starts_with("train-") || name.starts_with("val-") ||
+          name.starts_with(std::string(kHeldoutSplit) + "-")) &&
+         name.ends_with(".bin");
 }
 
 struct SplitOutput {
@@ -241,9 +244,12 @@ PrepareSummary prepare_corpus(const PrepareOptions& o) {
   if (o.out.empty()) throw UsageError("prepare needs an output directory (--out)");
 
   Tokenizer tok(o.tokenizer);
-  std::vector<fs::path> files = expand_inputs(o.inputs);
+  const std::vector<fs::path> files = expand_inputs(o.inputs);
+  const std::vector<fs::path> val_files =
+      o.val_inputs.empty() ? std::vector<fs::path>{} : expand_inputs(o.val_inputs);
   uint64_t total_bytes = 0;
   for (const fs::path& f : files) total_bytes += fs::file_size(f);
+  for (const fs::path& f : val_files) total_bytes += fs::file_size(f);
 
   fs::create_directories(o.out);
   // The shards of the corpus being replaced stay until the new manifest is committed.
@@ -268,76 +274,96 @@ PrepareSummary prepare_corpus(const PrepareOptions& o) {
   SplitOutput val{
       "val",   ShardWriter(vocab, tok.hash(), conversations), {}, o.out, shard_bytes, generation,
       &written};
+  SplitOutput heldout{kHeldoutSplit,
+                      ShardWriter(vocab, tok.hash(), conversations),
+                      {},
+                      o.out,
+                      shard_bytes,
+                      generation,
+                      &written};
 
   int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   const size_t chunk_bytes = size_t(threads) * (4 << 20);
-  DocumentReader reader(files, format, field, chat ? &*chat : nullptr);
   bool show = o.progress && ::isatty(STDERR_FILENO);
   auto last_show = t0;
   PrepareSummary sum;
   sum.input_bytes = total_bytes;
+  uint64_t bytes_before = 0;  // of the files read before these
 
-  std::vector<Document> docs;
-  std::vector<EncodedConversation> encoded;
-  bool more = true;
-  while (more) {
-    docs.clear();
-    size_t bytes = 0;
-    Document doc;
-    while (bytes < chunk_bytes && (more = reader.next(doc))) {
-      bytes += doc.text.size();
-      docs.push_back(std::move(doc));
-    }
-    encoded.assign(docs.size(), {});
-    std::atomic<size_t> next_doc{0};
-    std::exception_ptr error;
-    std::mutex error_mu;
-    auto work = [&] {
-      try {
-        for (size_t i; (i = next_doc.fetch_add(1)) < docs.size();) {
-          if (chat) {
-            encoded[i] = encode_conversation(tok, *chat, docs[i].messages, o.append_eos);
-            continue;
-          }
-          encoded[i].tokens = tok.encode(docs[i].text);
-          if (o.append_eos && tok.eos_id() >= 0) encoded[i].tokens.push_back(tok.eos_id());
-        }
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mu);
-        error = std::current_exception();
+  // Reads `files`, tokenizes each chunk of documents on every core and adds each, in order, to
+  // the split `route` names for it.
+  auto consume = [&](const std::vector<fs::path>& files,
+                     const std::function<SplitOutput&(const Document&)>& route) {
+    DocumentReader reader(files, format, field, chat ? &*chat : nullptr);
+    std::vector<Document> docs;
+    std::vector<EncodedConversation> encoded;
+    bool more = true;
+    while (more) {
+      docs.clear();
+      size_t bytes = 0;
+      Document doc;
+      while (bytes < chunk_bytes && (more = reader.next(doc))) {
+        bytes += doc.text.size();
+        docs.push_back(std::move(doc));
       }
-    };
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads && docs.size() > 1; ++t) pool.emplace_back(work);
-    work();
-    for (auto& th : pool) th.join();
-    if (error) std::rethrow_exception(error);
-    for (size_t i = 0; i < docs.size(); ++i) {
-      if (encoded[i].tokens.empty()) continue;
-      (is_val_document(docs[i].text, o.val_fraction) ? val : train)
-          .add(encoded[i], docs[i].text.size());
-      sum.documents += 1;
-      sum.tokens += encoded[i].tokens.size();
+      encoded.assign(docs.size(), {});
+      std::atomic<size_t> next_doc{0};
+      std::exception_ptr error;
+      std::mutex error_mu;
+      auto work = [&] {
+        try {
+          for (size_t i; (i = next_doc.fetch_add(1)) < docs.size();) {
+            if (chat) {
+              encoded[i] = encode_conversation(tok, *chat, docs[i].messages, o.append_eos);
+              continue;
+            }
+            encoded[i].tokens = tok.encode(docs[i].text);
+            if (o.append_eos && tok.eos_id() >= 0) encoded[i].tokens.push_back(tok.eos_id());
+          }
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(error_mu);
+          error = std::current_exception();
+        }
+      };
+      std::vector<std::thread> pool;
+      for (int t = 1; t < threads && docs.size() > 1; ++t) pool.emplace_back(work);
+      work();
+      for (auto& th : pool) th.join();
+      if (error) std::rethrow_exception(error);
+      for (size_t i = 0; i < docs.size(); ++i) {
+        if (encoded[i].tokens.empty()) continue;
+        route(docs[i]).add(encoded[i], docs[i].text.size());
+        sum.documents += 1;
+        sum.tokens += encoded[i].tokens.size();
+      }
+      auto now = Clock::now();
+      if (show && (now - last_show > std::chrono::milliseconds(500) || !more)) {
+        last_show = now;
+        double s = std::chrono::duration<double>(now - t0).count();
+        const uint64_t read = bytes_before + reader.bytes_read();
+        double rate = double(read) / std::max(s, 1e-9);
+        double eta = rate > 0 ? double(total_bytes - std::min(total_bytes, read)) / rate : -1;
+        std::fprintf(
+            stderr, "\r[prepare] %.1f/%.1f MB  %llu docs  %llu tokens  %.1f MB/s  ETA %s   ",
+            double(read) / 1e6, double(total_bytes) / 1e6, (unsigned long long)sum.documents,
+            (unsigned long long)sum.tokens, rate / 1e6, human_duration(eta).c_str());
+        std::fflush(stderr);
+      }
     }
-    auto now = Clock::now();
-    if (show && (now - last_show > std::chrono::milliseconds(500) || !more)) {
-      last_show = now;
-      double s = std::chrono::duration<double>(now - t0).count();
-      double rate = double(reader.bytes_read()) / std::max(s, 1e-9);
-      double eta =
-          rate > 0 ? double(total_bytes - std::min(total_bytes, reader.bytes_read())) / rate : -1;
-      std::fprintf(stderr, "\r[prepare] %.1f/%.1f MB  %llu docs  %llu tokens  %.1f MB/s  ETA %s   ",
-                   double(reader.bytes_read()) / 1e6, double(total_bytes) / 1e6,
-                   (unsigned long long)sum.documents, (unsigned long long)sum.tokens, rate / 1e6,
-                   human_duration(eta).c_str());
-      std::fflush(stderr);
-    }
-  }
+    bytes_before += reader.bytes_read();
+  };
+  consume(files, [&](const Document& d) -> SplitOutput& {
+    return is_val_document(d.text, o.val_fraction) ? val : train;
+  });
+  const uint64_t input_documents = sum.documents;
+  consume(val_files, [&](const Document&) -> SplitOutput& { return heldout; });
   if (show) std::fprintf(stderr, "\n");
-  CHECK(sum.documents > 0, "no documents in the input ({} file(s), {} bytes)", files.size(),
-        total_bytes);
+  CHECK(input_documents > 0, "no documents in the input ({} file(s))", files.size());
+  CHECK(val_files.empty() || sum.documents > input_documents,
+        "no documents in the --val-input files ({} file(s))", val_files.size());
   train.flush();
   val.flush();
+  heldout.flush();
 
   Manifest m;
   m.tokenizer_file = o.tokenizer.string();
@@ -352,6 +378,7 @@ PrepareSummary prepare_corpus(const PrepareOptions& o) {
   m.val_fraction = o.val_fraction;
   m.splits["train"] = train.info;
   m.splits["val"] = val.info;
+  if (!val_files.empty()) m.splits[kHeldoutSplit] = heldout.info;
   try {
     write_manifest(o.out, m);  // the commit
   } catch (const Error&) {
@@ -381,14 +408,19 @@ PrepareSummary prepare_corpus(const PrepareOptions& o) {
 
   sum.train_documents = train.info.documents;
   sum.val_documents = val.info.documents;
-  sum.shards = int(train.info.shards.size() + val.info.shards.size());
+  sum.heldout_documents = heldout.info.documents;
+  sum.shards = int(train.info.shards.size() + val.info.shards.size() + heldout.info.shards.size());
   sum.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   log::info(
       "prepare: {} documents, {} tokens from {:.1f} MB in {:.1f} s ({:.1f} MB/s); train {} docs "
-      "/ {} tokens, val {} docs / {} tokens; {} shard(s) in {}",
+      "/ {} tokens, val {} docs / {} tokens{}; {} shard(s) in {}",
       sum.documents, sum.tokens, double(total_bytes) / 1e6, sum.seconds,
       double(total_bytes) / 1e6 / std::max(sum.seconds, 1e-9), train.info.documents,
-      train.info.tokens, val.info.documents, val.info.tokens, sum.shards, o.out.string());
+      train.info.tokens, val.info.documents, val.info.tokens,
+      val_files.empty() ? ""
+                        : fmt::format(", {} (--val-input) {} docs / {} tokens", kHeldoutSplit,
+                                      heldout.info.documents, heldout.info.tokens),
+      sum.shards, o.out.string());
   return sum;
 }
 

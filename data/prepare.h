@@ -10,6 +10,9 @@
 
 namespace trainer::data {
 
+// The split of the documents of `prepare --val-input`, beside the hashed "val".
+inline constexpr const char* kHeldoutSplit = "heldout";
+
 struct PrepareOptions {
   std::filesystem::path tokenizer;  // .model file
   std::vector<std::string> inputs;  // files or globs
@@ -17,15 +20,16 @@ struct PrepareOptions {
   std::string chat_template;        // chat, prompt: a preset or a .json file (data/chat_template.h)
   std::filesystem::path out;        // output directory
   double val_fraction = 0.0;        // share of documents (by content hash) in "val"
-  double shard_mb = 100;            // shard size bound in MiB
-  int threads = 0;                  // 0: all cores
-  bool append_eos = true;           // end every document with the tokenizer's eos id
-  bool progress = true;             // a progress line on stderr when it is a terminal
+  std::vector<std::string> val_inputs;  // files or globs whose documents make kHeldoutSplit
+  double shard_mb = 100;                // shard size bound in MiB
+  int threads = 0;                      // 0: all cores
+  bool append_eos = true;               // end every document with the tokenizer's eos id
+  bool progress = true;                 // a progress line on stderr when it is a terminal
 };
 
 struct PrepareSummary {
   uint64_t input_bytes = 0, documents = 0, tokens = 0;
-  uint64_t train_documents = 0, val_documents = 0;
+  uint64_t train_documents = 0, val_documents = 0, heldout_documents = 0;
   int shards = 0;
   double seconds = 0;
 };

@@ -68,8 +68,8 @@ void write_byte_tokenizer(const TokenizerTrainOptions& o) {
 void train_tokenizer(const TokenizerTrainOptions& o) {
   if (o.model_type == "byte") return write_byte_tokenizer(o);
   if (o.model_type != "bpe" && o.model_type != "unigram" && o.model_type != "char")
-    throw UsageError(fmt::format("model type must be bpe, unigram, char or byte, got '{}'",
-                                 o.model_type));
+    throw UsageError(
+        fmt::format("model type must be bpe, unigram, char or byte, got '{}'", o.model_type));
   const int vocab_size = o.vocab_size > 0 ? o.vocab_size : 8000;
   if (vocab_size < 300)
     throw UsageError(

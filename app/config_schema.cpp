@@ -253,6 +253,9 @@ const std::vector<KeySpec>& schema() {
        1e7},
 
       {"log.every", Kind::integer, int64_t(10), "Write a metrics line every N steps", 1},
+      {"log.tensorboard", Kind::boolean, false,
+       "Also write the metrics as a TensorBoard event file, <run>/tensorboard/ "
+       "(tensorboard --logdir runs/)"},
       {"log.level", Kind::text, std::string("info"),
        "Least severe log lines shown: debug (every rank prints everything), info, warn, error",
        -1e300, 1e300, log::kLevelNames.names()},

@@ -14,7 +14,9 @@
 
 namespace trainer::app {
 
-MetricsLog::MetricsLog(const std::filesystem::path& path, int64_t keep_through) : path_(path) {
+MetricsLog::MetricsLog(const std::filesystem::path& path, int64_t keep_through,
+                       const std::filesystem::path& tensorboard)
+    : path_(path) {
   std::string kept;
   if (keep_through >= 0) {
     std::ifstream in(path);
@@ -32,6 +34,7 @@ MetricsLog::MetricsLog(const std::filesystem::path& path, int64_t keep_through) 
   if (keep_through >= 0) write_file_atomic(path, kept);
   file_ = std::fopen(path.c_str(), keep_through >= 0 ? "a" : "w");
   CHECK(file_, "cannot write {}: {}", path.string(), std::strerror(errno));
+  if (!tensorboard.empty()) events_ = std::make_unique<EventWriter>(tensorboard, keep_through);
 }
 
 MetricsLog::~MetricsLog() {
@@ -42,8 +45,13 @@ bool MetricsLog::write(const nlohmann::json& record) {
   const std::string line = record.dump() + "\n";
   errno = 0;
   if (std::fputs(line.c_str(), file_) < 0 || std::fflush(file_) != 0) {
-    why_ = std::strerror(errno ? errno : EIO);
+    why_ = fmt::format("{} ({})", path_.string(), std::strerror(errno ? errno : EIO));
     std::clearerr(file_);
+    return false;
+  }
+  errno = 0;
+  if (events_ && !events_->write(record.value("step", int64_t(0)), record)) {
+    why_ = fmt::format("{} ({})", events_->path().string(), std::strerror(errno ? errno : EIO));
     return false;
   }
   return true;

@@ -1,15 +1,18 @@
-// Run output: metrics.jsonl (one JSON object per line), a live one-line progress bar on a
-// terminal, and plain periodic lines elsewhere (Slurm logs).
+// Run output: metrics.jsonl (one JSON object per line, and the same values as a TensorBoard
+// event file under log.tensorboard), a live one-line progress bar on a terminal, and plain
+// periodic lines elsewhere (Slurm logs).
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "app/progress_mode.h"
+#include "app/tensorboard.h"
 
 namespace trainer::app {
 
@@ -17,19 +20,22 @@ class MetricsLog {
  public:
   // Opens `path` for appending, first dropping lines whose "step" exceeds `keep_through` (a
   // resumed run rewrites the steps after its checkpoint; the file is replaced atomically).
-  // keep_through < 0 starts afresh.
-  MetricsLog(const std::filesystem::path& path, int64_t keep_through);
+  // keep_through < 0 starts afresh. A non-empty `tensorboard` directory gets the same records
+  // as events (EventWriter, likewise rewritten).
+  MetricsLog(const std::filesystem::path& path, int64_t keep_through,
+             const std::filesystem::path& tensorboard = {});
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
-  // Appends one line and flushes it; false when the write failed (a full disk), with why().
+  // Appends one line (and its event) and flushes it; false when a write failed (a full disk),
+  // with why(): the file and the reason.
   bool write(const nlohmann::json& record);
   const std::string& why() const { return why_; }
-  const std::filesystem::path& path() const { return path_; }
 
  private:
   std::filesystem::path path_;
   std::FILE* file_ = nullptr;
+  std::unique_ptr<EventWriter> events_;
   std::string why_;
 };
 

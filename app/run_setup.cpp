@@ -390,6 +390,7 @@ void read_loop(const Config& c, RunConfig& r) {
   r.log_every = c.integer("log.every");
   r.log_level = log::kLevelNames.parse(c.text("log.level"));
   r.log_all_ranks = c.boolean("log.all_ranks");
+  r.tensorboard = c.boolean("log.tensorboard");
   r.memory_check = kMemoryCheckNames.parse(c.text("train.memory_check"));
   r.progress = kProgressNames.parse(c.text("log.progress"));
   r.peak_gflops = c.real("log.peak_gflops");

@@ -91,6 +91,7 @@ struct RunConfig {
   int64_t log_every = 1;
   log::Level log_level = log::Level::info;
   bool log_all_ranks = false;  // every rank writes <run>/logs/rank-R.log
+  bool tensorboard = false;    // rank 0 writes <run>/tensorboard/events.out.tfevents.*
   MemoryCheck memory_check = MemoryCheck::refuse;
   ProgressMode progress = ProgressMode::automatic;
   double peak_gflops = 0;  // the MFU reference; 0 = measured at start-up

@@ -33,7 +33,7 @@ void TrainLoop::write_metrics(const nlohmann::json& record) {
 // previous checkpoint.
 std::string TrainLoop::write_failure() const {
   if (!leader_ || write_failure_reported_) return {};
-  if (metrics_failed_) return fmt::format("{} ({})", metrics_->path().string(), metrics_->why());
+  if (metrics_failed_) return metrics_->why();
   if (const std::string e = log::file_error(); !e.empty())
     return fmt::format("{} ({})", (rc_.run_dir / "train.log").string(), e);
   return {};

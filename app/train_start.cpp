@@ -374,7 +374,9 @@ void TrainLoop::start_up() {
   }
   first_step_ = state_.step;
   if (leader_)
-    metrics_ = std::make_unique<MetricsLog>(rc_.run_dir / "metrics.jsonl", ckpt ? state_.step : -1);
+    metrics_ = std::make_unique<MetricsLog>(
+        rc_.run_dir / "metrics.jsonl", ckpt ? state_.step : -1,
+        rc_.tensorboard ? rc_.run_dir / "tensorboard" : std::filesystem::path());
 }
 
 }  // namespace trainer::app

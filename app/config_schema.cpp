@@ -129,6 +129,13 @@ const std::vector<KeySpec>& schema() {
        -1e300, 1e300, data::kVerifyNames.names()},
       {"data.epochs", Kind::integer, int64_t(0),
        "Stop after this many epochs (0 = run train.steps)", 0},
+      {"data.sources", Kind::list, L{},
+       "Train on a mixture of prepared corpora instead of data.path: "
+       "[\"[NAME=]DIR:WEIGHT[:EPOCHS]\", "
+       "...] (weights relative; EPOCHS bounds a source, else it repeats; NAME: DIR's folder "
+       "name), each global batch from one source by the rule of docs/data.md (Mixtures)"},
+      {"data.sources_schedule", Kind::list, L{},
+       "The mixture's weights from a step on: [\"STEP:W1,W2,...\", ...], one weight per source"},
 
       {"optimizer.lr", Kind::real, 1e-3, "Peak learning rate", 0, 10},
       {"optimizer.min_lr", Kind::real, 1e-4, "Learning rate at the end of the decay", 0, 10},

@@ -81,6 +81,16 @@ const Refusal kRefusals[] = {
     {[](const RunConfig& r) { return r.deterministic && r.exec.grad != DType::f32; },
      "dist.deterministic needs dist.grad_dtype = fp32 (bf16 sums round at every node of the "
      "tree)"},
+    // A mixture's phases are steps, which its loader counts in global batches.
+    {[](const RunConfig& r) {
+       return !r.train_data.mixture.phases.empty() && !r.grad_accum_schedule.entries.empty();
+     },
+     "data.sources_schedule with train.grad_accum_schedule: the mixture counts steps in global "
+     "batches, which must be the same number every step"},
+    {[](const RunConfig& r) {
+       return !r.train_data.mixture.sources.empty() && r.train_data.max_epochs > 0;
+     },
+     "data.epochs with data.sources: bound each source instead (DIR:WEIGHT:EPOCHS)"},
     // The batch is set one way.
     {[](const RunConfig& r) { return r.global_batch > 0 && r.grad_accum != 1; },
      "train.grad_accum = {grad_accum} and train.global_batch = {global_batch} both set the batch: "

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <string>
 
@@ -459,25 +460,114 @@ ValSetEntry parse_val_set(const std::string& entry) {
   return e;
 }
 
-// train.val_sets, read as the training data is (one epoch).
-std::vector<ValSet> val_sets(const Config& c) {
+// A name a set or source goes by in the log and the metrics: `name`, or DIR's folder name.
+std::string name_of(const std::string& key, const std::string& entry, std::string name,
+                    const std::string& dir) {
+  if (name.empty()) {
+    const std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
+    name = p.filename().empty() ? p.parent_path().filename().string() : p.filename().string();
+  }
+  USAGE_CHECK(
+      !name.empty() && name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                              "0123456789_-.") == std::string::npos,
+      "{}: '{}' names '{}': a name takes letters, digits, _, - and ., and is written "
+      "NAME=...",
+      key, entry, name);
+  return name;
+}
+
+double number_in(const std::string& key, const std::string& entry, const std::string& text) {
+  double v = 0;
+  auto [p, e] = std::from_chars(text.data(), text.data() + text.size(), v);
+  USAGE_CHECK(e == std::errc() && p == text.data() + text.size() && std::isfinite(v) && v >= 0,
+              "{}: '{}': '{}' is not a number of at least 0", key, entry, text);
+  return v;
+}
+
+// data.sources and data.sources_schedule into l.mixture, with each source's name.
+void read_mixture(const Config& c, data::LoaderConfig& l, std::vector<std::string>& names) {
+  for (const std::string& entry : c.list("data.sources")) {
+    const size_t eq = entry.find('=');
+    const std::string rest = eq == std::string::npos ? entry : entry.substr(eq + 1);
+    std::vector<std::string> parts;
+    for (size_t at = 0;;) {
+      const size_t colon = rest.find(':', at);
+      parts.push_back(rest.substr(at, colon - at));
+      if (colon == std::string::npos) break;
+      at = colon + 1;
+    }
+    USAGE_CHECK((parts.size() == 2 || parts.size() == 3) && !parts[0].empty(),
+                "data.sources: '{}' is not [NAME=]DIR:WEIGHT[:EPOCHS]", entry);
+    data::MixtureSource s{parts[0], number_in("data.sources", entry, parts[1]), 0};
+    if (parts.size() == 3) {
+      const double epochs = number_in("data.sources", entry, parts[2]);
+      USAGE_CHECK(epochs >= 1 && epochs == std::floor(epochs),
+                  "data.sources: '{}': EPOCHS must be a whole number of at least 1", entry);
+      s.max_epochs = int64_t(epochs);
+    }
+    const std::string name = name_of(
+        "data.sources", entry, eq == std::string::npos ? "" : entry.substr(0, eq), s.data_dir);
+    for (const std::string& n : names)
+      USAGE_CHECK(n != name, "data.sources names '{}' twice: give one a name (NAME=DIR:WEIGHT)",
+                  name);
+    names.push_back(name);
+    l.mixture.sources.push_back(s);
+  }
+  const size_t n = l.mixture.sources.size();
+  USAGE_CHECK(n != 1,
+              "data.sources names one corpus: a mixture takes two or more (one is "
+              "data.path)");
+  auto check_weights = [&](const std::string& where, const std::vector<double>& w) {
+    double sum = 0;
+    for (double x : w) sum += x;
+    USAGE_CHECK(sum > 0, "{}: the weights are all 0", where);
+  };
+  std::vector<double> base;
+  for (const data::MixtureSource& s : l.mixture.sources) base.push_back(s.weight);
+  if (n > 0) check_weights("data.sources", base);
+  int64_t last = 0;
+  for (const std::string& entry : c.list("data.sources_schedule")) {
+    USAGE_CHECK(n > 0, "data.sources_schedule needs data.sources");
+    const size_t colon = entry.find(':');
+    int64_t step = -1;
+    if (colon != std::string::npos) std::from_chars(entry.data(), entry.data() + colon, step);
+    USAGE_CHECK(colon != std::string::npos && step > last,
+                "data.sources_schedule: '{}' is not STEP:W1,W2,... with steps above 0 and rising",
+                entry);
+    data::WeightPhase phase{step, {}};
+    for (size_t at = colon + 1;;) {
+      const size_t comma = entry.find(',', at);
+      std::string w = entry.substr(at, comma - at);
+      w.erase(0, w.find_first_not_of(' '));
+      phase.weights.push_back(number_in("data.sources_schedule", entry, w));
+      if (comma == std::string::npos) break;
+      at = comma + 1;
+    }
+    USAGE_CHECK(phase.weights.size() == n,
+                "data.sources_schedule: '{}' gives {} weights for {} sources", entry,
+                phase.weights.size(), n);
+    check_weights("data.sources_schedule: '" + entry + "'", phase.weights);
+    last = step;
+    l.mixture.phases.push_back(std::move(phase));
+  }
+}
+
+// train.val_sets, read as the training data is (one epoch). Without the key: data.path's val
+// split, or each source's of a mixture, under its name.
+std::vector<ValSet> val_sets(const Config& c, const data::LoaderConfig& train,
+                             const std::vector<std::string>& source_names) {
   std::vector<ValSet> sets;
-  const std::vector<std::string> entries = c.list("train.val_sets");
-  if (entries.empty()) sets.push_back({"", loader_config(c, "val")});
+  std::vector<std::string> entries = c.list("train.val_sets");
+  if (entries.empty() && source_names.empty()) sets.push_back({"", loader_config(c, "val")});
+  if (entries.empty())
+    for (size_t s = 0; s < source_names.size(); ++s)
+      entries.push_back(source_names[s] + "=" + train.mixture.sources[s].data_dir.string());
   for (const std::string& entry : entries) {
     auto [name, dir, split, dir_begin, dir_end] = parse_val_set(entry);
-    if (name.empty()) {
-      name = std::filesystem::path(dir).lexically_normal().filename().string();
-      if (name.empty())
-        name = std::filesystem::path(dir).lexically_normal().parent_path().filename();
-      if (split != "val") name += "_" + split;
-    }
-    USAGE_CHECK(
-        !name.empty() && name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOP"
-                                                "QRSTUVWXYZ0123456789_-.") == std::string::npos,
-        "train.val_sets: '{}' names the set '{}': a name takes letters, digits, _, - and "
-        "., and is written NAME=DIR[:SPLIT]",
-        entry, name);
+    if (name.empty())
+      name = name_of("train.val_sets", entry, "", dir) +
+             (split != "val" ? "_" + split : std::string());
+    name = name_of("train.val_sets", entry, name, dir);
     for (const ValSet& s : sets)
       USAGE_CHECK(s.name != name,
                   "train.val_sets names '{}' twice: give one a name of its own (NAME=DIR[:SPLIT])",
@@ -496,7 +586,8 @@ RunConfig resolve_run(const Config& c) {
   r.seed = uint64_t(c.integer("run.seed"));
   r.model = model_config(c);
   r.train_data = loader_config(c, "train");
-  r.val_sets = val_sets(c);
+  read_mixture(c, r.train_data, r.source_names);
+  r.val_sets = val_sets(c, r.train_data, r.source_names);
   r.tokenizer = c.text("data.tokenizer");
   r.exec = exec_config(c, model_rows(r.train_data), r.train_data.seq_len);
   read_dist(c, r);

@@ -67,10 +67,11 @@ struct RunConfig {
   std::filesystem::path run_dir;  // run.dir / run.name
   uint64_t seed = 0;
   nn::ModelConfig model;
-  nn::ExecConfig exec;  // sized for the training micro-batch
-  data::LoaderConfig train_data;
-  std::vector<ValSet> val_sets;     // at least one
-  std::filesystem::path tokenizer;  // data.tokenizer
+  nn::ExecConfig exec;                    // sized for the training micro-batch
+  data::LoaderConfig train_data;          // with data.sources: its mixture
+  std::vector<std::string> source_names;  // data.sources' names (empty: data.path alone)
+  std::vector<ValSet> val_sets;           // at least one
+  std::filesystem::path tokenizer;        // data.tokenizer
   nn::AdamWConfig adamw;
   nn::LrSchedule schedule;
   float grad_clip = 0;

@@ -62,6 +62,13 @@ Config with_absolute_paths(Config c) {
     sets.push_back(s.replace(e.dir_begin, e.dir_end - e.dir_begin, absolute(e.dir)));
   }
   c.set("train.val_sets", sets);
+  std::vector<std::string> sources;  // [NAME=]DIR:WEIGHT[:EPOCHS]
+  for (std::string s : c.list("data.sources")) {
+    const size_t eq = s.find('='), begin = eq == std::string::npos ? 0 : eq + 1;
+    const size_t end = std::min(s.find(':', begin), s.size());
+    sources.push_back(s.replace(begin, end - begin, absolute(s.substr(begin, end - begin))));
+  }
+  c.set("data.sources", sources);
   return c;
 }
 

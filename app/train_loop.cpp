@@ -321,7 +321,10 @@ int TrainLoop::run() {
     const dist::StepCounts counts = dist::exchange_counts(data_, batches.has_value(), my_tokens,
                                                           batches ? int64_t(batches->size()) : 0);
     if (join_.decide(counts, batches.has_value(), state_.step) == dist::StepAction::stop)
-      return stop_early(fmt::format("data.epochs = {} reached", rc_.train_data.max_epochs), 0);
+      return stop_early(rc_.source_names.empty()
+                            ? fmt::format("data.epochs = {} reached", rc_.train_data.max_epochs)
+                            : std::string("every source of data.sources has given its epochs"),
+                        0);
     CHECK(counts.global_tokens > 0, "step {}: the global batch has no loss tokens",
           state_.step + 1);
     StepStats s = train_step(batches, counts);

@@ -88,6 +88,9 @@ void TrainLoop::log_step(const StepStats& s, double step_s) {
                       {"optimizer_ms", t.optimizer_s * 1e3},
                       {"rss_mib", resident_mib()}};
   if (!s.spike.empty()) j["spike"] = s.spike;
+  if (const auto& m = loader_->state().mixture)  // each source's real tokens so far
+    for (size_t i = 0; i < rc_.source_names.size(); ++i)
+      j["tokens_" + rc_.source_names[i]] = m->tokens[i];
   if (grid_.pipeline_size() > 1) j["bubble"] = s.bubble;  // the stages' pooled idle share
   if (ranks) {
     j["slowest_rank"] = ranks->slowest_rank;
@@ -166,6 +169,21 @@ void TrainLoop::log_setup() {
                                       fmt::join(lora.targets, ", "))
                         : std::string("the rest frozen by train.freeze"));
   log::info("learning rate: {}", rc_.schedule.describe());
+  if (!rc_.source_names.empty()) {
+    std::vector<std::string> sources;
+    for (size_t i = 0; i < rc_.source_names.size(); ++i) {
+      const data::MixtureSource& s = rc_.train_data.mixture.sources[i];
+      sources.push_back(
+          fmt::format("{} {:g}{}", rc_.source_names[i], s.weight,
+                      s.max_epochs ? fmt::format(" (at most {} epochs)", s.max_epochs) : ""));
+    }
+    log::info("data: a mixture of {}{}", fmt::join(sources, ", "),
+              rc_.train_data.mixture.phases.empty()
+                  ? ""
+                  : fmt::format("; {} phase(s) of other weights from step {}",
+                                rc_.train_data.mixture.phases.size(),
+                                rc_.train_data.mixture.phases.front().step));
+  }
   const dist::StateBytes st = dp_->state_bytes();
   log::info(
       "memory plan per rank: {:.1f} MiB (sharding {}: fp32 masters {:.1f}, working weights "

@@ -167,12 +167,14 @@ std::vector<fs::path> TrainLoop::check_overwrite(const fs::path& from, int64_t s
 
 // Everything about the data that can fail later is checked before the first step.
 void TrainLoop::check_data() {
-  const data::Manifest& m = loader_->corpus().manifest();
-  CHECK(data::tokenizer_is(tokenizer_, m.tokenizer_hash),
-        "data.tokenizer = {} is not the tokenizer {} was prepared with (hash {:016x}, the "
-        "manifest says {:016x}, {})",
-        rc_.tokenizer.string(), rc_.train_data.data_dir.string(), tokenizer_hash_, m.tokenizer_hash,
-        m.tokenizer_file);
+  for (const auto& corpus : loader_->corpora()) {  // data.path, or every source
+    const data::Manifest& m = corpus->manifest();
+    USAGE_CHECK(data::tokenizer_is(tokenizer_, m.tokenizer_hash),
+                "data.tokenizer = {} is not the tokenizer {} was prepared with (hash {:016x}, "
+                "the manifest says {:016x}, {})",
+                rc_.tokenizer.string(), corpus->dir().string(), tokenizer_hash_, m.tokenizer_hash,
+                m.tokenizer_file);
+  }
   if (rc_.val_every == 0) return;
   for (ValSet& set : rc_.val_sets) {
     const std::string what =
@@ -280,7 +282,12 @@ void TrainLoop::start_up() {
     tokenizer_ = tokenizer.bytes();  // the one-file form the run and its checkpoints keep
     tokenizer_hash_ = tokenizer.hash();
   }
-  data_manifest_ = read_file(rc_.train_data.data_dir / data::kManifestName);
+  // The corpus the data position points into: data.path's, or every source's in order.
+  const data::MixtureConfig& mixture = rc_.train_data.mixture;
+  if (mixture.sources.empty())
+    data_manifest_ = read_file(rc_.train_data.data_dir / data::kManifestName);
+  for (const data::MixtureSource& s : mixture.sources)
+    data_manifest_ += read_file(s.data_dir / data::kManifestName);
 
   // Every check first (Note [One run per directory]): nothing in the run directory is written
   // or deleted until all of them, and the ranks' agreement, have passed.
@@ -298,7 +305,9 @@ void TrainLoop::start_up() {
       throw UsageError(fmt::format(
           "cannot resume from {}: the corpus in {} changed since it was saved (its manifest "
           "differs); the saved data position would point elsewhere",
-          from.string(), rc_.train_data.data_dir.string()));
+          from.string(),
+          mixture.sources.empty() ? rc_.train_data.data_dir.string()
+                                  : std::string("one of data.sources")));
     state_ = ckpt->state;
     warn_of_changes(*ckpt);
   }
@@ -310,6 +319,9 @@ void TrainLoop::start_up() {
       leader_ ? check_overwrite(from, state_.step) : std::vector<fs::path>{};
   std::optional<data::LoaderState> loader_state;
   if (ckpt) loader_state = ckpt->state.loader.get<data::LoaderState>();
+  // A mixture counts steps in global batches from here (Note [Mixtures]).
+  rc_.train_data.mixture.first_step = state_.step;
+  rc_.train_data.mixture.batches_per_step = micro_batches(state_.step) * data_.size();
   loader_ =
       std::make_unique<data::Loader>(rc_.train_data, data_.rank(), data_.size(), loader_state);
   check_data();

@@ -34,6 +34,7 @@ class Corpus {
          Verify verify, bool index_docs);
   ~Corpus();
   const Manifest& manifest() const { return manifest_; }
+  const std::filesystem::path& dir() const { return dir_; }
   const SplitInfo& split() const { return manifest_.splits.at(split_); }
   uint64_t num_tokens() const { return shard_starts_.back(); }
   // Document boundaries; without index_docs one pseudo document spanning the whole stream.

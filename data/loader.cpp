@@ -16,6 +16,7 @@ namespace trainer::data {
 
 void to_json(nlohmann::json& j, const LoaderState& s) {
   j = nlohmann::json{{"seed", s.seed}, {"epoch", s.epoch}, {"cursor", s.cursor}};
+  if (s.mixture) j["mixture"] = *s.mixture;
 }
 
 void from_json(const nlohmann::json& j, LoaderState& s) {
@@ -23,6 +24,8 @@ void from_json(const nlohmann::json& j, LoaderState& s) {
     s.seed = json_integer_at<uint64_t>(j, "seed");
     s.epoch = json_integer_at<int64_t>(j, "epoch");
     s.cursor = json_integer_at<int64_t>(j, "cursor");
+    s.mixture.reset();
+    if (j.contains("mixture")) s.mixture = j.at("mixture").get<MixtureState>();
   } catch (const std::exception& e) {
     THROW_ERROR("malformed loader state: {}", e.what());
   }
@@ -36,26 +39,47 @@ Loader::Loader(const LoaderConfig& config, int rank, int world_size,
   if (world_size < 1 || rank < 0 || rank >= world_size)
     throw UsageError(fmt::format("bad rank {} for world size {}", rank, world_size));
   if (config_.prefetch < 1) throw UsageError("loader prefetch depth must be >= 1");
-  corpus_ = std::make_unique<Corpus>(config_.data_dir, config_.split,
-                                     ShardExpect{config_.vocab_size, config_.tokenizer_hash},
-                                     config_.verify, config_.mode != Mode::stream);
-  if (corpus_->has_loss_mask() && config_.mode == Mode::stream && rank == 0)
-    log::warn(
-        "{}: instruction data in data.mode = stream: windows cross conversations, which then "
-        "attend to each other; data.mode = pack or bucket keeps each conversation apart",
-        config_.data_dir.string());
-  state_ = resume ? *resume : LoaderState{config_.seed, 0, 0};
+  const bool mixed = !config_.mixture.sources.empty();
+  TRAINER_ASSERT(!mixed || config_.max_epochs == 0, "a mixture with max_epochs");
+  std::vector<std::filesystem::path> dirs = {config_.data_dir};
+  if (mixed) {
+    dirs.clear();
+    for (const MixtureSource& s : config_.mixture.sources) dirs.push_back(s.data_dir);
+  }
+  for (const std::filesystem::path& dir : dirs) {
+    corpora_.push_back(std::make_unique<Corpus>(
+        dir, config_.split, ShardExpect{config_.vocab_size, config_.tokenizer_hash}, config_.verify,
+        config_.mode != Mode::stream));
+    if (corpora_.back()->has_loss_mask() && config_.mode == Mode::stream && rank == 0)
+      log::warn(
+          "{}: instruction data in data.mode = stream: windows cross conversations, which then "
+          "attend to each other; data.mode = pack or bucket keeps each conversation apart",
+          dir.string());
+  }
+  state_ = resume ? *resume : LoaderState{config_.seed, 0, 0, std::nullopt};
+  USAGE_CHECK(!resume || resume->mixture.has_value() == mixed,
+              "the checkpoint's data position is {}, but the run reads {}: its data order "
+              "cannot continue",
+              resume && resume->mixture ? "in a mixture of sources" : "in one corpus",
+              mixed ? "a mixture (data.sources)" : "one corpus (data.path)");
   seed_ = state_.seed;
   if (resume && resume->seed != config_.seed)
     log::warn("loader: resuming with the checkpoint's seed {} (config says {})", resume->seed,
               config_.seed);
   PlanConfig pc{config_.mode,       config_.batch_size, config_.seq_len,
                 config_.max_tokens, state_.seed,        config_.drop_last};
-  planner_ = std::make_unique<EpochPlanner>(pc, corpus_->docs());
-  planner_->start(state_.epoch);
-  // A cursor past the epoch's end (a checkpoint whose last step was padded by wrapping around,
-  // as trainers before Note [Global order]'s rule did) leaves it at the end.
-  planner_->skip(state_.cursor);
+  if (mixed) {
+    std::vector<const Corpus*> corpora;
+    for (const auto& c : corpora_) corpora.push_back(c.get());
+    mixture_ = std::make_unique<Mixture>(config_.mixture, pc, corpora, state_.mixture);
+    state_.mixture = mixture_->state();
+  } else {
+    planner_ = std::make_unique<EpochPlanner>(pc, corpora_.front()->docs());
+    planner_->start(state_.epoch);
+    // A cursor past the epoch's end (a checkpoint whose last step was padded by wrapping
+    // around, as trainers before Note [Global order]'s rule did) leaves it at the end.
+    planner_->skip(state_.cursor);
+  }
   thread_ = std::thread([this] { run(); });
 }
 
@@ -76,10 +100,14 @@ void Loader::run() {
   try {
     while (true) {
       Item item;
-      std::vector<BatchPlan> plans = next_round();
+      std::vector<std::pair<int, BatchPlan>> plans = next_round();
       if (int(plans.size()) > rank_) {
-        item.batch = make_batch(plans[size_t(rank_)], config_.mode, *corpus_);
-        item.after = {seed_, planner_->epoch(), planner_->drawn()};
+        const auto& [source, plan] = plans[size_t(rank_)];
+        item.batch = make_batch(plan, config_.mode, *corpora_[size_t(source)]);
+        if (mixture_)
+          item.after = {seed_, 0, 0, mixture_->state()};
+        else
+          item.after = {seed_, planner_->epoch(), planner_->drawn(), std::nullopt};
       }
       bool last = !item.batch;
       std::unique_lock<std::mutex> lock(mu_);
@@ -96,13 +124,22 @@ void Loader::run() {
   }
 }
 
-std::vector<BatchPlan> Loader::next_round() {
-  std::vector<BatchPlan> plans;
+// The round's global batches, one a rank, each with the source it is from (0 for one corpus).
+std::vector<std::pair<int, BatchPlan>> Loader::next_round() {
+  std::vector<std::pair<int, BatchPlan>> plans;
+  if (mixture_) {
+    while (int(plans.size()) < world_size_)
+      if (auto p = mixture_->next())
+        plans.push_back(std::move(*p));
+      else
+        break;
+    return plans;
+  }
   auto within_epochs = [&] {
     return config_.max_epochs == 0 || planner_->epoch() < config_.max_epochs;
   };
   if (!within_epochs()) return plans;
-  plans = planner_->take(world_size_);
+  for (BatchPlan& p : planner_->take(world_size_)) plans.emplace_back(0, std::move(p));
   // The round goes on into the next epoch (Note [Global order]), unless that is past the last.
   while (int(plans.size()) < world_size_) {
     CHECK(planner_->drawn() > 0,
@@ -112,7 +149,7 @@ std::vector<BatchPlan> Loader::next_round() {
     planner_->start(planner_->epoch() + 1);
     if (!within_epochs()) break;
     for (BatchPlan& p : planner_->take(world_size_ - int(plans.size())))
-      plans.push_back(std::move(p));
+      plans.emplace_back(0, std::move(p));
   }
   return plans;
 }

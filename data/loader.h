@@ -16,6 +16,7 @@
 
 #include "data/batch.h"
 #include "data/corpus.h"
+#include "data/mixture.h"
 #include "data/plan.h"
 
 namespace trainer::data {
@@ -34,13 +35,18 @@ struct LoaderConfig {
   uint32_t vocab_size = 0;      // checked against the shards when non-zero
   uint64_t tokenizer_hash = 0;  // checked against the shards when non-zero
   Verify verify = Verify::all;  // when each shard's payload is checked
+  // Two or more sources: the split `split` of each, mixed by weight (data/mixture.h) instead of
+  // data_dir's; max_epochs must then be 0 (each source has its own bound).
+  MixtureConfig mixture;
 };
 
-// Where a loader stands: after `cursor` global batches (all ranks together) of `epoch`.
+// Where a loader stands: after `cursor` global batches (all ranks together) of `epoch`; for a
+// mixture, where the mixture stands instead.
 struct LoaderState {
   uint64_t seed = 0;
   int64_t epoch = 0;
   int64_t cursor = 0;
+  std::optional<MixtureState> mixture;
   bool operator==(const LoaderState&) const = default;
 };
 
@@ -57,11 +63,13 @@ class Loader {
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
-  // This rank's next batch; nullopt once max_epochs epochs are done.
+  // This rank's next batch; nullopt once max_epochs epochs are done (or a mixture's sources).
   std::optional<Batch> next();
   // The position after the last batch next() returned (not the prefetcher's).
   LoaderState state() const { return state_; }
-  const Corpus& corpus() const { return *corpus_; }
+  // The split read (a mixture's first source's), and every source's.
+  const Corpus& corpus() const { return *corpora_.front(); }
+  const std::vector<std::unique_ptr<Corpus>>& corpora() const { return corpora_; }
   const LoaderConfig& config() const { return config_; }
 
  private:
@@ -72,13 +80,14 @@ class Loader {
   void run();
   // The next lockstep round's global batches, one per rank: fewer (or none) only once the last
   // epoch (max_epochs) ends.
-  std::vector<BatchPlan> next_round();
+  std::vector<std::pair<int, BatchPlan>> next_round();
 
   LoaderConfig config_;
   int rank_, world_size_;
-  std::unique_ptr<Corpus> corpus_;
-  std::unique_ptr<EpochPlanner> planner_;
-  LoaderState state_;  // owned by the caller's thread
+  std::vector<std::unique_ptr<Corpus>> corpora_;  // data_dir's, or each source's
+  std::unique_ptr<EpochPlanner> planner_;         // one corpus
+  std::unique_ptr<Mixture> mixture_;              // or several
+  LoaderState state_;                             // owned by the caller's thread
   uint64_t seed_ = 0;
   bool finished_ = false;
 

@@ -16,10 +16,10 @@ from pathlib import Path
 TRAINER, SRC = sys.argv[1], Path(sys.argv[2])
 SECTIONS = "run|model|data|optimizer|schedule|train|checkpoint|log|dist"
 WORD = re.compile(rf"(?<![\w./-])((?:{SECTIONS})\.[a-z_][a-z_0-9]*(?:\.[a-z_][a-z_0-9]*)*)(\()?")
-# Names that are not keys: files a run or an export writes, a launch script, tokenizer.json's
+# Names that are not keys: files (a doc, a run's or an export's), a launch script, tokenizer.json's
 # fields (model.vocab ...), Hugging Face tensor names (model.layers.N...).
 NOT_KEYS = re.compile(
-    r"^(model\.safetensors(\.index\.json)?|optimizer\.safetensors|train\.log|train\.sbatch"
+    r"^(.*\.(md|json|safetensors)|train\.log|train\.sbatch"
     r"|model\.(type|vocab|merges|dropout|unk_token|byte_fallback|ignore_merges)"
     r"|model\.(layers|norm|embed_tokens)(\..*)?)$")
 STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')

@@ -16,11 +16,40 @@ using nlohmann::json;
 
 namespace {
 
-DType parse_dtype(const std::string& s, const std::string& where) {
-  for (DType t : {DType::f32, DType::bf16, DType::f64, DType::i32, DType::i64, DType::u8,
-                  DType::f16})
+DType parse_dtype(const std::string& s) {
+  for (DType t :
+       {DType::f32, DType::bf16, DType::f64, DType::i32, DType::i64, DType::u8, DType::f16})
     if (dtype_name(t) == s) return t;
-  THROW_ERROR("{}: unsupported safetensors dtype '{}'", where, s);
+  THROW_ERROR("unsupported dtype '{}'", s);
+}
+
+// The format's rule: the tensors' bytes tile the data section, without overlaps or gaps (so a
+// tensor cannot alias another's bytes, and no bytes hide between them).
+void check_tiling(const std::vector<TensorEntry>& tensors,
+                  std::vector<std::pair<uint64_t, uint64_t>> ranges, uint64_t data_bytes,
+                  const std::string& where) {
+  std::vector<size_t> order(ranges.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ranges[a] < ranges[b]; });
+  uint64_t at = 0;
+  const TensorEntry* before = nullptr;
+  for (size_t i : order) {
+    const auto [begin, end] = ranges[i];
+    CHECK(begin >= at,
+          "{}: tensors '{}' and '{}' share bytes [{}, {}) of the data (a safetensors file's "
+          "tensors may neither overlap nor leave gaps)",
+          where, before ? before->name : "", tensors[i].name, begin, std::min(at, end));
+    CHECK(begin == at,
+          "{}: {} bytes lie unused before tensor '{}' (a safetensors file's tensors may neither "
+          "overlap nor leave gaps)",
+          where, begin - at, tensors[i].name);
+    at = end;
+    before = &tensors[i];
+  }
+  CHECK(at == data_bytes,
+        "{}: {} bytes lie unused after the last tensor (a safetensors file's tensors may neither "
+        "overlap nor leave gaps; a file written partly over?)",
+        where, data_bytes - at);
 }
 
 }  // namespace
@@ -96,43 +125,47 @@ SafetensorsContents parse_safetensors(const uint8_t* bytes, size_t size, const s
   CHECK(header.is_object(), "{}: safetensors header is not a JSON object", where);
   const uint8_t* base = bytes + 8 + n;
   const uint64_t data_bytes = size - 8 - n;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // each tensor's data offsets
   for (auto& [name, v] : header.items()) {
     try {
       if (name == "__metadata__") {
-        CHECK(v.is_object(), "{}: __metadata__ is not a JSON object", where);
+        CHECK(v.is_object(), "not a JSON object");
         for (auto& [k, val] : v.items()) out.metadata[k] = val.get<std::string>();
         continue;
       }
       TensorEntry e;
       e.name = name;
-      e.dtype = parse_dtype(v.at("dtype").get<std::string>(), where);
-      CHECK(v.is_object() && v.contains("shape") && v.at("shape").is_array(),
-            "{}: tensor '{}' has no shape list", where, name);
+      CHECK(v.is_object(), "not a JSON object");
+      e.dtype = parse_dtype(v.at("dtype").get<std::string>());
+      CHECK(v.contains("shape") && v.at("shape").is_array(), "no shape list");
       for (const json& d : v.at("shape"))
         e.shape.push_back(json_integer<int64_t>(d, "a dimension"));
       uint64_t numel = 1;
       for (int64_t d : e.shape) {
         CHECK(d >= 0 && (d == 0 || numel <= (uint64_t(1) << 62) / uint64_t(d)),
-              "{}: tensor '{}' has an impossible shape", where, name);
+              "an impossible shape");
         numel *= uint64_t(d);
       }
-      CHECK(v.at("data_offsets").is_array() && v.at("data_offsets").size() == 2,
-            "{}: tensor '{}' needs two data_offsets", where, name);
+      CHECK(v.contains("data_offsets") && v.at("data_offsets").is_array() &&
+                v.at("data_offsets").size() == 2,
+            "not two data_offsets");
       const uint64_t off[2] = {json_integer<uint64_t>(v.at("data_offsets")[0], "an offset"),
                                json_integer<uint64_t>(v.at("data_offsets")[1], "an offset")};
       CHECK(off[0] <= off[1] && off[1] <= data_bytes,
-            "{}: tensor '{}' lies outside the file (truncated?)", where, name);
+            "its bytes lie outside the file (truncated?)");
       CHECK(off[1] - off[0] == numel * dtype_size(e.dtype),
-            "{}: tensor '{}' has {} bytes for its shape but {} in the file", where, name,
-            numel * dtype_size(e.dtype), off[1] - off[0]);
+            "{} bytes for its shape but {} in the file", numel * dtype_size(e.dtype),
+            off[1] - off[0]);
       e.data = base + off[0];
+      ranges.emplace_back(off[0], off[1]);
       out.tensors.push_back(std::move(e));
     } catch (const json::exception& ex) {
-      THROW_ERROR("{}: malformed entry for '{}': {}", where, name, ex.what());
+      THROW_ERROR("{}: entry '{}': {}", where, name, ex.what());
     } catch (const Error& ex) {
-      THROW_ERROR("{}: malformed entry for '{}': {}", where, name, ex.what());
+      THROW_ERROR("{}: entry '{}': {}", where, name, ex.what());
     }
   }
+  check_tiling(out.tensors, ranges, data_bytes, where);
   return out;
 }
 

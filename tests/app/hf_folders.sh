@@ -114,19 +114,31 @@ grep -q "data.seq_len = 32 exceeds model.max_seq_len = 8" <<<"$out" || fail "Mis
 
 # Bad folders: a copy of the GPT-2 folder, broken one way each. Every refusal is one line
 # naming the file and what is wrong; neither the export nor the run directory appears.
+# The tensors' bytes are laid out again after the edit, each entry's in turn (as the format
+# requires: no overlap, no gap), unless RAW=1 keeps the edited offsets as they are.
 edit() {  # edit <folder> <python statements on c (config.json) or t (the tensors' headers)>
   python3 - "$@" <<'PY'
-import json, struct, sys
+import json, os, struct, sys
 folder, code = sys.argv[1], sys.argv[2]
 c = json.load(open(f"{folder}/config.json"))
 raw = open(f"{folder}/model.safetensors", "rb").read()
 n = struct.unpack("<Q", raw[:8])[0]
 t = json.loads(raw[8:8 + n])
 exec(code)
+data = raw[8 + n:]
+if not os.environ.get("RAW"):
+    tiled, data = {}, b""
+    for name, e in t.items():
+        if name != "__metadata__":
+            begin, end = e["data_offsets"]
+            e = dict(e, data_offsets=[len(data), len(data) + end - begin])
+            data += raw[8 + n + begin:8 + n + end]
+        tiled[name] = e
+    t = tiled
 json.dump(c, open(f"{folder}/config.json", "w"))
 head = json.dumps(t).encode()
 head += b" " * ((8 - len(head) % 8) % 8)
-open(f"{folder}/model.safetensors", "wb").write(struct.pack("<Q", len(head)) + head + raw[8 + n:])
+open(f"{folder}/model.safetensors", "wb").write(struct.pack("<Q", len(head)) + head + data)
 PY
 }
 refuse() {  # refuse <pattern> <python edit>; BASE=llama-hf breaks that folder instead
@@ -145,6 +157,10 @@ refuse() {  # refuse <pattern> <python edit>; BASE=llama-hf breaks that folder i
   [[ ! -e runs/broken ]] || fail "a refused fine-tuning wrote its run directory ($code)"
 }
 refuse "model.safetensors: no tensor 'h.1.mlp.c_fc.bias'" "del t['h.1.mlp.c_fc.bias']"
+# The format's own rule: tensors whose bytes overlap (one aliasing another) or leave a gap.
+RAW=1 refuse "model.safetensors: tensors '(ln_f.weight|ln_f.bias)' and '(ln_f.weight|ln_f.bias)' share bytes" \
+  "t['ln_f.bias']['data_offsets'] = t['ln_f.weight']['data_offsets']"
+RAW=1 refuse "model.safetensors: 512 bytes lie unused before tensor" "del t['h.1.mlp.c_fc.bias']"
 refuse "tensor 'wpe.weight' has shape \[16, 64\] but the model's is \[32, 32\]" \
   "t['wpe.weight']['shape'] = [16, 64]"
 refuse "tensor 'ln_f.bias' is I32, not F32, BF16 or F16" "t['ln_f.bias']['dtype'] = 'I32'"

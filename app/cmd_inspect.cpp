@@ -23,6 +23,26 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Every tensor's values read and checked: a line for each one holding NaN or infinity, and
+// whether the weights are usable. 1 when some are not (eval, sample, export and init_from
+// refuse them), else 0: inspect's exit code.
+int report_values(const SourceWeights& weights, const nn::ParamLayout& layout) {
+  int broken = 0;
+  for (const nn::ParamInfo& p : layout.params())
+    if (const int64_t n = weights.count_nonfinite(p); n > 0) {
+      if (broken++ == 0) std::printf("\nvalues: NOT FINITE in\n");
+      std::printf("  %-40s %ld of %ld values NaN or infinite\n", p.name.c_str(), long(n),
+                  long(p.numel));
+    }
+  if (broken == 0) {
+    std::printf("\nvalues: all finite\n");
+    return 0;
+  }
+  std::printf("  %d tensor(s) broken: eval, sample, export and train.init_from refuse them\n",
+              broken);
+  return 1;
+}
+
 // A Hugging Face folder: the model its config.json describes, its tokenizer and its tensors
 // (every one checked against the model before anything is printed).
 int inspect_folder(const ModelSource& source) {
@@ -51,7 +71,7 @@ int inspect_folder(const ModelSource& source) {
                 fmt::format("{}", fmt::join(p.shape, ", ")).c_str());
   }
   std::printf("  %zu tensors, %ld parameters\n", layout.params().size(), long(count));
-  return 0;
+  return report_values(SourceWeights(source, layout, 0), layout);
 }
 
 // A PEFT adapter folder: its LoRA and its tensors, and the base it goes on (every tensor of
@@ -72,7 +92,7 @@ int inspect_adapter(const ModelSource& source) {
                 fmt::format("{}", fmt::join(p.shape, ", ")).c_str());
   }
   std::printf("  %ld tensors, %ld parameters\n", long(tensors), long(count));
-  return 0;
+  return report_values(check, layout);
 }
 
 }  // namespace
@@ -109,7 +129,7 @@ int cmd_inspect(const Args& args) {
                 fmt::format("{}", fmt::join(p.shape, ", ")).c_str(), long(p.offset));
   }
   std::printf("  %zu tensors, %ld parameters\n", layout.params().size(), long(count));
-  return 0;
+  return report_values(SourceWeights(source, layout, 0), layout);
 }
 
 }  // namespace trainer::app

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,7 @@ bool same_adapters(nn::LoraConfig a, nn::LoraConfig b) {
 
 SourceWeights::SourceWeights(const ModelSource& source, const nn::ParamLayout& layout,
                              uint64_t seed)
-    : base_(layout.config().base()), seed_(seed) {
+    : name_(source.name()), base_(layout.config().base()), seed_(seed) {
   const nn::LoraConfig& want = layout.config().lora;
   const nn::LoraConfig held = stated_model(source.config).lora;
   const std::string what = source.name();
@@ -61,6 +62,27 @@ void SourceWeights::load(nn::Model& model) const {
 }
 
 void SourceWeights::read(const nn::ParamInfo& p, int64_t begin, int64_t end, float* out) const {
+  read_values(p, begin, end, out);
+  for (int64_t i = 0; i < end - begin; ++i)
+    USAGE_CHECK(std::isfinite(out[i]),
+                "{}: tensor '{}' holds {} (element {}): the weights are broken, so nothing is "
+                "trained, evaluated or exported from them",
+                name_, p.name, std::isnan(out[i]) ? "NaN" : "an infinity", begin + i);
+}
+
+int64_t SourceWeights::count_nonfinite(const nn::ParamInfo& p) const {
+  int64_t n = 0;
+  std::vector<float> piece;
+  for_each_piece(p.numel, [&](int64_t b, int64_t e) {
+    piece.resize(size_t(e - b));
+    read_values(p, b, e, piece.data());
+    for (float x : piece) n += !std::isfinite(x);
+  });
+  return n;
+}
+
+void SourceWeights::read_values(const nn::ParamInfo& p, int64_t begin, int64_t end,
+                                float* out) const {
   if (whole_) return checkpoint_->read_params(p.offset + begin, p.offset + end, out);
   if (nn::is_adapter(p.role))
     return adapter_ ? adapter_->read(p, begin, end, out)

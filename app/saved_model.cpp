@@ -23,11 +23,11 @@ TokenizerBytes checkpoint_tokenizer(const SavedModel& saved, const std::string& 
   const Checkpoint& c = *saved.checkpoint;
   const fs::path path =
       !requested.empty() ? fs::path(requested) : fs::path(saved.config.text("data.tokenizer"));
-  CHECK(fs::exists(path), "tokenizer {} not found (pass --tokenizer)", path.string());
+  USAGE_CHECK(fs::exists(path), "tokenizer {} not found (pass --tokenizer)", path.string());
   const data::Tokenizer t(path);
-  CHECK(data::tokenizer_is(t.bytes(), c.state.tokenizer_hash),
-        "tokenizer {} (hash {:016x}) is not the one checkpoint {} was trained with ({:016x})",
-        path.string(), t.hash(), c.dir.string(), c.state.tokenizer_hash);
+  USAGE_CHECK(data::tokenizer_is(t.bytes(), c.state.tokenizer_hash),
+              "tokenizer {} (hash {:016x}) is not the one checkpoint {} was trained with ({:016x})",
+              path.string(), t.hash(), c.dir.string(), c.state.tokenizer_hash);
   return {path, t.bytes()};
 }
 

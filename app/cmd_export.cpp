@@ -7,6 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstring>
 
 #include "app/options.h"
 #include "app/run_setup.h"
@@ -25,22 +28,29 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// "5GB", "500MB", "64KiB" or a number of bytes; Hugging Face's units (GB = 10^9, GiB = 2^30).
+// A size as Hugging Face's convert_file_size_to_int reads it: a whole number of bytes, or one
+// followed by a unit in any case, GiB, MiB, KiB (powers of 2) or GB, MB, KB (powers of 10),
+// where a lowercase final b means bits ("5Gb" is 625000000 bytes).
 int64_t parse_size(const std::string& text) {
-  size_t used = 0;
-  double n = -1;
-  try {
-    n = std::stod(text, &used);
-  } catch (const std::exception&) {
+  std::string upper = text;
+  for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
+  const std::pair<const char*, int64_t> units[] = {
+      {"GIB", int64_t(1) << 30}, {"MIB", 1 << 20}, {"KIB", 1 << 10}, {"GB", 1000000000},
+      {"MB", 1000000},           {"KB", 1000},     {"", 1}};
+  for (const auto& [unit, scale] : units) {
+    const size_t u = std::strlen(unit);
+    if (!upper.ends_with(unit)) continue;
+    int64_t n = -1;
+    const char* end = text.data() + text.size() - u;
+    auto [p, e] = std::from_chars(text.data(), end, n);
+    if (e != std::errc() || p != end || n < 1 || n > (int64_t(1) << 60) / scale) break;
+    const bool bits = u == 2 && text.back() == 'b';
+    return bits ? std::max<int64_t>(1, n * scale / 8) : n * scale;
   }
-  const std::string unit = text.substr(used);
-  const std::pair<const char*, double> units[] = {
-      {"", 1},     {"B", 1},         {"KB", 1e3},      {"MB", 1e6},
-      {"GB", 1e9}, {"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", double(1 << 30)}};
-  for (const auto& [name, scale] : units)
-    if (unit == name && n > 0 && n * scale >= 1024 && n * scale < 1e18) return int64_t(n * scale);
   throw UsageError(fmt::format(
-      "export: --max-shard-size '{}' is not a size of at least 1KB (like 5GB or 500MB)", text));
+      "export: --max-shard-size '{}' is not a size: a whole number of bytes, or one with a unit "
+      "(5GB, 500MB, 64KiB; any case, as Hugging Face reads them)",
+      text));
 }
 
 DType export_dtype(const std::string& name) {

@@ -24,6 +24,26 @@ SourceKind source_kind(const fs::path& path) {
   return latest_checkpoint(path).empty() ? SourceKind::none : SourceKind::run_dir;
 }
 
+namespace {
+
+// Why `path` is no model source: what it lacks of the nearest kind, by name.
+std::string why_no_source(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return "no such file or folder";
+  if (!fs::is_directory(path, ec)) return "a file, not a folder";
+  bool weights = false;
+  for (const auto& e : fs::directory_iterator(path, ec))
+    weights |= e.path().extension() == ".safetensors";
+  const bool config = fs::exists(path / "config.json", ec);
+  if (weights && !config) return "it holds safetensors weights but no config.json";
+  if (config && !weights)
+    return "it holds a config.json but no safetensors weights (model.safetensors, or shards "
+           "with model.safetensors.index.json)";
+  return fmt::format("it holds none of {}, checkpoints/ or config.json", kCheckpointManifest);
+}
+
+}  // namespace
+
 fs::path source_dir(const fs::path& path) {
   return source_kind(path) == SourceKind::run_dir ? latest_checkpoint(path) : path;
 }
@@ -83,8 +103,8 @@ ModelSource open_model_source(const fs::path& path, const std::string& what) {
     case SourceKind::none:
       throw UsageError(fmt::format(
           "{} is neither a checkpoint, a run directory with checkpoints nor a Hugging Face model "
-          "folder (config.json and safetensors weights)",
-          what));
+          "folder (config.json and safetensors weights): {}",
+          what, why_no_source(path)));
     case SourceKind::hf_folder: {
       s.dir = path;
       s.config = hf_folder_config(path);

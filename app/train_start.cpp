@@ -257,7 +257,10 @@ void TrainLoop::start_up() {
   RemoveUnlessKept created;
   if (leader_) {
     if (!fs::exists(rc_.run_dir)) created.add(rc_.run_dir);
-    fs::create_directories(rc_.run_dir);
+    std::error_code ec;
+    fs::create_directories(rc_.run_dir, ec);
+    USAGE_CHECK(!ec, "run.dir = {}: cannot create the run's folder {}: {}",
+                rc_.run_dir.parent_path().string(), rc_.run_dir.string(), ec.message());
     try {
       lock_ = std::make_unique<ExclusiveLock>(rc_.run_dir / ".lock");
     } catch (const ExclusiveLock::Busy& busy) {

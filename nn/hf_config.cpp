@@ -185,6 +185,12 @@ std::pair<const Architecture*, HfAlias> hf_architecture(const json& j, const fs:
     for (const HfAlias& also : a->hf_also) known.push_back(also.hf_class);
   }
   std::string cls, type;
+  if (const auto it = j.find("architectures"); it != j.end())
+    USAGE_CHECK(it->is_array() && std::all_of(it->begin(), it->end(),
+                                              [](const json& c) { return c.is_string(); }),
+                "{}: field \"architectures\" = {} is not a list of class names (Hugging Face "
+                "writes [\"GPT2LMHeadModel\"])",
+                file.string(), it->dump());
   if (const auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty())
     cls = it->front().is_string() ? it->front().get<std::string>() : it->front().dump();
   if (const auto it = j.find("model_type"); it != j.end() && it->is_string())
@@ -226,7 +232,14 @@ ModelConfig hf_model_config(const fs::path& config_json) {
   ModelConfig m = reader.from_hf(r);
   m.arch = arch->name;
   r.finish();
-  m.validate();  // the shared keys, then the architecture's own (as a config's are checked)
+  try {
+    m.validate();  // the shared keys, then the architecture's own (as a config's are checked)
+  } catch (const UsageError& e) {
+    throw UsageError(
+        fmt::format("{}: its fields describe no valid model: {} (its fields read as "
+                    "the trainer's model keys)",
+                    config_json.string(), e.what()));
+  }
   return m;
 }
 

@@ -82,6 +82,10 @@ printf 'run:\n  dir: runs\n  name: ""\n' > unnamed.yaml
 expect 2 "run.name '' is not a folder name" train unnamed.yaml
 [[ ! -e runs && ! -e /tmp/elsewhere/metrics.jsonl ]] ||
   { echo "FAIL: a refused run.name left files"; failures=$((failures + 1)); }
+# A run.dir that cannot be made is named, not a raw filesystem error.
+: > afile
+expect 2 "run.dir = afile/sub: cannot create the run's folder afile/sub/r: Not a directory" \
+  train --set run.dir=afile/sub --set run.name=r
 # An unfinished save's folder is no resume source, with or without a trailing separator.
 expect 2 "train.resume = runs/r/checkpoints/step-3.tmp is a checkpoint whose save did not finish" \
   train --set train.resume=runs/r/checkpoints/step-3.tmp

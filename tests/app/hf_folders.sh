@@ -115,7 +115,8 @@ grep -q "data.seq_len = 32 exceeds model.max_seq_len = 8" <<<"$out" || fail "Mis
 # Bad folders: a copy of the GPT-2 folder, broken one way each. Every refusal is one line
 # naming the file and what is wrong; neither the export nor the run directory appears.
 # The tensors' bytes are laid out again after the edit, each entry's in turn (as the format
-# requires: no overlap, no gap), unless RAW=1 keeps the edited offsets as they are.
+# requires: no overlap, no gap), unless RAW=1 keeps the edited offsets as they are; an edit
+# that removes config.json sets c = None.
 edit() {  # edit <folder> <python statements on c (config.json) or t (the tensors' headers)>
   python3 - "$@" <<'PY'
 import json, os, struct, sys
@@ -135,7 +136,8 @@ if not os.environ.get("RAW"):
             data += raw[8 + n + begin:8 + n + end]
         tiled[name] = e
     t = tiled
-json.dump(c, open(f"{folder}/config.json", "w"))
+if c is not None:  # (None: the edit removed the file)
+    json.dump(c, open(f"{folder}/config.json", "w"))
 head = json.dumps(t).encode()
 head += b" " * ((8 - len(head) % 8) % 8)
 open(f"{folder}/model.safetensors", "wb").write(struct.pack("<Q", len(head)) + head + data)
@@ -157,6 +159,12 @@ refuse() {  # refuse <pattern> <python edit>; BASE=llama-hf breaks that folder i
   [[ ! -e runs/broken ]] || fail "a refused fine-tuning wrote its run directory ($code)"
 }
 refuse "model.safetensors: no tensor 'h.1.mlp.c_fc.bias'" "del t['h.1.mlp.c_fc.bias']"
+refuse "config.json: field \"architectures\" = \"GPT2LMHeadModel\" is not a list of class names" \
+  "c['architectures'] = 'GPT2LMHeadModel'"
+refuse "config.json: its fields describe no valid model: model.n_head must be positive" \
+  "c['n_head'] = 0"
+refuse "broken is neither .*: it holds safetensors weights but no config.json" \
+  "import os; os.remove('broken/config.json'); c = None"
 # The format's own rule: tensors whose bytes overlap (one aliasing another) or leave a gap.
 RAW=1 refuse "model.safetensors: tensors '(ln_f.weight|ln_f.bias)' and '(ln_f.weight|ln_f.bias)' share bytes" \
   "t['ln_f.bias']['data_offsets'] = t['ln_f.weight']['data_offsets']"
@@ -222,6 +230,18 @@ out=$("$TRAINER" inspect broken 2>&1) || rc=$?
 [[ $rc -eq 1 ]] && grep -q "ln_f.weight .* 1 of 32 values NaN or infinite" <<<"$out" ||
   fail "inspect of NaN weights: exit $rc: $(tail -3 <<<"$out")"
 "$TRAINER" inspect gpt2-hf | grep -q "values: all finite" || fail "inspect of finite weights"
+
+# --max-shard-size as Hugging Face reads it: any case, 1KB (1000 bytes) too; not 1.5GB or 0.
+for size in 1KB 1kb 64kib; do
+  rm -rf sized && "$TRAINER" export runs/gpt2 --out sized --max-shard-size $size >/dev/null ||
+    fail "--max-shard-size $size refused"
+  [[ $(ls sized/*.safetensors | wc -l) -gt 1 ]] || fail "--max-shard-size $size: one file"
+done
+for size in 1.5GB 0 5B; do
+  rc=0
+  out=$("$TRAINER" export runs/gpt2 --out never --max-shard-size $size 2>&1) || rc=$?
+  [[ $rc -eq 2 ]] && grep -q "'$size' is not a size" <<<"$out" || fail "--max-shard-size $size: $out"
+done
 
 # eval honours --tokenizer as sample and export do: a missing one, or another model's, is
 # refused (exit 2) where it used to give the checkpoint's own figures.

@@ -169,10 +169,14 @@ std::string section_keys(const std::string& key) {
 
 void merge_node(std::map<std::string, Value>& values, std::set<std::string>& stated,
                 const YAML::Node& node, const std::string& prefix, const std::string& source) {
+  std::set<std::string> here;  // this mapping's keys: YAML would keep a repeated one's last value
   for (auto it = node.begin(); it != node.end(); ++it) {
     // Copies: the iterator's pair is a proxy, and references into it dangle.
     const YAML::Node name = it->first, child = it->second;
     const std::string key = prefix + name.as<std::string>();
+    if (!here.insert(key).second)
+      usage_error(fmt::format("{}: '{}' is given twice in one mapping (which value is meant?)",
+                              where(source, name), key));
     const KeySpec* spec = find_spec(key);
     if (!spec && child.IsMap()) {
       bool is_section = std::any_of(schema().begin(), schema().end(),

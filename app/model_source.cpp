@@ -10,6 +10,7 @@
 #include "nn/lora.h"
 #include "runtime/error.h"
 #include "runtime/file_io.h"
+#include "runtime/strict_json.h"
 
 namespace trainer::app {
 
@@ -62,11 +63,7 @@ std::optional<TokenizerBytes> ModelSource::own_tokenizer() const {
 
 PeftAdapterConfig read_peft_adapter(const fs::path& adapter) {
   PeftAdapterConfig a{adapter / "adapter_config.json", {}, {}};
-  try {
-    a.config = nlohmann::json::parse(read_file(a.file));
-  } catch (const nlohmann::json::exception& e) {
-    throw UsageError(fmt::format("{}: malformed JSON: {}", a.file.string(), e.what()));
-  }
+  a.config = parse_strict_json(read_file(a.file), a.file.string());
   const auto base = a.config.find("base_model_name_or_path");
   USAGE_CHECK(base != a.config.end() && base->is_string() && !base->get<std::string>().empty(),
               "{}: base_model_name_or_path names no base model", a.file.string());
@@ -110,7 +107,8 @@ ModelSource open_model_source(const fs::path& path, const std::string& what) {
       s.config = hf_folder_config(path);
       if (fs::is_regular_file(path / "trainer_config.yaml"))
         s.config_yaml = read_file(path / "trainer_config.yaml");
-      const nlohmann::json hf = nlohmann::json::parse(read_file(path / "config.json"));
+      const nlohmann::json hf =
+          parse_strict_json(read_file(path / "config.json"), (path / "config.json").string());
       if (hf.contains("trainer_step") && hf["trainer_step"].is_number_integer())
         s.step = hf["trainer_step"].get<int64_t>();
       return s;

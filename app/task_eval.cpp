@@ -7,6 +7,7 @@
 
 #include "runtime/error.h"
 #include "runtime/memory.h"
+#include "runtime/strict_json.h"
 
 namespace trainer::app {
 
@@ -69,6 +70,8 @@ TaskExample example_of(const json& j, bool multiple_choice, const data::Tokenize
               "{}: \"endings\" must be a list of at least two strings", where);
   for (const json& e : endings) {
     USAGE_CHECK(e.is_string(), "{}: ending {} is not a string", where, e.dump());
+    USAGE_CHECK(!e.get<std::string>().empty(),
+                "{}: an ending is empty (each ending is scored by its tokens)", where);
     const std::string ending = fmt::format(" {}", e.get<std::string>());
     ex.choices.push_back(sequence(tok, j.at("ctx").get<std::string>(), ending, shape, where));
   }
@@ -89,19 +92,21 @@ Task read_task(const fs::path& file, const data::Tokenizer& tok, const TaskShape
   for (int n = 1; std::getline(in, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = fmt::format("{}:{}", file.string(), n);
-    json j;
-    try {
-      j = json::parse(line);
-    } catch (const json::exception& e) {
-      throw UsageError(fmt::format("{}: malformed JSON: {}", where, e.what()));
-    }
+    const json j = parse_strict_json(line, where);
     const bool mc =
         j.is_object() && j.contains("ctx") && j.contains("endings") && j.contains("label");
-    const bool word = j.is_object() && j.contains("text") && j["text"].is_string();
+    const bool word = j.is_object() && j.contains("text");
     USAGE_CHECK(mc || word,
                 "{}: neither a multiple-choice example (\"ctx\", \"endings\", \"label\") nor a "
                 "last-word one (\"text\")",
                 where);
+    USAGE_CHECK(!(mc && word),
+                "{}: both a multiple-choice example's fields (\"ctx\", \"endings\", \"label\") "
+                "and a last-word one's (\"text\"): which is it?",
+                where);
+    for (const char* field : {"ctx", "text"})
+      USAGE_CHECK(!j.contains(field) || j[field].is_string(), "{}: \"{}\" = {} is not a string",
+                  where, field, j[field].dump());
     if (task.examples.empty()) task.multiple_choice = mc;
     USAGE_CHECK(mc == task.multiple_choice, "{}: a {} example in a file of {} ones", where,
                 mc ? "multiple-choice" : "last-word", mc ? "last-word" : "multiple-choice");

@@ -10,6 +10,7 @@
 #include "runtime/error.h"
 #include "runtime/file_io.h"
 #include "runtime/log.h"
+#include "runtime/strict_json.h"
 
 namespace trainer::nn {
 
@@ -214,12 +215,7 @@ ModelConfig hf_model_config(const fs::path& config_json) {
               "{}: no such file (a Hugging Face model folder "
               "holds its config.json)",
               config_json.string());
-  json j;
-  try {
-    j = json::parse(read_file(config_json));
-  } catch (const json::exception& e) {
-    throw UsageError(fmt::format("{}: malformed JSON: {}", config_json.string(), e.what()));
-  }
+  const json j = parse_strict_json(read_file(config_json), config_json.string());
   USAGE_CHECK(j.is_object(), "{}: not a JSON object", config_json.string());
   const auto [arch, reader] = hf_architecture(j, config_json);
   HfConfigReader r(j, config_json);

@@ -36,6 +36,10 @@ expect 2 "the config is empty" config empty.yaml
 expect 2 "the config is empty" plan comment.yaml
 expect 2 "unknown section 'modle' \(did you mean 'model.n_layer'\?\)" config typo.yaml
 expect 2 "must be a mapping" train list.yaml
+printf 'model:\n  n_layer: 2\n  n_layer: 3\n' > twice.yaml
+expect 2 "twice.yaml:3: 'model.n_layer' is given twice in one mapping" config twice.yaml
+printf 'model:\n  n_layer: 2\ntrain:\n  steps: 3\nmodel:\n  n_head: 4\n' > sections.yaml
+expect 2 "sections.yaml:5: 'model' is given twice in one mapping" config sections.yaml
 printf 'model: 5\n' > scalar.yaml
 expect 2 "scalar.yaml:1: 'model' is a section, a mapping of keys \(model\.arch, .*\), not a value" config scalar.yaml
 expect 2 "--set: 'model' is a section; set one of its keys" config --set model=5

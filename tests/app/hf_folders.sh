@@ -161,6 +161,8 @@ refuse() {  # refuse <pattern> <python edit>; BASE=llama-hf breaks that folder i
 refuse "model.safetensors: no tensor 'h.1.mlp.c_fc.bias'" "del t['h.1.mlp.c_fc.bias']"
 refuse "config.json: field \"architectures\" = \"GPT2LMHeadModel\" is not a list of class names" \
   "c['architectures'] = 'GPT2LMHeadModel'"
+refuse "config.json: \"n_layer\" is given twice in one object" \
+  "c = None; s = open('broken/config.json').read(); open('broken/config.json', 'w').write(s.replace('{', '{\"n_layer\": 3, ', 1))"
 refuse "config.json: its fields describe no valid model: model.n_head must be positive" \
   "c['n_head'] = 0"
 refuse "broken is neither .*: it holds safetensors weights but no config.json" \

@@ -106,6 +106,12 @@ bad "bad.jsonl:2: a multiple-choice example in a file of last-word ones" '{"text
 bad "bad.jsonl:1: neither a multiple-choice example" '{"context": "a"}'
 bad "bad.jsonl:1: \"label\" = \"x\" is not an ending's index" '{"ctx": "a", "endings": ["b", "c"], "label": "x"}'
 bad "bad.jsonl:1: \"label\" 4294967296 names no ending" '{"ctx": "a", "endings": ["b", "c"], "label": 4294967296}'
+bad "bad.jsonl:1: \"ctx\" = 5 is not a string" '{"ctx": 5, "endings": ["b", "c"], "label": 0}'
+bad "bad.jsonl:1: both a multiple-choice example's fields .* and a last-word one's" \
+  '{"ctx": "a", "endings": ["b", "c"], "label": 0, "text": "a b"}'
+bad "bad.jsonl:1: an ending is empty" '{"ctx": "a", "endings": ["b", ""], "label": 0}'
+bad "bad.jsonl:1: \"label\" is given twice in one object" \
+  '{"ctx": "a", "endings": ["b", "c"], "label": 0, "label": 1}'
 long=$(python3 -c "print(' '.join(['fox'] * 80))")  # 80 words, a token or more each: over 64
 bad "bad.jsonl:1: an ending of [0-9]+ tokens does not fit sequences of 64 tokens" \
   "{\"ctx\": \"a\", \"endings\": [\"b\", \"$long\"], \"label\": 0}"

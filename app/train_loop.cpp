@@ -370,9 +370,11 @@ int TrainLoop::run() {
   progress_->finish();
   save();
   log::info(
-      "done: {} steps, {} tokens in {:.1f} s; peak resident memory {:.1f} MiB (the plan: "
-      "{:.1f} MiB for the model, gradients, optimizer and activations)",
-      state_.step, state_.tokens_seen, run_timer_.seconds(), peak_resident_mib(), planned_mib());
+      "done: step {}; this launch trained {} steps, {} tokens, in {:.1f} s; peak resident "
+      "memory {:.1f} MiB (the plan: {:.1f} MiB for the model, gradients, optimizer and "
+      "activations)",
+      state_.step, state_.step - first_step_, state_.tokens_seen - first_tokens_,
+      run_timer_.seconds(), peak_resident_mib(), planned_mib());
   return 0;
 }
 

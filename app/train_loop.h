@@ -88,7 +88,7 @@ class TrainLoop {
   void write_metrics(const nlohmann::json& record);
   void report_write_failure();
   int stop_early(const std::string& why, int exit_code);
-  void mark_stopped();
+  void mark_stopped();  // a collective
   void log_setup();
   double planned_mib() const;
 
@@ -120,8 +120,8 @@ class TrainLoop {
   std::vector<Task> tasks_;  // train.eval_tasks, read and tokenized at the start
   bool metrics_failed_ = false, write_failure_reported_ = false;
   Timer run_timer_;
-  int64_t first_step_ = 0;
-  dist::CommStats comm_logged_;  // the communicator's totals at the last metrics line
+  int64_t first_step_ = 0, first_tokens_ = 0;  // where this launch started
+  dist::CommStats comm_logged_;                // the communicator's totals at the last metrics line
   dist::CommStats tensor_logged_, data_logged_;  // the groups' likewise
   dist::StragglerWatch stragglers_;  // rank 0: the current streak of one lagging rank or node
   NonFiniteGuard nonfinite_;         // what a step or a save does with NaN and Inf

@@ -122,11 +122,19 @@ void TrainLoop::log_step(const StepStats& s, double step_s) {
 // run_dir/stopped once its checkpoint is saved; the launch scripts remove it before they
 // start the job and report 75 when the job failed with it present. Written last, after the
 // checkpoint: it never claims a stop whose checkpoint is not there.
+// A collective: the signal is the first rank's that received one (rank 0 may have received
+// none), recorded with that rank.
 void TrainLoop::mark_stopped() {
+  std::vector<double> signals(size_t(comm_.size()), 0.0);
+  signals[size_t(comm_.rank())] = stop_signal_received();
+  if (comm_.size() > 1) comm_.all_reduce(signals);
   if (!leader_) return;
+  int rank = 0;
+  while (rank + 1 < comm_.size() && signals[size_t(rank)] == 0) ++rank;
   try {
     const nlohmann::json marker = {{"step", state_.step},
-                                   {"signal", signal_name(stop_signal_received())},
+                                   {"signal", signal_name(int(signals[size_t(rank)]))},
+                                   {"rank", rank},
                                    {"exit_code", kExitStopped},
                                    {"checkpoint", latest_checkpoint(rc_.run_dir).string()}};
     write_file_atomic(rc_.run_dir / kStoppedMarker, marker.dump() + "\n");

@@ -179,26 +179,33 @@ void TrainLoop::check_data() {
   for (ValSet& set : rc_.val_sets) {
     const std::string what =
         set.name.empty() ? "the validation data" : fmt::format("train.val_sets' {}", set.name);
+    // What the user can fix by the keys (an InternalError is no Error).
+    auto unreadable = [&](const Error& e) {
+      return UsageError(fmt::format(
+          "train.val_every = {} but {} cannot be read: {} (set train.val_every=0 to train "
+          "without validation)",
+          rc_.val_every, what, e.what()));
+    };
+    data::Manifest vm;
+    try {
+      vm = data::read_manifest(set.data.data_dir);
+    } catch (const Error& e) {
+      throw unreadable(e);
+    }
+    // Every validation checks the shards' tokenizer (as the manifest records it: a corpus
+    // prepared before the content hash records the hash of the file's bytes).
+    USAGE_CHECK(data::tokenizer_is(tokenizer_, vm.tokenizer_hash),
+                "{} ({}) was prepared with another tokenizer ({}, hash {:016x}) than the run's "
+                "data.tokenizer = {}",
+                what, set.data.data_dir.string(), vm.tokenizer_file, vm.tokenizer_hash,
+                rc_.tokenizer.string());
+    set.data.tokenizer_hash = vm.tokenizer_hash;
     std::optional<data::Batch> first;
     try {
-      // Every validation checks the shards' tokenizer (as the manifest records it: a corpus
-      // prepared before the content hash records the hash of the file's bytes).
-      const data::Manifest vm = data::read_manifest(set.data.data_dir);
-      USAGE_CHECK(data::tokenizer_is(tokenizer_, vm.tokenizer_hash),
-                  "{} ({}) was prepared with another tokenizer ({}, hash {:016x}) than the run's "
-                  "data.tokenizer = {}",
-                  what, set.data.data_dir.string(), vm.tokenizer_file, vm.tokenizer_hash,
-                  rc_.tokenizer.string());
-      set.data.tokenizer_hash = vm.tokenizer_hash;
       data::Loader val(set.data, data_.rank(), data_.size());
       first = val.next();
-    } catch (const UsageError&) {
-      throw;
-    } catch (const Error& e) {  // what the user can fix by the key (an InternalError is no Error)
-      throw UsageError(
-          fmt::format("train.val_every = {} but {} cannot be read: {} (set train.val_every=0 "
-                      "to train without validation)",
-                      rc_.val_every, what, e.what()));
+    } catch (const Error& e) {
+      throw unreadable(e);
     }
     CHECK(first.has_value(),
           "train.val_every = {} but the {} split of {} yields no batch of this shape on rank {} "
@@ -390,6 +397,7 @@ void TrainLoop::start_up() {
     dist::init_masters(*dp_, model_, rc_.seed);
   }
   first_step_ = state_.step;
+  first_tokens_ = state_.tokens_seen;
   if (leader_)
     metrics_ = std::make_unique<MetricsLog>(
         rc_.run_dir / "metrics.jsonl", ckpt ? state_.step : -1,

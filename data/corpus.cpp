@@ -21,14 +21,15 @@ Corpus::Corpus(const fs::path& dir, const std::string& split, const ShardExpect&
     : dir_(dir), split_(split), manifest_(read_manifest(dir)) {
   fs::path mpath = dir / kManifestName;
   auto it = manifest_.splits.find(split);
-  CHECK(it != manifest_.splits.end(), "{}: no split '{}'", mpath.string(), split);
+  // What the corpus is, against what the run asks of it: the user's to change (exit 2).
+  USAGE_CHECK(it != manifest_.splits.end(), "{}: no split '{}'", mpath.string(), split);
   const SplitInfo& info = it->second;
-  CHECK(expect.vocab_size == 0 || manifest_.vocab_size <= expect.vocab_size,
-        "{}: corpus vocab size {} exceeds the model's {}", mpath.string(), manifest_.vocab_size,
-        expect.vocab_size);
-  CHECK(expect.tokenizer_hash == 0 || manifest_.tokenizer_hash == expect.tokenizer_hash,
-        "{}: corpus was made with another tokenizer (hash {:016x}, expected {:016x})",
-        mpath.string(), manifest_.tokenizer_hash, expect.tokenizer_hash);
+  USAGE_CHECK(expect.vocab_size == 0 || manifest_.vocab_size <= expect.vocab_size,
+              "{}: corpus vocab size {} exceeds the model's {} (model.vocab_size)", mpath.string(),
+              manifest_.vocab_size, expect.vocab_size);
+  USAGE_CHECK(expect.tokenizer_hash == 0 || manifest_.tokenizer_hash == expect.tokenizer_hash,
+              "{}: corpus was made with another tokenizer (hash {:016x}, expected {:016x})",
+              mpath.string(), manifest_.tokenizer_hash, expect.tokenizer_hash);
   ShardExpect want{manifest_.vocab_size, manifest_.tokenizer_hash};
   for (const ShardEntry& e : info.shards) {
     auto shard = std::make_unique<Shard>(dir / e.file, want, verify);

@@ -73,6 +73,9 @@ signal_rank_1() {
     { echo "FAIL: a stop signal to $what gave exit $status, not 75"; tail -3 "$run.log"; exit 1; }
   stopped_at=$(readlink "runs/$run/checkpoints/latest")
   [[ $stopped_at != step-120 ]] || { echo "FAIL: $what finished anyway"; exit 1; }
+  # The marker records the signal rank 1 received, not rank 0's none.
+  grep -q '"rank":1,"signal":"SIGUSR1"' "runs/$run/stopped" ||
+    { echo "FAIL: $what: the stop marker says $(cat "runs/$run/stopped")"; exit 1; }
   launch --set run.name="$run" "$@" >/dev/null 2>&1
 }
 

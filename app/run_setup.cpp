@@ -7,6 +7,7 @@
 #include <string>
 
 #include "app/refusals.h"
+#include "dist/network.h"
 #include "nn/lora.h"
 #include "nn/param_layout.h"
 #include "nn/pipeline_split.h"
@@ -352,6 +353,7 @@ void read_dist(const Config& c, RunConfig& r) {
   r.bucket_mb = c.real("dist.bucket_mb");
   r.timeout_s = c.real("dist.timeout_s");
   r.interface = c.text("dist.interface");
+  dist::check_interface_setting(r.interface);
   r.join = dist::kJoinModeNames.parse(c.text("dist.join"));
   r.backend = kBackendNames.parse(c.text("dist.backend"));
   r.deterministic = c.boolean("dist.deterministic");

@@ -75,11 +75,24 @@ bool parse_cidr(const std::string& text, uint32_t& base, int& prefix) {
   if (::inet_pton(AF_INET, text.substr(0, slash).c_str(), &a) != 1) return false;
   char* end = nullptr;
   const long p = std::strtol(text.c_str() + slash + 1, &end, 10);
-  if (!end || *end != '\0' || p < 0 || p > 32) return false;
+  if (!end || end == text.c_str() + slash + 1 || *end != '\0' || p < 0 || p > 32) return false;
   base = ntohl(a.s_addr);
   prefix = int(p);
   return true;
 }
+
+}  // namespace
+
+void check_interface_setting(const std::string& setting) {
+  uint32_t base = 0;
+  int prefix = 0;
+  USAGE_CHECK(setting.find('/') == std::string::npos || parse_cidr(setting, base, prefix),
+              "dist.interface {}: not a CIDR range (an IPv4 address, '/', and a prefix of 0 to 32 "
+              "bits, like 10.0.0.0/16)",
+              setting);
+}
+
+namespace {
 
 // The first of this host's interfaces that `setting` (a name or a CIDR range) selects.
 const Interface* find_interface(const std::string& setting, const std::vector<Interface>& all) {
@@ -99,13 +112,16 @@ NetworkChoice chosen(const std::string& setting, const Interface& i, std::string
 // The choice of `setting`, checked against this host's interfaces.
 NetworkChoice checked(const std::string& setting, const LaunchInfo& launch, const NetworkEnv& env,
                       const std::string& why) {
+  check_interface_setting(setting);
+  const bool range = setting.find('/') != std::string::npos;
   const Interface* i = find_interface(setting, env.interfaces);
   const std::string where = fmt::format("{} (rank {})", env.host, launch.rank);
   if (!i)
-    throw UsageError(fmt::format(
-        "{} {}: {} has no such interface (it has {}); name one every node has, or a CIDR range "
-        "of the cluster's network (dist.interface: 10.0.0.0/16)",
-        why, setting, where, describe(env.interfaces)));
+    throw UsageError(
+        fmt::format("{} {}: {} has {} (it has {}); name one every node has, or a CIDR range of the "
+                    "cluster's network (dist.interface: 10.0.0.0/16)",
+                    why, setting, where, range ? "no interface in that range" : "no such interface",
+                    describe(env.interfaces)));
   if (!i->up)
     throw UsageError(
         fmt::format("{} {}: interface {} is down on {}", why, setting, i->name, where));

@@ -46,6 +46,10 @@ struct NetworkChoice {
   std::string why;        // "dist.interface", "the address node1 resolves to", ...
 };
 
+// Throws UsageError when dist.interface = `setting` has a '/' but is no IPv4 CIDR range: a
+// malformed value is refused on every launch, a single process's too.
+void check_interface_setting(const std::string& setting);
+
 // Chooses the interface for dist.interface = `wanted` ("auto", an interface name, or an IPv4
 // CIDR range such as 10.0.0.0/16) on a rank of `launch`. Throws UsageError naming the
 // interface and this host's interfaces when it does not exist here, is down or has no IPv4

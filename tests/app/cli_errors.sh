@@ -86,6 +86,7 @@ printf 'run:\n  dir: runs\n  name: ""\n' > unnamed.yaml
 expect 2 "run.name '' is not a folder name" train unnamed.yaml
 [[ ! -e runs && ! -e /tmp/elsewhere/metrics.jsonl ]] ||
   { echo "FAIL: a refused run.name left files"; failures=$((failures + 1)); }
+expect 2 "dist.interface 10.0.0.0/33: not a CIDR range" plan --set dist.interface=10.0.0.0/33
 # A run.dir that cannot be made is named, not a raw filesystem error.
 : > afile
 expect 2 "run.dir = afile/sub: cannot create the run's folder afile/sub/r: Not a directory" \

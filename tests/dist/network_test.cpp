@@ -81,8 +81,12 @@ TEST(Network, WrongChoicesNameTheInterfaceAndTheHostsInterfaces) {
   EXPECT_NE(m.find("lo is this host's loopback interface, but the job's 4 ranks span 2 nodes"),
             std::string::npos)
       << m;
-  EXPECT_NE(refusal("192.168.0.0/16", node2(), two_nodes()).find("no such interface"),
+  EXPECT_NE(refusal("192.168.0.0/16", node2(), two_nodes()).find("no interface in that range"),
             std::string::npos);
+  for (const char* bad : {"10.0.0.0/33", "300.0.0.0/8", "10.0.0.0/", "10.0.0/8", "/16"})
+    EXPECT_NE(refusal(bad, node2(), two_nodes()).find(std::string(bad) + ": not a CIDR range"),
+              std::string::npos)
+        << bad;
   NetworkEnv down = node2();
   down.interfaces[2].up = false;
   EXPECT_NE(refusal("eth0", down, two_nodes()).find("interface eth0 is down on node2"),

@@ -13,8 +13,10 @@ namespace trainer::app {
 
 namespace fs = std::filesystem;
 
-Config with_hf_model(const Config& config, const fs::path& folder, const std::string& what) {
+Config with_hf_model(const Config& config, const fs::path& folder, const std::string& what,
+                     const std::string& config_name) {
   const nn::ModelConfig hf = nn::hf_model_config(folder / "config.json");
+  const nlohmann::json written = nlohmann::json::parse(read_file(folder / "config.json"));
   // What the config states, with config.json's values where it states nothing.
   Config merged = config;
   set_model_keys(merged, hf);
@@ -22,18 +24,19 @@ Config with_hf_model(const Config& config, const fs::path& folder, const std::st
   for (const char* key : model_keys())
     if (config.stated(key)) stated.set(key, config.value(key));
   const nn::ModelConfig mine = stated_model(stated);
-  USAGE_CHECK(mine.arch == hf.arch,
-              "{}: {} describes a {} model but the run's config states model.arch = {}", what,
-              (folder / "config.json").string(), hf.arch, mine.arch);
+  USAGE_CHECK(mine.arch == hf.arch, "{}: {} describes a {} model but {} states model.arch = {}",
+              what, (folder / "config.json").string(), hf.arch, config_name, mine.arch);
   // Compared as Hugging Face would write them: keys that do not change the model (a GPT-2's
   // model.ffn_hidden, a Llama's hidden size given two ways) agree.
   const nlohmann::json want = hf.architecture().hf_config(hf),
                        got = hf.architecture().hf_config(mine);
   for (const auto& [field, value] : want.items())
     USAGE_CHECK(got.at(field) == value,
-                "{}: {} has {} = {} but the run's config gives {} (the model keys of a Hugging "
-                "Face model come from its config.json: leave them out, or state its values)",
-                what, (folder / "config.json").string(), field, value.dump(), got.at(field).dump());
+                "{}: {} has {} = {}{} but {} gives {} (the model keys of a Hugging Face model "
+                "come from its config.json: leave them out, or state its values)",
+                what, (folder / "config.json").string(), field, value.dump(),
+                written.contains(field) ? "" : " (absent: Hugging Face's default)", config_name,
+                got.at(field).dump());
   return merged;
 }
 
@@ -42,7 +45,8 @@ Config hf_folder_config(const fs::path& folder) {
   if (fs::is_regular_file(folder / "trainer_config.yaml"))
     c.merge_yaml(read_file(folder / "trainer_config.yaml"),
                  (folder / "trainer_config.yaml").string());
-  return fit_seq_len(with_hf_model(c, folder, folder.string()));
+  return fit_seq_len(
+      with_hf_model(c, folder, folder.string(), (folder / "trainer_config.yaml").string()));
 }
 
 Config fit_seq_len(Config c) {

@@ -15,9 +15,9 @@ namespace trainer::app {
 // `config` with its model keys set from `folder`'s config.json (`what` names the source in
 // messages). A key the config states (a YAML or --set gave it) is kept only where it describes
 // the same model; one that gives another model is refused with a UsageError naming the
-// config.json field and both values.
+// config.json field and both values, and `config_name`, where `config` comes from.
 Config with_hf_model(const Config& config, const std::filesystem::path& folder,
-                     const std::string& what);
+                     const std::string& what, const std::string& config_name = "the run's config");
 
 // The run config a folder implies on its own: its trainer_config.yaml when `trainer export`
 // wrote it (else the defaults), with the model keys of its config.json, fit_seq_len.

@@ -233,6 +233,14 @@ out=$("$TRAINER" inspect broken 2>&1) || rc=$?
   fail "inspect of NaN weights: exit $rc: $(tail -3 <<<"$out")"
 "$TRAINER" inspect gpt2-hf | grep -q "values: all finite" || fail "inspect of finite weights"
 
+# An export whose config.json lost a field disagrees with its own trainer_config.yaml: the
+# message names that file (no run is involved) and says the field's value is a default.
+rm -rf broken && cp -r gpt2-export broken
+python3 -c "import json; c = json.load(open('broken/config.json')); del c['n_layer']; json.dump(c, open('broken/config.json', 'w'))"
+out=$("$TRAINER" inspect broken 2>&1) && fail "an export without n_layer passed inspect"
+grep -q "has n_layer = 12 (absent: Hugging Face's default) but broken/trainer_config.yaml gives 2" \
+  <<<"$out" || fail "an export without n_layer: $out"
+
 # --max-shard-size as Hugging Face reads it: any case, 1KB (1000 bytes) too; not 1.5GB or 0.
 for size in 1KB 1kb 64kib; do
   rm -rf sized && "$TRAINER" export runs/gpt2 --out sized --max-shard-size $size >/dev/null ||

@@ -31,6 +31,9 @@ python3 "$HERE/read_tfevents.py" "$(events)" runs/tb/metrics.jsonl >/dev/null
 # Rewound: steps 6-8 are trained again, and must not be in the file twice.
 train --set train.steps=10 --set train.resume=runs/tb/checkpoints/step-5 --force
 python3 "$HERE/read_tfevents.py" "$(events)" runs/tb/metrics.jsonl
+# The final line counts this launch's steps, not the run's (issue 42: what is recorded is true).
+grep -q "done: step 10; this launch trained 5 steps, " train.log ||
+  { echo "FAIL: $(grep 'done:' train.log | tail -1)"; exit 1; }
 # A crash mid-write leaves a torn record: the next resume drops it.
 printf '\x20\x00\x00\x00\x00\x00\x00\x00torn' >>"$(events)"
 train --set train.steps=12

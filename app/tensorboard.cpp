@@ -25,6 +25,7 @@
 
 #include "runtime/error.h"
 #include "runtime/file_io.h"
+#include "runtime/protobuf_wire.h"
 
 namespace trainer::app {
 
@@ -99,42 +100,14 @@ std::string record(std::string_view payload) {
   return out;
 }
 
-bool get_varint(std::string_view b, size_t& at, uint64_t& v) {
-  v = 0;
-  for (int shift = 0; shift < 64 && at < b.size(); shift += 7) {
-    const uint8_t byte = uint8_t(b[at++]);
-    v |= uint64_t(byte & 0x7f) << shift;
-    if (!(byte & 0x80)) return true;
-  }
-  return false;
-}
-
 // The step of an Event payload (0 where it has none), or -1 when it is not one this file
 // could hold.
 int64_t event_step(std::string_view e) {
   int64_t step = 0;
+  WireField f;
   for (size_t at = 0; at < e.size();) {
-    uint64_t key = 0, v = 0;
-    if (!get_varint(e, at, key)) return -1;
-    switch (key & 7) {
-      case 0:
-        if (!get_varint(e, at, v)) return -1;
-        if (key >> 3 == 2) step = int64_t(v);
-        break;
-      case 1:
-        at += 8;
-        break;
-      case 5:
-        at += 4;
-        break;
-      case 2:
-        if (!get_varint(e, at, v) || v > e.size() - at) return -1;
-        at += v;
-        break;
-      default:
-        return -1;
-    }
-    if (at > e.size()) return -1;
+    if (!next_field(e, at, f)) return -1;
+    if (f.number == 2 && f.wire_type == 0) step = int64_t(f.varint);
   }
   return step;
 }
@@ -143,7 +116,7 @@ int64_t event_step(std::string_view e) {
 // damaged one (a crash mid-write).
 std::string kept_records(std::string_view file, int64_t keep_through) {
   std::string kept;
-  for (size_t at = 0; file.size() - at >= 12;) {
+  for (size_t at = 0; file.size() - at >= 16;) {
     uint64_t n = 0;
     uint32_t length_crc = 0, data_crc = 0;
     std::memcpy(&n, file.data() + at, 8);
@@ -171,10 +144,11 @@ EventWriter::EventWriter(const fs::path& dir, int64_t keep_through) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   CHECK(!ec, "cannot create {} (log.tensorboard): {}", dir.string(), ec.message());
-  if (keep_through >= 0)
-    for (const auto& e : fs::directory_iterator(dir))
-      if (e.path().filename().string().starts_with(kPrefix) && (path_.empty() || e.path() < path_))
+  if (keep_through >= 0)  // the run's file: the newest, should a copy have left others
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().filename().string().starts_with(kPrefix) && (path_.empty() || path_ < e.path()))
         path_ = e.path();
+  CHECK(!ec, "cannot read {} (log.tensorboard): {}", dir.string(), ec.message());
   std::string start;
   if (!path_.empty()) {
     write_file_atomic(path_, kept_records(read_file(path_), keep_through));

@@ -30,9 +30,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Keys that give the loader's saved position its meaning, and keys that define the model
-// without changing tensor shapes (n_head, train.lora.alpha): changing either on resume is
-// refused.
 // Whether checkpoint `from` (empty: none) is one of run_dir's own.
 bool is_own_checkpoint(const fs::path& from, const fs::path& run_dir) {
   std::error_code ec;
@@ -40,6 +37,9 @@ bool is_own_checkpoint(const fs::path& from, const fs::path& run_dir) {
                               fs::weakly_canonical(run_dir / "checkpoints", ec);
 }
 
+// Keys that give the loader's saved position its meaning, and keys that define the model
+// without changing tensor shapes (n_head, train.lora.alpha): changing either on resume is
+// refused.
 void check_resumable(const Config& now, const Checkpoint& ckpt) {
   Config then;
   then.merge_yaml(ckpt.config_yaml, (ckpt.dir / "config.yaml").string());
@@ -149,6 +149,9 @@ std::vector<fs::path> TrainLoop::check_overwrite(const fs::path& from, int64_t s
     if (!own || step > start_step) discard.push_back(dir);
   const bool has_metrics = fs::is_regular_file(metrics, ec) && fs::file_size(metrics, ec) > 0;
   if (!own && has_metrics) discard.push_back(metrics);
+  // The earlier run's TensorBoard events go with its metrics (log.tensorboard).
+  if (!own && fs::exists(rc_.run_dir / "tensorboard", ec))
+    discard.push_back(rc_.run_dir / "tensorboard");
   if (discard.empty()) return {};
   const std::string what =
       own ? fmt::format("resuming from step {} would replace its {} later checkpoint(s)",
@@ -207,10 +210,16 @@ void TrainLoop::check_data() {
     } catch (const Error& e) {
       throw unreadable(e);
     }
-    CHECK(first.has_value(),
-          "train.val_every = {} but the {} split of {} yields no batch of this shape on rank {} "
-          "(prepare with a larger --val-fraction, or set train.val_every=0)",
-          rc_.val_every, set.data.split, set.data.data_dir.string(), comm_.rank());
+    // Agreed: a rank whose share is empty idles through the others' batches, and only a set
+    // with no batch on any rank is refused, by every rank alike.
+    std::vector<double> have = {first ? 1.0 : 0.0};
+    if (comm_.size() > 1) comm_.all_reduce(have);
+    USAGE_CHECK(have[0] > 0,
+                "train.val_every = {} but the {} split of {} yields no batch of this shape ({}, "
+                "or set train.val_every=0)",
+                rc_.val_every, set.data.split, set.data.data_dir.string(),
+                set.data.split == "val" ? "prepare with a larger --val-fraction"
+                                        : "it holds too few tokens for one batch");
   }
   // Under `all` their shards were checked just now; under first_use each validation checks
   // what it reads.
@@ -350,7 +359,7 @@ void TrainLoop::start_up() {
   state_.hosts = comm_.hosts();
   // The source's weights are read (and their values checked) before the run directory is
   // written: broken weights refuse the start, leaving nothing behind.
-  if (init) load_init_weights(*init, model_, *dp_);
+  if (init) load_init_weights(*init, model_, *dp_, comm_);
   dist::check_consistency(
       comm_, {{"the resolved config",
                fmt::format("{}resumed at step: {}\n", config_.to_yaml(), state_.step)},

@@ -13,6 +13,7 @@
 #include "data/bpe_tokenizer.h"
 #include "runtime/error.h"
 #include "runtime/file_io.h"
+#include "runtime/protobuf_wire.h"
 #include "runtime/rng.h"
 
 // Exported by libsentencepiece but not declared in its public headers.
@@ -126,53 +127,6 @@ void train_tokenizer(const TokenizerTrainOptions& o) {
 
 namespace {
 
-// Protocol-buffer wire format, as much as the content hash needs: a varint at `at` (false at
-// a malformed or truncated one).
-bool read_varint(std::string_view b, size_t& at, uint64_t& v) {
-  v = 0;
-  for (int shift = 0; shift < 64 && at < b.size(); shift += 7) {
-    const uint8_t byte = uint8_t(b[at++]);
-    v |= uint64_t(byte & 0x7f) << shift;
-    if (!(byte & 0x80)) return true;
-  }
-  return false;
-}
-
-// The next field of message `b` from `at`: its number, and the range [begin, end) of its
-// whole encoding (key included) and of its payload when length-delimited.
-struct WireField {
-  uint64_t number = 0;
-  size_t begin = 0, end = 0, payload = 0;
-  bool delimited = false;
-};
-bool next_field(std::string_view b, size_t& at, WireField& f) {
-  f.begin = at;
-  uint64_t key = 0, n = 0;
-  if (!read_varint(b, at, key)) return false;
-  f.number = key >> 3;
-  f.delimited = (key & 7) == 2;
-  switch (key & 7) {
-    case 0:
-      if (!read_varint(b, at, n)) return false;
-      break;
-    case 1:
-      at += 8;
-      break;
-    case 5:
-      at += 4;
-      break;
-    case 2:
-      if (!read_varint(b, at, n) || n > b.size() - std::min(at, b.size())) return false;
-      f.payload = at;
-      at += size_t(n);
-      break;
-    default:
-      return false;  // groups: not in SentencePiece's model
-  }
-  f.end = at;
-  return at <= b.size();
-}
-
 // SentencePiece's ModelProto: trainer_spec is field 2; in it, input (1), model_prefix (2) and
 // input_format (7) say where the training text was read and the model written, and
 // num_threads (16) how many threads trained it (train_tokenizer's default: the machine's).
@@ -206,7 +160,7 @@ uint64_t tokenizer_hash(std::string_view model_bytes) {
   WireField f;
   for (size_t at = 0; at < model_bytes.size();) {
     if (!next_field(model_bytes, at, f)) return hash64(model_bytes);
-    if (f.number == kTrainerSpec && f.delimited) {
+    if (f.number == kTrainerSpec && f.delimited()) {
       const auto spec =
           without_fields(model_bytes.substr(f.payload, f.end - f.payload), kWhereFields);
       if (!spec) return hash64(model_bytes);

@@ -13,7 +13,9 @@
 // train.max_skips); under `stop` the run saves the state before the step (weights, optimizer,
 // data position, these windows) and ends with exit 1, so a resume replays the same batch. The
 // windows travel in each checkpoint's trainer state: a resumed run judges as the uninterrupted
-// run would.
+// run would. A step where a schedule changes the batch (train.grad_accum_schedule,
+// train.seq_len_schedule) or the data (data.sources_schedule) empties them: the loss may
+// settle at another level there, which the old window would call a spike again and again.
 #include "app/spike_guard.h"
 
 #include <cmath>
@@ -56,6 +58,11 @@ void SpikeGuard::accept(double loss, double grad_norm) {
   if (policy_.action == SpikeAction::off) return;
   push(losses_, loss);
   push(norms_, grad_norm);
+}
+
+void SpikeGuard::restart() {
+  losses_.clear();
+  norms_.clear();
 }
 
 nlohmann::json SpikeGuard::state() const {

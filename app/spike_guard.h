@@ -42,6 +42,9 @@ class SpikeGuard {
   std::string spike(double loss, double grad_norm) const;
   // A step whose update was applied: its loss and norm join the windows.
   void accept(double loss, double grad_norm);
+  // Empties the windows: from a step where the batch's shape or data changes by schedule, the
+  // loss may settle at another level, which is no spike.
+  void restart();
 
   // The windows, for the trainer state of a checkpoint (bit-exact through JSON), and back.
   nlohmann::json state() const;

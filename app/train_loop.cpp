@@ -174,11 +174,22 @@ StepStats TrainLoop::train_step(const std::optional<std::vector<data::Batch>>& b
   return update(s);
 }
 
+// Whether a schedule changes the batch or the data at `step` (0-based): the spike guard starts
+// its windows afresh there (Note [Spike guard]).
+bool TrainLoop::phase_starts(int64_t step) const {
+  bool changes = false;
+  for (const StepSchedule* s : {&rc_.grad_accum_schedule, &rc_.seq_len_schedule})
+    for (const auto& [from, value] : s->entries) changes |= from == step;
+  for (const data::WeightPhase& p : rc_.train_data.mixture.phases) changes |= p.step == step;
+  return changes;
+}
+
 // With the gradients summed and the loss and norm agreed: the update, unless they are not
 // finite (Note [Non-finite values]) or spike (Note [Spike guard]; under stop, run() ends).
 StepStats TrainLoop::update(StepStats& s) {
   Timer t;
   s.lr = rc_.schedule.at(state_.step);
+  if (phase_starts(state_.step)) spikes_.restart();
   // A negative mean loss is as impossible as a NaN: both mean broken numbers.
   if (!std::isfinite(s.loss) || s.loss < 0 || !std::isfinite(s.grad_norm)) {
     nonfinite_.bad_step(state_.step + 1, s.loss, s.grad_norm);  // throws unless skipping

@@ -78,6 +78,7 @@ class TrainLoop {
   StepStats train_step(const std::optional<std::vector<data::Batch>>& batches,
                        const dist::StepCounts& counts);
   StepStats update(StepStats& s);
+  bool phase_starts(int64_t step) const;
   std::string write_failure() const;
   double validate(const ValSet& set);
   void validate_all();

@@ -1,7 +1,9 @@
 // Fine-tuning from saved weights; see init_from.h.
 #include "app/init_from.h"
 
+#include <algorithm>
 #include <optional>
+#include <vector>
 
 #include "app/run_setup.h"
 #include "data/tokenizer.h"
@@ -50,10 +52,30 @@ InitSource open_init_source(const fs::path& from, const Config& run_config,
   return s;
 }
 
-void load_init_weights(const InitSource& source, const nn::Model& model, dist::DataParallel& dp) {
+void load_init_weights(const InitSource& source, const nn::Model& model, dist::DataParallel& dp,
+                       dist::Communicator& comm) {
+  // Each rank reads its own slices: a refusal is noted, not thrown, so that every rank still
+  // reaches set_masters' collective and then the agreement below.
+  std::string refused;
   dist::set_masters(dp, model, [&](const nn::ParamInfo& p, int64_t b, int64_t e, float* out) {
-    source.weights->read(p, b, e, out);
+    try {
+      if (refused.empty()) return source.weights->read(p, b, e, out);
+    } catch (const UsageError& x) {
+      refused = x.what();
+    }
+    std::fill(out, out + (e - b), 0.0f);
   });
+  std::vector<double> bad(size_t(comm.size()), 0.0);
+  bad[size_t(comm.rank())] = refused.empty() ? 0.0 : 1.0;
+  if (comm.size() > 1) comm.all_reduce(bad);
+  const auto first = std::find(bad.begin(), bad.end(), 1.0);
+  if (first == bad.end()) return;
+  const int rank = int(first - bad.begin());
+  int64_t n = int64_t(refused.size());  // the first refusing rank's message, to every rank
+  comm.broadcast(&n, sizeof n, rank);
+  refused.resize(size_t(n));
+  comm.broadcast(refused.data(), n, rank);
+  throw UsageError(refused);
 }
 
 }  // namespace trainer::app

@@ -33,7 +33,10 @@ InitSource open_init_source(const std::filesystem::path& from, const Config& run
                             const nn::ParamLayout& layout, uint64_t tokenizer_hash, uint64_t seed);
 
 // Loads the source's weights into this rank's slices of `dp` (fp32, bf16 or fp16 folders
-// alike), a range at a time, and makes the model's weights agree.
-void load_init_weights(const InitSource& source, const nn::Model& model, dist::DataParallel& dp);
+// alike), a range at a time, and makes the model's weights agree. A collective over `comm`:
+// values that are not finite, in any rank's slice, are refused on every rank alike (a
+// UsageError naming the tensor).
+void load_init_weights(const InitSource& source, const nn::Model& model, dist::DataParallel& dp,
+                       dist::Communicator& comm);
 
 }  // namespace trainer::app

@@ -236,10 +236,11 @@ TEST(HonestNumbers, EvalAndSampleRefuseNonFiniteWeights) {
   train_tiny(dir, {"train.steps=2"});
   { poison_checkpoint(dir.path / "runs/r", "ln_f.bias", NAN); }
   const std::string run = (dir.path / "runs/r").string();
-  std::string e = error_of([&] { cmd_eval({run}); });
-  EXPECT_NE(e.find("gives a loss of nan"), std::string::npos) << e;
-  e = error_of([&] { cmd_sample({run, "--max-new-tokens", "3"}); });
-  EXPECT_NE(e.find("non-finite logits"), std::string::npos) << e;
+  // Refused where the weights are read, naming the tensor (before any loss or logit is made).
+  std::string e = usage_error_of([&] { cmd_eval({run}); });
+  EXPECT_NE(e.find("tensor 'ln_f.bias' holds NaN (element 0)"), std::string::npos) << e;
+  e = usage_error_of([&] { cmd_sample({run, "--max-new-tokens", "3"}); });
+  EXPECT_NE(e.find("tensor 'ln_f.bias' holds NaN (element 0)"), std::string::npos) << e;
 }
 
 // A sample cut short by the model's context says so (the tiny model sees 16 positions, so 50

@@ -6,7 +6,10 @@
 #      ends at dist.timeout_s instead of hanging;
 #   4. run.device = cuda on a machine without a GPU (or a build without CUDA): exit 2;
 #   5. a command that writes one output (export, prepare, tokenizer) under mpirun -np 2:
-#      refused on every rank (exit 2), nothing written, where the ranks used to race.
+#      refused on every rank (exit 2), nothing written, where the ranks used to race; inside a
+#      Slurm batch script (no job step) it runs;
+#   6. train.init_from of a folder with an infinity in the part of the weights that rank 1 of a
+#      ZeRO-3 pair reads: every rank refuses it alike (exit 2) and no run directory is left.
 #   launch_errors.sh <trainer> <mpiexec>
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/small_corpus.sh"
@@ -83,3 +86,25 @@ for cmd in "export runs/e --out exported" \
 done
 [[ ! -e exported && ! -e prepared && ! -e tok2.model ]] ||
   { echo "FAIL: a refused command wrote its output"; exit 1; }
+# A Slurm batch script's own environment (no job step) is one process, not rank 0 of the job.
+SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NTASKS=2 "$TRAINER" export runs/e --out batch_export \
+  >/dev/null 2>&1 || { echo "FAIL: export inside a batch script was refused"; exit 1; }
+
+# An exported folder whose ln_f.weight ends with an infinity.
+"$TRAINER" export runs/e --out inf_folder >/dev/null
+rm -f inf_folder/trainer_config.yaml
+python3 - inf_folder/model.safetensors <<'PY'
+import json, struct, sys
+raw = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", raw[:8])[0]
+at = 8 + n + json.loads(raw[8:8 + n])["ln_f.weight"]["data_offsets"][1] - 4  # its last element
+raw[at:at + 4] = struct.pack("<f", float("inf"))
+open(sys.argv[1], "wb").write(raw)
+PY
+run inf.log "${MPI[@]}" -np 2 "$TRAINER" "${common[@]}" --set run.name=inf --set dist.sharding=full \
+  --set train.init_from=inf_folder
+expect "broken weights on rank 1's part" 2 inf.log \
+  "[rank 0] error: $PWD/inf_folder: tensor 'ln_f.weight' holds an infinity (element 31)" \
+  "$status" "$elapsed"
+[[ ! -e runs/inf ]] || { echo "FAIL: a refused fine-tuning left runs/inf"; exit 1; }
+

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -89,8 +90,13 @@ int main(int argc, char** argv) {
   }
   int code = 0;
   try {
+    // (A Slurm batch script's own environment names the job's tasks but is one process: only
+    // a job step, which srun starts, sets SLURM_STEP_NUM_TASKS.)
+    const auto several = [](const trainer::dist::LaunchInfo& l) {
+      return l.distributed() && (l.launcher != "srun" || std::getenv("SLURM_STEP_NUM_TASKS"));
+    };
     if (it->second.one_process)
-      if (const trainer::dist::LaunchInfo l = trainer::dist::discover_launch(); l.distributed())
+      if (const trainer::dist::LaunchInfo l = trainer::dist::discover_launch(); several(l))
         throw trainer::UsageError(fmt::format(
             "trainer {} writes its output from one process, but this is rank {} of {} ({}): "
             "run it without a launcher",

@@ -90,7 +90,7 @@ void TrainLoop::log_step(const StepStats& s, double step_s) {
   if (!s.spike.empty()) j["spike"] = s.spike;
   if (const auto& m = loader_->state().mixture)  // each source's real tokens so far
     for (size_t i = 0; i < rc_.source_names.size(); ++i)
-      j["tokens_" + rc_.source_names[i]] = m->tokens[i];
+      j["tokens_from_" + rc_.source_names[i]] = m->tokens[i];
   if (grid_.pipeline_size() > 1) j["bubble"] = s.bubble;  // the stages' pooled idle share
   if (ranks) {
     j["slowest_rank"] = ranks->slowest_rank;
@@ -122,8 +122,8 @@ void TrainLoop::log_step(const StepStats& s, double step_s) {
 // run_dir/stopped once its checkpoint is saved; the launch scripts remove it before they
 // start the job and report 75 when the job failed with it present. Written last, after the
 // checkpoint: it never claims a stop whose checkpoint is not there.
-// A collective: the signal is the first rank's that received one (rank 0 may have received
-// none), recorded with that rank.
+// A collective: the signal is the lowest-numbered rank's that received one (rank 0 may have
+// received none), recorded with that rank.
 void TrainLoop::mark_stopped() {
   std::vector<double> signals(size_t(comm_.size()), 0.0);
   signals[size_t(comm_.rank())] = stop_signal_received();

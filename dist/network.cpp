@@ -83,13 +83,13 @@ bool parse_cidr(const std::string& text, uint32_t& base, int& prefix) {
 
 }  // namespace
 
-void check_interface_setting(const std::string& setting) {
+void check_interface_setting(const std::string& setting, const std::string& why) {
   uint32_t base = 0;
   int prefix = 0;
   USAGE_CHECK(setting.find('/') == std::string::npos || parse_cidr(setting, base, prefix),
-              "dist.interface {}: not a CIDR range (an IPv4 address, '/', and a prefix of 0 to 32 "
-              "bits, like 10.0.0.0/16)",
-              setting);
+              "{} {}: not a CIDR range (an IPv4 address, '/', and a prefix of 0 to 32 bits, like "
+              "10.0.0.0/16)",
+              why, setting);
 }
 
 namespace {
@@ -112,7 +112,7 @@ NetworkChoice chosen(const std::string& setting, const Interface& i, std::string
 // The choice of `setting`, checked against this host's interfaces.
 NetworkChoice checked(const std::string& setting, const LaunchInfo& launch, const NetworkEnv& env,
                       const std::string& why) {
-  check_interface_setting(setting);
+  check_interface_setting(setting, why);
   const bool range = setting.find('/') != std::string::npos;
   const Interface* i = find_interface(setting, env.interfaces);
   const std::string where = fmt::format("{} (rank {})", env.host, launch.rank);

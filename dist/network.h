@@ -46,9 +46,9 @@ struct NetworkChoice {
   std::string why;        // "dist.interface", "the address node1 resolves to", ...
 };
 
-// Throws UsageError when dist.interface = `setting` has a '/' but is no IPv4 CIDR range: a
-// malformed value is refused on every launch, a single process's too.
-void check_interface_setting(const std::string& setting);
+// Throws UsageError when `setting` (dist.interface, or what `why` names) has a '/' but is no
+// IPv4 CIDR range: a malformed value is refused on every launch, a single process's too.
+void check_interface_setting(const std::string& setting, const std::string& why = "dist.interface");
 
 // Chooses the interface for dist.interface = `wanted` ("auto", an interface name, or an IPv4
 // CIDR range such as 10.0.0.0/16) on a rank of `launch`. Throws UsageError naming the

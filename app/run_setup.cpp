@@ -503,8 +503,8 @@ void read_mixture(const Config& c, data::LoaderConfig& l, std::vector<std::strin
     data::MixtureSource s{parts[0], number_in("data.sources", entry, parts[1]), 0};
     if (parts.size() == 3) {
       const double epochs = number_in("data.sources", entry, parts[2]);
-      USAGE_CHECK(epochs >= 1 && epochs == std::floor(epochs),
-                  "data.sources: '{}': EPOCHS must be a whole number of at least 1", entry);
+      USAGE_CHECK(epochs >= 1 && epochs <= 1e15 && epochs == std::floor(epochs),
+                  "data.sources: '{}': EPOCHS must be a whole number from 1 to 1e15", entry);
       s.max_epochs = int64_t(epochs);
     }
     const std::string name = name_of(
@@ -522,7 +522,8 @@ void read_mixture(const Config& c, data::LoaderConfig& l, std::vector<std::strin
   auto check_weights = [&](const std::string& where, const std::vector<double>& w) {
     double sum = 0;
     for (double x : w) sum += x;
-    USAGE_CHECK(sum > 0, "{}: the weights are all 0", where);
+    USAGE_CHECK(sum > 0 && std::isfinite(sum),
+                "{}: the weights must add up to a finite number above 0", where);
   };
   std::vector<double> base;
   for (const data::MixtureSource& s : l.mixture.sources) base.push_back(s.weight);
@@ -532,7 +533,10 @@ void read_mixture(const Config& c, data::LoaderConfig& l, std::vector<std::strin
     USAGE_CHECK(n > 0, "data.sources_schedule needs data.sources");
     const size_t colon = entry.find(':');
     int64_t step = -1;
-    if (colon != std::string::npos) std::from_chars(entry.data(), entry.data() + colon, step);
+    if (colon != std::string::npos) {
+      const auto [p, e] = std::from_chars(entry.data(), entry.data() + colon, step);
+      if (e != std::errc() || p != entry.data() + colon) step = -1;
+    }
     USAGE_CHECK(colon != std::string::npos && step > last,
                 "data.sources_schedule: '{}' is not STEP:W1,W2,... with steps above 0 and rising",
                 entry);

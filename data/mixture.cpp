@@ -17,7 +17,8 @@
 // phase changes), and, every batch of a stream or pack run holding B x T tokens, its tokens
 // are its share of the tokens within one batch's worth. A bounded source leaves the mixture
 // after its epochs; the others' weights are renormalised from there on. When every source is
-// bounded and spent, the data ends (as data.epochs ends a single corpus). The state (each
+// bounded and spent, the data ends (as data.epochs ends a single corpus); a phase whose
+// weighted sources are all spent while others are not is refused by name. The state (each
 // source's epoch and cursor, counts, dues, tokens and the batches drawn) is a few numbers per
 // source, saved in checkpoints; the dues are summed in one order everywhere, so a resumed run
 // draws the same batches.
@@ -120,7 +121,18 @@ std::optional<std::pair<int, BatchPlan>> Mixture::next() {
       active[s] = w[s] > 0;
     }
     const int s = pick_source(due_next, state_.count, active);
-    if (s < 0) return std::nullopt;
+    if (s < 0) {  // the data ends when every source is spent, not when a phase weighs none
+      bool spent = true;
+      for (size_t i = 0; i < w.size(); ++i)
+        spent &=
+            config_.sources[i].max_epochs > 0 && state_.epoch[i] >= config_.sources[i].max_epochs;
+      USAGE_CHECK(spent,
+                  "data.sources: at global batch {} every source with weight in this phase has "
+                  "given its epochs, and the others weigh 0 here: give them weight in "
+                  "data.sources_schedule, or raise the spent sources' EPOCHS",
+                  state_.batches);
+      return std::nullopt;
+    }
     EpochPlanner& p = *planners_[size_t(s)];
     std::optional<BatchPlan> plan = p.next();
     if (!plan) {  // its epoch ended: the next one, unless that is past its bound

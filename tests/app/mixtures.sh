@@ -36,16 +36,10 @@ common=(--set data.tokenizer=tok.model --set run.dir=runs --set model.vocab_size
         --set dist.deterministic=true
         --set "data.sources=[corpus:0.5, new:0.3, third:0.2]"
         --set "data.sources_schedule=[\"14:0.2,0.2,0.6\"]")
-run() {
-  local np=$1 name=$2
-  shift 2
-  OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np "$np" \
-    "$TRAINER" train "${common[@]}" --set run.name="$name" "$@" >>"$name.log" 2>&1 ||
-    { echo "FAIL: run $name"; tail -5 "$name.log"; exit 1; }
-}
-run 2 whole
-run 2 resumed --set train.steps=10
-run 4 resumed
+source "$HERE/train_and_export.sh"
+train_run 2 whole
+train_run 2 resumed --set train.steps=10
+train_run 4 resumed
 grep -q "resumed from .*step-10 at step 10" resumed.log || { echo "FAIL: not resumed"; exit 1; }
 "$TRAINER" export runs/whole --out whole_export >/dev/null
 "$TRAINER" export runs/resumed --out resumed_export >/dev/null
@@ -72,7 +66,7 @@ for n in range(20 * per_step):
     if (n + 1) % per_step == 0:
         step = (n + 1) // per_step
         for run in ("whole", "resumed"):
-            got = [rows[run][step][f"tokens_{k}"] // tokens_per_batch for k in names]
+            got = [rows[run][step][f"tokens_from_{k}"] // tokens_per_batch for k in names]
             if got != count:
                 bad.append(f"{run} step {step}: batches per source {got}, the rule gives {count}")
         if any(abs(c - d) >= 1 for c, d in zip(count, due)):
@@ -92,14 +86,14 @@ done
 
 # Bounded: third gives its one epoch (27 documents of 16 tokens: 13 windows of 33, 6 batches
 # of 2 with drop_last), then corpus and new share the rest; bounding both ends the data.
-run 1 bounded --set "data.sources=[corpus:1, third:1:1]" --set data.sources_schedule=[] \
+train_run 1 bounded --set "data.sources=[corpus:1, third:1:1]" --set data.sources_schedule=[] \
   --set train.steps=20 --set train.global_batch=1
 python3 - <<'PY'
 import json, sys
 r = [json.loads(l) for l in open("runs/bounded/metrics.jsonl") if '"loss"' in l][-1]
-third = r["tokens_third"] // 64
-if not (0 < third < 20 and r["tokens_corpus"] // 64 == 20 - third):
-    sys.exit(f"FAIL: bounded: {r['tokens_corpus'] // 64} and {third} batches")
+third = r["tokens_from_third"] // 64
+if not (0 < third < 20 and r["tokens_from_corpus"] // 64 == 20 - third):
+    sys.exit(f"FAIL: bounded: {r['tokens_from_corpus'] // 64} and {third} batches")
 PY
 rc=0
 OMP_NUM_THREADS=1 "$TRAINER" train "${common[@]}" --set run.name=ends --set train.global_batch=1 \
@@ -121,5 +115,11 @@ expect 2 "data.sources_schedule: '14:0.2,0.8' gives 2 weights for 3 sources" \
 expect 2 "data.sources names one corpus" "${base[@]}" --set "data.sources=[corpus:1]" \
   --set data.sources_schedule=[]
 expect 2 "data.epochs with data.sources" "${base[@]}" --set data.epochs=1
+expect 2 "data.sources_schedule: '1e3:0.2,0.2,0.6' is not STEP:W1,W2" \
+  "${base[@]}" --set "data.sources_schedule=[\"1e3:0.2,0.2,0.6\"]"
+# The weighted source spent while an unbounded one weighs 0: an error, not the end of the data.
+expect 2 "data.sources: at global batch [0-9]+ every source with weight in this phase has given" \
+  "${base[@]}" --set "data.sources=[third:1:1, new:0]" --set data.sources_schedule=[] \
+  --set train.global_batch=1 --set train.steps=1000
 [[ $failures -eq 0 ]] || exit 1
 echo "mixtures: OK"

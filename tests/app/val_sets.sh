@@ -36,16 +36,10 @@ common=(--set data.path=held --set data.tokenizer=tok.model --set run.dir=runs
         --set train.global_batch=2 --set train.steps=10 --set train.val_every=5
         --set train.val_batches=0 --set log.progress=off --set log.peak_gflops=100
         --set dist.deterministic=true --set "train.val_sets=[held, held:heldout, other=new]")
-run() {
-  local np=$1 name=$2
-  shift 2
-  OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np "$np" \
-    "$TRAINER" train "${common[@]}" --set run.name="$name" "$@" >"$name.log" 2>&1 ||
-    { echo "FAIL: run $name"; tail -5 "$name.log"; exit 1; }
-}
-run 1 one
-run 2 zero3 --set dist.sharding=full
-run 2 pp2 --set dist.pipeline_parallel=2 --set dist.deterministic=false
+source "$HERE/train_and_export.sh"
+train_run 1 one
+train_run 2 zero3 --set dist.sharding=full
+train_run 2 pp2 --set dist.pipeline_parallel=2 --set dist.deterministic=false
 for split in val heldout; do
   "$TRAINER" eval runs/one --split $split >"eval_$split.txt"
 done

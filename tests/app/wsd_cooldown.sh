@@ -27,17 +27,11 @@ common=(--set data.path=corpus --set data.tokenizer=tok.model --set run.dir=runs
         --set log.every=1 --set log.progress=off --set schedule.warmup_steps=4
         --set optimizer.lr=0.01 --set optimizer.min_lr=0.001 --set log.peak_gflops=100)
 cooldown=(--set schedule.decay=1-sqrt --set schedule.decay_steps=10 --set train.steps=30)
-train() {
-  local np=$1 name=$2
-  shift 2
-  OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np "$np" \
-    "$TRAINER" train "${common[@]}" --set run.name="$name" "$@" >"$name.log" 2>&1 ||
-    { echo "FAIL: run $name"; tail -5 "$name.log"; exit 1; }
-}
-train 1 constant --set schedule.decay=constant --set train.steps=40
-train 1 wsd "${cooldown[@]}"
-train 1 branch "${cooldown[@]}" --set train.resume=runs/constant/checkpoints/step-20
-train 2 branch2 "${cooldown[@]}" --set train.resume=runs/constant/checkpoints/step-20
+source "$HERE/train_and_export.sh"
+train_run 1 constant --set schedule.decay=constant --set train.steps=40
+train_run 1 wsd "${cooldown[@]}"
+train_run 1 branch "${cooldown[@]}" --set train.resume=runs/constant/checkpoints/step-20
+train_run 2 branch2 "${cooldown[@]}" --set train.resume=runs/constant/checkpoints/step-20
 grep -q "learning rate: warmup to 0.01 over steps 1-4, 0.01 over steps 5-20, 1-sqrt decay to 0.001 over steps 21-30" \
   wsd.log || { echo "FAIL: the WSD run's schedule line"; grep "learning rate" wsd.log; exit 1; }
 python3 - <<'PY'

@@ -451,6 +451,7 @@ ValSetEntry parse_val_set(const std::string& entry) {
   const size_t eq = entry.find('=');
   e.dir_begin = eq == std::string::npos ? 0 : eq + 1;
   e.name = entry.substr(0, e.dir_begin ? eq : 0);
+  USAGE_CHECK(eq != 0, "train.val_sets: '{}' has '=' but no NAME before it", entry);
   const size_t colon = entry.rfind(':');
   e.dir_end = colon == std::string::npos || colon < e.dir_begin ? entry.size() : colon;
   e.dir = entry.substr(e.dir_begin, e.dir_end - e.dir_begin);
@@ -469,12 +470,12 @@ std::string name_of(const std::string& key, const std::string& entry, std::strin
     const std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
     name = p.filename().empty() ? p.parent_path().filename().string() : p.filename().string();
   }
-  USAGE_CHECK(
-      !name.empty() && name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                              "0123456789_-.") == std::string::npos,
-      "{}: '{}' names '{}': a name takes letters, digits, _, - and ., and is written "
-      "NAME=...",
-      key, entry, name);
+  USAGE_CHECK(!name.empty() && name != "." && name != ".." &&
+                  name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                         "0123456789_-.") == std::string::npos,
+              "{}: '{}' names '{}': a name takes letters, digits, _, - and ., and is written "
+              "NAME=...",
+              key, entry, name);
   return name;
 }
 
@@ -490,6 +491,7 @@ double number_in(const std::string& key, const std::string& entry, const std::st
 void read_mixture(const Config& c, data::LoaderConfig& l, std::vector<std::string>& names) {
   for (const std::string& entry : c.list("data.sources")) {
     const size_t eq = entry.find('=');
+    USAGE_CHECK(eq != 0, "data.sources: '{}' has '=' but no NAME before it", entry);
     const std::string rest = eq == std::string::npos ? entry : entry.substr(eq + 1);
     std::vector<std::string> parts;
     for (size_t at = 0;;) {

@@ -84,6 +84,7 @@ expect 2 "train.val_sets' foreign .* was prepared with another tokenizer" \
 expect 2 "train.val_sets: 'x=' is not \[NAME=\]DIR\[:SPLIT\]" "${base[@]}" --set "train.val_sets=[x=]"
 expect 2 "corpus vocab size 320 exceeds the model's 100 \(model.vocab_size\)" \
   "${base[@]}" --set model.vocab_size=100
+expect 2 "train.val_sets: '=new' has '=' but no NAME before it" "${base[@]}" --set "train.val_sets=[=new]"
 expect 2 "train.val_sets names 'new' twice" "${base[@]}" --set "train.val_sets=[new, new]"
 expect 2 "train.val_sets' held_nosuch cannot be read" "${base[@]}" --set "train.val_sets=[held:nosuch]"
 [[ $failures -eq 0 ]] || exit 1

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "app/config.h"
+#include "app/data_keys.h"
 #include "app/progress_mode.h"
 #include "app/spike_guard.h"
 #include "data/loader.h"
@@ -47,21 +48,6 @@ inline constexpr EnumNames<MemoryCheck, 2> kMemoryCheckNames{
 enum class Backend : uint8_t { automatic, nccl };
 inline constexpr EnumNames<Backend, 2> kBackendNames{
     "dist.backend", {{{Backend::automatic, "auto"}, {Backend::nccl, "nccl"}}}};
-
-// A validation set (train.val_sets): its name in the log and the metrics (empty: data.path's
-// val split, logged as val_loss alone, as without the key) and how it is read.
-struct ValSet {
-  std::string name;
-  data::LoaderConfig data;
-};
-
-// One entry of train.val_sets, "[NAME=]DIR[:SPLIT]" (NAME empty where not given; SPLIT val by
-// default), with where DIR lies in it; throws UsageError on a malformed one.
-struct ValSetEntry {
-  std::string name, dir, split;
-  size_t dir_begin = 0, dir_end = 0;
-};
-ValSetEntry parse_val_set(const std::string& entry);
 
 struct RunConfig {
   std::filesystem::path run_dir;  // run.dir / run.name

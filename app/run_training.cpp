@@ -56,19 +56,7 @@ Config with_absolute_paths(Config c) {
   std::vector<std::string> tasks;
   for (const std::string& t : c.list("train.eval_tasks")) tasks.push_back(absolute(t));
   c.set("train.eval_tasks", tasks);
-  std::vector<std::string> sets;
-  for (std::string s : c.list("train.val_sets")) {
-    const ValSetEntry e = parse_val_set(s);
-    sets.push_back(s.replace(e.dir_begin, e.dir_end - e.dir_begin, absolute(e.dir)));
-  }
-  c.set("train.val_sets", sets);
-  std::vector<std::string> sources;  // [NAME=]DIR:WEIGHT[:EPOCHS]
-  for (std::string s : c.list("data.sources")) {
-    const size_t eq = s.find('='), begin = eq == std::string::npos ? 0 : eq + 1;
-    const size_t end = std::min(s.find(':', begin), s.size());
-    sources.push_back(s.replace(begin, end - begin, absolute(s.substr(begin, end - begin))));
-  }
-  c.set("data.sources", sources);
+  map_corpus_dirs(c, [&](const std::string& dir) { return absolute(dir); });
   return c;
 }
 

@@ -149,6 +149,8 @@ int cmd_export(const Args& args) {
       nn::write_hf_weights(tmp, base, masters, dtype, max_shard);
   write_file_atomic(tmp / data::tokenizer_file_name(tokenizer.bytes), tokenizer.bytes);
   nlohmann::json hf = config.architecture().hf_config(config.base());
+  for (const nn::HfDropout& d : config.architecture().hf_dropouts)
+    hf[d.field] = nn::as_decimal(config.dropout.*d.site);
   hf["torch_dtype"] = dtype == DType::bf16  ? "bfloat16"
                       : dtype == DType::f16 ? "float16"
                                             : "float32";

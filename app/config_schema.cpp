@@ -92,6 +92,23 @@ const std::vector<KeySpec>& schema() {
        -1e300, 1e300, nn::kGeluNames.names()},
       {"model.tie_embeddings", Kind::boolean, true,
        "The output head reads the token embedding (false: its own lm_head; llama, qwen2, neox)"},
+      {"model.dropout", Kind::real, 0.0,
+       "Dropout probability in training at every site below that is left at -1: the "
+       "embeddings' sum, the attention probabilities, each residual branch's output (eval and "
+       "sample never drop)",
+       0, 1, L{}, false, true},
+      {"model.embedding_dropout", Kind::real, -1.0,
+       "Dropout on the embeddings' sum, the first block's input (GPT-2's embd_pdrop; -1: "
+       "model.dropout)",
+       -1, 1, L{}, false, true},
+      {"model.attention_dropout", Kind::real, -1.0,
+       "Dropout on the attention probabilities (GPT-2's attn_pdrop, Llama's and GPT-NeoX's "
+       "attention_dropout; -1: model.dropout)",
+       -1, 1, L{}, false, true},
+      {"model.residual_dropout", Kind::real, -1.0,
+       "Dropout on each residual branch's output before it is added (GPT-2's resid_pdrop, "
+       "GPT-NeoX's hidden_dropout; -1: model.dropout)",
+       -1, 1, L{}, false, true},
       {"model.precision", Kind::text, std::string("fp32"),
        "fp32, or bf16 mixed precision: bf16 matmul inputs and saved activations, fp32 master "
        "weights, optimizer state, statistics and loss",
@@ -185,8 +202,9 @@ const std::vector<KeySpec>& schema() {
       {"train.lora.alpha", Kind::real, 16.0, "LoRA: the adapters' output is scaled by alpha / rank",
        0, 1e6, L{}, true},
       {"train.lora.dropout", Kind::real, 0.0,
-       "LoRA: dropout on the adapters' input; only 0 (the trainer has no dropout yet)", 0, 1, L{},
-       false, true},
+       "LoRA: dropout on the adapters' input; only 0 (not implemented: model.dropout drops in the "
+       "model itself)",
+       0, 1, L{}, false, true},
       {"train.lora.targets", Kind::list, L{"q", "k", "v", "o", "gate", "up", "down"},
        "LoRA: the block products adapted (llama, qwen2, qwen3: q, k, v, o, gate, up, down; "
        "PEFT's q_proj ... down_proj)"},

@@ -151,9 +151,38 @@ void set_lora_keys(Config& c, const nn::LoraConfig& lora) {
   c.set("train.lora.targets", lora.targets);
 }
 
+const std::vector<const char*>& dropout_keys() {
+  static const std::vector<const char*> keys = {"model.dropout", "model.embedding_dropout",
+                                                "model.attention_dropout",
+                                                "model.residual_dropout"};
+  return keys;
+}
+
+void set_dropout_keys(Config& c, const nn::DropoutRates& rates) {
+  c.set("model.dropout", 0.0);
+  c.set("model.embedding_dropout", nn::as_decimal(rates.embedding));
+  c.set("model.attention_dropout", nn::as_decimal(rates.attention));
+  c.set("model.residual_dropout", nn::as_decimal(rates.residual));
+}
+
+namespace {
+
+// A site's dropout key: its own probability, or model.dropout's where it is -1.
+float dropout_rate(const Config& c, const char* key) {
+  const double p = c.real(key);
+  USAGE_CHECK(p == -1 || p >= 0, "{} = {}: a probability in [0, 1), or -1 for model.dropout's", key,
+              p);
+  return float(p == -1 ? c.real("model.dropout") : p);
+}
+
+}  // namespace
+
 nn::ModelConfig stated_model(const Config& c) {
   nn::ModelConfig m;
   for (const ModelKey& k : kModelKeys) k.read(c, k.key, m);
+  m.dropout = {dropout_rate(c, "model.embedding_dropout"),
+               dropout_rate(c, "model.attention_dropout"),
+               dropout_rate(c, "model.residual_dropout")};
   m.lora.rank = int(c.integer("train.lora.rank"));
   m.lora.alpha = float(c.real("train.lora.alpha"));
   m.lora.targets = c.list("train.lora.targets");
@@ -369,9 +398,11 @@ void read_loop(const Config& c, RunConfig& r) {
   r.grad_accum_schedule = parse_schedule(c, "train.grad_accum_schedule");
   r.seq_len_schedule = parse_schedule(c, "train.seq_len_schedule");
   r.freeze = c.list("train.freeze");
-  USAGE_CHECK(c.real("train.lora.dropout") == 0,
-              "train.lora.dropout = {}: dropout is not implemented yet (issue 40); set it to 0",
-              c.real("train.lora.dropout"));
+  USAGE_CHECK(
+      c.real("train.lora.dropout") == 0,
+      "train.lora.dropout = {}: dropout on the adapters' input is not implemented (model.dropout "
+      "drops in the model itself); set it to 0",
+      c.real("train.lora.dropout"));
   r.on_nonfinite = kNonFiniteNames.parse(c.text("train.on_nonfinite"));
   r.max_consecutive_skips = c.integer("train.max_consecutive_skips");
   r.max_skips = c.integer("train.max_skips");

@@ -11,6 +11,7 @@
 #include "dist/data_parallel.h"
 #include "dist/join.h"
 #include "nn/adamw.h"
+#include "nn/dropout.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 
@@ -159,7 +160,12 @@ StepStats TrainLoop::train_step(const std::optional<std::vector<data::Batch>>& b
                                 const dist::StepCounts& counts) {
   std::vector<nn::BatchView> views;
   if (batches)
-    for (const data::Batch& b : *batches) views.push_back(view_of(b));
+    for (const data::Batch& b : *batches) {
+      // Micro-batch i of this rank is the global batch's i W + rank (as the loader deals them).
+      const int64_t micro = int64_t(views.size()) * data_.size() + data_.rank();
+      views.push_back(view_of(b));
+      views.back().dropout = nn::dropout_batch_key(rc_.seed, state_.step, micro);
+    }
   const dist::StepResult r = step_->run(views, counts, [this] {
     return dist::StepFlags{stop_signal_received() != 0, !write_failure().empty()};
   });

@@ -177,6 +177,11 @@ void TrainLoop::log_setup() {
                                       fmt::join(lora.targets, ", "))
                         : std::string("the rest frozen by train.freeze"));
   log::info("learning rate: {}", rc_.schedule.describe());
+  if (const nn::DropoutRates& d = rc_.model.dropout; d.any())
+    log::info(
+        "dropout in training: embeddings {:g}, attention probabilities {:g}, residual "
+        "branches {:g}",
+        d.embedding, d.attention, d.residual);
   if (!rc_.source_names.empty()) {
     std::vector<std::string> sources;
     for (size_t i = 0; i < rc_.source_names.size(); ++i) {

@@ -95,7 +95,9 @@ ActivationPlan::ActivationPlan(const ModelConfig& m, const ExecConfig& e) {
     if (dropped) shared_[size_t(a.act)] = take(cursor, a.per_token, type(a.fp32), !a.split);
   }
   tmp = take(cursor, C, e.compute);
-  if (e.compute != DType::f32 && e.training) d_branch = take(cursor, C, e.compute);
+  // The branches' gradient in bf16, or through their dropout (block_access::branch_grad).
+  if ((e.compute != DType::f32 || m.dropout.residual > 0) && e.training)
+    d_branch = take(cursor, C, e.compute);
   shared_bytes_ = cursor - region;
   if (m.holds_head() && e.activation_slots == 1) {
     logits = ActSlot{region, e.compute, V, false};

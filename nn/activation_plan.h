@@ -63,7 +63,7 @@ class ActivationPlan {
   ActSlot d_ln;                     // (N,C): gradient at a norm's output
   ActSlot logits;                   // (N,V), shared in time with the scratch below
   ActSlot tmp;                      // (N,C): a branch's output before the residual add
-  ActSlot d_branch;                 // (N,C): d_res in the compute dtype (bf16 only)
+  ActSlot d_branch;  // (N,C): d_res in the compute dtype (bf16), or through a dropout
   // Sequence parallelism only: all N tokens of a sliced tensor, gathered (compute dtype), and
   // a product's partial sums before they are scattered (N,C in fp32 bytes, viewed in either).
   ActSlot gathered, partial;

@@ -24,6 +24,14 @@ struct HfAlias {
   ModelConfig (*from_hf)(HfConfigReader& config);
 };
 
+// A config.json field holding a dropout probability, the site it sets (Note [Dropout] in
+// nn/dropout.h) and Hugging Face's default where it is absent.
+struct HfDropout {
+  const char* field;
+  float DropoutRates::*site;
+  double hf_default;
+};
+
 struct Architecture {
   const char* name;     // the value of model.arch
   const char* summary;  // a phrase for the schema and --help: what sets it apart
@@ -46,6 +54,8 @@ struct Architecture {
   // parameters, by the end of their names (buffers such as a causal mask, a tied head's copy).
   const char* hf_file_prefix;
   std::vector<const char*> hf_extra_tensors;
+  // Its config.json's dropout probabilities: read into ModelConfig::dropout, written by export.
+  std::vector<HfDropout> hf_dropouts;
   // Other classes read as this architecture.
   std::vector<HfAlias> hf_also{};
   // The block products LoRA may adapt (train.lora.targets' choices); none: LoRA is refused.

@@ -8,6 +8,7 @@
 #include "nn/lora.h"
 #include "nn/ops/attention.h"
 #include "nn/ops/cast.h"
+#include "nn/ops/dropout.h"
 #include "runtime/memory.h"
 
 namespace trainer::nn {
@@ -112,9 +113,20 @@ void block_access::product_backward(const Context& ctx, const BlockTensors& t, R
   sum_into(t, dx);
 }
 
-Tensor block_access::branch_grad(const Context& ctx, const BlockTensors& t) {
-  if (!t.d_branch.empty()) cast(ctx, t.d_branch, t.d_res);
-  return gather_tokens(t, t.d_branch.empty() ? t.d_res : t.d_branch);
+void block_access::drop_branch(const Context& ctx, const BlockTensors& t, Branch branch) {
+  const DropoutMask& mask = t.branch_drop[size_t(branch)];
+  if (mask.on()) dropout(ctx, t.tmp, t.tmp, mask);
+}
+
+Tensor block_access::branch_grad(const Context& ctx, const BlockTensors& t, Branch branch) {
+  const DropoutMask& mask = t.branch_drop[size_t(branch)];
+  if (mask.on())
+    dropout(ctx, t.d_branch, t.d_res, mask);
+  else if (!t.d_branch.empty() && t.d_branch.dtype != t.d_res.dtype)
+    cast(ctx, t.d_branch, t.d_res);
+  else
+    return gather_tokens(t, t.d_res);
+  return gather_tokens(t, t.d_branch);
 }
 
 }  // namespace trainer::nn

@@ -10,6 +10,7 @@
 
 #include "nn/arch.h"
 #include "nn/ops/attention.h"
+#include "nn/ops/dropout.h"
 #include "nn/ops/linear.h"
 #include "nn/tensor_group.h"
 #include "runtime/context.h"
@@ -30,6 +31,9 @@ namespace trainer::nn {
 // product's weight gradient gathers its input again rather than keep it whole. The norms'
 // weight gradients are then partial sums over the slices, summed over the group with the
 // unit's backward (Transformer).
+// A block's two residual branches.
+enum class Branch : uint8_t { attention, mlp };
+
 struct BlockTensors {
   const ModelConfig* model = nullptr;  // the keys the block reads (heads, rotary embeddings)
   int B = 0, T = 0, n_head = 0;        // n_head: the heads of this slice
@@ -45,12 +49,15 @@ struct BlockTensors {
   std::array<Tensor, size_t(Act::kCount)> a;   // activations (N, per_token), by Act
   // The residual stream and what runs on it: N tokens, or N / degree of them under sequence
   // parallelism (Note [Sequence parallelism]).
-  Tensor x, out;    // (N,C) fp32: the residual stream in and out
-  Tensor tmp;       // (N,C) a branch's output
-  Tensor d_res;     // (N,C) fp32: d out on entry, d x on exit
-  Tensor d_ln;      // (N,C) gradient at a norm's output
-  Tensor d_branch;  // (N,C) d_res in bf16 (bf16 models only)
-  AttentionMask mask;
+  Tensor x, out;       // (N,C) fp32: the residual stream in and out
+  Tensor tmp;          // (N,C) a branch's output
+  Tensor d_res;        // (N,C) fp32: d out on entry, d x on exit
+  Tensor d_ln;         // (N,C) gradient at a norm's output
+  Tensor d_branch;     // (N,C) d_res in bf16, or through a branch's dropout (branch_grad)
+  AttentionMask mask;  // with the attention probabilities' dropout (Note [Dropout])
+  // Each branch's output dropout, by Branch, over the residual stream's elements here (its
+  // first token's counter under sequence parallelism): off unless training with dropout.
+  std::array<DropoutMask, 2> branch_drop{};
   // Decoding: keys and values of positions [0, q_pos + T) of one sequence, (P, Ckv) each;
   // this batch's keys and values are written at q_pos. Empty when training.
   Tensor k_cache, v_cache;
@@ -76,9 +83,18 @@ inline const Tensor& W(const BlockTensors& t, Role r) {
 inline const Tensor& G(const BlockTensors& t, Role r) {
   return t.g[size_t(r)];
 }
-// The gradient the branches' products receive, every token of it: d_res itself, or its bf16
-// copy in a bf16 model (made here, once per branch), gathered under sequence parallelism.
-Tensor branch_grad(const Context& ctx, const BlockTensors& t);
+// A branch's output t.tmp with its dropout applied (in place; nothing without dropout), before it
+// joins the residual stream.
+void drop_branch(const Context& ctx, const BlockTensors& t, Branch branch);
+// The gradient a branch's output product receives, every token of it: d_res itself, or its copy
+// in d_branch in a bf16 model or through the branch's dropout mask (made here, once per branch),
+// gathered under sequence parallelism.
+Tensor branch_grad(const Context& ctx, const BlockTensors& t, Branch branch);
+// Whether two branches' gradients differ (their dropout masks): parallel branches (GPT-NeoX)
+// then take one branch_grad each, else they share one.
+inline bool branch_grads_differ(const BlockTensors& t) {
+  return t.branch_drop[0].on();
+}
 
 // Tensor parallelism applied to a product (Note [Tensor-parallel splits], Note [Sequence
 // parallelism]). A block runs each of its products through these two, naming it by its weight

@@ -9,7 +9,6 @@
 #include "nn/architecture.h"
 #include "runtime/error.h"
 #include "runtime/file_io.h"
-#include "runtime/log.h"
 #include "runtime/strict_json.h"
 
 namespace trainer::nn {
@@ -94,10 +93,10 @@ void HfConfigReader::ignore(std::initializer_list<const char*> fields) {
   for (const char* f : fields) read_.insert(f);
 }
 
-void HfConfigReader::dropouts(std::initializer_list<const char*> fields) {
-  for (const char* f : fields)
-    if (const double p = real(f, 0.0); p != 0)
-      log::warn("{}: {} = {} is not applied (the trainer has no dropout)", file_.string(), f, p);
+float HfConfigReader::dropout(const char* field, double fallback) {
+  const double p = real(field, fallback);
+  if (!(p >= 0 && p < 1)) refuse(field, fmt::format("= {} is not a probability in [0, 1)", p));
+  return float(p);
 }
 
 // Note [Unread fields]: a field no record reads could be one that changes what the model
@@ -227,6 +226,7 @@ ModelConfig hf_model_config(const fs::path& config_json) {
             "tokenizer_class", "return_dict", "output_attentions", "output_hidden_states"});
   ModelConfig m = reader.from_hf(r);
   m.arch = arch->name;
+  for (const HfDropout& d : arch->hf_dropouts) m.dropout.*d.site = r.dropout(d.field, d.hf_default);
   r.finish();
   try {
     m.validate();  // the shared keys, then the architecture's own (as a config's are checked)

@@ -38,8 +38,8 @@ class HfConfigReader {
   // Fields with no bearing on what the trainer computes (ids of special tokens, initialisation,
   // bookkeeping of other tools).
   void ignore(std::initializer_list<const char*> fields);
-  // Dropout probabilities: the trainer has no dropout, so a nonzero one is logged as dropped.
-  void dropouts(std::initializer_list<const char*> fields);
+  // A dropout probability, in [0, 1) (`fallback` when absent or null).
+  float dropout(const char* field, double fallback);
   // Throws naming the first field nothing read.
   void finish() const;
 

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "nn/param_layout.h"
@@ -28,6 +29,9 @@ struct BatchView {
   const int32_t* targets = nullptr;   // (B,T), -1 = not counted; null = no loss (inference)
   const int32_t* segments = nullptr;  // (B,T) or null: packed documents; positions restart
   const int32_t* lengths = nullptr;   // (B) or null: real tokens per row, the rest is padding
+  // A training micro-batch's dropout key (dropout_batch_key, Note [Dropout] in nn/dropout.h),
+  // or none: no dropout (evaluation, sampling, padding passes).
+  std::optional<uint64_t> dropout{};
 };
 
 // What the parameter hook is told: a unit's parameters are about to be read for its forward

@@ -73,6 +73,13 @@ struct LoraConfig {
   float scale() const { return alpha / float(rank); }
 };
 
+// Dropout probabilities by site (Note [Dropout] in nn/dropout.h), each in [0, 1). They change
+// no parameter: what training computes, not what the model is.
+struct DropoutRates {
+  float embedding = 0, attention = 0, residual = 0;
+  bool any() const { return embedding > 0 || attention > 0 || residual > 0; }
+};
+
 struct ModelConfig {
   std::string arch = "gpt2";  // an architecture's name (nn/architecture.h lists them)
   int vocab_size = 8192;      // V: embedding rows (pad to a multiple of 64 for speed)
@@ -98,6 +105,9 @@ struct ModelConfig {
   // The train.lora keys: adapters are parameters too (a key of train.*, since a published
   // model's folder never states them).
   LoraConfig lora;
+  // The model.dropout keys, or a Hugging Face folder's rates: applied in training only, and
+  // never part of comparing two models.
+  DropoutRates dropout;
   // Not a key of model.*: the slice this process holds (dist.tensor_parallel and the rank's
   // place in the grid set it); the parameters and activations are the slice's.
   TensorSlice tensor;

@@ -265,7 +265,23 @@ BlockTensors Transformer::block_tensors(int l, ParamUse use) {
   if (mb_.has_segments) t.mask.segments = mb_.segments.view(DType::i32, N).reshape({mb_.B, mb_.T});
   if (mb_.runs_count > 0) t.mask.runs = mb_.runs.view(DType::i32, mb_.runs_count + 1);
   if (mb_.has_lengths) t.mask.lengths = mb_.lengths.view(DType::i32, mb_.B);
+  if (mb_.dropout) {
+    const DropoutRates& rates = config_.dropout;
+    if (rates.attention > 0)
+      t.mask.dropout = {rates.attention, dropout_site_key(*mb_.dropout, l, DropSite::attention),
+                        config_.tensor.rank * config_.local_heads()};
+    t.branch_drop = {residual_dropout(l, DropSite::attention_branch, rates.residual),
+                     residual_dropout(l, DropSite::mlp_branch, rates.residual)};
+  }
   return t;
+}
+
+DropoutMask Transformer::residual_dropout(int layer, DropSite site, float p) const {
+  if (!mb_.dropout || p <= 0) return {};
+  // Under sequence parallelism this rank holds the tokens of its place in the group.
+  const int64_t tokens = int64_t(mb_.B) * mb_.T / config_.sequence_slices();
+  const int64_t first = config_.sequence_slices() > 1 ? config_.tensor.rank * tokens : 0;
+  return {p, dropout_site_key(*mb_.dropout, layer, site), first * config_.n_embd};
 }
 
 int64_t Transformer::copy_batch(const BatchView& b, int first_position) {
@@ -313,6 +329,7 @@ int64_t Transformer::copy_batch(const BatchView& b, int first_position) {
   mb_.has_targets = b.targets != nullptr;
   mb_.has_segments = b.segments != nullptr;
   mb_.has_lengths = b.lengths != nullptr;
+  mb_.dropout = config_.dropout.any() ? b.dropout : std::nullopt;
   if (mb_.has_targets) copy(mb_.targets, b.targets, N);
   if (mb_.has_segments) copy(mb_.segments, b.segments, N);
   mb_.runs_count = 0;

@@ -9,10 +9,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "nn/activation_plan.h"
 #include "nn/architecture.h"
+#include "nn/dropout.h"
 #include "nn/model.h"
 #include "nn/model_config.h"
 #include "nn/step_graphs.h"
@@ -106,6 +108,9 @@ class Transformer final : public Model {
   bool tied() const;
   Tensor head_weight(const Tensor& final_weights, ParamUse use);
   BlockTensors block_tensors(int layer, ParamUse use);
+  // The micro-batch's dropout at `site` of `layer` (Note [Dropout] in nn/dropout.h) over the
+  // elements of this rank's residual stream, or off (no key, or the site's rate is 0).
+  DropoutMask residual_dropout(int layer, DropSite site, float p) const;
   // Validates the batch and copies it to the device; positions start at first_position.
   // Returns the number of counted targets.
   int64_t copy_batch(const BatchView& b, int first_position);
@@ -151,6 +156,7 @@ class Transformer final : public Model {
     Buffer acts, tokens, targets, positions, segments, lengths, runs;
     int64_t runs_count = 0;  // runs in `runs` (0: none)
     int B = 0, T = 0;
+    std::optional<uint64_t> dropout;  // BatchView::dropout, when the model has dropout
     bool has_targets = false, has_segments = false, has_lengths = false;
   };
 

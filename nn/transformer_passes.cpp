@@ -8,6 +8,7 @@
 #include "nn/ops/attention.h"
 #include "nn/ops/cast.h"
 #include "nn/ops/cross_entropy.h"
+#include "nn/ops/dropout.h"
 #include "nn/ops/embedding.h"
 #include "nn/ops/layernorm.h"
 #include "nn/ops/linear.h"
@@ -34,7 +35,8 @@ void Transformer::backward(float loss_scale) {
 }
 
 bool Transformer::graphs_allowed() const {
-  if (!exec_.cuda_graphs || mb_.has_segments || profile::g_enabled) return false;
+  // A graph would replay its first micro-batch's dropout keys (Note [Dropout]).
+  if (!exec_.cuda_graphs || mb_.has_segments || mb_.dropout || profile::g_enabled) return false;
   TRAINER_ASSERT(!store_ && !group_ && exec_.device == Device::cuda,
                  "CUDA graphs of a sharded, tensor-parallel or CPU model");
   return true;
@@ -85,6 +87,10 @@ void Transformer::embedding_forward_pass() {
       g->reduce_scatter(x, all);
     else if (g)
       g->all_reduce(x);
+    if (const DropoutMask drop =
+            residual_dropout(0, DropSite::embedding, config_.dropout.embedding);
+        drop.on())
+      dropout(ctx_, x, x, drop);
   });
 }
 
@@ -185,6 +191,11 @@ void Transformer::embedding_backward_pass() {
   segment(true, E, [&] {
     // Every token's gradient reaches every vocabulary slice (gathered, sliced).
     const Tensor d_res = act(plan_.d_res);
+    // Through the embedding's dropout (in place: nothing reads d_res after this pass).
+    if (const DropoutMask drop =
+            residual_dropout(0, DropSite::embedding, config_.dropout.embedding);
+        drop.on())
+      dropout(ctx_, d_res, d_res, drop);
     Tensor d_all = d_res;
     if (config_.sequence_slices() > 1) {
       d_all = all_tokens(plan_.partial, DType::f32);

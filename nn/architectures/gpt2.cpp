@@ -101,6 +101,7 @@ void gpt2_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
   product_forward(ctx, t, R::attn_proj_w, t.tmp, A(t, atty), [&](auto& y, auto& x, auto& b) {
     linear_forward(ctx, y, x, W(t, R::attn_proj_w), b);
   });
+  drop_branch(ctx, t, Branch::attention);
   layernorm_residual_forward(ctx, A(t, res_mid), A(t, ln2), A(t, ln2_mean), A(t, ln2_rstd), t.x,
                              t.tmp, W(t, R::norm2_w), W(t, R::norm2_b), t.model->norm_eps);
   product_forward(ctx, t, R::fc_w, A(t, fch), A(t, ln2), [&](auto& y, auto& x, auto& b) {
@@ -109,6 +110,7 @@ void gpt2_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
   product_forward(ctx, t, R::fc_proj_w, t.tmp, A(t, fch_gelu), [&](auto& y, auto& x, auto& b) {
     linear_forward(ctx, y, x, W(t, R::fc_proj_w), b);
   });
+  drop_branch(ctx, t, Branch::mlp);
   if (pass == BlockPass::train) residual_forward(ctx, t.out, A(t, res_mid), t.tmp);
 }
 
@@ -116,8 +118,8 @@ void gpt2_block_backward(const Context& ctx, const BlockTensors& t) {
   using enum Act;
   using R = Role;
   // MLP branch (GELU's backward in the second layer's input-gradient product).
-  product_backward(ctx, t, R::fc_proj_w, A(t, d_fch), branch_grad(ctx, t), A(t, fch_gelu),
-                   [&](auto& dx, auto& dy, auto& x) {
+  product_backward(ctx, t, R::fc_proj_w, A(t, d_fch), branch_grad(ctx, t, Branch::mlp),
+                   A(t, fch_gelu), [&](auto& dx, auto& dy, auto& x) {
                      gelu_linear_backward(ctx, dx, G(t, R::fc_proj_w), G(t, R::fc_proj_b), dy, x,
                                           W(t, R::fc_proj_w), A(t, fch), t.model->gelu);
                    });
@@ -128,8 +130,8 @@ void gpt2_block_backward(const Context& ctx, const BlockTensors& t) {
   layernorm_backward(ctx, t.d_res, G(t, R::norm2_w), G(t, R::norm2_b), t.d_ln, A(t, res_mid),
                      W(t, R::norm2_w), A(t, ln2_mean), A(t, ln2_rstd));
   // Attention branch.
-  product_backward(ctx, t, R::attn_proj_w, A(t, d_atty), branch_grad(ctx, t), A(t, atty),
-                   [&](auto& dx, auto& dy, auto& x) {
+  product_backward(ctx, t, R::attn_proj_w, A(t, d_atty), branch_grad(ctx, t, Branch::attention),
+                   A(t, atty), [&](auto& dx, auto& dy, auto& x) {
                      linear_backward(ctx, dx, G(t, R::attn_proj_w), G(t, R::attn_proj_b), dy, x,
                                      W(t, R::attn_proj_w));
                    });
@@ -175,7 +177,6 @@ ModelConfig gpt2_from_hf(HfConfigReader& hf) {
   hf.ignore({"n_ctx", "reorder_and_upcast_attn", "summary_type", "summary_use_proj",
              "summary_activation", "summary_proj_to_labels", "summary_first_dropout",
              "task_specific_params"});
-  hf.dropouts({"attn_pdrop", "embd_pdrop", "resid_pdrop"});
   return m;
 }
 
@@ -192,6 +193,9 @@ extern const Architecture kGpt2 = {"gpt2",
                                    gpt2_hf_config,
                                    gpt2_from_hf,
                                    "transformer.",
-                                   {".attn.bias", ".attn.masked_bias", "lm_head.weight"}};
+                                   {".attn.bias", ".attn.masked_bias", "lm_head.weight"},
+                                   {{"embd_pdrop", &DropoutRates::embedding, 0.1},
+                                    {"attn_pdrop", &DropoutRates::attention, 0.1},
+                                    {"resid_pdrop", &DropoutRates::residual, 0.1}}};
 
 }  // namespace trainer::nn

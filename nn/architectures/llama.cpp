@@ -245,6 +245,7 @@ void llama_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pa
   product_forward(ctx, t, R::attn_proj_w, t.tmp, A(t, atty), [&](auto& y, auto& x, auto&) {
     linear_forward(ctx, y, x, W(t, R::attn_proj_w), {}, kOutIn);
   });
+  drop_branch(ctx, t, Branch::attention);
   rmsnorm_residual_forward(ctx, A(t, res_mid), A(t, ln2), A(t, ln2_rstd), t.x, t.tmp,
                            W(t, R::norm2_w), t.model->norm_eps);
   product_forward(ctx, t, R::gate_w, A(t, gate_up), A(t, ln2), [&](auto& y, auto& x, auto&) {
@@ -254,6 +255,7 @@ void llama_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pa
   product_forward(ctx, t, R::down_w, t.tmp, A(t, swiglu), [&](auto& y, auto& x, auto&) {
     linear_forward(ctx, y, x, W(t, R::down_w), {}, kOutIn);
   });
+  drop_branch(ctx, t, Branch::mlp);
   if (pass == BlockPass::train) residual_forward(ctx, t.out, A(t, res_mid), t.tmp);
 }
 
@@ -262,8 +264,8 @@ void llama_block_backward(const Context& ctx, const BlockTensors& t) {
   using R = Role;
   const int hs = t.model->head_size();
   // MLP branch.
-  product_backward(ctx, t, R::down_w, A(t, d_swiglu), branch_grad(ctx, t), A(t, swiglu),
-                   [&](auto& dx, auto& dy, auto& x) {
+  product_backward(ctx, t, R::down_w, A(t, d_swiglu), branch_grad(ctx, t, Branch::mlp),
+                   A(t, swiglu), [&](auto& dx, auto& dy, auto& x) {
                      linear_backward(ctx, dx, G(t, R::down_w), {}, dy, x, W(t, R::down_w), kOutIn);
                    });
   swiglu_backward(ctx, A(t, d_gate_up), A(t, d_swiglu), A(t, gate_up));
@@ -274,8 +276,8 @@ void llama_block_backward(const Context& ctx, const BlockTensors& t) {
   rmsnorm_backward(ctx, t.d_res, G(t, R::norm2_w), t.d_ln, A(t, res_mid), W(t, R::norm2_w),
                    A(t, ln2_rstd));
   // Attention branch.
-  product_backward(ctx, t, R::attn_proj_w, A(t, d_atty), branch_grad(ctx, t), A(t, atty),
-                   [&](auto& dx, auto& dy, auto& x) {
+  product_backward(ctx, t, R::attn_proj_w, A(t, d_atty), branch_grad(ctx, t, Branch::attention),
+                   A(t, atty), [&](auto& dx, auto& dy, auto& x) {
                      linear_backward(ctx, dx, G(t, R::attn_proj_w), {}, dy, x, W(t, R::attn_proj_w),
                                      kOutIn);
                    });
@@ -359,7 +361,6 @@ ModelConfig llama_family_from_hf(HfConfigReader& hf, const HfDefaults& d) {
   USAGE_CHECK(m.n_head > 0, "{}: num_attention_heads {} is not positive", hf.file().string(),
               m.n_head);
   hf.expect("hidden_act", "silu", {"silu"}, "SwiGLU (silu)");
-  hf.dropouts({"attention_dropout"});
   return m;
 }
 
@@ -437,6 +438,10 @@ const std::vector<Adapter> kLlamaLoraTargets = {
     {"up", Role::gate_w, Role::up_w, Role::lora_up_a, Role::lora_up_b},
     {"down", Role::down_w, Role::down_w, Role::lora_down_a, Role::lora_down_b}};
 
+// Llama's, Qwen's and Mistral's one dropout: on the attention probabilities.
+const std::vector<HfDropout> kLlamaDropouts = {
+    {"attention_dropout", &DropoutRates::attention, 0.0}};
+
 extern const Architecture kLlama = {
     "llama",
     "rotary positions, RMSNorm, SwiGLU, no biases, grouped-query attention, tied or untied head",
@@ -450,6 +455,7 @@ extern const Architecture kLlama = {
     llama_from_hf,
     "",
     {".rotary_emb.inv_freq", "lm_head.weight"},
+    kLlamaDropouts,
     {{"MistralForCausalLM", "mistral", mistral_from_hf}},
     kLlamaLoraTargets};
 
@@ -466,6 +472,7 @@ extern const Architecture kQwen2 = {
     qwen2_from_hf,
     "",
     {".rotary_emb.inv_freq", "lm_head.weight"},
+    kLlamaDropouts,
     {},
     kLlamaLoraTargets};
 
@@ -482,6 +489,7 @@ extern const Architecture kQwen3 = {
     qwen3_from_hf,
     "",
     {".rotary_emb.inv_freq", "lm_head.weight"},
+    kLlamaDropouts,
     {},
     kLlamaLoraTargets};
 

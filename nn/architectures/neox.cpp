@@ -129,6 +129,7 @@ void neox_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
   product_forward(ctx, t, R::attn_proj_w, t.tmp, A(t, atty), [&](auto& y, auto& x, auto& b) {
     linear_forward(ctx, y, x, W(t, R::attn_proj_w), b, kOutIn);
   });
+  drop_branch(ctx, t, Branch::attention);
   if (pass == BlockPass::train) residual_forward(ctx, t.out, t.x, t.tmp);
   // MLP branch, beside it.
   product_forward(ctx, t, R::fc_w, A(t, fch), A(t, ln2), [&](auto& y, auto& x, auto& b) {
@@ -137,6 +138,7 @@ void neox_block_forward(const Context& ctx, const BlockTensors& t, BlockPass pas
   product_forward(ctx, t, R::fc_proj_w, t.tmp, A(t, fch_gelu), [&](auto& y, auto& x, auto& b) {
     linear_forward(ctx, y, x, W(t, R::fc_proj_w), b, kOutIn);
   });
+  drop_branch(ctx, t, Branch::mlp);
   if (pass == BlockPass::train) residual_forward(ctx, t.out, t.out, t.tmp);
 }
 
@@ -147,13 +149,14 @@ void neox_block_backward(const Context& ctx, const BlockTensors& t) {
   using R = Role;
   const int hs = t.model->head_size(), rd = t.model->rotary_dims();
   const Rope rope = t.model->rope();
-  const Tensor& d_out = branch_grad(ctx, t);
+  const Tensor d_out = branch_grad(ctx, t, Branch::mlp);
   product_backward(ctx, t, R::fc_proj_w, A(t, d_fch), d_out, A(t, fch_gelu),
                    [&](auto& dx, auto& dy, auto& x) {
                      gelu_linear_backward(ctx, dx, G(t, R::fc_proj_w), G(t, R::fc_proj_b), dy, x,
                                           W(t, R::fc_proj_w), A(t, fch), t.model->gelu, kOutIn);
                    });
-  product_backward(ctx, t, R::attn_proj_w, A(t, d_atty), d_out, A(t, atty),
+  const Tensor d_attn = branch_grads_differ(t) ? branch_grad(ctx, t, Branch::attention) : d_out;
+  product_backward(ctx, t, R::attn_proj_w, A(t, d_atty), d_attn, A(t, atty),
                    [&](auto& dx, auto& dy, auto& x) {
                      linear_backward(ctx, dx, G(t, R::attn_proj_w), G(t, R::attn_proj_b), dy, x,
                                      W(t, R::attn_proj_w), kOutIn);
@@ -197,8 +200,6 @@ nlohmann::json neox_hf_config(const ModelConfig& m) {
           {"layer_norm_eps", as_decimal(m.norm_eps)},
           {"use_parallel_residual", true},
           {"attention_bias", true},
-          {"attention_dropout", 0.0},
-          {"hidden_dropout", 0.0},
           {"tie_word_embeddings", m.tie_embeddings}};
 }
 
@@ -224,7 +225,6 @@ ModelConfig neox_from_hf(HfConfigReader& hf) {
   hf_rope_scaling(hf, m);
   hf.expect("attention_bias", true, {true}, "projections with biases");
   hf.ignore({"classifier_dropout"});  // the classification model's
-  hf.dropouts({"attention_dropout", "hidden_dropout"});
   return m;
 }
 
@@ -243,6 +243,8 @@ extern const Architecture kNeox = {
     neox_hf_config,
     neox_from_hf,
     "",
-    {".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq", "embed_out.weight"}};
+    {".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq", "embed_out.weight"},
+    {{"attention_dropout", &DropoutRates::attention, 0.0},
+     {"hidden_dropout", &DropoutRates::residual, 0.0}}};
 
 }  // namespace trainer::nn

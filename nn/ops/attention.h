@@ -18,14 +18,28 @@
 #include <vector>
 
 #include "runtime/context.h"
+#include "runtime/host_device.h"
 #include "runtime/tensor.h"
 
 namespace trainer::nn {
+
+// Dropout on the attention probabilities (Note [Dropout masks] in nn/ops/dropout.h), training
+// only: query head h (of this slice) draws its mask under attention_dropout_key(key,
+// first_head + h), so that a tensor-parallel slice draws its heads' masks of the whole model;
+// the probability of query i and key j in row b is counter (b Tq + i) Tk + j. The output is
+// (P o M) v for the probabilities P and the mask's factors M; backward differentiates that.
+struct AttentionDropout {
+  float p = 0;  // 0: none
+  uint64_t key = 0;
+  int first_head = 0;
+  TRAINER_HOST_DEVICE bool on() const { return p > 0; }
+};
 
 struct AttentionMask {
   ConstTensor segments{};  // (B, T) int32, or empty
   ConstTensor lengths{};   // (B) int32, or empty
   ConstTensor runs{};      // (R+1) int32 with segments, or empty: segment_runs of them
+  AttentionDropout dropout{};
 };
 
 // The flat indices (b * T + t) where each run of equal ids in the rows of segments (B, T) starts,

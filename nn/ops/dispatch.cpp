@@ -192,11 +192,12 @@ void check_attention(const ConstTensor& out, const ConstTensor& lse, const Const
                      out.numel() == B * Tq * C && lse.numel() == B * n_head * Tq &&
                      lse.dtype == DType::f32,
                  "attention shapes");
-  TRAINER_ASSERT(
-      (mask.segments.empty() ||
-       (mask.segments.dtype == DType::i32 && mask.segments.numel() == B * Tq)) &&
-          (mask.lengths.empty() || (mask.lengths.dtype == DType::i32 && mask.lengths.numel() == B)),
-      "attention mask shapes and dtypes");
+  TRAINER_ASSERT((mask.segments.empty() ||
+                  (mask.segments.dtype == DType::i32 && mask.segments.numel() == B * Tq)) &&
+                     (mask.lengths.empty() ||
+                      (mask.lengths.dtype == DType::i32 && mask.lengths.numel() == B)) &&
+                     mask.dropout.p >= 0 && mask.dropout.p < 1 && mask.dropout.first_head >= 0,
+                 "attention mask shapes and dtypes");
 }
 }  // namespace
 
@@ -204,8 +205,9 @@ void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
                        const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
                        const AttentionMask& mask, int n_head, int q_pos) {
   check_attention(out, lse, q, k, v, mask, n_head);
-  TRAINER_ASSERT(q_pos == 0 || (mask.segments.empty() && mask.lengths.empty()),
-                 "a decoding attention (q_pos {}) with a mask", q_pos);
+  TRAINER_ASSERT(
+      q_pos == 0 || (mask.segments.empty() && mask.lengths.empty() && !mask.dropout.on()),
+      "a decoding attention (q_pos {}) with a mask", q_pos);
   TRAINER_OP(attention_forward, "attention", ctx, out, lse, q, k, v, mask, n_head, q_pos);
 }
 
@@ -248,6 +250,15 @@ void residual_forward(const Context& ctx, const Tensor& out, const ConstTensor& 
                      b.numel() == a.numel() && out.dtype == DType::f32 && a.dtype == DType::f32,
                  "residual_forward shapes");
   TRAINER_OP(residual_forward, "residual", ctx, out, a, b);
+}
+
+void dropout(const Context& ctx, const Tensor& out, const ConstTensor& inp,
+             const DropoutMask& mask) {
+  TRAINER_ASSERT(out.contiguous() && inp.contiguous() && out.numel() == inp.numel() &&
+                     (out.data != inp.data || out.dtype == inp.dtype) && mask.p >= 0 &&
+                     mask.p < 1 && mask.first >= 0,
+                 "dropout shapes");
+  TRAINER_OP(dropout, "residual", ctx, out, inp, mask);
 }
 
 void cross_entropy_stats(const Context& ctx, const Tensor& stats, const ConstTensor& logits,

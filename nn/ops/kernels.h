@@ -9,6 +9,7 @@
 #include "nn/ops/attention.h"
 #include "nn/ops/cast.h"
 #include "nn/ops/cross_entropy.h"
+#include "nn/ops/dropout.h"
 #include "nn/ops/embedding.h"
 #include "nn/ops/gelu.h"
 #include "nn/ops/layernorm.h"
@@ -49,6 +50,7 @@ namespace trainer::nn {
   X(gelu_forward)                  \
   X(gelu_backward)                 \
   X(residual_forward)              \
+  X(dropout)                       \
   X(cross_entropy_stats)           \
   X(cross_entropy_merge_stats)     \
   X(cross_entropy_loss)            \

@@ -11,13 +11,8 @@
 #include <cstdint>
 
 #include "runtime/context.h"
+#include "runtime/host_device.h"
 #include "runtime/tensor.h"
-
-#if defined(__CUDACC__)
-#define TRAINER_HOST_DEVICE __host__ __device__
-#else
-#define TRAINER_HOST_DEVICE
-#endif
 
 namespace trainer::nn {
 

@@ -95,8 +95,9 @@ TEST(Config, RangeAndChoices) {
 // reads, writes and compares models) or says how it runs (precision, recomputation), and a
 // model written into a config reads back as itself.
 TEST(Config, ModelKeysAreTheSchemasModelKeysThatDefineTheModel) {
-  const std::set<std::string> runs = {"model.precision", "model.activation_checkpointing",
-                                      "model.checkpoint_layers"};
+  std::set<std::string> runs = {"model.precision", "model.activation_checkpointing",
+                                "model.checkpoint_layers"};
+  runs.insert(dropout_keys().begin(), dropout_keys().end());  // training's choice, not the model
   std::set<std::string> defines(model_keys().begin(), model_keys().end());
   for (const KeySpec& k : schema())
     if (k.key.starts_with("model."))
@@ -116,6 +117,27 @@ TEST(Config, ModelKeysAreTheSchemasModelKeysThatDefineTheModel) {
   EXPECT_EQ(back.rotary_pct, 0.5);
   EXPECT_FALSE(back.tie_embeddings);
   EXPECT_EQ(back.gelu, nn::GeluForm::erf);
+}
+
+// Each site's dropout is its own key, or model.dropout's where that key is -1; set_dropout_keys
+// writes rates that read back as they were.
+TEST(Config, DropoutSitesTakeModelDropoutUnlessSet) {
+  Config c;
+  EXPECT_FALSE(stated_model(c).dropout.any());
+  c.apply_override("model.dropout=0.1");
+  c.apply_override("model.attention_dropout=0.25");
+  const nn::DropoutRates r = stated_model(c).dropout;
+  EXPECT_EQ(r.embedding, 0.1f);
+  EXPECT_EQ(r.attention, 0.25f);
+  EXPECT_EQ(r.residual, 0.1f);
+  Config d;
+  set_dropout_keys(d, {0.05f, 0.0f, 0.3f});
+  const nn::DropoutRates back = stated_model(d).dropout;
+  EXPECT_EQ(back.embedding, 0.05f);
+  EXPECT_EQ(back.attention, 0.0f);
+  EXPECT_EQ(back.residual, 0.3f);
+  c.apply_override("model.residual_dropout=-0.5");
+  EXPECT_THROW(stated_model(c), UsageError);
 }
 
 TEST(Config, OverridesApplyAfterTheFileAndAreChecked) {

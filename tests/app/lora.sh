@@ -244,7 +244,7 @@ expect 2 "train.lora: model.arch = gpt2 has no LoRA targets" train "${common[@]}
   --set train.lora.rank=4 --set run.name=x
 expect 2 "train.lora.targets: 'qkv' is not one of llama's products" train "${common[@]}" \
   --set train.lora.rank=4 --set train.lora.targets='[q, qkv]' --set run.name=x
-expect 2 "train.lora.dropout = 0.05: dropout is not implemented yet" train "${common[@]}" \
+expect 2 "train.lora.dropout = 0.05: dropout on the adapters. input is not implemented" train "${common[@]}" \
   --set train.lora.rank=4 --set train.lora.dropout=0.05 --set run.name=x
 expect 2 "holds LoRA adapters \(train.lora.rank 4.*same train.lora keys" train "${common[@]}" \
   --set train.init_from=runs/lora --set train.lora.rank=2 --set run.name=x

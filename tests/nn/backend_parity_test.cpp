@@ -27,6 +27,7 @@
 #include "nn/ops/attention_cudnn_workspace.h"
 #include "nn/ops/cast.h"
 #include "nn/ops/cross_entropy.h"
+#include "nn/ops/dropout.h"
 #include "nn/ops/embedding.h"
 #include "nn/ops/gelu.h"
 #include "nn/ops/layernorm.h"
@@ -336,11 +337,32 @@ Outputs residual_case(Arena& a, DType act, DType) {
   return {{"out", a.read(out)}};
 }
 
+// Dropout (Note [Dropout masks]): every backend draws the CPU's masks. The kept pattern is an
+// output of its own, so that one element dropped on one backend and kept on another fails by
+// more than the tolerance (its normalised error is at least 1 / sqrt(kept) >= 0.04 here). In
+// place and out of place, fp32 into bf16, and a slice starting at counter 1000 of its key.
+Outputs dropout_case(Arena& a, DType act, DType) {
+  const int n = 1027;
+  const Tensor x = a.random(1, act, {n}), out = a.poisoned(act, {n});
+  dropout(a.ctx, out, x, {0.3f, 99, 1000});
+  const Tensor y = a.random(2, act, {n});
+  dropout(a.ctx, y, y, {0.5f, 7, 0});
+  const Tensor f = a.random(3, DType::f32, {n}), g = a.poisoned(act, {n});
+  dropout(a.ctx, g, f, {0.1f, 8, 3});
+  Outputs o = {{"out", a.read(out)}, {"in_place", a.read(y)}, {"converted", a.read(g)}};
+  for (const char* k : {"out", "in_place", "converted"}) {
+    std::vector<float> kept;
+    for (float v : o[k]) kept.push_back(v != 0);
+    o[std::string(k) + " kept"] = kept;
+  }
+  return o;
+}
+
 // mask: 0 causal only, 1 packed segments (with their runs: Note [Attention masks]), 2 padded
 // lengths. Hkv key/value heads (0 = H). Packed rows differ: row 0 holds three documents, the
 // others two and a padding tail (segment -1), as the loader packs them.
 Outputs attention_case(Arena& a, DType act, DType, int B, int T, int C, int H, int mask_kind,
-                       int Hkv = 0) {
+                       int Hkv = 0, float drop = 0) {
   std::vector<int32_t> seg, len;
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t)
@@ -359,6 +381,7 @@ Outputs attention_case(Arena& a, DType act, DType, int B, int T, int C, int H, i
     mask.runs = a.ints(runs, {int64_t(runs.size())});
   }
   if (mask_kind == 2) mask.lengths = a.ints(len, {B});
+  mask.dropout = {drop, 31337, 1};
   const int Ckv = (Hkv ? Hkv : H) * (C / H), width = C + 2 * Ckv;
   const Tensor qkv = a.random(1, act, {B, T, width});
   auto part = [&](const Tensor& t, int i) {
@@ -462,6 +485,7 @@ std::vector<Case> make_cases() {
       {"gelu_linear", gelu_linear_case<GeluForm::tanh>},
       {"gelu_linear_erf", gelu_linear_case<GeluForm::erf>},
       {"residual", residual_case},
+      {"dropout", dropout_case},
       {"cross_entropy", cross_entropy_case},
       {"cast", cast_case},
       {"adamw", adamw_case},
@@ -481,6 +505,11 @@ std::vector<Case> make_cases() {
   attention("attention_tiles", 1, 70, 8, 1, 1);
   attention("attention_grouped", 2, 13, 32, 4, 1, 2);
   attention("attention_multi_query", 2, 13, 16, 2, 2, 1);
+  // Dropout on the probabilities, with packed documents and grouped heads: CUDA runs its own
+  // kernel then (cuDNN draws other masks), whose masks must be the CPU's.
+  c.push_back({"attention_dropout", [](Arena& a, DType t, DType g) {
+                 return attention_case(a, t, g, 2, 13, 32, 4, 1, 2, 0.25f);
+               }});
   // The head sizes of GPT-2 (64) and of larger models (128), causal: cuDNN's fused attention
   // in bf16 on CUDA; also with grouped key/value heads.
   attention("attention_head64", 2, 40, 128, 2, 0);

@@ -11,6 +11,7 @@
 #include "grad_check.h"
 #include "model_test_util.h"
 #include "nn/adamw.h"
+#include "nn/dropout.h"
 #include "nn/kv_cache.h"
 #include "nn/lr_schedule.h"
 #include "nn/transformer.h"
@@ -60,14 +61,16 @@ ModelConfig tiny_config(const std::string& arch = "gpt2") {
 // The whole model, for each architecture.
 class EveryArch : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(EveryArch, GradientsMatchFiniteDifferences) {
-  Transformer model(tiny_config(GetParam()), exec_for(2, 8));
+namespace {
+
+// Each parameter's gradient from backward against central differences of the loss, on `batch`.
+void expect_model_gradients(const ModelConfig& config, const BatchView& batch) {
+  Transformer model(config, exec_for(2, 8));
   model.init_weights(11);
   std::vector<float> params = testing::host_params(model);
-  TinyBatch batch;
   auto loss = [&] {
     std::copy(params.begin(), params.end(), model.params().as<float>());
-    return loss_of(model, batch.view()).sum;
+    return loss_of(model, batch).sum;
   };
   loss();
   model.zero_grads();
@@ -87,6 +90,48 @@ TEST_P(EveryArch, GradientsMatchFiniteDifferences) {
     trainer::testing::expect_gradient(p.name, x, g, sub_loss, 12, 2e-3f, 3e-2, 6e-4);
     std::copy(x.begin(), x.end(), params.begin() + p.offset);
   }
+}
+
+// Dropout at every site (Note [Dropout]), at rates that leave most of the tiny model working.
+constexpr DropoutRates kSomeDropout{0.1f, 0.2f, 0.15f};
+
+}  // namespace
+
+TEST_P(EveryArch, GradientsMatchFiniteDifferences) {
+  expect_model_gradients(tiny_config(GetParam()), TinyBatch().view());
+}
+
+// With dropout the loss is a smooth function of the weights for a fixed mask: the micro-batch's
+// key fixes every mask, in forward and in backward.
+TEST_P(EveryArch, GradientsMatchFiniteDifferencesWithDropout) {
+  ModelConfig c = tiny_config(GetParam());
+  c.dropout = kSomeDropout;
+  const TinyBatch tiny;
+  BatchView batch = tiny.view();
+  batch.dropout = dropout_batch_key(7, 3, 1);
+  expect_model_gradients(c, batch);
+}
+
+// Dropout runs only where the batch carries a key (training): without one a model with dropout
+// computes what the same weights without dropout do, bit for bit (eval, sample); with one it
+// computes something else, and the same key computes it again.
+TEST_P(EveryArch, DropoutRunsOnlyUnderABatchKey) {
+  ModelConfig c = tiny_config(GetParam());
+  Transformer plain(c, exec_for(2, 8));
+  c.dropout = kSomeDropout;
+  Transformer dropping(c, exec_for(2, 8));
+  plain.init_weights(5);
+  dropping.init_weights(5);
+  const TinyBatch tiny;
+  BatchView batch = tiny.view();
+  const double want = loss_of(plain, batch).sum;
+  EXPECT_EQ(loss_of(dropping, batch).sum, want);
+  batch.dropout = dropout_batch_key(1, 0, 0);
+  const double dropped = loss_of(dropping, batch).sum;
+  EXPECT_NE(dropped, want);
+  EXPECT_EQ(loss_of(dropping, batch).sum, dropped);
+  batch.dropout = dropout_batch_key(1, 0, 1);  // another micro-batch of the step
+  EXPECT_NE(loss_of(dropping, batch).sum, dropped);
 }
 
 TEST_P(EveryArch, HooksReportEveryGradientRangeOnceFromTheEnd) {
@@ -340,8 +385,11 @@ struct Backward {
   std::vector<std::pair<int, ParamUse>> needed;    // the params-needed hook, in order
 };
 
-Backward run_backward(ExecConfig exec, const BatchView& batch, const std::string& arch = "gpt2") {
-  Transformer model(tiny_config(arch), exec);
+Backward run_backward(ExecConfig exec, const BatchView& batch, const std::string& arch = "gpt2",
+                      DropoutRates dropout = {}) {
+  ModelConfig c = tiny_config(arch);
+  c.dropout = dropout;
+  Transformer model(c, exec);
   model.init_weights(17);
   Backward out;
   model.attach_grads_ready([&](int64_t b, int64_t e) { out.ready.push_back({b, e}); });
@@ -354,22 +402,28 @@ Backward run_backward(ExecConfig exec, const BatchView& batch, const std::string
 }  // namespace
 
 // Activation checkpointing recomputes with the same kernels in the same order, so gradients
-// are bit for bit those of keeping everything, in every mask mode, and the hooks fire in the
-// same order (DDP's buckets start at the same points).
+// are bit for bit those of keeping everything, in every mask mode, with dropout too (a rerun
+// block draws its masks again), and the hooks fire in the same order (DDP's buckets start at
+// the same points).
 class Checkpointing : public ::testing::TestWithParam<std::tuple<Recompute, int, std::string>> {};
 
 TEST_P(Checkpointing, GradientsAreBitIdenticalToKeepingEverything) {
   const auto [policy, mask, arch] = GetParam();
-  const MaskedBatch batch(mask);
-  const Backward want = run_backward(exec_for(2, 8), batch.view(), arch);
-  for (std::vector<int> layers : {std::vector<int>{}, std::vector<int>{1}}) {
-    ExecConfig e = exec_for(2, 8, DType::f32, policy);
-    e.recompute_layers = layers;
-    const Backward got = run_backward(e, batch.view(), arch);
-    EXPECT_EQ(got.loss, want.loss);
-    EXPECT_TRUE(got.grads == want.grads) << "gradients differ (layers " << layers.size() << ")";
-    EXPECT_EQ(got.ready, want.ready);
-    EXPECT_EQ(got.needed, want.needed);
+  const MaskedBatch masked(mask);
+  for (const DropoutRates dropout : {DropoutRates{}, DropoutRates{0.1f, 0.2f, 0.15f}}) {
+    BatchView batch = masked.view();
+    if (dropout.any()) batch.dropout = dropout_batch_key(3, 2, 1);
+    const Backward want = run_backward(exec_for(2, 8), batch, arch, dropout);
+    for (std::vector<int> layers : {std::vector<int>{}, std::vector<int>{1}}) {
+      ExecConfig e = exec_for(2, 8, DType::f32, policy);
+      e.recompute_layers = layers;
+      const Backward got = run_backward(e, batch, arch, dropout);
+      const std::string what = fmt::format("layers {}, dropout {}", layers.size(), dropout.any());
+      EXPECT_EQ(got.loss, want.loss) << what;
+      EXPECT_TRUE(got.grads == want.grads) << "gradients differ: " << what;
+      EXPECT_EQ(got.ready, want.ready);
+      EXPECT_EQ(got.needed, want.needed);
+    }
   }
 }
 

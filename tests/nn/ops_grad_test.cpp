@@ -362,19 +362,22 @@ TEST(CrossEntropy, ExactForHugeFiniteLogits) {
 }
 
 // Attention under each kind of mask: causal only, packed segments, padded lengths; with as
-// many key/value heads as heads, grouped (two query heads per key/value head) and multi-query.
-// The backward is checked on strided views of a packed qkv tensor, as the model uses it.
-class AttentionGrad : public ::testing::TestWithParam<std::tuple<int, int>> {};
+// many key/value heads as heads, grouped (two query heads per key/value head) and multi-query;
+// without dropout and with it on the probabilities (the mask fixed by its key, and the slice's
+// heads counted from 3, as a tensor-parallel rank's). The backward is checked on strided views
+// of a packed qkv tensor, as the model uses it.
+class AttentionGrad : public ::testing::TestWithParam<std::tuple<int, int, float>> {};
 
 TEST_P(AttentionGrad, MatchesFiniteDifferences) {
   OpEnv env;
-  const auto [mask_kind, Hkv] = GetParam();
+  const auto [mask_kind, Hkv, drop] = GetParam();
   const int B = 2, T = 9, C = 16, H = 4, Ckv = Hkv * (C / H), width = C + 2 * Ckv;
   std::vector<int32_t> segments = {0, 0, 0, 1, 1, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1, 1, 1, 1};
   std::vector<int32_t> lengths = {9, 6};
   AttentionMask mask;
   if (mask_kind == 1) mask.segments = view(segments, {B, T});
   if (mask_kind == 2) mask.lengths = view(lengths, {B});
+  mask.dropout = {drop, 4242, 3};
   auto qkv = random_vector(B * T * width, 1), r = random_vector(B * T * C, 2);
   std::vector<float> out(B * T * C), lse(B * H * T), dqkv(B * T * width);
   auto part = [&](std::vector<float>& v, int i) {
@@ -394,8 +397,29 @@ TEST_P(AttentionGrad, MatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(MasksAndHeads, AttentionGrad,
-                         ::testing::Combine(::testing::Values(0, 1, 2),
-                                            ::testing::Values(4, 2, 1)));
+                         ::testing::Combine(::testing::Values(0, 1, 2), ::testing::Values(4, 2, 1),
+                                            ::testing::Values(0.0f, 0.3f)));
+
+// Dropout on the probabilities drops: the same batch's output differs from the undropped one,
+// and the same key gives the same output again.
+TEST(Attention, DropoutChangesTheOutputByItsKeyAlone) {
+  OpEnv env;
+  const int B = 1, T = 16, C = 8, H = 2;
+  auto qkv = random_vector(B * T * 3 * C, 5);
+  const Tensor packed = view(qkv, {B, T, 3 * C});
+  auto run = [&](float p, uint64_t key) {
+    std::vector<float> out(B * T * C), lse(B * H * T);
+    AttentionMask mask;
+    mask.dropout = {p, key, 0};
+    attention_forward(env.ctx, view(out, {B, T, C}), view(lse, {B * H * T}), packed.col_range(0, C),
+                      packed.col_range(C, C), packed.col_range(2 * C, C), mask, H);
+    return out;
+  };
+  const std::vector<float> plain = run(0, 0), dropped = run(0.5f, 1);
+  EXPECT_NE(plain, dropped);
+  EXPECT_EQ(run(0.5f, 1), dropped);
+  EXPECT_NE(run(0.5f, 2), dropped);
+}
 
 TEST(Attention, LongSequencesSpanSeveralTiles) {
   // T > the 64-query tile, against a direct softmax reference for one head.

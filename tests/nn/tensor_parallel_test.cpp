@@ -14,6 +14,7 @@
 
 #include "common/arch_family.h"
 #include "model_test_util.h"
+#include "nn/dropout.h"
 #include "nn/transformer.h"
 #include "runtime/memory.h"
 
@@ -139,6 +140,7 @@ struct Case {
   int degree;
   Recompute recompute;
   bool sequence = false;  // sequence parallelism
+  bool dropout = false;   // at every site (Note [Dropout]): each rank draws the whole model's masks
 };
 
 class TensorParallelModel : public ::testing::TestWithParam<Case> {};
@@ -154,11 +156,15 @@ TEST_P(TensorParallelModel, SlicesAddUpToTheWholeModel) {
   const Case c = GetParam();
   ModelConfig whole = config_for(c.arch);
   if (trainer::testing::llama_like(c.arch)) whole.n_kv_head = c.kv_heads;
+  if (c.dropout) whole.dropout = {0.1f, 0.2f, 0.15f};
   const ExecConfig exec = exec_for(2, 10, DType::f32, c.recompute);
-  const Batch batch;
+  const Batch tokens;
+  BatchView view = tokens.view();
+  if (c.dropout) view.dropout = dropout_batch_key(5, 4, 3);
+  const BatchView& batch = view;
   Transformer reference(whole, exec);
   set_distinct_weights(reference);
-  const double whole_loss = forward_backward(reference, batch.view()).sum;
+  const double whole_loss = forward_backward(reference, batch).sum;
   const std::vector<float> whole_grads = host_grads(reference);
 
   ThreadGroup group(c.degree);
@@ -175,7 +181,7 @@ TEST_P(TensorParallelModel, SlicesAddUpToTheWholeModel) {
       set_distinct_weights(*model);
       ThreadGroup::Member member(group, r);
       model->attach_tensor_group(&member);
-      losses[size_t(r)] = forward_backward(*model, batch.view()).sum;
+      losses[size_t(r)] = forward_backward(*model, batch).sum;
       grads[size_t(r)] = host_grads(*model);
       model->attach_tensor_group(nullptr);
     });
@@ -213,11 +219,18 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"qwen2", 4, 2, Recompute::none}, Case{"qwen2", 4, 2, Recompute::selective, true},
         // Qwen3's head norms on each rank's heads, and on the one key/value head a rank uses
         // where every rank holds them all.
-        Case{"qwen3", 4, 2, Recompute::selective}, Case{"qwen3", 2, 4, Recompute::none, true}),
+        Case{"qwen3", 4, 2, Recompute::selective}, Case{"qwen3", 2, 4, Recompute::none, true},
+        // Dropout: masks of replicated activations alike on every rank, of a rank's heads and
+        // tokens the whole model's (GPT-NeoX's parallel branches drop apart).
+        Case{"gpt2", 0, 2, Recompute::none, false, true},
+        Case{"gpt2", 0, 4, Recompute::full, true, true},
+        Case{"llama", 2, 4, Recompute::selective, true, true},
+        Case{"neox", 0, 2, Recompute::none, false, true},
+        Case{"neox", 0, 2, Recompute::full, true, true}),
     [](const auto& info) {
       return info.param.arch + "_kv" + std::to_string(info.param.kv_heads) + "_tp" +
              std::to_string(info.param.degree) + "_" + kRecomputeNames.name(info.param.recompute) +
-             (info.param.sequence ? "_sp" : "");
+             (info.param.sequence ? "_sp" : "") + (info.param.dropout ? "_dropout" : "");
     });
 
 // The initial weights of a slice are its part of the whole model's (a tensor's values depend on

@@ -10,9 +10,10 @@
 #include <limits>
 #include <type_traits>
 
+#include "nn/ops/cpu/dropout_span.h"
 #include "nn/ops/cpu/dtype.h"
-#include "nn/ops/kernels.h"
 #include "nn/ops/cpu/vec_math.h"
+#include "nn/ops/kernels.h"
 #include "runtime/gemm.h"
 #include "runtime/workspace.h"
 
@@ -54,7 +55,19 @@ struct Head {
   int64_t Tq, Tk, hs, len, q_pos;  // len: queries before the padding
   float scale;
   const int32_t* seg;
+  // Dropout on the probabilities (AttentionDropout): this head's mask, and the counter of its
+  // row's first query (b Tq; query i's row of probabilities starts at (row + i) Tk).
+  DropoutMask drop{};
+  int64_t row = 0;
 };
+
+// Applies the head's dropout to probabilities (or their gradients) p(nq, kend) of queries
+// q0.. in place.
+void drop_probs(const Head& h, float* p, int64_t q0, int64_t nq, int64_t kend) {
+  if (!h.drop.on()) return;
+  for (int64_t r = 0; r < nq; ++r)
+    dropout_span(p + r * kend, p + r * kend, kend, h.drop, (h.row + q0 + r) * h.Tk);
+}
 
 void head_forward(const Head& h, Mat o, float* lse, ConstMat q, ConstMat k, ConstMat v,
                   float* scores) {
@@ -66,6 +79,7 @@ void head_forward(const Head& h, Mat o, float* lse, ConstMat q, ConstMat k, Cons
       sgemm(false, true, nq, kend, h.hs, h.scale, q.row(q0), q.ld, k.p, k.ld, 0.0f, scores, kend);
       apply_mask(scores, q0, nq, kend, h.q_pos, h.seg);
       for (int64_t r = 0; r < nq; ++r) lse[q0 + r] = softmax_row(scores + r * kend, kend);
+      drop_probs(h, scores, q0, nq, kend);
       sgemm(false, false, nq, h.hs, kend, 1.0f, scores, kend, v.p, v.ld, 0.0f, o.row(q0), o.ld);
     }
     const int64_t pad = std::max(q0, std::min(h.len, tile_end));  // padding queries: zeros
@@ -89,8 +103,9 @@ void head_backward(const Head& h, Mat dq, Mat dk, Mat dv, ConstMat dout, ConstMa
 #pragma omp simd
       for (int64_t j = 0; j < kend; ++j) row[j] = vec_exp(row[j] - l);
     }
-    // dP = dO V^T; dS = P * (dP - rowsum(dO * O)).
+    // dP = (dO V^T) o M; dS = P * (dP - rowsum(dO * O)), O being the output with dropout.
     sgemm(false, true, nq, kend, h.hs, 1.0f, dout.row(q0), dout.ld, v.p, v.ld, 0.0f, dprobs, kend);
+    drop_probs(h, dprobs, q0, nq, kend);
     for (int64_t r = 0; r < nq; ++r) {
       const float* dor = dout.row(q0 + r);
       const float* orow = o.row(q0 + r);
@@ -103,6 +118,7 @@ void head_backward(const Head& h, Mat dq, Mat dk, Mat dv, ConstMat dout, ConstMa
     }
     sgemm(false, false, nq, h.hs, kend, h.scale, dprobs, kend, k.p, k.ld, 0.0f, dq.row(q0), dq.ld);
     sgemm(true, false, kend, h.hs, nq, h.scale, dprobs, kend, q.row(q0), q.ld, 1.0f, dk.p, dk.ld);
+    drop_probs(h, probs, q0, nq, kend);  // dV = (P o M)^T dO
     sgemm(true, false, kend, h.hs, nq, 1.0f, probs, kend, dout.row(q0), dout.ld, 1.0f, dv.p, dv.ld);
   }
 }
@@ -172,6 +188,12 @@ const int32_t* segments_of(const AttentionMask& m, int64_t b, int64_t T) {
   return m.segments.empty() ? nullptr : m.segments.as<int32_t>() + b * T;
 }
 
+// Query head h's dropout mask (none without dropout).
+DropoutMask head_dropout(const AttentionMask& m, int64_t h) {
+  if (!m.dropout.on()) return {};
+  return {m.dropout.p, attention_dropout_key(m.dropout.key, m.dropout.first_head + h), 0};
+}
+
 }  // namespace
 
 void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
@@ -198,7 +220,9 @@ void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
                           valid_length(mask, b, d.Tq),
                           q_pos,
                           scale,
-                          segments_of(mask, b, d.Tq)};
+                          segments_of(mask, b, d.Tq),
+                          head_dropout(mask, h),
+                          b * d.Tq};
           const ConstMat qh =
               head_in(q.as<T>() + b * d.Tq * q.ld() + h * d.hs, q.ld(), d.Tq, d.hs, next);
           const int64_t kv_at = h / d.group() * d.hs;
@@ -236,7 +260,8 @@ void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, 
           float* probs = mine;
           float* dprobs = probs + kTile * T;
           float* next = dprobs + kTile * T;
-          const Head head{T, T, d.hs, valid_length(mask, b, T), 0, scale, segments_of(mask, b, T)};
+          Head head{T, T, d.hs, valid_length(mask, b, T), 0, scale, segments_of(mask, b, T)};
+          head.row = b * T;
           auto in = [&](const ConstTensor& x, int64_t at) {
             return head_in(x.as<T_>() + b * T * x.ld() + at, x.ld(), T, d.hs, next);
           };
@@ -253,6 +278,7 @@ void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, 
             const ConstMat qh = in(q, at), oh = in(out, at), douth = in(dout, at);
             T_* dqp = dq.as<T_>() + b * T * dq.ld() + at;
             const Mat dqh = head_result(dqp, dq.ld(), T, d.hs, next, true);
+            head.drop = head_dropout(mask, h);
             head_backward(head, dqh, dkh, dvh, douth, oh, lse.as<float>() + (b * d.H + h) * T, qh,
                           kh, vh, probs, dprobs);
             head_out(dqp, dq.ld(), dqh, T, d.hs);

@@ -4,8 +4,10 @@
 // held. Backward is two kernels without atomics: a warp per query for dq, a warp per key (and
 // key/value head, over the query heads it serves) for dk and dv; both recompute the
 // probabilities from the saved log-sum-exp. Masks as Note [Attention masks]; head size <= 256.
+// Dropout on the probabilities (AttentionDropout) runs here, never in cuDNN.
 #include "nn/ops/cuda/attention_cudnn.h"
 #include "nn/ops/cuda/common.cuh"
+#include "nn/ops/dropout.h"
 #include "nn/ops/kernels.h"
 
 namespace trainer::nn::cuda {
@@ -20,7 +22,23 @@ struct Dims {
   int64_t ldq, ldk, ldv;  // row strides of q, k, v (and of dq, dk, dv: see the callers)
   int q_pos;
   float scale;
+  AttentionDropout drop;  // on the probabilities (AttentionMask::dropout)
+  uint32_t drop_threshold;
+  float drop_scale;
 };
+
+// Query head h's dropout key (AttentionDropout).
+__device__ uint64_t drop_key(const Dims& d, int64_t h) {
+  return d.drop.on() ? attention_dropout_key(d.drop.key, d.drop.first_head + h) : 0;
+}
+
+// The dropout factor of the probability of query i and key j in row b under a head's key: 0
+// where dropped, 1 / (1 - p) where kept, 1 without dropout (the CPU's mask: AttentionDropout).
+__device__ float drop_factor(const Dims& d, uint64_t key, int64_t b, int64_t i, int64_t j) {
+  if (!d.drop.on()) return 1.0f;
+  const uint64_t e = uint64_t((b * d.Tq + i) * d.Tk + j);
+  return dropout_bits(key, e) >= d.drop_threshold ? d.drop_scale : 0.0f;
+}
 
 template <typename T>
 __device__ void load_row(float (&r)[kPerLane], const T* p, int64_t hs) {
@@ -77,16 +95,18 @@ __global__ void forward_kernel(T* out, float* lse, const T* q, const T* k, const
   float qr[kPerLane];
   load_row(qr, q + (b * d.Tq + i) * d.ldq + h * d.hs, d.hs);
   float m = -INFINITY, sum = 0;
+  const uint64_t key = drop_key(d, h);
   const int64_t kend = min(d.Tk, int64_t(d.q_pos) + i + 1);
   for (int64_t j = 0; j < kend; ++j) {
     if (!visible(seg, b, d.Tq, i, j)) continue;
     const float s = d.scale * dot_row(qr, k + (b * d.Tk + j) * d.ldk + g * d.hs, d.hs);
     const float m_new = fmaxf(m, s), corr = expf(m - m_new), p = expf(s - m_new);
     sum = sum * corr + p;
+    const float pv = p * drop_factor(d, key, b, i, j);  // the output reads the dropped weights
     const T* vj = v + (b * d.Tk + j) * d.ldv + g * d.hs;
     for (int r = 0; r < kPerLane; ++r) {
       const int64_t dd = threadIdx.x + 32 * r;
-      acc[r] = acc[r] * corr + (dd < d.hs ? p * ld(vj[dd]) : 0.0f);
+      acc[r] = acc[r] * corr + (dd < d.hs ? pv * ld(vj[dd]) : 0.0f);
     }
     m = m_new;
   }
@@ -94,7 +114,8 @@ __global__ void forward_kernel(T* out, float* lse, const T* q, const T* k, const
   if (threadIdx.x == 0) *l = m + logf(sum);
 }
 
-// dq for one query: sum over visible keys of p (dp - D) scale k, with D = dout . out.
+// dq for one query: sum over visible keys of p (dp M - D) scale k, with D = dout . out and M
+// the dropout factor.
 template <typename T>
 __global__ void dq_kernel(T* dq, const T* dout, const T* out, const float* lse, const T* q,
                           const T* k, const T* v, const int32_t* seg, const int32_t* len, Dims d) {
@@ -113,11 +134,13 @@ __global__ void dq_kernel(T* dq, const T* dout, const T* out, const float* lse, 
   load_row(dor, dout + (b * T_ + i) * C + h * d.hs, d.hs);
   const float D = dot_row(dor, out + (b * T_ + i) * C + h * d.hs, d.hs);
   const float li = lse[(b * d.H + h) * T_ + i];
+  const uint64_t key = drop_key(d, h);
   for (int64_t j = 0; j <= i; ++j) {
     if (!visible(seg, b, T_, i, j)) continue;
     const T* kj = k + (b * T_ + j) * d.ldk + g * d.hs;
     const float p = expf(d.scale * dot_row(qr, kj, d.hs) - li);
-    const float ds = p * (dot_row(dor, v + (b * T_ + j) * d.ldv + g * d.hs, d.hs) - D);
+    const float dp = dot_row(dor, v + (b * T_ + j) * d.ldv + g * d.hs, d.hs);
+    const float ds = p * (dp * drop_factor(d, key, b, i, j) - D);
     for (int r = 0; r < kPerLane; ++r) {
       const int64_t dd = threadIdx.x + 32 * r;
       if (dd < d.hs) acc[r] += ds * ld(kj[dd]);
@@ -141,7 +164,8 @@ __global__ void dkdv_kernel(T* dk, T* dv, const T* dout, const T* out, const flo
     float kr[kPerLane], vr[kPerLane];
     load_row(kr, k + (b * T_ + j) * d.ldk + g * d.hs, d.hs);
     load_row(vr, v + (b * T_ + j) * d.ldv + g * d.hs, d.hs);
-    for (int64_t h = g * group; h < (g + 1) * group; ++h)
+    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+      const uint64_t key = drop_key(d, h);
       for (int64_t i = j; i < length; ++i) {
         if (!visible(seg, b, T_, i, j)) continue;
         const T* qi = q + (b * T_ + i) * d.ldq + h * d.hs;
@@ -152,25 +176,39 @@ __global__ void dkdv_kernel(T* dk, T* dv, const T* dout, const T* out, const flo
           load_row(dor, doi, d.hs);
           return dot_row(dor, out + (b * T_ + i) * C + h * d.hs, d.hs);
         }();
-        const float ds = p * (dot_row(vr, doi, d.hs) - D);
+        const float mf = drop_factor(d, key, b, i, j);
+        const float ds = p * (dot_row(vr, doi, d.hs) * mf - D);
         for (int r = 0; r < kPerLane; ++r) {
           const int64_t dd = threadIdx.x + 32 * r;
           if (dd < d.hs) {
-            dvr[r] += p * ld(doi[dd]);
+            dvr[r] += p * mf * ld(doi[dd]);
             dkr[r] += ds * ld(qi[dd]);
           }
         }
       }
+    }
   }
   store_row(dk + (b * T_ + j) * ldk_out + g * d.hs, dkr, d.hs, d.scale);
   store_row(dv + (b * T_ + j) * ldv_out + g * d.hs, dvr, d.hs, 1.0f);
 }
 
 Dims dims_of(const ConstTensor& q, const ConstTensor& k, const ConstTensor& v, int n_head,
-             int q_pos) {
+             int q_pos, const AttentionDropout& drop) {
   const int64_t hs = q.dim(2) / n_head;
-  Dims d{q.dim(0), q.dim(1), k.dim(1), n_head, hs ? k.dim(2) / hs : 0,     hs,
-         q.ld(),   k.ld(),   v.ld(),   q_pos,  1.0f / std::sqrt(float(hs))};
+  Dims d{q.dim(0),
+         q.dim(1),
+         k.dim(1),
+         n_head,
+         hs ? k.dim(2) / hs : 0,
+         hs,
+         q.ld(),
+         k.ld(),
+         v.ld(),
+         q_pos,
+         1.0f / std::sqrt(float(hs)),
+         drop,
+         dropout_threshold(drop.p),
+         dropout_scale(drop.p)};
   // The shapes are the op's to check (dispatch.cpp); the head size is this kernel's limit.
   TRAINER_ASSERT(hs <= 32 * kPerLane, "attention head size {}: at most {} on CUDA", hs,
                  32 * kPerLane);
@@ -261,7 +299,8 @@ void transpose_lse(const Context& ctx, float* lse, float* stats, int64_t B, int6
 void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
                        const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
                        const AttentionMask& mask, int n_head, int q_pos) {
-  if (cudnn_attention_forward(ctx, out, lse, q, k, v, mask, n_head, q_pos)) {
+  // cuDNN's engines draw their own dropout masks: with dropout, the kernel here draws the CPU's.
+  if (!mask.dropout.on() && cudnn_attention_forward(ctx, out, lse, q, k, v, mask, n_head, q_pos)) {
     if (!mask.lengths.empty()) {
       zero_padding(ctx, out, mask.lengths);
       const int64_t B = q.dim(0), Tn = q.dim(1);
@@ -271,7 +310,7 @@ void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
     check_launch("attention_forward (cuDNN)");
     return;
   }
-  const Dims d = dims_of(q, k, v, n_head, q_pos);
+  const Dims d = dims_of(q, k, v, n_head, q_pos, mask.dropout);
   const dim3 block(32, kWarps);
   with_float(q.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -286,13 +325,14 @@ void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, 
                         const ConstTensor& dout, const ConstTensor& out, const ConstTensor& lse,
                         const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
                         const AttentionMask& mask, int n_head) {
-  if (cudnn_attention_backward(ctx, dq, dk, dv, dout, out, lse, q, k, v, mask, n_head)) {
+  if (!mask.dropout.on() &&
+      cudnn_attention_backward(ctx, dq, dk, dv, dout, out, lse, q, k, v, mask, n_head)) {
     if (!mask.lengths.empty())
       for (const Tensor* g : {&dq, &dk, &dv}) zero_padding(ctx, *g, mask.lengths);
     check_launch("attention_backward (cuDNN)");
     return;
   }
-  const Dims d = dims_of(q, k, v, n_head, 0);
+  const Dims d = dims_of(q, k, v, n_head, 0, mask.dropout);
   TRAINER_ASSERT(dq.ld() == q.ld(), "attention_backward on CUDA: dq's row stride {} is not q's {}",
                  dq.ld(), q.ld());
   const dim3 block(32, kWarps);

@@ -1,0 +1,27 @@
+// The CPU's loop over a span of a dropout mask (Note [Dropout masks]), shared by the dropout op
+// and attention's probabilities: one Philox block per four elements.
+#pragma once
+
+#include <cstdint>
+
+#include "nn/ops/cpu/dtype.h"
+#include "nn/ops/dropout.h"
+
+namespace trainer::nn::cpu {
+
+// out[j] = in[j] times element (first + j)'s factor under `mask` (0 dropped, 1 / (1 - p) kept),
+// for j in [0, n); out may be in.
+template <typename In, typename Out>
+inline void dropout_span(Out* out, const In* in, int64_t n, const DropoutMask& mask,
+                         int64_t first) {
+  const uint32_t threshold = dropout_threshold(mask.p);
+  const float scale = dropout_scale(mask.p);
+  for (int64_t j = 0; j < n;) {
+    const uint64_t e = uint64_t(first + j), block = e >> 2;
+    const Philox4 r = philox({{uint32_t(block), uint32_t(block >> 32), 0, 0}}, mask.key);
+    for (unsigned lane = unsigned(e & 3); lane < 4 && j < n; ++lane, ++j)
+      store(out[j], r.v[lane] >= threshold ? load(in[j]) * scale : 0.0f);
+  }
+}
+
+}  // namespace trainer::nn::cpu

@@ -1,0 +1,87 @@
+// The dropout op and its masks (Note [Dropout masks]): the statistics a mask must have, slices
+// that draw the whole tensor's bits, and the dtypes it converts between.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "common/op_env.h"
+#include "nn/ops/dropout.h"
+#include "runtime/dtype.h"
+
+namespace trainer::nn {
+
+using trainer::testing::OpEnv;
+using trainer::testing::view;
+
+// A mask's kept share and the mean it leaves: over n = 2^20 ones, each output is 1 / (1 - p)
+// with probability 1 - p, else 0, so the mean is 1 with standard deviation sqrt(p / ((1 - p) n))
+// (3.3e-4 at p = 0.1, 1e-3 at p = 0.5) and the kept share 1 - p with sqrt(p (1 - p) / n) (2.9e-4
+// at 0.1, 4.9e-4 at 0.5). Bounds of 6 standard deviations fail a correct mask once in ~5e8
+// draws; a wrong threshold or scale (p off by 1/256, a scale of 1) misses by over 10.
+TEST(Dropout, KeepsOneMinusPAndPreservesTheMean) {
+  OpEnv env;
+  const int64_t n = int64_t(1) << 20;
+  for (const float p : {0.1f, 0.5f}) {
+    std::vector<float> x(size_t(n), 1.0f), y(size_t(n), -1.0f);
+    dropout(env.ctx, view(y, {n}), view(x, {n}), {p, 12345, 0});
+    double sum = 0;
+    int64_t kept = 0;
+    for (float v : y) {
+      sum += v;
+      kept += v != 0;
+      ASSERT_TRUE(v == 0 || v == dropout_scale(p)) << v;
+    }
+    const double sd_mean = std::sqrt(p / ((1 - p) * double(n)));
+    const double sd_kept = std::sqrt(p * (1 - p) / double(n));
+    EXPECT_NEAR(sum / double(n), 1.0, 6 * sd_mean) << "p " << p;
+    EXPECT_NEAR(double(kept) / double(n), 1.0 - p, 6 * sd_kept) << "p " << p;
+  }
+}
+
+// Each element's fate is a function of (key, counter) alone: a slice given its first counter
+// draws the whole tensor's bits (sequence parallelism's token slices), in place or not; another
+// key draws another mask; p = 0 keeps everything as it is.
+TEST(Dropout, SlicesDrawTheWholeTensorsMask) {
+  OpEnv env;
+  const int64_t n = 1031;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[size_t(i)] = 1.0f + float(i % 7);
+  std::vector<float> whole(static_cast<size_t>(n));
+  dropout(env.ctx, view(whole, {n}), view(x, {n}), {0.3f, 77, 5});
+  for (const int64_t cut : {int64_t(1), int64_t(3), int64_t(512), int64_t(517)}) {
+    std::vector<float> part(x.begin() + cut, x.end());
+    dropout(env.ctx, view(part, {n - cut}), view(part, {n - cut}), {0.3f, 77, 5 + cut});
+    for (int64_t i = cut; i < n; ++i) ASSERT_EQ(part[size_t(i - cut)], whole[size_t(i)]) << i;
+  }
+  std::vector<float> other(static_cast<size_t>(n));
+  dropout(env.ctx, view(other, {n}), view(x, {n}), {0.3f, 78, 5});
+  EXPECT_NE(other, whole);
+  std::vector<float> none(static_cast<size_t>(n));
+  dropout(env.ctx, view(none, {n}), view(x, {n}), {0.0f, 77, 5});
+  EXPECT_EQ(none, x);
+}
+
+// fp32 into bf16 (a bf16 model's branch gradient) rounds the fp32 result once.
+TEST(Dropout, ConvertsBetweenDtypes) {
+  OpEnv env;
+  const int64_t n = 300;
+  std::vector<float> x(static_cast<size_t>(n)), want(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[size_t(i)] = 0.37f * float(i) - 20.0f;
+  dropout(env.ctx, view(want, {n}), view(x, {n}), {0.25f, 9, 0});
+  std::vector<bf16> got(static_cast<size_t>(n));
+  dropout(env.ctx, view(got, {n}), view(x, {n}), {0.25f, 9, 0});
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(to_float(got[size_t(i)]), to_float(to_bf16(want[size_t(i)]))) << i;
+}
+
+// The threshold is round(p 2^32): 0 keeps every element, and the top of the range drops all
+// but a 2^-32 sliver.
+TEST(Dropout, ThresholdIsPTimesTwoToThe32) {
+  EXPECT_EQ(dropout_threshold(0.0f), 0u);
+  EXPECT_EQ(dropout_threshold(0.5f), 0x80000000u);
+  EXPECT_EQ(dropout_threshold(0.25f), 0x40000000u);
+  EXPECT_EQ(dropout_threshold(std::nextafter(1.0f, 0.0f)), 0xFFFFFF00u);
+}
+
+}  // namespace trainer::nn

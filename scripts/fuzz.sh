@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes the readers of untrusted input with libFuzzer (ASan and UBSan on): the shard reader,
-# the safetensors reader, the checkpoint reader (manifest, trainer state, weights) and the
-# config parser, each for the given time, one after another. Builds with clang in its own
+# the safetensors reader, the checkpoint reader (manifest, trainer state, weights), the config
+# parser, and a Hugging Face config.json with a task file's lines, each for the given time, one
+# after another. Builds with clang in its own
 # build directory (build-fuzz/); corpora are kept in build-fuzz/corpus/<target>/ between runs,
 # and inputs that crash in build-fuzz/artifacts/.
 #   scripts/fuzz.sh [seconds per target = 60] [targets... = all]
@@ -10,7 +11,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SECONDS_LIMIT="${1:-60}"
 shift || true
 TARGETS=("$@")
-((${#TARGETS[@]})) || TARGETS=(shard_fuzz safetensors_fuzz checkpoint_fuzz config_fuzz)
+((${#TARGETS[@]})) || TARGETS=(shard_fuzz safetensors_fuzz checkpoint_fuzz config_fuzz hf_task_fuzz)
 BUILD="$ROOT/build-fuzz"
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DTRAINER_CUDA=OFF -DTRAINER_FUZZ=ON -DTRAINER_TESTS=OFF \
   -DTRAINER_MARCH= -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
@@ -24,6 +25,30 @@ for t in "${TARGETS[@]}"; do
   case $t in
     shard_fuzz) find "$ROOT/corpora/brown" -name 'val-*.bin' -size -200k -exec cp {} "$corpus/" \; 2>/dev/null || true ;;
     config_fuzz) cp "$ROOT"/configs/*.yaml "$corpus/" ;;
+    hf_task_fuzz) /usr/bin/python3 - "$corpus" <<'PY' ;;
+import json, sys
+# A published GPT-2's, Llama's and Pythia's config.json, each with a task file's lines.
+configs = [
+    {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 300,
+     "n_positions": 64, "n_embd": 8, "n_layer": 1, "n_head": 2, "attn_pdrop": 0.1,
+     "embd_pdrop": 0.1, "resid_pdrop": 0.1, "layer_norm_epsilon": 1e-5},
+    {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 300,
+     "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+     "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 64,
+     "rope_theta": 500000.0, "rms_norm_eps": 1e-5, "hidden_act": "silu",
+     "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 32}},
+    {"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "vocab_size": 300,
+     "hidden_size": 16, "intermediate_size": 64, "num_hidden_layers": 1,
+     "num_attention_heads": 2, "max_position_embeddings": 64, "rotary_pct": 0.25,
+     "hidden_act": "gelu", "use_parallel_residual": True, "attention_dropout": 0.0}]
+tasks = ['{"ctx": "the cat sat on the", "endings": ["mat", "moon"], "label": 0}\n'
+         '{"ctx": "a dog", "endings": ["barks", "flies", "reads"], "label": 2}\n',
+         '{"text": "the quick brown fox jumps over the lazy dog"}\n{"text": "hello world"}\n']
+for i, c in enumerate(configs):
+    with open(f"{sys.argv[1]}/seed{i}", "wb") as f:
+        f.write(json.dumps(c).encode() + b"\0" + tasks[i % 2].encode())
+PY
     safetensors_fuzz | checkpoint_fuzz) /usr/bin/python3 - "$t" "$corpus/seed" <<'PY' ;;
 import json, struct, sys
 # Weights of the checkpoint target's small model (V=5, P=4, L=1, C=2) as safetensors.

@@ -11,6 +11,7 @@
 #include "app/run_setup.h"
 #include "dist/communicator.h"
 #include "nn/adamw.h"
+#include "nn/dropout.h"
 #include "nn/lora.h"
 #include "nn/transformer.h"
 #include "runtime/buffer.h"
@@ -107,7 +108,9 @@ int cmd_bench(const Args& args) {
     tokens[i] = int32_t(rng.next_u64() % uint64_t(mc.vocab_size));
     targets[i] = int32_t(rng.next_u64() % uint64_t(mc.vocab_size));
   }
-  const nn::BatchView batch{B, T, tokens.data(), targets.data(), nullptr, nullptr};
+  // A training batch: it drops where the model has dropout (model.dropout), as a run's would.
+  const nn::BatchView batch{
+      B, T, tokens.data(), targets.data(), nullptr, nullptr, nn::dropout_batch_key(1, 0, 0)};
   // The step as earlier versions measured it (comparable across commits): forward, backward
   // and AdamW, without gradient clipping.
   auto step = [&] {

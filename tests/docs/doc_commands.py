@@ -5,7 +5,8 @@ usage: doc_commands.py <trainer> <source dir> <mpiexec>
 
 Each document's commands run in order in a scratch directory of their own (so one block can use
 what an earlier one wrote), two documents at a time, with `trainer` on PATH, configs/ and
-scripts/ linked from the source, the prepared Brown corpus at corpora/brown, a small text corpus
+scripts/ linked from the source, the prepared Brown corpus at corpora/brown (its texts at
+corpora/cache/brown/text), a small text corpus
 at corpus/*.txt, and runs/gpt already trained two steps (its step-2 is one to rewind to).
 Commands that train get a short run appended (train.steps=1, no validation, a stated MFU peak,
 and their own run.name unless they set one); a bench runs one step, without warm-up, against a
@@ -139,6 +140,7 @@ def scratch(base, root, name):
         (d / link).symlink_to(SRC / link)
     (d / "corpora").mkdir()
     (d / "corpora" / "brown").symlink_to(SRC / "corpora" / "brown")
+    (d / "corpora" / "cache").symlink_to(SRC / "corpora" / "cache")  # the texts, read only
     shutil.copytree(base / "corpus", d / "corpus")
     shutil.copytree(base / "runs", d / "runs", symlinks=True)
     return d

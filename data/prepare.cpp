@@ -229,7 +229,11 @@ bool is_val_document(std::string_view text, double val_fraction) {
 
 PrepareSummary prepare_corpus(const PrepareOptions& o) {
   auto t0 = Clock::now();
-  const auto [format, field] = parse_format(o.format);
+  // Named variables, not a structured binding: the lambdas below capture them (clang before 16,
+  // the fuzzers' compiler, cannot capture a binding).
+  const std::pair<Format, std::string> parsed = parse_format(o.format);
+  const Format format = parsed.first;
+  const std::string& field = parsed.second;
   const bool conversations = format == Format::chat || format == Format::prompt;
   if (!conversations && !o.chat_template.empty())
     throw UsageError(

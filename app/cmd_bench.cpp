@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "app/memory_plan.h"
 #include "app/options.h"
 #include "app/run_setup.h"
 #include "dist/communicator.h"
@@ -153,6 +154,11 @@ int cmd_bench(const Args& args) {
       double(model.memory().activations) / 1048576.0, device_memory.c_str(),
       exec.cuda_graphs && !vm.count("profile") ? " | CUDA graphs" : "",
       fallbacks.empty() ? "none" : fmt::format("{} path(s), see above", fallbacks.size()).c_str());
+  // The model's own state (no data-parallel layer: its masters are the model's parameters).
+  const nn::Transformer::Memory mem = model.memory();
+  const dist::StateBytes state{mem.params, mem.working, mem.grads,
+                               2 * opt.state_size() * int64_t(sizeof(float)), 0};
+  std::printf("%s\n", memory_report({state, mem, 0}, exec.device, -1).c_str());
   return 0;
 }
 

@@ -24,6 +24,35 @@
 
 namespace trainer::app {
 
+namespace {
+
+// The run's dropout rates into config.json's fields (Architecture::hf_dropouts). A rate the
+// architecture's config has no field for, or that shares a field with a site of another rate,
+// cannot be written: a warning says so.
+void write_hf_dropouts(nlohmann::json& hf, const nn::ModelConfig& config) {
+  const nn::DropoutRates& r = config.dropout;
+  const std::pair<const char*, float nn::DropoutRates::*> sites[] = {
+      {"embeddings", &nn::DropoutRates::embedding},
+      {"attention probabilities", &nn::DropoutRates::attention},
+      {"residual branches", &nn::DropoutRates::residual}};
+  const auto& fields = config.architecture().hf_dropouts;
+  for (const auto& [name, site] : sites) {
+    const auto f = std::find_if(fields.rbegin(), fields.rend(),
+                                [&](const nn::HfDropout& d) { return d.site == site; });
+    if (f == fields.rend() && r.*site > 0)
+      log::warn("export: {}'s config.json has no field for dropout on the {} ({:g}): not written",
+                config.arch, name, r.*site);
+  }
+  for (const nn::HfDropout& d : fields) {
+    if (hf.contains(d.field) && hf[d.field] != nn::as_decimal(r.*d.site))
+      log::warn("export: config.json's {} is one rate for several sites: {} written, {} lost",
+                d.field, nn::as_decimal(r.*d.site), hf[d.field].dump());
+    hf[d.field] = nn::as_decimal(r.*d.site);
+  }
+}
+
+}  // namespace
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -149,8 +178,7 @@ int cmd_export(const Args& args) {
       nn::write_hf_weights(tmp, base, masters, dtype, max_shard);
   write_file_atomic(tmp / data::tokenizer_file_name(tokenizer.bytes), tokenizer.bytes);
   nlohmann::json hf = config.architecture().hf_config(config.base());
-  for (const nn::HfDropout& d : config.architecture().hf_dropouts)
-    hf[d.field] = nn::as_decimal(config.dropout.*d.site);
+  write_hf_dropouts(hf, config);
   hf["torch_dtype"] = dtype == DType::bf16  ? "bfloat16"
                       : dtype == DType::f16 ? "float16"
                                             : "float32";

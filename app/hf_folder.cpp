@@ -1,8 +1,6 @@
 // Hugging Face folders as model sources; see hf_folder.h.
 #include "app/hf_folder.h"
 
-#include <algorithm>
-
 #include "app/init_from.h"
 #include "app/run_setup.h"
 #include "nn/architecture.h"
@@ -22,10 +20,7 @@ Config with_hf_model(const Config& config, const fs::path& folder, const std::st
   // What the config states, with config.json's values where it states nothing.
   Config merged = config;
   set_model_keys(merged, hf);
-  // Dropout is the run's to choose: the folder's rates unless the config states any.
-  if (std::none_of(dropout_keys().begin(), dropout_keys().end(),
-                   [&](const char* key) { return config.stated(key); }))
-    set_dropout_keys(merged, hf.dropout);
+  inherit_dropout(merged, hf.dropout);  // where the config states none
   Config stated = merged;
   for (const char* key : model_keys())
     if (config.stated(key)) stated.set(key, config.value(key));

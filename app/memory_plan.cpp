@@ -4,6 +4,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/ranges.h>
+
+#include "app/metrics.h"
+#include "runtime/buffer.h"
 #include "runtime/cuda/memory.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
@@ -18,6 +22,46 @@ MemoryPlan plan_memory(const RunConfig& rc, int data_ranks) {
   pc.is_frozen = frozen_by_name(layout, rc);
   return {dist::planned_state_bytes(layout, pc, data_ranks, rc.exec.compute, rc.exec.grad),
           nn::Transformer::planned_memory(rc.model, rc.exec)};
+}
+
+int64_t MemoryPlan::of(MemoryUse use) const {
+  switch (use) {
+    case MemoryUse::weights:
+      return state.masters + state.working;
+    case MemoryUse::gradients:
+      return state.grads;
+    case MemoryUse::optimizer:
+      return state.optimizer;
+    case MemoryUse::activations:
+      return model.activations + model.inputs;
+    case MemoryUse::workspace:
+      return model.workspace;
+    case MemoryUse::communication:
+      return state.buffers;
+    default:
+      return -1;
+  }
+}
+
+std::string memory_report(const MemoryPlan& plan, Device device, int64_t loader_peak) {
+  const MemoryUsage used = Buffer::usage(device);
+  std::vector<std::string> rows;
+  auto mib = [](int64_t b) { return fmt::format("{:.1f}", double(b) / kMiB); };
+  for (size_t u = 0; u < size_t(MemoryUse::kCount); ++u) {
+    const int64_t planned = plan.of(MemoryUse(u));
+    rows.push_back(fmt::format("{} {}/{}", kMemoryUseNames[u], planned < 0 ? "-" : mib(planned),
+                               mib(used.peak[u])));
+  }
+  if (loader_peak >= 0)
+    rows.push_back(fmt::format("loader {}/{}", mib(plan.loader), mib(loader_peak)));
+  std::string line = fmt::format("memory (MiB, plan/peak): {}; ", fmt::join(rows, ", "));
+  if (device == Device::cuda)
+    return line + fmt::format(
+                      "device allocator peak {} MiB ({} MiB free now); host resident "
+                      "peak {:.1f} MiB",
+                      mib(used.peak_total), mib(int64_t(cuda_free_memory())), peak_resident_mib());
+  return line + fmt::format("Buffers' peak together {} MiB; resident peak {:.1f} MiB",
+                            mib(used.peak_total), peak_resident_mib());
 }
 
 namespace {
@@ -93,7 +137,8 @@ AvailableMemory available_memory(Device device) {
 // model allocates: past it the kernel's OOM killer ends the run part-way with SIGKILL (exit
 // 137) and no word. The plan counts what the trainer allocates for the run's lifetime (the
 // model's state under the sharding stage, activations, workspace, batch inputs); the
-// process's own libraries and the data loader's buffers, some tens of MiB, are not in it.
+// process's own libraries and the data loader's batches (MemoryPlan::loader, host memory),
+// some tens of MiB, are not in it.
 namespace {
 
 // Why this rank's plan must not start ("" when it fits, or when `warn_only`, after a warning).

@@ -17,14 +17,28 @@ inline constexpr double kMiB = 1048576.0;  // bytes in a MiB, for reports
 struct MemoryPlan {
   dist::StateBytes state;         // masters, working weights, gradients, optimizer, buffers
   nn::Transformer::Memory model;  // of which activations, workspace and inputs count here
+  int64_t loader = 0;             // the prefetched batches at most (host memory)
+  // What the model's device holds (the loader's batches apart).
   int64_t total() const {
     return state.total() + model.activations + model.workspace + model.inputs;
   }
+  // The plan of a MemoryUse category (Note [Memory report]); -1 for `other`, which no plan has.
+  int64_t of(MemoryUse use) const;
 };
 
 // The plan of one rank for the resolved run `rc` (its model the rank's slice under tensor
 // parallelism: rc.model.tensor) in a data-parallel group of `data_ranks`.
 MemoryPlan plan_memory(const RunConfig& rc, int data_ranks);
+
+// Note [Memory report]: what a rank held against its plan, by category. Every byte of the
+// model's, the optimizer's and the communication's state lives in Buffers, which count what
+// they hold by MemoryUse (runtime/buffer.h): a category's peak is exact, and a plan that
+// under-counts shows as a peak above it. The loader's batches are host vectors, counted by
+// the loader. The resident peak of the process (on the CPU) adds the libraries, the mapped
+// corpus pages read and the heap; on CUDA the Buffers' peak on the device is the allocator's.
+// One line, "weights 12.0/12.0, ... MiB (plan/peak)", for the run's log and for bench (which
+// has no loader: loader_peak -1 leaves its row out).
+std::string memory_report(const MemoryPlan& plan, Device device, int64_t loader_peak);
 
 // Memory this process may still use, in bytes, and where the figure comes from: the device's
 // free memory for Device::cuda; else MemAvailable, or the cgroup's limit less its usage when

@@ -165,6 +165,15 @@ void set_dropout_keys(Config& c, const nn::DropoutRates& rates) {
   c.set("model.residual_dropout", nn::as_decimal(rates.residual));
 }
 
+void inherit_dropout(Config& c, const nn::DropoutRates& rates) {
+  if (c.stated("model.dropout")) return;
+  const std::pair<const char*, float> sites[] = {{"model.embedding_dropout", rates.embedding},
+                                                 {"model.attention_dropout", rates.attention},
+                                                 {"model.residual_dropout", rates.residual}};
+  for (const auto& [key, rate] : sites)
+    if (!c.stated(key)) c.set(key, nn::as_decimal(rate));
+}
+
 namespace {
 
 // A site's dropout key: its own probability, or model.dropout's where it is -1.

@@ -145,6 +145,9 @@ void set_lora_keys(Config& c, const nn::LoraConfig& lora);
 const std::vector<const char*>& dropout_keys();
 // Sets them to `rates`, each site's key its own.
 void set_dropout_keys(Config& c, const nn::DropoutRates& rates);
+// Fine-tuning: each site's key `c` leaves out takes the source model's rate (a Hugging Face
+// folder's, a saved run's), unless `c` states model.dropout, which is then its rate.
+void inherit_dropout(Config& c, const nn::DropoutRates& rates);
 // How the model runs (precision, gradient dtype, checkpointing) for batches of up to
 // max_rows x max_seq_len tokens.
 nn::ExecConfig exec_config(const Config& c, int max_rows, int max_seq_len);

@@ -60,10 +60,12 @@ Config with_absolute_paths(Config c) {
   return c;
 }
 
-// `c` with the model keys it leaves out taken from `source`, a saved run's config.
+// `c` with the model keys it leaves out taken from `source`, a saved run's config, and its
+// dropout where `c` states none.
 Config with_model_keys_of(Config c, const Config& source) {
   for (const char* key : model_keys())
     if (!c.stated(key)) c.set(key, source.value(key));
+  inherit_dropout(c, stated_model(source).dropout);
   return fit_seq_len(c);
 }
 

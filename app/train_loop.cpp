@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 
+#include "app/memory_plan.h"
 #include "app/stop_signals.h"
 #include "dist/data_parallel.h"
 #include "dist/join.h"
@@ -164,7 +165,7 @@ StepStats TrainLoop::train_step(const std::optional<std::vector<data::Batch>>& b
       // Micro-batch i of this rank is the global batch's i W + rank (as the loader deals them).
       const int64_t micro = int64_t(views.size()) * data_.size() + data_.rank();
       views.push_back(view_of(b));
-      views.back().dropout = nn::dropout_batch_key(rc_.seed, state_.step, micro);
+      views.back().dropout_key = nn::dropout_batch_key(rc_.seed, state_.step, micro);
     }
   const dist::StepResult r = step_->run(views, counts, [this] {
     return dist::StepFlags{stop_signal_received() != 0, !write_failure().empty()};
@@ -386,6 +387,9 @@ int TrainLoop::run() {
   }
   progress_->finish();
   save();
+  log::info("{}", memory_report({dp_->state_bytes(), transformer_.memory(),
+                                 data::Loader::planned_bytes(loader_->config())},
+                                rc_.exec.device, loader_->peak_queued_bytes()));
   log::info(
       "done: step {}; this launch trained {} steps, {} tokens, in {:.1f} s; peak resident "
       "memory {:.1f} MiB (the plan: {:.1f} MiB for the model, gradients, optimizer and "

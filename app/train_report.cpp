@@ -180,8 +180,13 @@ void TrainLoop::log_setup() {
   if (const nn::DropoutRates& d = rc_.model.dropout; d.any())
     log::info(
         "dropout in training: embeddings {:g}, attention probabilities {:g}, residual "
-        "branches {:g}",
-        d.embedding, d.attention, d.residual);
+        "branches {:g}{}",
+        d.embedding, d.attention, d.residual,
+        e.device != Device::cuda ? ""
+        : d.attention > 0
+            ? " (on CUDA: attention by the trainer's own kernel, not cuDNN, which draws other "
+              "masks; no step captured as a CUDA graph)"
+            : " (on CUDA: no step captured as a CUDA graph)");
   if (!rc_.source_names.empty()) {
     std::vector<std::string> sources;
     for (size_t i = 0; i < rc_.source_names.size(); ++i) {

@@ -94,6 +94,15 @@ void TrainLoop::warn_of_changes(const Checkpoint& ckpt) const {
         "(OMP_NUM_THREADS={} keeps them)",
         ckpt.state.threads, op_threads(ctx),
         rc_.deterministic ? ", dist.deterministic notwithstanding" : "", ckpt.state.threads);
+  // Other dropout rates are the user's choice; the steps from here are then not the run's.
+  Config saved;
+  saved.merge_yaml(ckpt.config_yaml, (ckpt.dir / "config.yaml").string());
+  const nn::DropoutRates was = stated_model(saved).dropout, is = rc_.model.dropout;
+  if (leader_ && was != is)
+    log::warn(
+        "resuming with dropout rates (embeddings, attention, residual) {:g}, {:g}, {:g} where "
+        "the checkpoint's run had {:g}, {:g}, {:g}: the steps from here are not that run's",
+        is.embedding, is.attention, is.residual, was.embedding, was.attention, was.residual);
   const int then =
                 ckpt.state.world_size / (ckpt.state.tensor_parallel * ckpt.state.pipeline_parallel),
             now = data_.size();

@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <csignal>
 
 #include <nlohmann/json.hpp>
@@ -92,6 +93,26 @@ Loader::~Loader() {
   if (thread_.joinable()) thread_.join();
 }
 
+namespace {
+
+// What a batch's arrays hold.
+int64_t bytes_of(const std::optional<Batch>& b) {
+  if (!b) return 0;
+  const size_t n = b->tokens.size() + b->targets.size() + b->segments.size() + b->lengths.size();
+  return int64_t(n * sizeof(int32_t));
+}
+
+}  // namespace
+
+int64_t Loader::planned_bytes(const LoaderConfig& c) {
+  // Tokens and targets always; segments (pack) or lengths (bucket, at most a row per token).
+  const bool bucket = c.mode == Mode::bucket;
+  const int64_t tokens =
+      bucket && c.max_tokens > 0 ? c.max_tokens : int64_t(c.batch_size) * c.seq_len;
+  const int64_t values = 2 * tokens + (bucket ? tokens : c.mode == Mode::pack ? tokens : 0);
+  return int64_t(c.prefetch) * values * int64_t(sizeof(int32_t));
+}
+
 void Loader::run() {
   // Signals are for the thread that trains (a stop request), never for this one.
   sigset_t all;
@@ -113,6 +134,8 @@ void Loader::run() {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || int(queue_.size()) < config_.prefetch; });
       if (stop_) return;
+      queued_bytes_ += bytes_of(item.batch);
+      peak_queued_ = std::max(peak_queued_.load(), queued_bytes_);
       queue_.push_back(std::move(item));
       cv_.notify_all();
       if (last) return;
@@ -161,6 +184,7 @@ std::optional<Batch> Loader::next() {
   if (queue_.empty()) std::rethrow_exception(error_);
   Item item = std::move(queue_.front());
   queue_.pop_front();
+  queued_bytes_ -= bytes_of(item.batch);
   cv_.notify_all();
   if (!item.batch) {
     finished_ = true;

@@ -2,6 +2,7 @@
 // rank's batches on a prefetch thread, and exposes a small resumable state for checkpoints.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -71,6 +72,10 @@ class Loader {
   const Corpus& corpus() const { return *corpora_.front(); }
   const std::vector<std::unique_ptr<Corpus>>& corpora() const { return corpora_; }
   const LoaderConfig& config() const { return config_; }
+  // The most bytes the prefetched batches waiting in the queue have held at once, and the
+  // most they may hold (planned_bytes: `prefetch` of the largest batch the config makes).
+  int64_t peak_queued_bytes() const { return peak_queued_.load(); }
+  static int64_t planned_bytes(const LoaderConfig& config);
 
  private:
   struct Item {
@@ -94,6 +99,8 @@ class Loader {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Item> queue_;
+  int64_t queued_bytes_ = 0;  // of the batches in queue_ (under mu_)
+  std::atomic<int64_t> peak_queued_{0};
   std::exception_ptr error_;
   bool stop_ = false;
   std::thread thread_;

@@ -112,8 +112,8 @@ class Sharded final : public DataParallel, public nn::UnitStore {
   double comm_s_ = 0, last_wait_s_ = 0, last_comm_s_ = 0;
 };
 
-Buffer alloc(int64_t elems, DType t, Device d) {
-  return Buffer(size_t(elems) * dtype_size(t), d);
+Buffer alloc(int64_t elems, DType t, Device d, MemoryUse use) {
+  return Buffer(size_t(elems) * dtype_size(t), d, use);
 }
 
 Sharded::Sharded(Communicator& comm, nn::Model& model, const ParallelConfig& config)
@@ -132,17 +132,17 @@ Sharded::Sharded(Communicator& comm, nn::Model& model, const ParallelConfig& con
   TRAINER_ASSERT(model.params().empty(), "a sharded model must not own its parameters");
   if (config.deterministic) tree_ = std::make_unique<TreeSum>(model.context(), geo_.local_size());
   const Device d = model.context().device;
-  masters_ = alloc(plan_.masters, DType::f32, d);
-  full_weights_ = alloc(plan_.full_weights, compute_, d);
-  full_grads_ = alloc(plan_.full_grads, grad_, d);
-  received_ = alloc(plan_.received, grad_, d);
-  grad_shard_ = alloc(plan_.grad_shard, DType::f32, d);
+  masters_ = alloc(plan_.masters, DType::f32, d, MemoryUse::weights);
+  full_weights_ = alloc(plan_.full_weights, compute_, d, MemoryUse::weights);
+  full_grads_ = alloc(plan_.full_grads, grad_, d, MemoryUse::gradients);
+  received_ = alloc(plan_.received, grad_, d, MemoryUse::communication);
+  grad_shard_ = alloc(plan_.grad_shard, DType::f32, d, MemoryUse::gradients);
   // The unit buffers in one allocation, carved in order.
   const int64_t cs = int64_t(dtype_size(compute_)), gs = int64_t(dtype_size(grad_));
   slot_memory_ =
       Buffer(size_t((plan_.embedding_weights + kSlots * plan_.weight_slot) * cs +
                     (plan_.embedding_grad + kSlots * plan_.grad_slot + plan_.slot_received()) * gs),
-             d);
+             d, MemoryUse::communication);
   char* at = static_cast<char*>(slot_memory_.data());
   auto carve = [&](int64_t elems, DType t) {
     const Tensor view = make_tensor(at, t, {elems}, d);

@@ -11,7 +11,7 @@ TreeSum::TreeSum(const Context& ctx, int64_t elems) : ctx_(ctx), elems_(elems) {
 
 Tensor TreeSum::level(int k, int64_t offset, int64_t size) {
   while (int(levels_.size()) <= k)
-    levels_.emplace_back(size_t(elems_) * sizeof(float), ctx_.device);
+    levels_.emplace_back(size_t(elems_) * sizeof(float), ctx_.device, MemoryUse::communication);
   return levels_[size_t(k)].view(DType::f32, elems_).flat(offset, size);
 }
 

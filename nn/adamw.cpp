@@ -23,8 +23,8 @@ AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& config, std::vector<F
       state_size_ += e - b;
     }
   }
-  m_ = Buffer(size_t(state_size_) * sizeof(float), device);
-  v_ = Buffer(size_t(state_size_) * sizeof(float), device);
+  m_ = Buffer(size_t(state_size_) * sizeof(float), device, MemoryUse::optimizer);
+  v_ = Buffer(size_t(state_size_) * sizeof(float), device, MemoryUse::optimizer);
 }
 
 int64_t AdamW::state_size_of(const ParamLayout& layout, const std::vector<FlatSlice>& slices,

@@ -24,8 +24,9 @@ struct HfAlias {
   ModelConfig (*from_hf)(HfConfigReader& config);
 };
 
-// A config.json field holding a dropout probability, the site it sets (Note [Dropout] in
-// nn/dropout.h) and Hugging Face's default where it is absent.
+// A config.json field holding a dropout probability, a site it sets (Note [Dropout] in
+// nn/dropout.h) and Hugging Face's default where it is absent. A field may set several sites
+// (an entry each); export then writes the last one's rate, and warns if they differ.
 struct HfDropout {
   const char* field;
   float DropoutRates::*site;

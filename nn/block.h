@@ -31,6 +31,7 @@ namespace trainer::nn {
 // product's weight gradient gathers its input again rather than keep it whole. The norms'
 // weight gradients are then partial sums over the slices, summed over the group with the
 // unit's backward (Transformer).
+
 // A block's two residual branches.
 enum class Branch : uint8_t { attention, mlp };
 
@@ -90,10 +91,10 @@ void drop_branch(const Context& ctx, const BlockTensors& t, Branch branch);
 // in d_branch in a bf16 model or through the branch's dropout mask (made here, once per branch),
 // gathered under sequence parallelism.
 Tensor branch_grad(const Context& ctx, const BlockTensors& t, Branch branch);
-// Whether two branches' gradients differ (their dropout masks): parallel branches (GPT-NeoX)
-// then take one branch_grad each, else they share one.
+// Whether the two branches' gradients differ (a dropout mask on either): parallel branches
+// (GPT-NeoX) then take one branch_grad each, else they share one.
 inline bool branch_grads_differ(const BlockTensors& t) {
-  return t.branch_drop[0].on();
+  return t.branch_drop[0].on() || t.branch_drop[1].on();
 }
 
 // Tensor parallelism applied to a product (Note [Tensor-parallel splits], Note [Sequence

@@ -15,7 +15,7 @@
 // - tensor-parallel ranks draw the same masks on replicated activations (the residual stream)
 //   and, on their own heads or tokens (sequence parallelism), the whole model's masks of those;
 // - pipeline stages draw the masks of the layers they hold, as one process would.
-// Which micro-batch a mask belongs to is the training loop's to say (BatchView::dropout): eval,
+// Which micro-batch a mask belongs to is the training loop's to say (BatchView::dropout_key): eval,
 // sample, task scoring and validation carry no key, and run without dropout. CUDA graphs are
 // not captured for batches with dropout (the key changes every micro-batch).
 #pragma once

@@ -12,8 +12,8 @@ KvCache::KvCache(const Transformer& model)
       P_(model.config().max_seq_len),
       C_(model.config().kv_channels()) {  // grouped-query: the key/value heads once
   const size_t bytes = size_t(model.config().n_layer * P_ * C_) * dtype_size(dtype_);
-  k_ = Buffer(bytes, model.exec().device);
-  v_ = Buffer(bytes, model.exec().device);
+  k_ = Buffer(bytes, model.exec().device, MemoryUse::activations);
+  v_ = Buffer(bytes, model.exec().device, MemoryUse::activations);
 }
 
 namespace {

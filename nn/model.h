@@ -31,7 +31,7 @@ struct BatchView {
   const int32_t* lengths = nullptr;   // (B) or null: real tokens per row, the rest is padding
   // A training micro-batch's dropout key (dropout_batch_key, Note [Dropout] in nn/dropout.h),
   // or none: no dropout (evaluation, sampling, padding passes).
-  std::optional<uint64_t> dropout{};
+  std::optional<uint64_t> dropout_key{};
 };
 
 // What the parameter hook is told: a unit's parameters are about to be read for its forward

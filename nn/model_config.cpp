@@ -26,8 +26,10 @@ void ModelConfig::validate() const {
   USAGE_CHECK(rotary_pct > 0 && rotary_pct <= 1, "model.rotary_pct must be in (0, 1], got {}",
               rotary_pct);
   USAGE_CHECK(norm_eps > 0 && norm_eps <= 1, "model.norm_eps must be in (0, 1], got {}", norm_eps);
-  for (const float p : {dropout.embedding, dropout.attention, dropout.residual})
-    USAGE_CHECK(p >= 0 && p < 1, "a dropout probability of {}: it must be in [0, 1)", p);
+  for (const auto& [key, p] : {std::pair{"model.embedding_dropout", dropout.embedding},
+                               std::pair{"model.attention_dropout", dropout.attention},
+                               std::pair{"model.residual_dropout", dropout.residual}})
+    USAGE_CHECK(p >= 0 && p < 1, "{} = {}: a dropout probability must be in [0, 1)", key, p);
   validate_rope_scaling();
   architecture().validate(*this);
   validate_lora(*this);

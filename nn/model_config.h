@@ -78,6 +78,7 @@ struct LoraConfig {
 struct DropoutRates {
   float embedding = 0, attention = 0, residual = 0;
   bool any() const { return embedding > 0 || attention > 0 || residual > 0; }
+  bool operator==(const DropoutRates&) const = default;
 };
 
 struct ModelConfig {

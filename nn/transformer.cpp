@@ -64,22 +64,23 @@ Transformer::Transformer(const ModelConfig& config, const ExecConfig& exec)
   const Device dev = exec.device;
   workspace_ = Workspace(size_t(mem.workspace), dev);
   ctx_.workspace = &workspace_;
-  params_ = Buffer(size_t(mem.params), dev);
-  working_ = Buffer(size_t(mem.working), dev);
-  grads_ = Buffer(size_t(mem.grads), dev);
+  params_ = Buffer(size_t(mem.params), dev, MemoryUse::weights);
+  working_ = Buffer(size_t(mem.working), dev, MemoryUse::weights);
+  grads_ = Buffer(size_t(mem.grads), dev, MemoryUse::gradients);
   const size_t N = size_t(plan_.capacity());
   TRAINER_ASSERT(exec.activation_slots >= 1, "{} activation slots", exec.activation_slots);
   slots_.resize(size_t(exec.activation_slots));
   for (MicroBatchState& s : slots_) {
-    s.acts = Buffer(size_t(plan_.slot_bytes()), dev);
+    s.acts = Buffer(size_t(plan_.slot_bytes()), dev, MemoryUse::activations);
     for (Buffer* b : {&s.tokens, &s.targets, &s.positions, &s.segments, &s.lengths})
-      *b = Buffer(N * sizeof(int32_t), dev);
-    s.runs = Buffer((N + 1) * sizeof(int32_t), dev);
+      *b = Buffer(N * sizeof(int32_t), dev, MemoryUse::activations);
+    s.runs = Buffer((N + 1) * sizeof(int32_t), dev, MemoryUse::activations);
   }
   std::swap(mb_, slots_[0]);
-  scratch_ = Buffer(size_t(plan_.bytes() - plan_.slot_bytes()), dev);
-  loss_scale_ = Buffer(sizeof(float), dev);
-  scalars_ = Buffer(2 * sizeof(double), dev);
+  scratch_ = Buffer(size_t(plan_.bytes() - plan_.slot_bytes()), dev, MemoryUse::activations);
+  // The loss scale and the step's scalars count with the batch's inputs (Memory::inputs).
+  loss_scale_ = Buffer(sizeof(float), dev, MemoryUse::activations);
+  scalars_ = Buffer(2 * sizeof(double), dev, MemoryUse::activations);
   host_positions_.resize(N);
   if (dev == Device::cuda) {  // Note [Batch upload]: 4 of N values, the runs, up to N lengths
     upload_ = std::make_unique<PinnedUpload>((6 * N + 1) * sizeof(int32_t));
@@ -265,23 +266,23 @@ BlockTensors Transformer::block_tensors(int l, ParamUse use) {
   if (mb_.has_segments) t.mask.segments = mb_.segments.view(DType::i32, N).reshape({mb_.B, mb_.T});
   if (mb_.runs_count > 0) t.mask.runs = mb_.runs.view(DType::i32, mb_.runs_count + 1);
   if (mb_.has_lengths) t.mask.lengths = mb_.lengths.view(DType::i32, mb_.B);
-  if (mb_.dropout) {
+  if (mb_.dropout_key) {
     const DropoutRates& rates = config_.dropout;
     if (rates.attention > 0)
-      t.mask.dropout = {rates.attention, dropout_site_key(*mb_.dropout, l, DropSite::attention),
+      t.mask.dropout = {rates.attention, dropout_site_key(*mb_.dropout_key, l, DropSite::attention),
                         config_.tensor.rank * config_.local_heads()};
-    t.branch_drop = {residual_dropout(l, DropSite::attention_branch, rates.residual),
-                     residual_dropout(l, DropSite::mlp_branch, rates.residual)};
+    t.branch_drop = {stream_dropout(l, DropSite::attention_branch, rates.residual),
+                     stream_dropout(l, DropSite::mlp_branch, rates.residual)};
   }
   return t;
 }
 
-DropoutMask Transformer::residual_dropout(int layer, DropSite site, float p) const {
-  if (!mb_.dropout || p <= 0) return {};
+DropoutMask Transformer::stream_dropout(int layer, DropSite site, float p) const {
+  if (!mb_.dropout_key || p <= 0) return {};
   // Under sequence parallelism this rank holds the tokens of its place in the group.
   const int64_t tokens = int64_t(mb_.B) * mb_.T / config_.sequence_slices();
   const int64_t first = config_.sequence_slices() > 1 ? config_.tensor.rank * tokens : 0;
-  return {p, dropout_site_key(*mb_.dropout, layer, site), first * config_.n_embd};
+  return {p, dropout_site_key(*mb_.dropout_key, layer, site), first * config_.n_embd};
 }
 
 int64_t Transformer::copy_batch(const BatchView& b, int first_position) {
@@ -329,7 +330,7 @@ int64_t Transformer::copy_batch(const BatchView& b, int first_position) {
   mb_.has_targets = b.targets != nullptr;
   mb_.has_segments = b.segments != nullptr;
   mb_.has_lengths = b.lengths != nullptr;
-  mb_.dropout = config_.dropout.any() ? b.dropout : std::nullopt;
+  mb_.dropout_key = config_.dropout.any() ? b.dropout_key : std::nullopt;
   if (mb_.has_targets) copy(mb_.targets, b.targets, N);
   if (mb_.has_segments) copy(mb_.segments, b.segments, N);
   mb_.runs_count = 0;

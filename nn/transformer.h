@@ -109,8 +109,9 @@ class Transformer final : public Model {
   Tensor head_weight(const Tensor& final_weights, ParamUse use);
   BlockTensors block_tensors(int layer, ParamUse use);
   // The micro-batch's dropout at `site` of `layer` (Note [Dropout] in nn/dropout.h) over the
-  // elements of this rank's residual stream, or off (no key, or the site's rate is 0).
-  DropoutMask residual_dropout(int layer, DropSite site, float p) const;
+  // elements of this rank's residual stream (the embeddings' output, a branch's), or off (no
+  // key, or the site's rate is 0).
+  DropoutMask stream_dropout(int layer, DropSite site, float p) const;
   // Validates the batch and copies it to the device; positions start at first_position.
   // Returns the number of counted targets.
   int64_t copy_batch(const BatchView& b, int first_position);
@@ -156,7 +157,7 @@ class Transformer final : public Model {
     Buffer acts, tokens, targets, positions, segments, lengths, runs;
     int64_t runs_count = 0;  // runs in `runs` (0: none)
     int B = 0, T = 0;
-    std::optional<uint64_t> dropout;  // BatchView::dropout, when the model has dropout
+    std::optional<uint64_t> dropout_key;  // BatchView::dropout_key, when the model has dropout
     bool has_targets = false, has_segments = false, has_lengths = false;
   };
 

@@ -36,7 +36,7 @@ void Transformer::backward(float loss_scale) {
 
 bool Transformer::graphs_allowed() const {
   // A graph would replay its first micro-batch's dropout keys (Note [Dropout]).
-  if (!exec_.cuda_graphs || mb_.has_segments || mb_.dropout || profile::g_enabled) return false;
+  if (!exec_.cuda_graphs || mb_.has_segments || mb_.dropout_key || profile::g_enabled) return false;
   TRAINER_ASSERT(!store_ && !group_ && exec_.device == Device::cuda,
                  "CUDA graphs of a sharded, tensor-parallel or CPU model");
   return true;
@@ -87,8 +87,7 @@ void Transformer::embedding_forward_pass() {
       g->reduce_scatter(x, all);
     else if (g)
       g->all_reduce(x);
-    if (const DropoutMask drop =
-            residual_dropout(0, DropSite::embedding, config_.dropout.embedding);
+    if (const DropoutMask drop = stream_dropout(0, DropSite::embedding, config_.dropout.embedding);
         drop.on())
       dropout(ctx_, x, x, drop);
   });
@@ -192,8 +191,7 @@ void Transformer::embedding_backward_pass() {
     // Every token's gradient reaches every vocabulary slice (gathered, sliced).
     const Tensor d_res = act(plan_.d_res);
     // Through the embedding's dropout (in place: nothing reads d_res after this pass).
-    if (const DropoutMask drop =
-            residual_dropout(0, DropSite::embedding, config_.dropout.embedding);
+    if (const DropoutMask drop = stream_dropout(0, DropSite::embedding, config_.dropout.embedding);
         drop.on())
       dropout(ctx_, d_res, d_res, drop);
     Tensor d_all = d_res;

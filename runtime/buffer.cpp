@@ -1,6 +1,7 @@
 #include "runtime/buffer.h"
 
-#include <atomic>
+#include <algorithm>
+#include <mutex>
 
 #include "runtime/error.h"
 #include "runtime/memory_backend.h"
@@ -8,11 +9,50 @@
 namespace trainer {
 
 namespace {
-std::atomic<size_t> g_live[2];  // per Device
+
+constexpr size_t kUses = size_t(MemoryUse::kCount);
+
+// One device's counts. Allocations come from the training thread and the loader's, rarely:
+// a mutex keeps the peaks exact (a peak is a sum at one instant).
+struct Counts {
+  std::mutex mutex;
+  MemoryUsage usage;
+};
+Counts g_counts[2];  // per Device
+
+void count(Device device, MemoryUse use, int64_t bytes) {
+  Counts& c = g_counts[size_t(device)];
+  std::lock_guard lock(c.mutex);
+  MemoryUsage& u = c.usage;
+  int64_t& live = u.live[size_t(use)];
+  live += bytes;
+  u.peak[size_t(use)] = std::max(u.peak[size_t(use)], live);
+  u.peak_total = std::max(u.peak_total, u.live_total());
+}
+
 }  // namespace
 
+int64_t MemoryUsage::live_total() const {
+  int64_t sum = 0;
+  for (int64_t b : live) sum += b;
+  return sum;
+}
+
 size_t Buffer::live_bytes(Device device) {
-  return g_live[size_t(device)].load();
+  return size_t(usage(device).live_total());
+}
+
+MemoryUsage Buffer::usage(Device device) {
+  Counts& c = g_counts[size_t(device)];
+  std::lock_guard lock(c.mutex);
+  return c.usage;
+}
+
+void Buffer::reset_peaks(Device device) {
+  Counts& c = g_counts[size_t(device)];
+  std::lock_guard lock(c.mutex);
+  c.usage.peak = c.usage.live;
+  c.usage.peak_total = c.usage.live_total();
 }
 
 Tensor Buffer::view(DType dtype, int64_t count) const {
@@ -21,16 +61,17 @@ Tensor Buffer::view(DType dtype, int64_t count) const {
   return make_tensor(data_, dtype, {count}, device_);
 }
 
-Buffer::Buffer(size_t bytes, Device device) : bytes_(bytes), device_(device) {
+Buffer::Buffer(size_t bytes, Device device, MemoryUse use)
+    : bytes_(bytes), device_(device), use_(use) {
   if (bytes == 0) return;
   data_ = memory_kernels(device).alloc_zeroed(bytes);
-  g_live[size_t(device)] += bytes;
+  count(device, use, int64_t(bytes));
 }
 
 Buffer::~Buffer() {
   if (!data_) return;
   memory_kernels(device_).free(data_);
-  g_live[size_t(device_)] -= bytes_;
+  count(device_, use_, -int64_t(bytes_));
 }
 
 void Buffer::zero() {

@@ -4,7 +4,7 @@
 
 namespace trainer {
 
-Workspace::Workspace(size_t bytes, Device device) : buffer_(bytes, device) {}
+Workspace::Workspace(size_t bytes, Device device) : buffer_(bytes, device, MemoryUse::workspace) {}
 
 void* Workspace::Scope::take_bytes(size_t bytes) {
   TRAINER_ASSERT(ws_ != nullptr, "an op needs {} bytes of scratch but has no workspace", bytes);

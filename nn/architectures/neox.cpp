@@ -244,7 +244,10 @@ extern const Architecture kNeox = {
     neox_from_hf,
     "",
     {".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq", "embed_out.weight"},
+    // hidden_dropout drops the embeddings' output and both branches' (GPTNeoXModel's
+    // emb_dropout, post_attention_dropout and post_mlp_dropout).
     {{"attention_dropout", &DropoutRates::attention, 0.0},
+     {"hidden_dropout", &DropoutRates::embedding, 0.0},
      {"hidden_dropout", &DropoutRates::residual, 0.0}}};
 
 }  // namespace trainer::nn

@@ -197,7 +197,7 @@ void check_attention(const ConstTensor& out, const ConstTensor& lse, const Const
                      (mask.lengths.empty() ||
                       (mask.lengths.dtype == DType::i32 && mask.lengths.numel() == B)) &&
                      mask.dropout.p >= 0 && mask.dropout.p < 1 && mask.dropout.first_head >= 0,
-                 "attention mask shapes and dtypes");
+                 "attention mask shapes and dtypes, dropout rate");
 }
 }  // namespace
 
@@ -258,7 +258,7 @@ void dropout(const Context& ctx, const Tensor& out, const ConstTensor& inp,
                      (out.data != inp.data || out.dtype == inp.dtype) && mask.p >= 0 &&
                      mask.p < 1 && mask.first >= 0,
                  "dropout shapes");
-  TRAINER_OP(dropout, "residual", ctx, out, inp, mask);
+  TRAINER_OP(dropout, "activations", ctx, out, inp, mask);
 }
 
 void cross_entropy_stats(const Context& ctx, const Tensor& stats, const ConstTensor& logits,

@@ -8,9 +8,9 @@
 #     stages, within the rounding of their sums;
 #   - validation runs without dropout: the run's val loss is trainer eval's of its checkpoint
 #     and of its export, exactly;
-#   - export writes the rates into config.json, and fine-tuning from that folder trains with
-#     them unless the config states its own;
-#   - rates out of range are refused by name.
+#   - export writes the rates into config.json, and fine-tuning from that folder or the run
+#     trains with them, site by site, unless the config states its own;
+#   - resuming at other rates is said; rates out of range are refused by name.
 #   dropout.sh <trainer> <mpiexec>
 set -euo pipefail
 HERE=$(realpath "$(dirname "${BASH_SOURCE[0]}")")
@@ -84,17 +84,26 @@ if [hf.get(k) for k in ("embd_pdrop", "attn_pdrop", "resid_pdrop")] != [0.1, 0.1
 if bad:
     sys.exit("FAIL: " + "; ".join(bad[:6]))
 PY
-# A folder's rates apply unless the config states any dropout key.
-ft=(--set train.init_from=exports/drop --set train.steps=2 --set checkpoint.every=0)
-train_run 1 ft "${ft[@]}"
-train_run 1 ft_own "${ft[@]}" --set model.attention_dropout=0.2
-train_run 1 ft_none "${ft[@]}" --set model.dropout=0
-grep -q "dropout in training: embeddings 0.1, attention probabilities 0.1, residual branches 0.1" \
-  ft.log || { echo "FAIL: fine-tuning did not take the folder's rates"; exit 1; }
-grep -q "dropout in training: embeddings 0, attention probabilities 0.2, residual branches 0$" \
-  ft_own.log || { echo "FAIL: a stated rate did not replace the folder's"; exit 1; }
+# A source's rates apply site by site unless the config states the site's key or model.dropout:
+# an exported folder's (config.json) and a run's checkpoint's alike.
+ft=(--set train.steps=2 --set checkpoint.every=0)
+train_run 1 ft "${ft[@]}" --set train.init_from=exports/drop
+train_run 1 ft_run "${ft[@]}" --set train.init_from=runs/drop
+train_run 1 ft_own "${ft[@]}" --set train.init_from=exports/drop --set model.attention_dropout=0.2
+train_run 1 ft_none "${ft[@]}" --set train.init_from=exports/drop --set model.dropout=0
+for f in ft ft_run; do
+  grep -q "dropout in training: embeddings 0.1, attention probabilities 0.1, residual branches 0.1" \
+    $f.log || { echo "FAIL: $f did not take its source's rates"; exit 1; }
+done
+grep -q "dropout in training: embeddings 0.1, attention probabilities 0.2, residual branches 0.1" \
+  ft_own.log || { echo "FAIL: a stated site's rate did not replace the folder's alone"; exit 1; }
 ! grep -q "dropout in training" ft_none.log ||
   { echo "FAIL: model.dropout=0 still dropped"; exit 1; }
+
+# Resuming at other rates is allowed, and said.
+train_run 1 resumed --set model.dropout=0.2 --set train.steps=14
+grep -q "resuming with dropout rates (embeddings, attention, residual) 0.2, 0.2, 0.2 where the checkpoint's run had 0.1, 0.1, 0.1" \
+  resumed.log || { echo "FAIL: a resume at other rates was not said"; exit 1; }
 
 base=(train "${common[@]}" --set run.name=bad)
 set +e

@@ -214,6 +214,7 @@ TEST(Sharding, FullHoldsAtMostOneNthOfDdpPlusUnitBuffers) {
     nn::ExecConfig exec = testing::exec_for(B, T);
     exec.own_params = stage == ShardingStage::none;
     const size_t before = Buffer::live_bytes(Device::cpu);
+    const MemoryUsage used_before = Buffer::usage(Device::cpu);
     nn::Transformer model(deep_config(), exec);
     const nn::Transformer::Memory own = model.memory();
     ParallelConfig pc;
@@ -225,6 +226,18 @@ TEST(Sharding, FullHoldsAtMostOneNthOfDdpPlusUnitBuffers) {
       EXPECT_EQ(held->total(), plan.total()) << kShardingStageNames.name(stage);
     }
     EXPECT_LE(held->total(), plan.total()) << kShardingStageNames.name(stage);
+    // Each category of the memory report is exactly what its Buffers hold (Note [Memory
+    // report]): the state as the DataParallel counts it, the model's activations (with its
+    // inputs) and workspace as the model does.
+    const MemoryUsage used = Buffer::usage(Device::cpu);
+    auto delta = [&](MemoryUse u) { return used.live[size_t(u)] - used_before.live[size_t(u)]; };
+    const std::string stage_name(kShardingStageNames.name(stage));
+    EXPECT_EQ(delta(MemoryUse::weights), held->masters + held->working) << stage_name;
+    EXPECT_EQ(delta(MemoryUse::gradients), held->grads) << stage_name;
+    EXPECT_EQ(delta(MemoryUse::optimizer), held->optimizer) << stage_name;
+    EXPECT_EQ(delta(MemoryUse::communication), held->buffers) << stage_name;
+    EXPECT_EQ(delta(MemoryUse::activations), own.activations + own.inputs) << stage_name;
+    EXPECT_EQ(delta(MemoryUse::workspace), own.workspace) << stage_name;
     // Everything allocated, less the model's activations, workspace and inputs.
     return int64_t(Buffer::live_bytes(Device::cpu) - before) -
            (own.activations + own.workspace + own.inputs);

@@ -6,8 +6,12 @@
 #include <vector>
 
 #include "common/op_env.h"
+#include "common/temp_dir.h"
+#include "nn/hf_config.h"
 #include "nn/ops/dropout.h"
 #include "runtime/dtype.h"
+#include "runtime/error.h"
+#include "runtime/file_io.h"
 
 namespace trainer::nn {
 
@@ -62,6 +66,16 @@ TEST(Dropout, SlicesDrawTheWholeTensorsMask) {
   EXPECT_EQ(none, x);
 }
 
+// A dropped NaN or infinity stays one (the mask multiplies), so the non-finite guard sees it.
+TEST(Dropout, KeepsNonFiniteValuesWhereItDrops) {
+  OpEnv env;
+  const int64_t n = 64;
+  std::vector<float> x(static_cast<size_t>(n), std::nanf("")), y(static_cast<size_t>(n));
+  x[3] = INFINITY;
+  dropout(env.ctx, view(y, {n}), view(x, {n}), {0.5f, 1, 0});
+  for (int64_t i = 0; i < n; ++i) EXPECT_FALSE(std::isfinite(y[size_t(i)])) << i;
+}
+
 // fp32 into bf16 (a bf16 model's branch gradient) rounds the fp32 result once.
 TEST(Dropout, ConvertsBetweenDtypes) {
   OpEnv env;
@@ -82,6 +96,38 @@ TEST(Dropout, ThresholdIsPTimesTwoToThe32) {
   EXPECT_EQ(dropout_threshold(0.5f), 0x80000000u);
   EXPECT_EQ(dropout_threshold(0.25f), 0x40000000u);
   EXPECT_EQ(dropout_threshold(std::nextafter(1.0f, 0.0f)), 0xFFFFFF00u);
+}
+
+// A Hugging Face config.json's rates land on their sites (Architecture::hf_dropouts): GPT-2's
+// three (0.1 each where absent, as GPT2Config's defaults), Llama's attention_dropout, and
+// GPT-NeoX's hidden_dropout on both the embeddings and the branches; a rate of 1 is refused.
+TEST(Dropout, HuggingFaceRatesLandOnTheirSites) {
+  trainer::testing::TempDir dir("hf_dropout");
+  auto rates = [&](const std::string& json) {
+    write_file_atomic(dir.path / "config.json", json);
+    return hf_model_config(dir.path / "config.json").dropout;
+  };
+  const DropoutRates gpt2 = rates(
+      R"({"model_type": "gpt2", "vocab_size": 64, "n_positions": 16, "n_embd": 8,
+          "n_layer": 1, "n_head": 2, "attn_pdrop": 0.2})");
+  EXPECT_EQ(gpt2.embedding, 0.1f);
+  EXPECT_EQ(gpt2.attention, 0.2f);
+  EXPECT_EQ(gpt2.residual, 0.1f);
+  const DropoutRates llama = rates(
+      R"({"model_type": "llama", "vocab_size": 64, "hidden_size": 16, "intermediate_size": 32,
+          "num_hidden_layers": 1, "num_attention_heads": 2, "attention_dropout": 0.3})");
+  EXPECT_EQ(llama.embedding, 0.0f);
+  EXPECT_EQ(llama.attention, 0.3f);
+  EXPECT_EQ(llama.residual, 0.0f);
+  const DropoutRates neox = rates(
+      R"({"model_type": "gpt_neox", "vocab_size": 64, "hidden_size": 16,
+          "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+          "hidden_dropout": 0.25})");
+  EXPECT_EQ(neox.embedding, 0.25f);
+  EXPECT_EQ(neox.attention, 0.0f);
+  EXPECT_EQ(neox.residual, 0.25f);
+  EXPECT_THROW(rates(R"({"model_type": "gpt2", "n_embd": 8, "n_head": 2, "resid_pdrop": 1.0})"),
+               UsageError);
 }
 
 }  // namespace trainer::nn

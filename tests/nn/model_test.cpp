@@ -108,7 +108,7 @@ TEST_P(EveryArch, GradientsMatchFiniteDifferencesWithDropout) {
   c.dropout = kSomeDropout;
   const TinyBatch tiny;
   BatchView batch = tiny.view();
-  batch.dropout = dropout_batch_key(7, 3, 1);
+  batch.dropout_key = dropout_batch_key(7, 3, 1);
   expect_model_gradients(c, batch);
 }
 
@@ -126,11 +126,11 @@ TEST_P(EveryArch, DropoutRunsOnlyUnderABatchKey) {
   BatchView batch = tiny.view();
   const double want = loss_of(plain, batch).sum;
   EXPECT_EQ(loss_of(dropping, batch).sum, want);
-  batch.dropout = dropout_batch_key(1, 0, 0);
+  batch.dropout_key = dropout_batch_key(1, 0, 0);
   const double dropped = loss_of(dropping, batch).sum;
   EXPECT_NE(dropped, want);
   EXPECT_EQ(loss_of(dropping, batch).sum, dropped);
-  batch.dropout = dropout_batch_key(1, 0, 1);  // another micro-batch of the step
+  batch.dropout_key = dropout_batch_key(1, 0, 1);  // another micro-batch of the step
   EXPECT_NE(loss_of(dropping, batch).sum, dropped);
 }
 
@@ -412,7 +412,7 @@ TEST_P(Checkpointing, GradientsAreBitIdenticalToKeepingEverything) {
   const MaskedBatch masked(mask);
   for (const DropoutRates dropout : {DropoutRates{}, DropoutRates{0.1f, 0.2f, 0.15f}}) {
     BatchView batch = masked.view();
-    if (dropout.any()) batch.dropout = dropout_batch_key(3, 2, 1);
+    if (dropout.any()) batch.dropout_key = dropout_batch_key(3, 2, 1);
     const Backward want = run_backward(exec_for(2, 8), batch, arch, dropout);
     for (std::vector<int> layers : {std::vector<int>{}, std::vector<int>{1}}) {
       ExecConfig e = exec_for(2, 8, DType::f32, policy);
@@ -506,9 +506,19 @@ TEST_P(EveryArch, PlannedBytesAreWhatIsAllocated) {
         e.training = training;
         if (compute == DType::bf16) e.grad = DType::bf16;
         const size_t before = Buffer::live_bytes(Device::cpu);
+        const MemoryUsage used_before = Buffer::usage(Device::cpu);
         Transformer model(c, e);
         const int64_t allocated = int64_t(Buffer::live_bytes(Device::cpu) - before);
         const Transformer::Memory plan = Transformer::planned_memory(c, e);
+        // And by category, as the memory report counts them (Note [Memory report]).
+        const MemoryUsage used = Buffer::usage(Device::cpu);
+        auto delta = [&](MemoryUse u) {
+          return used.live[size_t(u)] - used_before.live[size_t(u)];
+        };
+        EXPECT_EQ(delta(MemoryUse::weights), plan.params + plan.working);
+        EXPECT_EQ(delta(MemoryUse::gradients), plan.grads);
+        EXPECT_EQ(delta(MemoryUse::activations), plan.activations + plan.inputs);
+        EXPECT_EQ(delta(MemoryUse::workspace), plan.workspace);
         EXPECT_EQ(allocated, plan.total()) << float_dtype_name(compute) << " "
                                            << kRecomputeNames.name(r) << " training " << training;
         EXPECT_EQ(model.memory().activations, ActivationPlan(c, e).bytes());

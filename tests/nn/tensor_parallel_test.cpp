@@ -160,7 +160,7 @@ TEST_P(TensorParallelModel, SlicesAddUpToTheWholeModel) {
   const ExecConfig exec = exec_for(2, 10, DType::f32, c.recompute);
   const Batch tokens;
   BatchView view = tokens.view();
-  if (c.dropout) view.dropout = dropout_batch_key(5, 4, 3);
+  if (c.dropout) view.dropout_key = dropout_batch_key(5, 4, 3);
   const BatchView& batch = view;
   Transformer reference(whole, exec);
   set_distinct_weights(reference);

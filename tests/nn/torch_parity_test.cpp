@@ -178,7 +178,8 @@ TEST_P(TorchParity, MatchesPyTorch) {
     SafetensorsWriter w;
     add_params(w, model.layout(), hf.data());
     w.write(dir / "weights.safetensors");
-    // The model as `trainer export` describes it: the reference reads it as Hugging Face would.
+    // The model as `trainer export` describes it (less the dropout rates, which evaluation
+    // never applies): the reference reads it as Hugging Face would.
     write_file_atomic(dir / "config.json", cfg.architecture().hf_config(cfg).dump(2));
   }
   run_and_compare(model, cfg, batch, dir);

@@ -260,8 +260,9 @@ void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, 
           float* probs = mine;
           float* dprobs = probs + kTile * T;
           float* next = dprobs + kTile * T;
-          Head head{T, T, d.hs, valid_length(mask, b, T), 0, scale, segments_of(mask, b, T)};
-          head.row = b * T;
+          // Its query heads' dropout differs: each sets head.drop below.
+          Head head{T,  T,    d.hs, valid_length(mask, b, T), 0, scale, segments_of(mask, b, T),
+                    {}, b * T};
           auto in = [&](const ConstTensor& x, int64_t at) {
             return head_in(x.as<T_>() + b * T * x.ld() + at, x.ld(), T, d.hs, next);
           };

@@ -10,7 +10,8 @@
 namespace trainer::nn::cpu {
 
 // out[j] = in[j] times element (first + j)'s factor under `mask` (0 dropped, 1 / (1 - p) kept),
-// for j in [0, n); out may be in.
+// for j in [0, n); out may be in. A product, so that a NaN or an infinity stays one where it is
+// dropped (the non-finite guard must still see it).
 template <typename In, typename Out>
 inline void dropout_span(Out* out, const In* in, int64_t n, const DropoutMask& mask,
                          int64_t first) {
@@ -20,7 +21,7 @@ inline void dropout_span(Out* out, const In* in, int64_t n, const DropoutMask& m
     const uint64_t e = uint64_t(first + j), block = e >> 2;
     const Philox4 r = philox({{uint32_t(block), uint32_t(block >> 32), 0, 0}}, mask.key);
     for (unsigned lane = unsigned(e & 3); lane < 4 && j < n; ++lane, ++j)
-      store(out[j], r.v[lane] >= threshold ? load(in[j]) * scale : 0.0f);
+      store(out[j], load(in[j]) * (r.v[lane] >= threshold ? scale : 0.0f));
   }
 }
 

@@ -348,6 +348,36 @@ TEST(HonestNumbers, ALargeVocabularyStaysWithinItsPlan) {
               small_peak - small_plan);
 }
 
+// The run's last word on memory (Note [Memory report]): each planned category's peak is its
+// plan, the loader's batches stay within theirs, and the resident peak follows. Exact to the
+// byte in the model and sharding tests; here, as printed (0.1 MiB).
+TEST(HonestNumbers, TheMemoryReportMatchesThePlanByCategory) {
+  TempDir dir("memory_report");
+  train_tiny(dir, {"train.steps=2", "model.vocab_size=4096", "model.n_embd=64"});
+  const std::string log = read_file(dir.path / "runs/r/train.log");
+  const std::string head = "memory (MiB, plan/peak): ";
+  const size_t at = log.find(head);
+  ASSERT_NE(at, std::string::npos) << log;
+  const std::string line = log.substr(at, log.find('\n', at) - at);
+  auto figures = [&](const std::string& name) {
+    const size_t p = line.find(" " + name + " ");
+    double plan = -1, peak = -1;
+    EXPECT_TRUE(p != std::string::npos &&
+                std::sscanf(line.c_str() + p + name.size() + 2, "%lf/%lf", &plan, &peak) == 2)
+        << name << " in " << line;
+    return std::pair{plan, peak};
+  };
+  for (const char* name :
+       {"weights", "gradients", "optimizer", "activations", "workspace", "communication"}) {
+    const auto [plan, peak] = figures(name);
+    EXPECT_EQ(plan, peak) << name << ": " << line;
+  }
+  EXPECT_GT(figures("weights").first, 0.9);  // 4096 x 64 x 4 bytes and the blocks: over 1 MiB
+  const auto [loader_plan, loader_peak] = figures("loader");
+  EXPECT_LE(loader_peak, loader_plan) << line;
+  EXPECT_NE(line.find("resident peak"), std::string::npos) << line;
+}
+
 TEST(HonestNumbers, MfuIsReportedAgainstTheStatedPeak) {
   TempDir dir("peak");
   const Config c = train_tiny(dir, {"train.steps=3", "log.peak_gflops=2"});

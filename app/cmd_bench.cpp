@@ -124,6 +124,7 @@ int cmd_bench(const Args& args) {
   const double stated = vm["peak-gflops"].as<double>();
   if (stated < 0) throw UsageError("bench: --peak-gflops must not be negative");
   const double peak = stated > 0 ? stated : measure_gemm_peak(ctx, exec.compute, 2.0);
+  Buffer::reset_peaks(exec.device);  // the report's peaks are the steps' (Note [Memory report])
   for (int i = 0; i < vm["warmup"].as<int>(); ++i) step();
   synchronize(model.context());
   profile::set_enabled(vm.count("profile") > 0);

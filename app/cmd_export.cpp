@@ -36,7 +36,8 @@ void write_hf_dropouts(nlohmann::json& hf, const nn::ModelConfig& config) {
       {"attention probabilities", &nn::DropoutRates::attention},
       {"residual branches", &nn::DropoutRates::residual}};
   const auto& fields = config.architecture().hf_dropouts;
-  for (const auto& [name, site] : sites) {
+  for (const auto& [name, site_of] : sites) {
+    const auto site = site_of;  // a copy: a lambda cannot capture a binding in clang 14
     const auto f = std::find_if(fields.rbegin(), fields.rend(),
                                 [&](const nn::HfDropout& d) { return d.site == site; });
     if (f == fields.rend() && r.*site > 0)

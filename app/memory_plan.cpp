@@ -57,8 +57,8 @@ std::string memory_report(const MemoryPlan& plan, Device device, int64_t loader_
   std::string line = fmt::format("memory (MiB, plan/peak): {}; ", fmt::join(rows, ", "));
   if (device == Device::cuda)
     return line + fmt::format(
-                      "device allocator peak {} MiB ({} MiB free now); host resident "
-                      "peak {:.1f} MiB",
+                      "Buffers' peak together on the device {} MiB ({} MiB free now); host "
+                      "resident peak {:.1f} MiB",
                       mib(used.peak_total), mib(int64_t(cuda_free_memory())), peak_resident_mib());
   return line + fmt::format("Buffers' peak together {} MiB; resident peak {:.1f} MiB",
                             mib(used.peak_total), peak_resident_mib());

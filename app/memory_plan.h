@@ -32,10 +32,14 @@ MemoryPlan plan_memory(const RunConfig& rc, int data_ranks);
 
 // Note [Memory report]: what a rank held against its plan, by category. Every byte of the
 // model's, the optimizer's and the communication's state lives in Buffers, which count what
-// they hold by MemoryUse (runtime/buffer.h): a category's peak is exact, and a plan that
-// under-counts shows as a peak above it. The loader's batches are host vectors, counted by
-// the loader. The resident peak of the process (on the CPU) adds the libraries, the mapped
-// corpus pages read and the heap; on CUDA the Buffers' peak on the device is the allocator's.
+// they hold by MemoryUse (runtime/buffer.h) with each category's peak since the training
+// started (Buffer::reset_peaks after start-up's GEMM measurement). The plan is what the
+// model and the data-parallel layer account for (the start-up log's "memory plan per rank"):
+// a Buffer of a category beyond it shows as a peak above the plan, and what no plan counts
+// is `other`. The loader's batches are host vectors, counted by the loader from when one is
+// made until the step takes it. The resident peak of the process adds the libraries, the
+// mapped corpus pages read and the heap; on CUDA the Buffers' peak on the device leaves out
+// what cuBLAS, cuDNN and NCCL allocate themselves.
 // One line, "weights 12.0/12.0, ... MiB (plan/peak)", for the run's log and for bench (which
 // has no loader: loader_peak -1 leaves its row out).
 std::string memory_report(const MemoryPlan& plan, Device device, int64_t loader_peak);

@@ -113,6 +113,7 @@ TrainLoop::TrainLoop(const Config& config, RunConfig rc, const TrainOptions& opt
       stragglers_(comm_.hosts()),
       nonfinite_(comm_, model_, *dp_, {rc_.on_nonfinite, rc_.max_consecutive_skips, rc_.max_skips}),
       spikes_(rc_.spike_guard) {
+  Buffer::reset_peaks(rc_.exec.device);  // the report's peaks are training's (Note [Memory report])
   if (grid_.tensor_size() > 1) transformer_.attach_tensor_group(&tensor_group_);
   step_ = std::make_unique<dist::TrainStep>(
       grid_, model_, *dp_,

@@ -110,7 +110,8 @@ int64_t Loader::planned_bytes(const LoaderConfig& c) {
   const int64_t tokens =
       bucket && c.max_tokens > 0 ? c.max_tokens : int64_t(c.batch_size) * c.seq_len;
   const int64_t values = 2 * tokens + (bucket ? tokens : c.mode == Mode::pack ? tokens : 0);
-  return int64_t(c.prefetch) * values * int64_t(sizeof(int32_t));
+  // The queue's `prefetch` and the one being made while it is full.
+  return int64_t(c.prefetch + 1) * values * int64_t(sizeof(int32_t));
 }
 
 void Loader::run() {
@@ -132,10 +133,11 @@ void Loader::run() {
       }
       bool last = !item.batch;
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || int(queue_.size()) < config_.prefetch; });
-      if (stop_) return;
+      // Counted from now (made, waiting for room) until next() hands it out.
       queued_bytes_ += bytes_of(item.batch);
       peak_queued_ = std::max(peak_queued_.load(), queued_bytes_);
+      cv_.wait(lock, [&] { return stop_ || int(queue_.size()) < config_.prefetch; });
+      if (stop_) return;
       queue_.push_back(std::move(item));
       cv_.notify_all();
       if (last) return;

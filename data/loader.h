@@ -72,8 +72,9 @@ class Loader {
   const Corpus& corpus() const { return *corpora_.front(); }
   const std::vector<std::unique_ptr<Corpus>>& corpora() const { return corpora_; }
   const LoaderConfig& config() const { return config_; }
-  // The most bytes the prefetched batches waiting in the queue have held at once, and the
-  // most they may hold (planned_bytes: `prefetch` of the largest batch the config makes).
+  // The most bytes the batches made and not yet handed out (the queue's and the one being
+  // made) have held at once, and the most they may hold (planned_bytes: `prefetch` + 1 of the
+  // largest batch the config makes).
   int64_t peak_queued_bytes() const { return peak_queued_.load(); }
   static int64_t planned_bytes(const LoaderConfig& config);
 
@@ -99,7 +100,7 @@ class Loader {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Item> queue_;
-  int64_t queued_bytes_ = 0;  // of the batches in queue_ (under mu_)
+  int64_t queued_bytes_ = 0;  // of the batches made and not yet handed out (under mu_)
   std::atomic<int64_t> peak_queued_{0};
   std::exception_ptr error_;
   bool stop_ = false;

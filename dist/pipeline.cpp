@@ -50,7 +50,7 @@ int Pipeline::staging(size_t bytes) {
     free = int(staging_.size()) - 1;
   }
   if (staging_[size_t(free)].bytes() < bytes)
-    staging_[size_t(free)] = Buffer(bytes, model_.context().device, MemoryUse::communication);
+    staging_[size_t(free)] = Buffer(bytes, model_.context().device, MemoryUse::other);
   staging_busy_[size_t(free)] = true;
   return free;
 }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "nn/architecture.h"
 #include "runtime/error.h"
@@ -44,7 +45,15 @@ double HfConfigReader::real(const char* field, std::optional<double> fallback) {
   if (!v && fallback) return *fallback;
   if (!v) refuse(field, "is missing");
   if (!v->is_number()) refuse(field, fmt::format("= {} is not a number", v->dump()));
-  return v->get<double>();
+  return in_float_range(v->get<double>(), field);
+}
+
+double HfConfigReader::in_float_range(double v, const char* field) const {
+  // Every number read becomes a float key (or a fraction): one beyond a float's range has no
+  // meaning, and converting it would be undefined.
+  if (!(std::abs(v) <= double(std::numeric_limits<float>::max())))
+    refuse(field, fmt::format("= {} is out of range", v));
+  return v;
 }
 
 bool HfConfigReader::boolean(const char* field, bool fallback) {
@@ -134,7 +143,10 @@ void hf_rope_scaling(HfConfigReader& hf, ModelConfig& m) {
     const auto it = r->find(key);
     USAGE_CHECK(it != r->end() && it->is_number(), "{} of type \"{}\" needs a number \"{}\"", where,
                 type, key);
-    return it->get<double>();
+    const double v = it->get<double>();
+    USAGE_CHECK(std::abs(v) <= double(std::numeric_limits<float>::max()),
+                "{}: \"{}\" = {} is out of range", where, key, v);
+    return v;
   };
   if (type == "linear") {
     m.rope_scaling = RopeScaling::linear;
@@ -144,7 +156,12 @@ void hf_rope_scaling(HfConfigReader& hf, ModelConfig& m) {
     m.rope_factor = float(number("factor"));
     m.rope_low_freq_factor = float(number("low_freq_factor"));
     m.rope_high_freq_factor = float(number("high_freq_factor"));
-    m.rope_original_context = int(number("original_max_position_embeddings"));
+    const double context = number("original_max_position_embeddings");
+    USAGE_CHECK(context >= 1 && context <= double(1 << 24) && context == std::floor(context),
+                "{}: \"original_max_position_embeddings\" = {} is not a whole number of positions "
+                "in [1, 2^24]",
+                where, context);
+    m.rope_original_context = int(context);
   } else {
     USAGE_CHECK(type == "default",
                 "{}: type \"{}\" is not supported: the trainer scales rotary "

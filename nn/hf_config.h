@@ -47,6 +47,8 @@ class HfConfigReader {
 
  private:
   const nlohmann::json* take(const char* field);
+  // v, unless it lies beyond a float's range (refused naming the field).
+  double in_float_range(double v, const char* field) const;
   [[noreturn]] void refuse(const char* field, const std::string& why) const;
   nlohmann::json config_;
   std::filesystem::path file_;

@@ -14,9 +14,10 @@
 namespace trainer {
 
 // What a Buffer holds, by the categories of a run's memory plan (Note [Memory report] in
-// app/memory_plan.cpp): fp32 masters and working copies of the weights, gradients, optimizer
+// app/memory_plan.h): fp32 masters and working copies of the weights, gradients, optimizer
 // state, activations (with the batch's device copies), op workspace, communication buffers
-// (gather slots, staging), and the rest.
+// (gather slots, received shards, deterministic sums), and the rest, which no plan counts
+// (pipeline staging, cuDNN's own workspace, a GEMM measurement's operands).
 enum class MemoryUse : uint8_t {
   weights,
   gradients,

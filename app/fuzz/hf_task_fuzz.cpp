@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -21,14 +22,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// This process's scratch folder (one per process: libFuzzer may run several).
+// This process's scratch folder (one per process: libFuzzer may run several), removed at exit.
+// The path is never destroyed, so that the exit hook may still read it.
 const fs::path& scratch() {
-  static const fs::path dir = [] {
-    const fs::path d = fs::temp_directory_path() / ("hf_task_fuzz." + std::to_string(getpid()));
-    fs::create_directories(d);
+  static const fs::path* const dir = [] {
+    const auto* d =
+        new fs::path(fs::temp_directory_path() / ("hf_task_fuzz." + std::to_string(getpid())));
+    fs::create_directories(*d);
+    std::atexit([] {
+      std::error_code ec;
+      fs::remove_all(scratch(), ec);
+    });
     return d;
   }();
-  return dir;
+  return *dir;
 }
 
 // Writes `text` to `path` (no fsync: a scratch file read back at once).

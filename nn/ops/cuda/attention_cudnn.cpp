@@ -82,7 +82,7 @@ void make_plan(Entry& e, const Shape& s, std::string* why) {
   std::string second;
   e.plan = e.graph.build(s.device, again, &second);
   if (!e.plan) return;
-  e.workspace = Buffer(size_t(e.plan->workspace), Device::cuda, MemoryUse::workspace);
+  e.workspace = Buffer(size_t(e.plan->workspace), Device::cuda, MemoryUse::other);
   log::info(
       "cuDNN attention {} (B={} H={} T={} head size {}) needs {} MiB of workspace, not the "
       "{} MiB planned: it has its own",

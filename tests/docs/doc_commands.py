@@ -6,8 +6,8 @@ usage: doc_commands.py <trainer> <source dir> <mpiexec>
 Each document's commands run in order in a scratch directory of their own (so one block can use
 what an earlier one wrote), two documents at a time, with `trainer` on PATH, configs/ and
 scripts/ linked from the source, the prepared Brown corpus at corpora/brown (its texts at
-corpora/cache/brown/text), a small text corpus
-at corpus/*.txt, and runs/gpt already trained two steps (its step-2 is one to rewind to).
+corpora/cache/brown/text), a small text corpus at corpus/*.txt, and runs/gpt already trained
+two steps (its step-2 is one to rewind to).
 Commands that train get a short run appended (train.steps=1, no validation, a stated MFU peak,
 and their own run.name unless they set one); a bench runs one step, without warm-up, against a
 stated peak; an evaluation of the validation split reads two batches; mpirun gets

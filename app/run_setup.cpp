@@ -158,13 +158,6 @@ const std::vector<const char*>& dropout_keys() {
   return keys;
 }
 
-void set_dropout_keys(Config& c, const nn::DropoutRates& rates) {
-  c.set("model.dropout", 0.0);
-  c.set("model.embedding_dropout", nn::as_decimal(rates.embedding));
-  c.set("model.attention_dropout", nn::as_decimal(rates.attention));
-  c.set("model.residual_dropout", nn::as_decimal(rates.residual));
-}
-
 void inherit_dropout(Config& c, const nn::DropoutRates& rates) {
   if (c.stated("model.dropout")) return;
   const std::pair<const char*, float> sites[] = {{"model.embedding_dropout", rates.embedding},

@@ -143,8 +143,6 @@ void set_lora_keys(Config& c, const nn::LoraConfig& lora);
 // model keys either, since they change no parameter, and a run may set its own over a
 // folder's rates.
 const std::vector<const char*>& dropout_keys();
-// Sets them to `rates`, each site's key its own.
-void set_dropout_keys(Config& c, const nn::DropoutRates& rates);
 // Fine-tuning: each site's key `c` leaves out takes the source model's rate (a Hugging Face
 // folder's, a saved run's), unless `c` states model.dropout, which is then its rate.
 void inherit_dropout(Config& c, const nn::DropoutRates& rates);

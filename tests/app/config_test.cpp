@@ -119,8 +119,8 @@ TEST(Config, ModelKeysAreTheSchemasModelKeysThatDefineTheModel) {
   EXPECT_EQ(back.gelu, nn::GeluForm::erf);
 }
 
-// Each site's dropout is its own key, or model.dropout's where that key is -1; set_dropout_keys
-// writes rates that read back as they were.
+// Each site's dropout is its own key, or model.dropout's where that key is -1. A source's rates
+// (inherit_dropout) fill the sites the config leaves out, and none when it states model.dropout.
 TEST(Config, DropoutSitesTakeModelDropoutUnlessSet) {
   Config c;
   EXPECT_FALSE(stated_model(c).dropout.any());
@@ -131,11 +131,14 @@ TEST(Config, DropoutSitesTakeModelDropoutUnlessSet) {
   EXPECT_EQ(r.attention, 0.25f);
   EXPECT_EQ(r.residual, 0.1f);
   Config d;
-  set_dropout_keys(d, {0.05f, 0.0f, 0.3f});
-  const nn::DropoutRates back = stated_model(d).dropout;
-  EXPECT_EQ(back.embedding, 0.05f);
-  EXPECT_EQ(back.attention, 0.0f);
-  EXPECT_EQ(back.residual, 0.3f);
+  d.apply_override("model.residual_dropout=0.3");
+  inherit_dropout(d, {0.05f, 0.0f, 0.2f});
+  const nn::DropoutRates inherited = stated_model(d).dropout;
+  EXPECT_EQ(inherited.embedding, 0.05f);
+  EXPECT_EQ(inherited.attention, 0.0f);
+  EXPECT_EQ(inherited.residual, 0.3f);  // stated: kept
+  inherit_dropout(c, {0.05f, 0.0f, 0.2f});
+  EXPECT_EQ(stated_model(c).dropout, r);  // model.dropout stated: nothing inherited
   c.apply_override("model.residual_dropout=-0.5");
   EXPECT_THROW(stated_model(c), UsageError);
 }

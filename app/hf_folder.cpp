@@ -1,6 +1,7 @@
 // Hugging Face folders as model sources; see hf_folder.h.
 #include "app/hf_folder.h"
 
+#include "app/dropout_keys.h"
 #include "app/init_from.h"
 #include "app/run_setup.h"
 #include "nn/architecture.h"

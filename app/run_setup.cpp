@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <string>
 
+#include "app/dropout_keys.h"
 #include "app/refusals.h"
 #include "dist/network.h"
 #include "nn/lora.h"
@@ -151,40 +152,10 @@ void set_lora_keys(Config& c, const nn::LoraConfig& lora) {
   c.set("train.lora.targets", lora.targets);
 }
 
-const std::vector<const char*>& dropout_keys() {
-  static const std::vector<const char*> keys = {"model.dropout", "model.embedding_dropout",
-                                                "model.attention_dropout",
-                                                "model.residual_dropout"};
-  return keys;
-}
-
-void inherit_dropout(Config& c, const nn::DropoutRates& rates) {
-  if (c.stated("model.dropout")) return;
-  const std::pair<const char*, float> sites[] = {{"model.embedding_dropout", rates.embedding},
-                                                 {"model.attention_dropout", rates.attention},
-                                                 {"model.residual_dropout", rates.residual}};
-  for (const auto& [key, rate] : sites)
-    if (!c.stated(key)) c.set(key, nn::as_decimal(rate));
-}
-
-namespace {
-
-// A site's dropout key: its own probability, or model.dropout's where it is -1.
-float dropout_rate(const Config& c, const char* key) {
-  const double p = c.real(key);
-  USAGE_CHECK(p == -1 || p >= 0, "{} = {}: a probability in [0, 1), or -1 for model.dropout's", key,
-              p);
-  return float(p == -1 ? c.real("model.dropout") : p);
-}
-
-}  // namespace
-
 nn::ModelConfig stated_model(const Config& c) {
   nn::ModelConfig m;
   for (const ModelKey& k : kModelKeys) k.read(c, k.key, m);
-  m.dropout = {dropout_rate(c, "model.embedding_dropout"),
-               dropout_rate(c, "model.attention_dropout"),
-               dropout_rate(c, "model.residual_dropout")};
+  m.dropout = dropout_rates(c);
   m.lora.rank = int(c.integer("train.lora.rank"));
   m.lora.alpha = float(c.real("train.lora.alpha"));
   m.lora.targets = c.list("train.lora.targets");

@@ -139,13 +139,6 @@ const std::vector<const char*>& model_keys();
 const std::vector<const char*>& lora_keys();
 // Sets them to describe `lora` (the inverse of stated_model's reading of them).
 void set_lora_keys(Config& c, const nn::LoraConfig& lora);
-// The dropout keys (Note [Dropout] in nn/dropout.h; read into nn::ModelConfig::dropout): not
-// model keys either, since they change no parameter, and a run may set its own over a
-// folder's rates.
-const std::vector<const char*>& dropout_keys();
-// Fine-tuning: each site's key `c` leaves out takes the source model's rate (a Hugging Face
-// folder's, a saved run's), unless `c` states model.dropout, which is then its rate.
-void inherit_dropout(Config& c, const nn::DropoutRates& rates);
 // How the model runs (precision, gradient dtype, checkpointing) for batches of up to
 // max_rows x max_seq_len tokens.
 nn::ExecConfig exec_config(const Config& c, int max_rows, int max_seq_len);

@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "app/dropout_keys.h"
 #include "app/hf_folder.h"
 #include "app/memory_plan.h"
 #include "app/model_source.h"

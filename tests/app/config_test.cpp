@@ -8,6 +8,7 @@
 #include <string>
 
 #include "app/config.h"
+#include "app/dropout_keys.h"
 #include "app/refusals.h"
 #include "app/run_setup.h"
 #include "common/temp_dir.h"

@@ -6,6 +6,7 @@
 // optimizer.safetensors) or sharded (each rank of a sharded run writes its own slices to
 // shard-R-of-N.safetensors, in parallel); the manifest gives every file's global flat ranges,
 // so either kind loads at any world size and sharding stage (Note [Sharded checkpoints]).
+// Writing one is app/checkpoint_save.h's.
 #pragma once
 
 #include <cstdint>
@@ -41,25 +42,6 @@ struct TrainerState {
   std::vector<std::string> hosts;  // each rank's host, by rank (empty: not recorded)
   nlohmann::json spike_guard;      // SpikeGuard::state() (null: saved without the guard)
 };
-
-struct SaveOptions {
-  CheckpointPolicy policy;
-  bool prune_all = false;   // apply the policy to checkpoints written under another (--force)
-  double timeout_s = 1800;  // how long ranks wait for each other's writes (checkpoint.timeout_s)
-};
-
-// A collective: every rank calls it. Writes step-<state.step>/ under `run_dir`/checkpoints
-// (the tokenizer's bytes too, so the checkpoint is self-contained; the tensors whole from rank
-// 0 or each rank's slices from every rank, as `dp` holds them), repoints `latest`, prunes old
-// ones written under the same policy (Note [Retention]). Ranks wait for each other under
-// options.timeout_s, not the collective timeout, and an error names a rank that was late. Returns
-// the checkpoint directory on every rank. On a failed write (a full disk) throws on every rank
-// naming the file; `latest` still names the previous checkpoint and the partial one is removed.
-std::filesystem::path save_checkpoint(dist::Communicator& comm,
-                                      const std::filesystem::path& run_dir, nn::Model& model,
-                                      dist::DataParallel& dp, const TrainerState& state,
-                                      const std::string& config_yaml, std::string_view tokenizer,
-                                      const SaveOptions& options);
 
 // A verified checkpoint directory: the manifest was read, every file it lists mapped and its
 // size and CRC-32 checked, and the trainer state and tokenizer cross-checked against it.

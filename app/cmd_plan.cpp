@@ -60,6 +60,7 @@ void print_configured(const RunConfig& rc, int world) {
     row("  of which cuDNN attention", double(w.total()));
   }
   row("batch inputs", double(m.inputs));
+  if (plan.checkpoint) row("checkpoint.async's host copy", double(plan.checkpoint));
   std::printf("  %-34s %10.1f MiB per rank\n", "total", double(plan.total()) / kMiB);
   if (e.device == Device::cpu) {  // this machine's, for a run here (Note [Memory check])
     const AvailableMemory a = available_memory(Device::cpu);

@@ -276,6 +276,10 @@ const std::vector<KeySpec>& schema() {
       {"checkpoint.timeout_s", Kind::real, 1800.0,
        "How long ranks wait for each other's checkpoint writes (instead of dist.timeout_s)", 0.1,
        1e7},
+      {"checkpoint.async", Kind::boolean, false,
+       "Write periodic saves on a thread while training goes on: the step waits only for a "
+       "host copy of the state (3 x 4 bytes per parameter a writing rank holds, kept for the "
+       "run); the next save, a stop and the run's end wait for the write"},
 
       {"log.every", Kind::integer, int64_t(10), "Write a metrics line every N steps", 1},
       {"log.tensorboard", Kind::boolean, false,

@@ -20,8 +20,12 @@ MemoryPlan plan_memory(const RunConfig& rc, int data_ranks) {
   pc.sharding = rc.sharding;
   pc.reshard_after_forward = rc.reshard_after_forward;
   pc.is_frozen = frozen_by_name(layout, rc);
-  return {dist::planned_state_bytes(layout, pc, data_ranks, rc.exec.compute, rc.exec.grad),
-          nn::Transformer::planned_memory(rc.model, rc.exec)};
+  MemoryPlan plan{dist::planned_state_bytes(layout, pc, data_ranks, rc.exec.compute, rc.exec.grad),
+                  nn::Transformer::planned_memory(rc.model, rc.exec)};
+  plan.device = rc.exec.device;
+  // The snapshot holds the masters and both moments: three times the fp32 masters.
+  if (rc.checkpoint_async) plan.checkpoint = 3 * plan.state.masters;
+  return plan;
 }
 
 int64_t MemoryPlan::of(MemoryUse use) const {
@@ -38,19 +42,23 @@ int64_t MemoryPlan::of(MemoryUse use) const {
       return model.workspace;
     case MemoryUse::communication:
       return state.buffers;
+    case MemoryUse::checkpoint:
+      return checkpoint;
     default:
       return -1;
   }
 }
 
 std::string memory_report(const MemoryPlan& plan, Device device, int64_t loader_peak) {
-  const MemoryUsage used = Buffer::usage(device);
+  const MemoryUsage used = Buffer::usage(device), host = Buffer::usage(Device::cpu);
   std::vector<std::string> rows;
   auto mib = [](int64_t b) { return fmt::format("{:.1f}", double(b) / kMiB); };
   for (size_t u = 0; u < size_t(MemoryUse::kCount); ++u) {
     const int64_t planned = plan.of(MemoryUse(u));
-    rows.push_back(fmt::format("{} {}/{}", kMemoryUseNames[u], planned < 0 ? "-" : mib(planned),
-                               mib(used.peak[u])));
+    // A save's snapshot is host memory whatever the device.
+    const int64_t peak = MemoryUse(u) == MemoryUse::checkpoint ? host.peak[u] : used.peak[u];
+    rows.push_back(
+        fmt::format("{} {}/{}", kMemoryUseNames[u], planned < 0 ? "-" : mib(planned), mib(peak)));
   }
   if (loader_peak >= 0)
     rows.push_back(fmt::format("loader {}/{}", mib(plan.loader), mib(loader_peak)));

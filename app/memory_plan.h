@@ -18,9 +18,15 @@ struct MemoryPlan {
   dist::StateBytes state;         // masters, working weights, gradients, optimizer, buffers
   nn::Transformer::Memory model;  // of which activations, workspace and inputs count here
   int64_t loader = 0;             // the prefetched batches at most (host memory)
-  // What the model's device holds (the loader's batches apart).
+  // checkpoint.async: the host copy a rank that writes tensors keeps for its saves
+  // (SaveSnapshot; every rank's plan counts it, as rank 0 always writes).
+  int64_t checkpoint = 0;
+  Device device = Device::cpu;  // the model's
+  // What the model's device holds (the loader's batches apart; the checkpoint copy where the
+  // device is the host).
   int64_t total() const {
-    return state.total() + model.activations + model.workspace + model.inputs;
+    return state.total() + model.activations + model.workspace + model.inputs +
+           (device == Device::cpu ? checkpoint : 0);
   }
   // The plan of a MemoryUse category (Note [Memory report]); -1 for `other`, which no plan has.
   int64_t of(MemoryUse use) const;

@@ -393,6 +393,7 @@ void read_loop(const Config& c, RunConfig& r) {
   r.keep_last = c.integer("checkpoint.keep_last");
   r.keep_every = c.integer("checkpoint.keep_every");
   r.checkpoint_timeout_s = c.real("checkpoint.timeout_s");
+  r.checkpoint_async = c.boolean("checkpoint.async");
   r.log_every = c.integer("log.every");
   r.log_level = log::kLevelNames.parse(c.text("log.level"));
   r.log_all_ranks = c.boolean("log.all_ranks");

@@ -75,6 +75,7 @@ struct RunConfig {
   int64_t eval_tasks_every = 0;
   int64_t checkpoint_every = 0, keep_last = 0, keep_every = 0;
   double checkpoint_timeout_s = 0;
+  bool checkpoint_async = false;  // Note [Asynchronous checkpoints]
   int64_t log_every = 1;
   log::Level log_level = log::Level::info;
   bool log_all_ranks = false;  // every rank writes <run>/logs/rank-R.log

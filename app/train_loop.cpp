@@ -114,6 +114,9 @@ TrainLoop::TrainLoop(const Config& config, RunConfig rc, const TrainOptions& opt
       nonfinite_(comm_, model_, *dp_, {rc_.on_nonfinite, rc_.max_consecutive_skips, rc_.max_skips}),
       spikes_(rc_.spike_guard) {
   Buffer::reset_peaks(rc_.exec.device);  // the report's peaks are training's (Note [Memory report])
+  const dist::GridShape shape{grid_.tensor_size(), grid_.pipeline_size(), data_.size()};
+  if (rc_.checkpoint_async && writes_checkpoint_tensors(comm_.rank(), shape, dp_->sharding()))
+    snapshot_ = std::make_unique<SaveSnapshot>(dp_->masters().numel());
   if (grid_.tensor_size() > 1) transformer_.attach_tensor_group(&tensor_group_);
   step_ = std::make_unique<dist::TrainStep>(
       grid_, model_, *dp_,
@@ -169,7 +172,8 @@ StepStats TrainLoop::train_step(const std::optional<std::vector<data::Batch>>& b
       views.back().dropout_key = nn::dropout_batch_key(rc_.seed, state_.step, micro);
     }
   const dist::StepResult r = step_->run(views, counts, [this] {
-    return dist::StepFlags{stop_signal_received() != 0, !write_failure().empty()};
+    return dist::StepFlags{stop_signal_received() != 0, !write_failure().empty(),
+                           pending_save_ && pending_save_->writing()};
   });
   StepStats s;
   s.tokens = counts.global_tokens;
@@ -178,6 +182,7 @@ StepStats TrainLoop::train_step(const std::optional<std::vector<data::Batch>>& b
   s.bubble = r.bubble;
   s.stop_requested = r.stop_requested;
   s.write_failed = r.write_failed;
+  s.save_writing = r.save_writing;
   s.times = r.times;
   return update(s);
 }
@@ -286,8 +291,11 @@ void TrainLoop::score_tasks() {
 }
 
 // A collective: every rank writes its part (Note [Sharded checkpoints]), with the data
-// position `loader` (default: the loader's now).
-void TrainLoop::save(const std::optional<data::LoaderState>& loader) {
+// position `loader` (default: the loader's now), after the save in flight is committed.
+// `in_background` under checkpoint.async: this rank's write runs on while training goes on
+// (Note [Asynchronous checkpoints]).
+void TrainLoop::save(const std::optional<data::LoaderState>& loader, bool in_background) {
+  finish_save();
   if (state_.step == saved_step_) return;
   nonfinite_.check_before_save(state_.step, saved_step_);
   saved_step_ = state_.step;
@@ -296,9 +304,29 @@ void TrainLoop::save(const std::optional<data::LoaderState>& loader) {
   const SaveOptions options{.policy = {rc_.keep_last, rc_.keep_every},
                             .prune_all = options_.force,
                             .timeout_s = rc_.checkpoint_timeout_s};
-  const fs::path dir = save_checkpoint(comm_, rc_.run_dir, model_, *dp_, state_, config_.to_yaml(),
-                                       tokenizer_, options);
-  log::info("saved {}", dir.string());
+  in_background &= rc_.checkpoint_async;
+  auto save =
+      std::make_unique<CheckpointSave>(comm_, rc_.run_dir, model_, *dp_, state_, config_.to_yaml(),
+                                       tokenizer_, options, snapshot_.get(), in_background);
+  if (in_background) {
+    log::info("step {}: copied the state in {:.3f} s; writing step-{} in the background",
+              state_.step, save->begin_s(), state_.step);
+    pending_save_ = std::move(save);
+    return;
+  }
+  const fs::path dir = save->commit();
+  log::info("saved {} in {:.3f} s", dir.string(), save->begin_s());
+}
+
+// A collective: commits the save whose write is in flight, if any, waiting for it (the ranks
+// call it together: at a step boundary where the step's agreement says no write is running,
+// or before a save, a stop or the end).
+void TrainLoop::finish_save() {
+  if (!pending_save_) return;
+  const std::unique_ptr<CheckpointSave> save = std::move(pending_save_);
+  const fs::path dir = save->commit();
+  log::info("saved {} (written in the background in {:.3f} s; committed at step {})", dir.string(),
+            save->write_s(), state_.step);
 }
 
 // train.spike_guard.action=stop (Note [Spike guard]): saves the state before the step, which
@@ -359,6 +387,7 @@ int TrainLoop::run() {
     ++state_.step;
     state_.tokens_seen += s.tokens;
     log_step(s, step_timer.seconds());
+    if (pending_save_ && !s.save_writing) finish_save();
     // One process need not wait for the next step's agreement (Note [Write failures]).
     if (s.write_failed || (comm_.size() == 1 && !write_failure().empty())) report_write_failure();
     if (s.stop_requested && state_.step < total) {
@@ -383,20 +412,18 @@ int TrainLoop::run() {
       // rotate the last good one out (Note [Non-finite values]).
       if (nonfinite_.skipping() && leader_)
         log::warn("step {}: no checkpoint while steps are being skipped", state_.step);
-      if (!nonfinite_.skipping()) save();
+      if (!nonfinite_.skipping()) save(std::nullopt, true);
     }
   }
   progress_->finish();
   save();
-  log::info("{}", memory_report({dp_->state_bytes(), transformer_.memory(),
-                                 data::Loader::planned_bytes(loader_->config())},
-                                rc_.exec.device, loader_->peak_queued_bytes()));
+  log::info("{}", memory_report(memory_plan(), rc_.exec.device, loader_->peak_queued_bytes()));
   log::info(
       "done: step {}; this launch trained {} steps, {} tokens, in {:.1f} s; peak resident "
       "memory {:.1f} MiB (the plan: {:.1f} MiB for the model, gradients, optimizer and "
       "activations)",
       state_.step, state_.step - first_step_, state_.tokens_seen - first_tokens_,
-      run_timer_.seconds(), peak_resident_mib(), planned_mib());
+      run_timer_.seconds(), peak_resident_mib(), memory_plan().total() / kMiB);
   return 0;
 }
 

@@ -13,7 +13,9 @@
 #include <nlohmann/json.hpp>
 
 #include "app/checkpoint.h"
+#include "app/checkpoint_save.h"
 #include "app/config.h"
+#include "app/memory_plan.h"
 #include "app/metrics.h"
 #include "app/nonfinite.h"
 #include "app/run_setup.h"
@@ -43,6 +45,7 @@ struct StepStats {
   std::string spike;            // what spiked (train.spike_guard), or empty
   bool stop_requested = false;  // a signal reached some rank
   bool write_failed = false;    // rank 0 could not write its metrics or log
+  bool save_writing = false;    // some rank's checkpoint write is in flight
   dist::StepTimes times;
   double bubble = 0;  // pipeline: the stages' idle share of their step (waiting for transfers)
 };
@@ -83,7 +86,9 @@ class TrainLoop {
   double validate(const ValSet& set);
   void validate_all();
   void score_tasks();
-  void save(const std::optional<data::LoaderState>& loader = std::nullopt);
+  void save(const std::optional<data::LoaderState>& loader = std::nullopt,
+            bool in_background = false);
+  void finish_save();
   [[noreturn]] void stop_at_spike(const StepStats& s, const data::LoaderState& before);
   void log_step(const StepStats& s, double step_s);
   void write_metrics(const nlohmann::json& record);
@@ -91,7 +96,7 @@ class TrainLoop {
   int stop_early(const std::string& why, int exit_code);
   void mark_stopped();  // a collective
   void log_setup();
-  double planned_mib() const;
+  MemoryPlan memory_plan() const;  // this rank's, as its layers account for it
 
   Config config_;  // as given (paths made absolute): saved with the run, compared across ranks
   RunConfig rc_;   // the same, resolved once
@@ -127,6 +132,10 @@ class TrainLoop {
   dist::StragglerWatch stragglers_;  // rank 0: the current streak of one lagging rank or node
   NonFiniteGuard nonfinite_;         // what a step or a save does with NaN and Inf
   SpikeGuard spikes_;                // train.spike_guard's windows
+  // checkpoint.async (Note [Asynchronous checkpoints]): this rank's host copy, where it writes
+  // tensors, and the save whose write is in flight (destroyed first: it reads the model).
+  std::unique_ptr<SaveSnapshot> snapshot_;
+  std::unique_ptr<CheckpointSave> pending_save_;
 };
 
 }  // namespace trainer::app

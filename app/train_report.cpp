@@ -202,14 +202,18 @@ void TrainLoop::log_setup() {
                                 rc_.train_data.mixture.phases.size(),
                                 rc_.train_data.mixture.phases.front().step));
   }
-  const dist::StateBytes st = dp_->state_bytes();
+  const MemoryPlan plan = memory_plan();
+  const dist::StateBytes& st = plan.state;
   log::info(
       "memory plan per rank: {:.1f} MiB (sharding {}: fp32 masters {:.1f}, working weights "
       "{:.1f}, gradients {:.1f}, optimizer {:.1f}, buffers {:.1f}; activations {:.1f}, workspace "
-      "{:.1f}); {}",
-      planned_mib(), dist::kShardingStageNames.name(dp_->sharding()), st.masters / kMiB,
+      "{:.1f}{}); {}",
+      plan.total() / kMiB, dist::kShardingStageNames.name(dp_->sharding()), st.masters / kMiB,
       st.working / kMiB, st.grads / kMiB, st.optimizer / kMiB, st.buffers / kMiB,
-      mem.activations / kMiB, mem.workspace / kMiB, grid_.describe());
+      mem.activations / kMiB, mem.workspace / kMiB,
+      plan.checkpoint ? fmt::format("; checkpoint.async's host copy {:.1f}", plan.checkpoint / kMiB)
+                      : "",
+      grid_.describe());
   if (grid_.pipeline_size() > 1) {  // the stages' layers and compute (Note [Pipeline stages])
     const int P = grid_.pipeline_size();
     const std::vector<double> flops = nn::stage_flops(rc_.model, rc_.pipeline_split, P);
@@ -231,9 +235,9 @@ void TrainLoop::log_setup() {
 }
 
 // The model's state as this rank holds it, and the model's own activations and scratch.
-double TrainLoop::planned_mib() const {
-  const nn::Transformer::Memory m = transformer_.memory();
-  return double(dp_->state_bytes().total() + m.activations + m.workspace + m.inputs) / kMiB;
+MemoryPlan TrainLoop::memory_plan() const {
+  return {dp_->state_bytes(), transformer_.memory(), data::Loader::planned_bytes(loader_->config()),
+          snapshot_ ? snapshot_->bytes() : 0, rc_.exec.device};
 }
 
 }  // namespace trainer::app

@@ -89,8 +89,9 @@ void TrainStep::sum_tied_embedding() {
 }
 
 // Every rank agrees on the loss, the norm (a sum of the ranks' shares when sharded, or under
-// tensor or pipeline parallelism: GradNormShare), whether a signal asked to stop and whether
-// some rank failed to write, so that all take the same decisions: one small all-reduce, and
+// tensor or pipeline parallelism: GradNormShare), whether a signal asked to stop, whether
+// some rank failed to write and whether a checkpoint write is still in flight, so that all
+// take the same decisions: one small all-reduce, and
 // the loss and the norm come back from the device here, once per step.
 void TrainStep::agree(StepResult& r, StepFlags flags) {
   Communicator& world = grid_.world();
@@ -100,16 +101,17 @@ void TrainStep::agree(StepResult& r, StepFlags flags) {
       model_.read_step_scalars(config_.exact_norm || norm_share_ ? Tensor{} : dp_.grads());
   if (norm_share_) local.grad_norm_sq = norm_share_->sum_squares(model_.context(), dp_.grads());
   const bool summed = dp_.grads_sharded() || norm_share_;
-  const bool counted = dp_.grads_sharded() || grid_.data().rank() == 0;  // one replica's
-  enum Summed { kLoss, kStop, kWriteFailed, kNormSq, kIdle, kBusy };     // the sums, in order
+  const bool counted = dp_.grads_sharded() || grid_.data().rank() == 0;             // one replica's
+  enum Summed { kLoss, kStop, kWriteFailed, kSaveWriting, kNormSq, kIdle, kBusy };  // in order
   std::vector<double> sums = {local.loss_sum, flags.stop_requested ? 1.0 : 0.0,
-                              flags.write_failed ? 1.0 : 0.0,
+                              flags.write_failed ? 1.0 : 0.0, flags.save_writing ? 1.0 : 0.0,
                               summed && counted ? local.grad_norm_sq : 0.0};
   if (pipeline_) sums.insert(sums.end(), {r.bubble, r.bubble + r.times.forward_s});
   if (world.size() > 1) world.all_reduce(sums);
   r.loss_sum = sums[kLoss];
   r.stop_requested = sums[kStop] > 0;
   r.write_failed = sums[kWriteFailed] > 0;
+  r.save_writing = sums[kSaveWriting] > 0;
   if (pipeline_)  // every stage's idle share of its step, pooled
     r.bubble = sums[kBusy] > 0 ? sums[kIdle] / sums[kBusy] : 0;
   r.grad_norm = std::sqrt(summed ? sums[kNormSq] : local.grad_norm_sq);

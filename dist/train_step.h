@@ -31,6 +31,7 @@ struct TrainStepConfig {
 struct StepFlags {
   bool stop_requested = false;  // a stop signal reached this rank
   bool write_failed = false;    // this rank could not write its metrics or log
+  bool save_writing = false;    // this rank's checkpoint write is in flight (checkpoint.async)
 };
 
 // The step as every rank agreed on it (the same on each).
@@ -38,7 +39,7 @@ struct StepResult {
   double loss_sum = 0;  // over the global batch's loss tokens
   double grad_norm = 0;
   double bubble = 0;  // pipeline: the stages' idle share of their step, pooled
-  bool stop_requested = false, write_failed = false;  // on some rank
+  bool stop_requested = false, write_failed = false, save_writing = false;  // on some rank
   StepTimes times;  // this rank's forward, backward and exposed communication
 };
 

@@ -25,11 +25,13 @@ enum class MemoryUse : uint8_t {
   activations,
   workspace,
   communication,
+  checkpoint,  // host copies for asynchronous saves (Note [Asynchronous checkpoints])
   other,
   kCount
 };
-inline constexpr const char* kMemoryUseNames[] = {
-    "weights", "gradients", "optimizer", "activations", "workspace", "communication", "other"};
+inline constexpr const char* kMemoryUseNames[] = {"weights",     "gradients", "optimizer",
+                                                  "activations", "workspace", "communication",
+                                                  "checkpoint",  "other"};
 
 // The bytes Buffers hold on one device, by MemoryUse: now and at most since the process began
 // (or reset_peaks); `peak_total` is the largest sum at any one time.

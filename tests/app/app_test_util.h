@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "app/checkpoint.h"
+#include "app/checkpoint_save.h"
 #include "app/config.h"
 #include "app/run_setup.h"
 #include "app/run_training.h"

@@ -353,7 +353,8 @@ TEST(HonestNumbers, ALargeVocabularyStaysWithinItsPlan) {
 // byte in the model and sharding tests; here, as printed (0.1 MiB).
 TEST(HonestNumbers, TheMemoryReportMatchesThePlanByCategory) {
   TempDir dir("memory_report");
-  train_tiny(dir, {"train.steps=2", "model.vocab_size=4096", "model.n_embd=64"});
+  train_tiny(dir,
+             {"train.steps=2", "model.vocab_size=4096", "model.n_embd=64", "checkpoint.async=true"});
   const std::string log = read_file(dir.path / "runs/r/train.log");
   const std::string head = "memory (MiB, plan/peak): ";
   const size_t at = log.find(head);
@@ -368,11 +369,15 @@ TEST(HonestNumbers, TheMemoryReportMatchesThePlanByCategory) {
     return std::pair{plan, peak};
   };
   for (const char* name :
-       {"weights", "gradients", "optimizer", "activations", "workspace", "communication"}) {
+       {"weights", "gradients", "optimizer", "activations", "workspace", "communication",
+        "checkpoint"}) {
     const auto [plan, peak] = figures(name);
     EXPECT_EQ(plan, peak) << name << ": " << line;
   }
   EXPECT_GT(figures("weights").first, 0.9);  // 4096 x 64 x 4 bytes and the blocks: over 1 MiB
+  // checkpoint.async's host copy: the fp32 masters (all of `weights` in fp32) and both
+  // moments. Each figure is rounded to 0.1 MiB: 0.05 + 3 x 0.05 apart at most.
+  EXPECT_NEAR(figures("checkpoint").first, 3 * figures("weights").first, 0.2 + 1e-9);
   const auto [loader_plan, loader_peak] = figures("loader");
   EXPECT_LE(loader_peak, loader_plan) << line;
   EXPECT_NE(line.find("resident peak"), std::string::npos) << line;

@@ -1,6 +1,9 @@
 #include "app/checkpoint_save.h"
 #include "app/checkpoint_files.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -78,6 +81,15 @@ void attempt(std::string& error, Fn&& fn) {
   } catch (const std::exception& e) {
     error = e.what();
   }
+}
+
+// Puts the calling thread in SCHED_IDLE, so that it runs only on cores the training leaves
+// idle (Note [Asynchronous checkpoints]). Measured at the 124M shape on 2 cores: the steps
+// beside a write at normal priority took 2.0x their time, at idle priority 0.97x, and the
+// write 8.7 s instead of 5.5 s. Where the policy cannot be set the write runs as before.
+void run_when_idle() {
+  sched_param none{};
+  pthread_setschedparam(pthread_self(), SCHED_IDLE, &none);
 }
 
 // Exports AdamW's moments of this rank's local flat buffer [begin, end) into m and v (its
@@ -235,7 +247,12 @@ void LocalState::Flat::add(SafetensorsWriter& w, std::string name, std::vector<i
 
 SaveSnapshot::SaveSnapshot(int64_t elements)
     : elements_(elements),
-      buffer_(size_t(bytes_for(elements)), Device::cpu, MemoryUse::checkpoint) {}
+      buffer_(size_t(bytes_for(elements)), Device::cpu, MemoryUse::checkpoint) {
+  // Its pages are mapped on first write (Note [Host memory on demand]): written now, at
+  // start-up, the first save's copy does not pay their faults inside a step (measured at the
+  // 124M shape: a 3.4 s first stall against 0.18 s for the next).
+  buffer_.zero();
+}
 
 LocalState SaveSnapshot::take(dist::DataParallel& dp, const nn::Model& model) {
   const Tensor masters = dp.masters();
@@ -305,6 +322,7 @@ CheckpointSave::CheckpointSave(dist::Communicator& comm, const fs::path& run_dir
   begin_s_ = timer.seconds();
   writing_.store(true, std::memory_order_release);
   thread_ = std::thread([this] {
+    run_when_idle();
     write();
     writing_.store(false, std::memory_order_release);
   });

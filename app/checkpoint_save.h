@@ -36,8 +36,10 @@ struct SaveOptions {
 // Note [Asynchronous checkpoints]
 // Under checkpoint.async the step waits only for a copy of what this rank writes (its fp32
 // masters and both AdamW moments, as its flat buffer holds them) into a SaveSnapshot, host
-// memory allocated once at start-up and counted in the plan as `checkpoint`; a thread then
-// writes the files from the copy while training goes on. The ranks learn that every write has
+// memory allocated (and its pages touched) once at start-up and counted in the plan as
+// `checkpoint`; a thread then writes the files from the copy while training goes on, at idle
+// priority (SCHED_IDLE): on cores the training keeps busy the steps keep their speed and the
+// write takes longer. The ranks learn that every write has
 // ended from the step's agreement (StepFlags::save_writing), so all of them commit at the same
 // step boundary: the manifest, the rename and `latest`, exactly as a synchronous save, and
 // `latest` never names a checkpoint before every file of it is written and fsynced. A write

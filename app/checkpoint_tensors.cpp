@@ -1,6 +1,6 @@
 // Reading a checkpoint's tensors by flat range of any layout: the whole model or a slice of it at
 // any tensor-parallel degree, from a checkpoint written whole, sharded or by tensor-parallel
-// ranks (Note [Sharded checkpoints] in checkpoint.cpp), and loading them into a run.
+// ranks (Note [Sharded checkpoints] in checkpoint_save.cpp), and loading them into a run.
 #include <algorithm>
 #include <charconv>
 #include <cstring>

@@ -353,8 +353,8 @@ TEST(HonestNumbers, ALargeVocabularyStaysWithinItsPlan) {
 // byte in the model and sharding tests; here, as printed (0.1 MiB).
 TEST(HonestNumbers, TheMemoryReportMatchesThePlanByCategory) {
   TempDir dir("memory_report");
-  train_tiny(dir,
-             {"train.steps=2", "model.vocab_size=4096", "model.n_embd=64", "checkpoint.async=true"});
+  train_tiny(
+      dir, {"train.steps=2", "model.vocab_size=4096", "model.n_embd=64", "checkpoint.async=true"});
   const std::string log = read_file(dir.path / "runs/r/train.log");
   const std::string head = "memory (MiB, plan/peak): ";
   const size_t at = log.find(head);
@@ -368,9 +368,8 @@ TEST(HonestNumbers, TheMemoryReportMatchesThePlanByCategory) {
         << name << " in " << line;
     return std::pair{plan, peak};
   };
-  for (const char* name :
-       {"weights", "gradients", "optimizer", "activations", "workspace", "communication",
-        "checkpoint"}) {
+  for (const char* name : {"weights", "gradients", "optimizer", "activations", "workspace",
+                           "communication", "checkpoint"}) {
     const auto [plan, peak] = figures(name);
     EXPECT_EQ(plan, peak) << name << ": " << line;
   }

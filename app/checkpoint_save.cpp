@@ -16,6 +16,7 @@
 #include "runtime/error.h"
 #include "runtime/log.h"
 #include "runtime/memory.h"
+#include "runtime/trace.h"
 
 namespace trainer::app {
 
@@ -287,6 +288,7 @@ CheckpointSave::CheckpointSave(dist::Communicator& comm, const fs::path& run_dir
       config_yaml_(std::move(config_yaml)),
       tokenizer_(tokenizer),
       options_(options) {
+  const trace::Span span("checkpoint begin", "checkpoint", "step", state.step);
   Timer timer;
   const fs::path root = run_dir / "checkpoints";
   const std::string name = fmt::format("step-{}", state.step);
@@ -306,26 +308,22 @@ CheckpointSave::CheckpointSave(dist::Communicator& comm, const fs::path& run_dir
     });
   agree(comm, error_, options.timeout_s, "create " + tmp_.string());
   if (writers.shards()) ranges_ = shard_ranges(layout_, dp);
-  if (!writes_) {
-    begin_s_ = timer.seconds();
-    return;
-  }
-  if (!in_background) {
+  if (writes_ && !in_background) {
     local_ = live_state(dp, model);
     write();
-    begin_s_ = timer.seconds();
-    return;
+  } else if (writes_) {
+    TRAINER_ASSERT(snapshot, "rank {} writes step-{} in the background without a snapshot",
+                   comm.rank(), state.step);
+    local_ = snapshot->take(dp, model);
+    writing_.store(true, std::memory_order_release);
+    thread_ = std::thread([this] {
+      trace::name_thread("checkpoint writer");
+      run_when_idle();
+      write();
+      writing_.store(false, std::memory_order_release);
+    });
   }
-  TRAINER_ASSERT(snapshot, "rank {} writes step-{} in the background without a snapshot",
-                 comm.rank(), state.step);
-  local_ = snapshot->take(dp, model);
   begin_s_ = timer.seconds();
-  writing_.store(true, std::memory_order_release);
-  thread_ = std::thread([this] {
-    run_when_idle();
-    write();
-    writing_.store(false, std::memory_order_release);
-  });
 }
 
 CheckpointSave::~CheckpointSave() {
@@ -336,6 +334,7 @@ CheckpointSave::~CheckpointSave() {
 // its shard, or all of a replicated run's state from rank 0. Touches only local_ and what the
 // save copied, never the communicator.
 void CheckpointSave::write() {
+  const trace::Span span("checkpoint write", "checkpoint", "step", state_.step);
   Timer timer;
   test_save_delay(comm_.rank());
   const Writers writers{grid_, sharded_};
@@ -377,6 +376,7 @@ void CheckpointSave::write_whole(json& files) {
 }
 
 fs::path CheckpointSave::commit() {
+  const trace::Span span("checkpoint commit", "checkpoint", "step", state_.step);
   if (thread_.joinable()) thread_.join();
   const Writers writers{grid_, sharded_};
   const bool shards = writers.shards();

@@ -282,6 +282,10 @@ const std::vector<KeySpec>& schema() {
        "run); the next save, a stop and the run's end wait for the write"},
 
       {"log.every", Kind::integer, int64_t(10), "Write a metrics line every N steps", 1},
+      {"log.trace_steps", Kind::text, std::string(""),
+       "Steps whose timeline every rank writes to <run>/traces/rank-R.json, as \"20-22\" or "
+       "\"20\" (counted from 1; Chrome trace format: ui.perfetto.dev or chrome://tracing; "
+       "scripts/merge_traces.py makes one file of the ranks')"},
       {"log.tensorboard", Kind::boolean, false,
        "Also write the metrics as a TensorBoard event file, <run>/tensorboard/ "
        "(tensorboard --logdir runs/)"},

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "app/dropout_keys.h"
 #include "app/refusals.h"
@@ -18,23 +21,46 @@ namespace trainer::app {
 
 namespace {
 
+// "a" or "a-b" (inclusive) as [a, b], for 0 <= a <= b; nullopt when the text is neither.
+std::optional<std::pair<int64_t, int64_t>> parse_range(const std::string& text) {
+  int64_t a = -1, b = -1;
+  const char* end = text.data() + text.size();
+  std::from_chars_result r = std::from_chars(text.data(), end, a);
+  if (r.ec == std::errc() && r.ptr != end && *r.ptr == '-')
+    r = std::from_chars(r.ptr + 1, end, b);
+  else
+    b = a;
+  if (r.ec != std::errc() || r.ptr != end || a < 0 || b < a) return std::nullopt;
+  return std::pair{a, b};
+}
+
 // model.checkpoint_layers: entries "l" or "a-b" (inclusive).
 std::vector<int> checkpoint_layers(const Config& c) {
   std::vector<int> layers;
   for (const std::string& entry : c.list("model.checkpoint_layers")) {
-    int a = -1, b = -1;
-    const char* end = entry.data() + entry.size();
-    std::from_chars_result r = std::from_chars(entry.data(), end, a);
-    if (r.ec == std::errc() && r.ptr != end && *r.ptr == '-')
-      r = std::from_chars(r.ptr + 1, end, b);
-    else
-      b = a;
-    if (r.ec != std::errc() || r.ptr != end || a < 0 || b < a || b >= (1 << 16))
+    const auto range = parse_range(entry);
+    if (!range || range->second >= (1 << 16))
       throw UsageError(fmt::format(
           "model.checkpoint_layers: entry '{}' is not a block index or a range like 0-5", entry));
-    for (int l = a; l <= b; ++l) layers.push_back(l);
+    for (int64_t l = range->first; l <= range->second; ++l) layers.push_back(int(l));
   }
   return layers;
+}
+
+// log.trace_steps: "", "s" or "a-b" (1-based steps, inclusive) within train.steps.
+std::pair<int64_t, int64_t> trace_steps(const Config& c) {
+  const std::string text = c.text("log.trace_steps");
+  if (text.empty()) return {0, 0};
+  const auto range = parse_range(text);
+  if (!range || range->first < 1)
+    throw UsageError(fmt::format(
+        "log.trace_steps = '{}' is not a step or a range of steps like 20-22 (counted from 1)",
+        text));
+  const int64_t steps = c.integer("train.steps");
+  if (range->second > steps)
+    throw UsageError(
+        fmt::format("log.trace_steps = '{}' ends beyond train.steps = {}", text, steps));
+  return *range;
 }
 
 }  // namespace
@@ -395,6 +421,7 @@ void read_loop(const Config& c, RunConfig& r) {
   r.checkpoint_timeout_s = c.real("checkpoint.timeout_s");
   r.checkpoint_async = c.boolean("checkpoint.async");
   r.log_every = c.integer("log.every");
+  std::tie(r.trace_first, r.trace_last) = trace_steps(c);
   r.log_level = log::kLevelNames.parse(c.text("log.level"));
   r.log_all_ranks = c.boolean("log.all_ranks");
   r.tensorboard = c.boolean("log.tensorboard");

@@ -77,6 +77,7 @@ struct RunConfig {
   double checkpoint_timeout_s = 0;
   bool checkpoint_async = false;  // Note [Asynchronous checkpoints]
   int64_t log_every = 1;
+  int64_t trace_first = 0, trace_last = 0;  // log.trace_steps, 1-based (0: none; Note [Traces])
   log::Level log_level = log::Level::info;
   bool log_all_ranks = false;  // every rank writes <run>/logs/rank-R.log
   bool tensorboard = false;    // rank 0 writes <run>/tensorboard/events.out.tfevents.*

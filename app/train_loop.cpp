@@ -15,6 +15,7 @@
 #include "nn/dropout.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
+#include "runtime/trace.h"
 
 #include <nlohmann/json.hpp>
 
@@ -200,6 +201,7 @@ bool TrainLoop::phase_starts(int64_t step) const {
 // With the gradients summed and the loss and norm agreed: the update, unless they are not
 // finite (Note [Non-finite values]) or spike (Note [Spike guard]; under stop, run() ends).
 StepStats TrainLoop::update(StepStats& s) {
+  const trace::Span span("update", "phase");
   Timer t;
   s.lr = rc_.schedule.at(state_.step);
   if (phase_starts(state_.step)) spikes_.restart();
@@ -353,20 +355,32 @@ int TrainLoop::run() {
   log_setup();
   progress_ = std::make_unique<Progress>(leader_ ? rc_.progress : ProgressMode::off, total);
   take_stop_signals();  // Note [Stop signals]
+  if (rc_.trace_first > 0) start_traces();
   run_timer_.reset();
   while (state_.step < total) {
     test_fault(comm_.rank(), state_.step);
-    Timer step_timer;
+    // The step's time, from one clock read to another, is also its span in a trace.
+    const int64_t step_begin = trace::now_ns();
+    if (state_.step + 1 == rc_.trace_first) trace::start();
+    if (trace::on()) trace::begin("step", "step", "step", state_.step + 1, step_begin);
     const int micro = int(micro_batches(state_.step));
     const data::LoaderState before = loader_->state();
-    auto batches = next_step_batches(micro);
-    if (batches) test_poison(*batches, data_.rank(), state_.step + 1, rc_.model.vocab_size);
-    const double data_s = step_timer.seconds();
+    std::optional<std::vector<data::Batch>> batches;
+    {
+      const trace::Span span("data", "phase");
+      batches = next_step_batches(micro);
+      if (batches) test_poison(*batches, data_.rank(), state_.step + 1, rc_.model.vocab_size);
+    }
+    const double data_s = double(trace::now_ns() - step_begin) / 1e9;
     int64_t my_tokens = 0;
     if (batches)
       for (const data::Batch& b : *batches) my_tokens += b.loss_tokens;
-    const dist::StepCounts counts = dist::exchange_counts(data_, batches.has_value(), my_tokens,
-                                                          batches ? int64_t(batches->size()) : 0);
+    dist::StepCounts counts;
+    {
+      const trace::Span span("batch agreement", "phase");
+      counts = dist::exchange_counts(data_, batches.has_value(), my_tokens,
+                                     batches ? int64_t(batches->size()) : 0);
+    }
     if (join_.decide(counts, batches.has_value(), state_.step) == dist::StepAction::stop)
       return stop_early(rc_.source_names.empty()
                             ? fmt::format("data.epochs = {} reached", rc_.train_data.max_epochs)
@@ -386,7 +400,9 @@ int TrainLoop::run() {
     s.seq_len = int(rc_.seq_len_schedule.at(state_.step, rc_.train_data.seq_len));
     ++state_.step;
     state_.tokens_seen += s.tokens;
-    log_step(s, step_timer.seconds());
+    const int64_t step_end = trace::now_ns();
+    if (trace::on()) trace::end(step_end);
+    log_step(s, double(step_end - step_begin) / 1e9);
     if (pending_save_ && !s.save_writing) finish_save();
     // One process need not wait for the next step's agreement (Note [Write failures]).
     if (s.write_failed || (comm_.size() == 1 && !write_failure().empty())) report_write_failure();
@@ -414,6 +430,7 @@ int TrainLoop::run() {
         log::warn("step {}: no checkpoint while steps are being skipped", state_.step);
       if (!nonfinite_.skipping()) save(std::nullopt, true);
     }
+    if (state_.step == rc_.trace_last) write_trace();
   }
   progress_->finish();
   save();

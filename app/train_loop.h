@@ -23,6 +23,7 @@
 #include "app/spike_guard.h"
 #include "app/task_eval.h"
 #include "data/loader.h"
+#include "dist/clock_sync.h"
 #include "dist/communicator.h"
 #include "dist/data_parallel.h"
 #include "dist/grid.h"
@@ -96,6 +97,8 @@ class TrainLoop {
   int stop_early(const std::string& why, int exit_code);
   void mark_stopped();  // a collective
   void log_setup();
+  void start_traces();  // a collective
+  void write_trace();
   MemoryPlan memory_plan() const;  // this rank's, as its layers account for it
 
   Config config_;  // as given (paths made absolute): saved with the run, compared across ranks
@@ -132,6 +135,7 @@ class TrainLoop {
   dist::StragglerWatch stragglers_;  // rank 0: the current streak of one lagging rank or node
   NonFiniteGuard nonfinite_;         // what a step or a save does with NaN and Inf
   SpikeGuard spikes_;                // train.spike_guard's windows
+  dist::ClockOffset clock_;          // log.trace_steps: this rank's clock against rank 0's
   // checkpoint.async (Note [Asynchronous checkpoints]): this rank's host copy, where it writes
   // tensors, and the save whose write is in flight (destroyed first: it reads the model).
   std::unique_ptr<SaveSnapshot> snapshot_;

@@ -12,6 +12,7 @@
 #include "runtime/error.h"
 #include "runtime/json_number.h"
 #include "runtime/log.h"
+#include "runtime/trace.h"
 
 namespace trainer::data {
 
@@ -119,11 +120,13 @@ void Loader::run() {
   sigset_t all;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, nullptr);
+  trace::name_thread("loader");
   try {
     while (true) {
       Item item;
       std::vector<std::pair<int, BatchPlan>> plans = next_round();
       if (int(plans.size()) > rank_) {
+        const trace::Span span("make batch", "loader");
         const auto& [source, plan] = plans[size_t(rank_)];
         item.batch = make_batch(plan, config_.mode, *corpora_[size_t(source)]);
         if (mixture_)

@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 
 #include "runtime/error.h"
+#include "runtime/trace.h"
 
 namespace trainer::dist {
 
 CommEngine::CommEngine(int world, std::function<void()> thread_start) : world_(world) {
   thread_ = std::thread([this, start = std::move(thread_start)] {
+    trace::name_thread("communication");
     if (start) start();
     loop();
   });
@@ -134,7 +136,11 @@ void CommEngine::loop() {
       continue;
     }
     try {
-      const double busy = q.job.run(q.name, q.seq);
+      double busy = 0;
+      {
+        const trace::Span span(q.job.kind, "collective", "bytes", int64_t(q.job.bytes));
+        busy = q.job.run(q.name, q.seq);
+      }
       {
         std::lock_guard lock(mu_);
         accounts_.at(size_t(q.job.account))

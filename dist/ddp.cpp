@@ -5,6 +5,7 @@
 
 #include "runtime/error.h"
 #include "runtime/timer.h"
+#include "runtime/trace.h"
 
 namespace trainer::dist {
 
@@ -92,6 +93,7 @@ void DDP::launch_ready() {
 }
 
 void DDP::finish() {
+  const trace::Span span("wait for gradient sums", "comm_wait");
   last_overlapped_ = int(next_bucket_);
   Timer timer;
   if (active_) {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "runtime/error.h"
+#include "runtime/trace.h"
 
 namespace trainer::dist {
 
@@ -56,6 +57,9 @@ void MpiPointToPoint::post(bool send, void* data, int64_t bytes, int peer, int t
     t.state->complete(0, fmt::format("{} could not start (MPI error {})", t.name, rc));
     return;
   }
+  t.kind = send ? "send" : "recv";
+  t.trace_id = ++traced_;
+  trace::begin_async(t.kind, "transfer", t.trace_id, "bytes", bytes);
   inflight_.push_back(std::move(t));
 }
 
@@ -71,6 +75,7 @@ size_t MpiPointToPoint::poll() {
       return true;
     }
     if (flag) {
+      trace::end_async(t.kind, "transfer", t.trace_id);
       t.state->complete(busy);
       return true;
     }

@@ -39,8 +39,11 @@ class MpiPointToPoint {
     MPI_Request req = MPI_REQUEST_NULL;
     std::shared_ptr<WorkState> state;
     Clock::time_point start, deadline;
-    std::string name;  // "recv of 65536 bytes from rank 3 on node2 (tag 12)"
+    std::string name;           // "recv of 65536 bytes from rank 3 on node2 (tag 12)"
+    const char* kind = "send";  // or "recv": its trace span's name
+    uint64_t trace_id = 0;      // its span in a trace being recorded
   };
+  uint64_t traced_ = 0;  // transfers posted, numbering their trace spans
   MPI_Comm comm_;
   std::function<std::string(int)> describe_peer_;
   std::vector<Transfer> inflight_;

@@ -5,6 +5,7 @@
 #include "runtime/error.h"
 #include "runtime/memory.h"
 #include "runtime/timer.h"
+#include "runtime/trace.h"
 
 namespace trainer::dist {
 
@@ -57,6 +58,7 @@ int Pipeline::staging(size_t bytes) {
 
 void Pipeline::wait(Transfer& t, Times& times) {
   if (!t.work.valid()) return;
+  const trace::Span span("wait for transfer", "pipeline_wait");
   Timer timer;
   try {
     t.work.wait();

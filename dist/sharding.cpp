@@ -14,6 +14,7 @@
 #include "runtime/error.h"
 #include "runtime/memory.h"
 #include "runtime/timer.h"
+#include "runtime/trace.h"
 
 namespace trainer::dist {
 
@@ -185,6 +186,7 @@ StateBytes Sharded::state_bytes() const {
 
 void Sharded::wait(Work& w) {
   if (!w.valid()) return;
+  const trace::Span span("wait for collective", "comm_wait");
   Timer t;
   w.wait();
   last_wait_s_ += t.seconds();

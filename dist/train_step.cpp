@@ -6,6 +6,7 @@
 
 #include "dist/exact_norm.h"
 #include "runtime/timer.h"
+#include "runtime/trace.h"
 
 namespace trainer::dist {
 
@@ -24,12 +25,19 @@ TrainStep::~TrainStep() = default;
 StepResult TrainStep::run(const std::vector<nn::BatchView>& micro_batches, const StepCounts& counts,
                           const std::function<StepFlags()>& flags) {
   StepResult r;
-  passes(micro_batches, counts, r);
-  if (nn::TensorGroup* g = model_.tensor_group()) g->wait();  // a failure, before any result
-  dp_.finish();
-  if (pipeline_) sum_tied_embedding();
-  r.times.comm_wait_s = dp_.last_wait_seconds();
-  r.times.comm_busy_s = dp_.last_comm_seconds();
+  {
+    const trace::Span span("passes", "phase");
+    passes(micro_batches, counts, r);
+  }
+  {
+    const trace::Span span("finish", "phase");
+    if (nn::TensorGroup* g = model_.tensor_group()) g->wait();  // a failure, before any result
+    dp_.finish();
+    r.times.comm_wait_s = dp_.last_wait_seconds();
+    r.times.comm_busy_s = dp_.last_comm_seconds();
+    if (pipeline_) sum_tied_embedding(r.times);
+  }
+  const trace::Span span("agree", "phase");
   agree(r, flags());
   return r;
 }
@@ -62,10 +70,16 @@ void TrainStep::passes(const std::vector<nn::BatchView>& micro_batches, const St
   for (const nn::BatchView& batch : micro_batches) {
     dp_.begin_micro_batch();
     Timer t;
-    model_.forward(batch);
+    {
+      const trace::Span span("forward", "phase");
+      model_.forward(batch);
+    }
     r.times.forward_s += t.seconds();
     t.reset();
-    model_.backward(loss_scale);
+    {
+      const trace::Span span("backward", "phase");
+      model_.backward(loss_scale);
+    }
     r.times.backward_s += t.seconds();
   }
   if (dp_.collective_backward())  // Join under sharding
@@ -73,8 +87,9 @@ void TrainStep::passes(const std::vector<nn::BatchView>& micro_batches, const St
 }
 
 // The first and last stages' copies of a tied embedding get the sum of their gradients (the
-// token embedding's and the head's), so both take the same update and stay equal.
-void TrainStep::sum_tied_embedding() {
+// token embedding's and the head's), so both take the same update and stay equal. Its wait
+// and its time in the network count to the step's communication `times`.
+void TrainStep::sum_tied_embedding(StepTimes& times) {
   const nn::ParamLayout& layout = model_.layout();
   const int E = layout.embedding_unit();
   if (!layout.config().tie_embeddings || E < 0) return;
@@ -84,7 +99,12 @@ void TrainStep::sum_tied_embedding() {
     const int64_t b = std::max(sl.begin, u.begin), e = std::min(sl.end, u.end);
     if (b >= e) continue;
     const Tensor g = grads.flat(sl.local + (b - sl.begin), e - b);
-    grid_.ends().all_reduce_async(g.data, g.numel(), g.dtype).wait();
+    Work w = grid_.ends().all_reduce_async(g.data, g.numel(), g.dtype);
+    const trace::Span span("wait for tied embedding sum", "comm_wait");
+    Timer t;
+    w.wait();
+    times.comm_wait_s += t.seconds();  // exposed: the step needs the sum now
+    times.comm_busy_s += w.busy_seconds();
   }
 }
 

@@ -65,7 +65,7 @@ class TrainStep {
  private:
   void passes(const std::vector<nn::BatchView>& micro_batches, const StepCounts& counts,
               StepResult& r);
-  void sum_tied_embedding();
+  void sum_tied_embedding(StepTimes& times);
   void agree(StepResult& r, StepFlags flags);
 
   Grid& grid_;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/timer.h"
+#include "runtime/trace.h"
 
 namespace trainer::profile {
 
@@ -37,20 +38,24 @@ std::vector<Entry> report();
 void open(const char* name, const char* family);
 void close();
 
+// A profiled op; also a span of the trace while one is recorded (runtime/trace.h), named
+// by the op and its family.
 class Scope {
  public:
   // `name` and `family` must outlive the profile (string literals).
-  Scope(const char* name, const char* family) : on_(g_enabled) {
-    if (on_) open(name, family);
+  Scope(const char* name, const char* family) : profiled_(g_enabled), traced_(trace::on()) {
+    if (profiled_) open(name, family);
+    if (traced_) trace::begin(name, family);
   }
   ~Scope() {
-    if (on_) close();
+    if (traced_) trace::end();
+    if (profiled_) close();
   }
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;
 
  private:
-  bool on_;
+  bool profiled_, traced_;
 };
 
 }  // namespace trainer::profile

@@ -8,8 +8,9 @@ usage: check_trace.py <trace.json> <metrics.jsonl> <ranks> <first step> <last st
 one process per rank, named, and every thread that recorded named; "compute" and "loader" on
 every rank, and "communication" with more than one; B/E events nested and matched per thread
 in time order, async b/e matched per id; one "step" span per traced step on every rank, rank
-0's equal to metrics.jsonl's step_ms; each step covered by its phases; and the ranks' spans of
-a step overlapping once the clocks are aligned.
+0's equal to metrics.jsonl's step_ms; each step covered by its phases; each rank's clock
+offset within its bound of 0 (the ranks share a machine); and the ranks' spans of a step
+overlapping once the clocks are aligned.
 """
 import json
 import sys
@@ -105,6 +106,12 @@ def main():
     # Every step ends in the world's agreement, which no rank leaves before all have entered:
     # each rank's span of a step overlaps rank 0's, once the clocks agree within their bound.
     error = max(r.get("clock_error_us", 0) for r in doc["otherData"]["ranks"])
+    # The test's ranks share one machine's steady clock: their true offset is 0, which the
+    # proven interval must hold (to the file's rounding of 1 ns).
+    for r in doc["otherData"]["ranks"]:
+        if abs(r["clock_offset_us"]) > r["clock_error_us"] + 1e-3:
+            fail(f"rank {r['rank']}'s clock offset {r['clock_offset_us']} us is outside its "
+                 f"bound {r['clock_error_us']} us, on one machine")
     for (pid, step), (b, e) in steps.items():
         b0, e0 = steps[(0, step)]
         if b > e0 + error or e < b0 - error:

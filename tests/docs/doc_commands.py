@@ -45,6 +45,10 @@ ELSEWHERE = [
     (r"^sbatch --nodes=\d+ --ntasks-per-node=\d+ scripts/launch/train\.sbatch",
      "tests/app/multi_node.sh", "-N 2 --ntasks-per-node=2"),
     (r"^salloc -n \d+ mpirun -np \d+ trainer", "tests/app/slurm.sh", "salloc -n 2 mpirun"),
+    # A trace names steps beyond the one a doc command trains; the scripts read its files.
+    (r"log\.trace_steps=", "tests/app/traces.sh", "log.trace_steps=3-5"),
+    (r"^python3 scripts/merge_traces\.py ", "tests/app/traces.sh", "merge_traces.py"),
+    (r"^python3 scripts/trace_summary\.py ", "tests/app/traces.sh", "trace_summary.py"),
     # A cooldown branch sets its own train.steps, beyond the one step a doc command trains.
     (r"train\.resume=runs/gpt-constant/checkpoints/step-\d+ .*schedule\.decay_steps=",
      "tests/app/wsd_cooldown.sh", "--set train.resume=runs/constant/checkpoints/step-20"),

@@ -4,8 +4,9 @@
 #      the background hold the same bytes as a synchronous run's (tensors and trainer state),
 #      step for step, and retention keeps the same ones;
 #   2. rank 0 killed (SIGKILL) while its write runs behind the training (made 5 s slow): the
-#      steps went on meanwhile, `latest` still names the checkpoint before, and the relaunch
-#      resumes from it and ends with the uninterrupted run's bits;
+#      steps went on meanwhile, a live reader got the checkpoint before, whole, `latest` still
+#      names it after the kill, and the relaunch resumes from it and ends with the
+#      uninterrupted run's bits;
 #   3. a stop signal while a write is in flight (made 2 s slow): at the stop's step the write is
 #      committed, then the stop's own save, and the run exits 75;
 #   4. the memory report's checkpoint row: the host copy, as planned.
@@ -79,6 +80,10 @@ for _ in $(seq 1 600); do  # the steps go on behind the write: step 22 is logged
 done
 grep -q '"step":22,' runs/killed/metrics.jsonl || fail "no step 22 while step 20 was written"
 [[ -d runs/killed/checkpoints/step-20.tmp ]] || fail "step-20 is not being written"
+# A live reader meanwhile gets the last committed checkpoint, whole.
+read_back=$("$TRAINER" inspect runs/killed 2>&1) || fail "a reader during the write failed: $read_back"
+[[ ${read_back%%$'\n'*} =~ checkpoints/step-10\ \(all\ [0-9]+\ files\ verified\) ]] ||
+  fail "a reader during the write did not get step-10: ${read_back%%$'\n'*}"
 pid=$(rank_pid "$job" 0)
 [[ -n $pid ]] || fail "no rank 0 process found"
 kill -9 "$pid"

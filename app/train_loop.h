@@ -68,7 +68,7 @@ class TrainLoop {
 
  private:
   void check_batch_over_ranks() const;
-  void warn_of_changes(const Checkpoint& ckpt) const;
+  void warn_of_changes(const Checkpoint& ckpt, const Config& saved) const;
   int64_t micro_batches(int64_t step) const;
   void start_up();
   void check_shared_run_dir();

@@ -40,9 +40,8 @@ bool is_own_checkpoint(const fs::path& from, const fs::path& run_dir) {
 // Keys that give the loader's saved position its meaning, and keys that define the model
 // without changing tensor shapes (n_head, train.lora.alpha): changing either on resume is
 // refused.
-void check_resumable(const Config& now, const Checkpoint& ckpt) {
-  Config then;
-  then.merge_yaml(ckpt.config_yaml, (ckpt.dir / "config.yaml").string());
+// `then` is the checkpoint's config.yaml.
+void check_resumable(const Config& now, const Config& then, const Checkpoint& ckpt) {
   // A config that does not fit the checkpoint is the user's to change: a usage error (exit 2).
   for (const char* key : {"run.seed", "data.mode", "data.batch_size", "data.seq_len",
                           "data.max_tokens", "data.drop_last"})
@@ -82,8 +81,9 @@ void TrainLoop::check_batch_over_ranks() const {
           step > 0 ? fmt::format(" from step {}", step) : "", g, w));
 }
 
-// Resuming on another number of ranks without train.global_batch changes the global batch.
-void TrainLoop::warn_of_changes(const Checkpoint& ckpt) const {
+// What a resume may change but the log should say (the products' thread count, the dropout
+// rates, the data ranks without train.global_batch); `saved` is the checkpoint's config.
+void TrainLoop::warn_of_changes(const Checkpoint& ckpt, const Config& saved) const {
   // oneDNN's products split their sums by thread: another count gives other bits from here.
   const Context& ctx = model_.context();
   if (leader_ && ctx.device == Device::cpu && ckpt.state.threads > 0 &&
@@ -95,8 +95,6 @@ void TrainLoop::warn_of_changes(const Checkpoint& ckpt) const {
         ckpt.state.threads, op_threads(ctx),
         rc_.deterministic ? ", dist.deterministic notwithstanding" : "", ckpt.state.threads);
   // Other dropout rates are the user's choice; the steps from here are then not the run's.
-  Config saved;
-  saved.merge_yaml(ckpt.config_yaml, (ckpt.dir / "config.yaml").string());
   const nn::DropoutRates was = stated_model(saved).dropout, is = rc_.model.dropout;
   if (leader_ && was != is)
     log::warn(
@@ -323,7 +321,9 @@ void TrainLoop::start_up() {
   std::optional<Checkpoint> ckpt;
   if (!from.empty()) {
     ckpt = open_checkpoint(from);
-    check_resumable(config_, *ckpt);
+    Config saved;  // the checkpoint's config, for what may and may not change
+    saved.merge_yaml(ckpt->config_yaml, (ckpt->dir / "config.yaml").string());
+    check_resumable(config_, saved, *ckpt);
     if (!data::tokenizer_is(tokenizer_, ckpt->state.tokenizer_hash))
       throw UsageError(fmt::format(
           "cannot resume from {}: it was trained with tokenizer {:016x} but data.tokenizer = {} "
@@ -337,7 +337,7 @@ void TrainLoop::start_up() {
           mixture.sources.empty() ? rc_.train_data.data_dir.string()
                                   : std::string("one of data.sources")));
     state_ = ckpt->state;
-    warn_of_changes(*ckpt);
+    warn_of_changes(*ckpt, saved);
   }
   // Fine-tuning starts a new run (not a resume) from saved weights; checked now, loaded below.
   std::optional<InitSource> init;

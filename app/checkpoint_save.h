@@ -44,10 +44,14 @@ struct SaveOptions {
 // step boundary: the manifest, the rename and `latest`, exactly as a synchronous save, and
 // `latest` never names a checkpoint before every file of it is written and fsynced. A write
 // that failed is reported at that boundary and ends the run, the previous checkpoint intact
-// (the temporary is removed). The next save, a stop signal, a stop at a spike and the run's
-// end wait for the write in flight and commit it first; a rank killed meanwhile leaves only
-// a step-N.tmp without a manifest, which is never read. The written bytes equal a synchronous
-// save's.
+// (the temporary is removed). The next save, a stop signal, a spike, a step that is not
+// finite, a Join failure and the run's end wait for the write in flight and commit it first
+// (each is decided alike on every rank); the writer leaves SCHED_IDLE while it is waited for.
+// A rank killed or failing alone meanwhile leaves only a step-N.tmp without a manifest, which
+// is never read, and `latest` at the save before. Only periodic saves (checkpoint.every) run
+// in the background, so only then is the copy kept. The written bytes equal a synchronous
+// save's. A launcher that binds a rank to one core (mpirun --bind-to core) binds its writer
+// too, which then runs only when that core idles.
 
 // This rank's flat state as a save writes it: `elements` fp32 values each of the masters and
 // the two moments, each in host memory or produced a piece at a time as the file is written.

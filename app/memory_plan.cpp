@@ -6,6 +6,7 @@
 
 #include <fmt/ranges.h>
 
+#include "app/checkpoint_save.h"
 #include "app/metrics.h"
 #include "runtime/buffer.h"
 #include "runtime/cuda/memory.h"
@@ -14,7 +15,13 @@
 
 namespace trainer::app {
 
-MemoryPlan plan_memory(const RunConfig& rc, int data_ranks) {
+bool keeps_save_snapshot(const RunConfig& rc, int data_ranks, int rank) {
+  return rc.checkpoint_async && rc.checkpoint_every > 0 &&
+         writes_checkpoint_tensors(rank, {rc.tensor_parallel, rc.pipeline_parallel, data_ranks},
+                                   rc.sharding);
+}
+
+MemoryPlan plan_memory(const RunConfig& rc, int data_ranks, int rank) {
   const nn::ParamLayout layout(rc.model);
   dist::ParallelConfig pc;
   pc.sharding = rc.sharding;
@@ -24,7 +31,7 @@ MemoryPlan plan_memory(const RunConfig& rc, int data_ranks) {
                   nn::Transformer::planned_memory(rc.model, rc.exec)};
   plan.device = rc.exec.device;
   // The snapshot holds the masters and both moments: three times the fp32 masters.
-  if (rc.checkpoint_async) plan.checkpoint = 3 * plan.state.masters;
+  if (keeps_save_snapshot(rc, data_ranks, rank)) plan.checkpoint = 3 * plan.state.masters;
   return plan;
 }
 
@@ -150,31 +157,43 @@ AvailableMemory available_memory(Device device) {
 namespace {
 
 // Why this rank's plan must not start ("" when it fits, or when `warn_only`, after a warning).
-std::string memory_refusal(const MemoryPlan& plan, Device device, int sharing, bool warn_only) {
+// Why `per_rank` bytes of `device`'s memory (`plan`, what they are), times the `sharing` ranks
+// there, must not start ("" when they fit, or when `warn_only`, after a warning); `advice`
+// says what would fit.
+std::string memory_refusal(int64_t per_rank, const char* plan, Device device, int sharing,
+                           const char* advice, bool warn_only) {
   const AvailableMemory a = available_memory(device);
-  const double need = double(plan.total()) * sharing;
+  const double need = double(per_rank) * sharing;
   if (a.bytes < 0 || need <= double(a.bytes)) return {};
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   const std::string what = fmt::format(
-      "the memory plan needs {:.2f} GiB per rank ({} rank(s) sharing it: {:.2f} GiB) but {:.2f} "
-      "GiB are available ({})",
-      double(plan.total()) / kGiB, sharing, need / kGiB, double(a.bytes) / kGiB, a.source);
+      "{} needs {:.2f} GiB per rank ({} rank(s) sharing it: {:.2f} GiB) but {:.2f} GiB are "
+      "available ({})",
+      plan, double(per_rank) / kGiB, sharing, need / kGiB, double(a.bytes) / kGiB, a.source);
   if (warn_only) {
     log::warn("{}; starting anyway (train.memory_check: warn)", what);
     return {};
   }
   return fmt::format(
-      "{}: the run would be killed part-way. Use a smaller data.batch_size, activation "
-      "checkpointing or dist.sharding (`trainer plan` shows each), or train.memory_check: warn "
-      "to start anyway",
-      what);
+      "{}: the run would be killed part-way. {}, or train.memory_check: warn to start anyway", what,
+      advice);
 }
 
 }  // namespace
 
 void check_memory(dist::Communicator& comm, const MemoryPlan& plan, Device device, int sharing,
-                  bool warn_only) {
-  const std::string refusal = memory_refusal(plan, device, sharing, warn_only);
+                  int node_ranks, bool warn_only) {
+  std::string refusal = memory_refusal(
+      plan.total(), "the memory plan", device, sharing,
+      "Use a smaller data.batch_size, activation checkpointing or dist.sharding (`trainer plan` "
+      "shows each)",
+      warn_only);
+  if (refusal.empty() && device != Device::cpu && plan.checkpoint > 0)  // host memory
+    refusal =
+        memory_refusal(plan.checkpoint, "checkpoint.async's host copy", Device::cpu, node_ranks,
+                       "Set checkpoint.async: false, or shard the state (dist.sharding: "
+                       "each rank then copies its shard)",
+                       warn_only);
   const std::vector<int64_t> mine = {refusal.empty() ? 0 : 1};
   const std::vector<int64_t> refused = comm.size() > 1 ? comm.all_gather(mine) : mine;
   if (!refusal.empty()) throw UsageError(refusal);

@@ -19,7 +19,7 @@ struct MemoryPlan {
   nn::Transformer::Memory model;  // of which activations, workspace and inputs count here
   int64_t loader = 0;             // the prefetched batches at most (host memory)
   // checkpoint.async: the host copy a rank that writes tensors keeps for its saves
-  // (SaveSnapshot; every rank's plan counts it, as rank 0 always writes).
+  // (SaveSnapshot, where keeps_save_snapshot).
   int64_t checkpoint = 0;
   Device device = Device::cpu;  // the model's
   // What the model's device holds (the loader's batches apart; the checkpoint copy where the
@@ -32,9 +32,13 @@ struct MemoryPlan {
   int64_t of(MemoryUse use) const;
 };
 
-// The plan of one rank for the resolved run `rc` (its model the rank's slice under tensor
+// The plan of rank `rank` for the resolved run `rc` (its model the rank's slice under tensor
 // parallelism: rc.model.tensor) in a data-parallel group of `data_ranks`.
-MemoryPlan plan_memory(const RunConfig& rc, int data_ranks);
+MemoryPlan plan_memory(const RunConfig& rc, int data_ranks, int rank = 0);
+
+// Whether rank `rank` of run `rc` keeps a SaveSnapshot: checkpoint.async with periodic saves
+// (the others are synchronous), on a rank that writes tensors.
+bool keeps_save_snapshot(const RunConfig& rc, int data_ranks, int rank);
 
 // Note [Memory report]: what a rank held against its plan, by category. Every byte of the
 // model's, the optimizer's and the communication's state lives in Buffers, which count what
@@ -63,7 +67,9 @@ AvailableMemory available_memory(Device device);
 // when any rank's plan, times the ranks that share its memory (`sharing`: the ranks on its
 // node, or 1 per GPU), exceeds what is available there; with `warn_only` that rank warns
 // instead. Every rank looks before any allocates.
+// On CUDA the plan's host part (the checkpoint copy) is checked against the host's memory too,
+// times `node_ranks`.
 void check_memory(dist::Communicator& comm, const MemoryPlan& plan, Device device, int sharing,
-                  bool warn_only);
+                  int node_ranks, bool warn_only);
 
 }  // namespace trainer::app

@@ -152,8 +152,8 @@ int run_training(const Config& config, const TrainOptions& options) {
                                                   grid.stage(), grid.data().size());
   }
   // GPUs are one per rank; CPU ranks on a node share its memory.
-  check_memory(*comm, plan_memory(rc, grid.data().size()), rc.exec.device,
-               rc.exec.device == Device::cuda ? 1 : launch.local_size,
+  check_memory(*comm, plan_memory(rc, grid.data().size(), comm->rank()), rc.exec.device,
+               rc.exec.device == Device::cuda ? 1 : launch.local_size, launch.local_size,
                rc.memory_check == MemoryCheck::warn);
   const PeakReference peak = peak_reference(rc);
   TrainLoop loop(absolute, std::move(rc), options, grid, peak);

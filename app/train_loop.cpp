@@ -115,8 +115,7 @@ TrainLoop::TrainLoop(const Config& config, RunConfig rc, const TrainOptions& opt
       nonfinite_(comm_, model_, *dp_, {rc_.on_nonfinite, rc_.max_consecutive_skips, rc_.max_skips}),
       spikes_(rc_.spike_guard) {
   Buffer::reset_peaks(rc_.exec.device);  // the report's peaks are training's (Note [Memory report])
-  const dist::GridShape shape{grid_.tensor_size(), grid_.pipeline_size(), data_.size()};
-  if (rc_.checkpoint_async && writes_checkpoint_tensors(comm_.rank(), shape, dp_->sharding()))
+  if (keeps_save_snapshot(rc_, data_.size(), comm_.rank()))
     snapshot_ = std::make_unique<SaveSnapshot>(dp_->masters().numel());
   if (grid_.tensor_size() > 1) transformer_.attach_tensor_group(&tensor_group_);
   step_ = std::make_unique<dist::TrainStep>(
@@ -206,10 +205,15 @@ StepStats TrainLoop::update(StepStats& s) {
   s.lr = rc_.schedule.at(state_.step);
   if (phase_starts(state_.step)) spikes_.restart();
   // A negative mean loss is as impossible as a NaN: both mean broken numbers.
-  if (!std::isfinite(s.loss) || s.loss < 0 || !std::isfinite(s.grad_norm)) {
+  const bool broken = !std::isfinite(s.loss) || s.loss < 0 || !std::isfinite(s.grad_norm);
+  if (!broken) s.spike = spikes_.spike(s.loss, s.grad_norm);
+  // Every rank judges alike (the loss and norm are agreed): a save in flight holds the state
+  // before this step, and is committed before the step can end the run.
+  if (broken || !s.spike.empty()) finish_save();
+  if (broken) {
     nonfinite_.bad_step(state_.step + 1, s.loss, s.grad_norm);  // throws unless skipping
     s.skipped = true;
-  } else if (s.spike = spikes_.spike(s.loss, s.grad_norm); !s.spike.empty()) {
+  } else if (!s.spike.empty()) {
     s.skipped = true;
     if (rc_.spike_guard.action == SpikeAction::skip) nonfinite_.skipped(state_.step + 1, s.spike);
   } else {
@@ -307,6 +311,7 @@ void TrainLoop::save(const std::optional<data::LoaderState>& loader, bool in_bac
                             .prune_all = options_.force,
                             .timeout_s = rc_.checkpoint_timeout_s};
   in_background &= rc_.checkpoint_async;
+  Timer timer;
   auto save =
       std::make_unique<CheckpointSave>(comm_, rc_.run_dir, model_, *dp_, state_, config_.to_yaml(),
                                        tokenizer_, options, snapshot_.get(), in_background);
@@ -317,7 +322,7 @@ void TrainLoop::save(const std::optional<data::LoaderState>& loader, bool in_bac
     return;
   }
   const fs::path dir = save->commit();
-  log::info("saved {} in {:.3f} s", dir.string(), save->begin_s());
+  log::info("saved {} in {:.3f} s", dir.string(), timer.seconds());
 }
 
 // A collective: commits the save whose write is in flight, if any, waiting for it (the ranks
@@ -355,13 +360,16 @@ int TrainLoop::run() {
   log_setup();
   progress_ = std::make_unique<Progress>(leader_ ? rc_.progress : ProgressMode::off, total);
   take_stop_signals();  // Note [Stop signals]
-  if (rc_.trace_first > 0) start_traces();
+  // A resumed run records from its first step inside log.trace_steps.
+  const int64_t trace_from = std::max(rc_.trace_first, state_.step + 1);
+  const bool traces = rc_.trace_first > 0 && trace_from <= rc_.trace_last;
+  if (traces) prepare_traces();
   run_timer_.reset();
   while (state_.step < total) {
     test_fault(comm_.rank(), state_.step);
     // The step's time, from one clock read to another, is also its span in a trace.
     const int64_t step_begin = trace::now_ns();
-    if (state_.step + 1 == rc_.trace_first) trace::start();
+    if (traces && state_.step + 1 == trace_from) begin_trace();
     if (trace::on()) trace::begin("step", "step", "step", state_.step + 1, step_begin);
     const int micro = int(micro_batches(state_.step));
     const data::LoaderState before = loader_->state();
@@ -381,7 +389,14 @@ int TrainLoop::run() {
       counts = dist::exchange_counts(data_, batches.has_value(), my_tokens,
                                      batches ? int64_t(batches->size()) : 0);
     }
-    if (join_.decide(counts, batches.has_value(), state_.step) == dist::StepAction::stop)
+    dist::StepAction action{};
+    try {
+      action = join_.decide(counts, batches.has_value(), state_.step);
+    } catch (const Error&) {  // dist.join: throw, decided alike on every rank from the counts
+      finish_save();
+      throw;
+    }
+    if (action == dist::StepAction::stop)
       return stop_early(rc_.source_names.empty()
                             ? fmt::format("data.epochs = {} reached", rc_.train_data.max_epochs)
                             : std::string("every source of data.sources has given its epochs"),
@@ -430,7 +445,7 @@ int TrainLoop::run() {
         log::warn("step {}: no checkpoint while steps are being skipped", state_.step);
       if (!nonfinite_.skipping()) save(std::nullopt, true);
     }
-    if (state_.step == rc_.trace_last) write_trace();
+    if (traces && state_.step == rc_.trace_last) write_trace();
   }
   progress_->finish();
   save();

@@ -1,7 +1,7 @@
 // The training loop (run_training's, app/run_training.h): start-up and resume checks
 // (train_start.cpp), gradient accumulation over micro-batches, validation, checkpoints, exact
-// resume and non-finite handling (train_loop.cpp), and metrics, logs and a graceful stop
-// (train_report.cpp). Internal to app/.
+// resume and non-finite handling (train_loop.cpp), metrics, logs and a graceful stop
+// (train_report.cpp), and traces (train_trace.cpp). Internal to app/.
 #pragma once
 
 #include <filesystem>
@@ -97,8 +97,9 @@ class TrainLoop {
   int stop_early(const std::string& why, int exit_code);
   void mark_stopped();  // a collective
   void log_setup();
-  void start_traces();  // a collective
-  void write_trace();
+  void prepare_traces();
+  void begin_trace();              // a collective
+  void write_trace();              // a collective
   MemoryPlan memory_plan() const;  // this rank's, as its layers account for it
 
   Config config_;  // as given (paths made absolute): saved with the run, compared across ranks
@@ -135,7 +136,10 @@ class TrainLoop {
   dist::StragglerWatch stragglers_;  // rank 0: the current streak of one lagging rank or node
   NonFiniteGuard nonfinite_;         // what a step or a save does with NaN and Inf
   SpikeGuard spikes_;                // train.spike_guard's windows
-  dist::ClockOffset clock_;          // log.trace_steps: this rank's clock against rank 0's
+  // log.trace_steps (Note [Traces]): the first step recorded, and this rank's clock against
+  // rank 0's as the recording began.
+  int64_t traced_from_ = 0;
+  dist::ClockOffset trace_clock_begin_;
   // checkpoint.async (Note [Asynchronous checkpoints]): this rank's host copy, where it writes
   // tensors, and the save whose write is in flight (destroyed first: it reads the model).
   std::unique_ptr<SaveSnapshot> snapshot_;

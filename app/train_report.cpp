@@ -153,51 +153,6 @@ int TrainLoop::stop_early(const std::string& why, int exit_code) {
   return exit_code;
 }
 
-// Note [Traces]
-// log.trace_steps = "a-b": every rank records steps a to b (runtime/trace.h) and writes
-// <run>/traces/rank-R.json, process R of a Chrome trace, with its time on rank 0's clock
-// (Note [Trace clocks]: aligned at start-up, with a proven error bound in the file's
-// otherData and the start-up log), so the ranks' files concatenate into one timeline
-// (scripts/merge_traces.py). Its threads: "compute" (each step, its phases and each op with
-// its family as the profile's scopes name them), "communication" (each collective, and each
-// point-to-point transfer from its posting to its completion), "loader" (each batch made)
-// and "checkpoint writer" (checkpoint.async's writes). A step's span is the very interval its
-// step_ms measures; its phases (data, batch agreement, passes, finish, agree, update) cover
-// it but for a few lines of bookkeeping. Waits are spans of their own: "wait for gradient
-// sums" and "wait for collective" (communication the step could not hide) and "wait for
-// transfer" (a pipeline stage idle for its neighbour).
-void TrainLoop::start_traces() {
-  trace::name_thread("compute");
-  clock_ = dist::align_clocks(comm_);
-  const std::vector<int64_t> errors = comm_.all_gather(std::vector<int64_t>{clock_.error_ns});
-  log::info("tracing steps {}-{} to {}: the ranks' clocks aligned to rank 0's within {:.1f} us",
-            rc_.trace_first, rc_.trace_last, (rc_.run_dir / "traces").string(),
-            double(*std::max_element(errors.begin(), errors.end())) / 1e3);
-}
-
-// Ends the recording and writes this rank's file; a trace that cannot be written is said, and
-// training goes on.
-void TrainLoop::write_trace() {
-  trace::stop();
-  const fs::path path = rc_.run_dir / "traces" / fmt::format("rank-{}.json", comm_.rank());
-  const std::string role = grid_.shape().role(comm_.rank());
-  const nlohmann::json other = {{"rank", comm_.rank()},
-                                {"steps", {rc_.trace_first, std::min(state_.step, rc_.trace_last)}},
-                                {"clock_offset_us", double(clock_.offset_ns) / 1e3},
-                                {"clock_error_us", double(clock_.error_ns) / 1e3}};
-  try {
-    fs::create_directories(path.parent_path());
-    trace::write(path, comm_.rank(),
-                 fmt::format("rank {}{} on {}", comm_.rank(), role.empty() ? "" : " (" + role + ")",
-                             comm_.hosts()[size_t(comm_.rank())]),
-                 clock_.offset_ns, clock_.epoch_ns, other.dump());
-    if (leader_)
-      log::info("wrote the trace of steps {}-{}: {}", rc_.trace_first, state_.step, path.string());
-  } catch (const std::exception& e) {
-    log::warn("the trace was not written: {}", e.what());
-  }
-}
-
 // Says what runs: model size, precision and its CPU path, checkpointing, memory against the
 // plan, the MFU reference.
 void TrainLoop::log_setup() {

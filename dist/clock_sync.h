@@ -2,8 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "dist/communicator.h"
+#include "runtime/trace.h"
 
 namespace trainer::dist {
 
@@ -15,15 +17,21 @@ namespace trainer::dist {
 // rank's a precedes rank 0's b: a0 - b < d < b0 - a. Each round bounds d; their intersection
 // is the estimate's interval, and its half-width a proven bound on the error, not a
 // statistical one (tens of microseconds on one node: the gather's round trip). Ranks on one
-// machine share the steady clock, so their true offset is 0 and lies in the interval.
+// machine share the steady clock, so their true offset is 0 and lies in the interval. Clocks
+// of two machines also drift apart (a few microseconds a second), so a trace aligns them as
+// its recording starts and again as it ends, and moves each event by the offset interpolated
+// between the two (trace::Alignment).
 struct ClockOffset {
   int64_t offset_ns = 0;  // d, the interval's middle
   int64_t error_ns = 0;   // its half-width: |d - offset_ns| <= error_ns
+  int64_t at_ns = 0;      // this rank's clock when the last round ended
   int64_t epoch_ns = 0;   // rank 0's clock in the last round, the same on every rank
 };
 
 // A collective over `comm`: this rank's offset to rank 0's clock (0 on rank 0) after `rounds`
-// rounds of two all-gathers each (one process: none, and the epoch is now).
-ClockOffset align_clocks(Communicator& comm, int rounds = 16);
+// rounds of two all-gathers each (one process: none, and the epoch is now). `clock` is the
+// clock read (a test's may run ahead of another rank's).
+ClockOffset align_clocks(Communicator& comm, int rounds = 16,
+                         const std::function<int64_t()>& clock = trace::now_ns);
 
 }  // namespace trainer::dist

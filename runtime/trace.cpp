@@ -11,6 +11,7 @@
 #include "runtime/trace.h"
 
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -51,6 +52,7 @@ int thread_id() {
 }
 
 void record(Event e, int64_t at_ns = -1) {
+  if (!on()) return;  // checked again under the lock: stop() may come between
   e.ns = at_ns >= 0 ? at_ns : now_ns();
   e.tid = thread_id();
   std::lock_guard lock(g_mutex);
@@ -104,8 +106,14 @@ void end_async(const char* name, const char* category, uint64_t id) {
   record({name, category, nullptr, 0, 0, id, 0, 'e'});
 }
 
+int64_t Alignment::offset_at(int64_t t) const {
+  if (end_at_ns == begin_at_ns) return begin_offset_ns;
+  const double f = double(t - begin_at_ns) / double(end_at_ns - begin_at_ns);
+  return begin_offset_ns + int64_t(std::llround(f * double(end_offset_ns - begin_offset_ns)));
+}
+
 void write(const std::filesystem::path& path, int pid, const std::string& process_name,
-           int64_t offset_ns, int64_t epoch_ns, const std::string& other_data) {
+           const Alignment& alignment, int64_t epoch_ns, const std::string& other_data) {
   std::vector<Event> events;
   std::map<int, std::string> names;
   int64_t stop_ns = 0;
@@ -122,7 +130,7 @@ void write(const std::filesystem::path& path, int pid, const std::string& proces
     out += ",\n";
   };
   auto us = [&](int64_t ns) {
-    return fmt::format("{:.3f}", double(ns + offset_ns - epoch_ns) / 1e3);
+    return fmt::format("{:.3f}", double(ns + alignment.offset_at(ns) - epoch_ns) / 1e3);
   };
   add(fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"tid":0,"args":{{"name":{}}}}})",
                   pid, quoted(process_name)));
@@ -141,7 +149,8 @@ void write(const std::filesystem::path& path, int pid, const std::string& proces
     std::string event =
         fmt::format(R"({{"ph":"{}","name":"{}","cat":"{}","ts":{},"pid":{},"tid":{})", e.phase,
                     named.name, named.category, us(e.ns), pid, e.tid);
-    if (e.phase == 'b' || e.phase == 'e') event += fmt::format(R"(,"id":{})", e.id);
+    // A process's own ids (another rank numbers its transfers alike).
+    if (e.phase == 'b' || e.phase == 'e') event += fmt::format(R"(,"id2":{{"local":{}}})", e.id);
     if (e.arg) event += fmt::format(R"(,"args":{{"{}":{}}})", e.arg, e.value);
     add(event + "}");
     if (e.phase == 'B') stack.push_back(&e);
@@ -152,8 +161,9 @@ void write(const std::filesystem::path& path, int pid, const std::string& proces
       add(fmt::format(R"({{"ph":"E","name":"{}","cat":"{}","ts":{},"pid":{},"tid":{}}})",
                       stack[i]->name, stack[i]->category, us(stop_ns), pid, tid));
   for (const auto& [id, b] : open_async)
-    add(fmt::format(R"({{"ph":"e","name":"{}","cat":"{}","ts":{},"pid":{},"tid":{},"id":{}}})",
-                    b->name, b->category, us(stop_ns), pid, b->tid, id));
+    add(fmt::format(
+        R"({{"ph":"e","name":"{}","cat":"{}","ts":{},"pid":{},"tid":{},"id2":{{"local":{}}}}})",
+        b->name, b->category, us(stop_ns), pid, b->tid, id));
   for (const auto& [tid, name] : names)
     add(fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":{}}}}})",
                     pid, tid, quoted(name)));

@@ -57,13 +57,21 @@ class Span {
 // The steady clock in nanoseconds, as events are stamped.
 int64_t now_ns();
 
+// Where this process's clock stood against the reference clock (rank 0's) at two times: an
+// event at `t` moves by the offset interpolated linearly between them (one offset when they
+// coincide).
+struct Alignment {
+  int64_t begin_at_ns = 0, begin_offset_ns = 0;
+  int64_t end_at_ns = 0, end_offset_ns = 0;
+  int64_t offset_at(int64_t t) const;
+};
+
 // Writes what was recorded as a Chrome trace (JSON object format) to `path`: process `pid`
-// named `process_name`, each event's time `offset_ns` later than this process's clock read it
-// (the alignment to rank 0's clock) and in microseconds since `epoch_ns` of that clock. A span
-// still open on some thread ends at the time of stop(). Throws naming the file when it cannot
-// be written.
-// `other_data`, a JSON object's text, is the file's "otherData".
+// named `process_name`, each event's time moved onto the reference clock by `alignment` and
+// in microseconds since `epoch_ns` of that clock; `other_data`, a JSON object's text, is the
+// file's "otherData". A span still open on some thread ends at the time of stop(). Throws
+// naming the file when it cannot be written.
 void write(const std::filesystem::path& path, int pid, const std::string& process_name,
-           int64_t offset_ns, int64_t epoch_ns, const std::string& other_data);
+           const Alignment& alignment, int64_t epoch_ns, const std::string& other_data);
 
 }  // namespace trainer::trace

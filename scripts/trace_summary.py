@@ -10,7 +10,10 @@ exposed waits for them, the share hidden as the metrics count it (1 - wait / bus
 share of their time the compute thread actually spent in ops ("beside ops": lower where the
 communication thread takes the compute thread's core); and under pipelining the waits for
 transfers as a share of the passes (the bubble). Then metrics.jsonl's figures (rank 0's step
-time and its comm_wait_ms and comm_hidden; bubble, the stages' pooled idle share).
+time and its comm_wait_ms and comm_hidden; bubble, the stages' pooled idle share). The
+collectives' spans are their time on the communication thread: on CPU (MPI) their time in
+the network; under NCCL from their dequeueing to the device's completion, so the columns of
+hidden time mean less there.
 """
 import json
 import sys
@@ -55,20 +58,31 @@ def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     run = Path(sys.argv[1])
+    if run.name == "traces":
+        run = run.parent
     _, files = rank_files(run)
     doc = merge(files)
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
              if e["ph"] == "M" and e["name"] == "thread_name"}
     by_thread = spans(doc["traceEvents"])
-    metrics = {r["step"]: r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
-               if "step_ms" in r}
+    metrics = {}
+    lines = (run / "metrics.jsonl").read_text().splitlines() if (run / "metrics.jsonl").exists() else []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:  # a line being written
+            continue
+        if "step_ms" in record:
+            metrics[record["step"]] = record
     print(f"{'rank':>4} {'step':>5} {'step ms':>9} {'grad coll. ms':>13} {'exposed wait ms':>15} "
           f"{'hidden':>7} {'beside ops':>10} {'transfer wait ms':>16} {'bubble':>7}")
     pooled = defaultdict(lambda: [0.0, 0.0])  # step: [transfer waits, passes]
     for pid in sorted({p for p, _ in by_thread}):
-        compute = next(s for (p, t), s in by_thread.items() if p == pid and names.get((p, t)) == "compute")
-        comm = next((s for (p, t), s in by_thread.items()
-                     if p == pid and names.get((p, t)) == "communication"), [])
+        compute = next((s for (p, t), s in by_thread.items()
+                        if p == pid and names.get((p, t)) == "compute"), [])
+        # Every communication thread (a CUDA run has one per NCCL communicator).
+        comm = [s for (p, t), ss in by_thread.items()
+                if p == pid and names.get((p, t)) == "communication" for s in ss]
         active = union([(b, e) for n, c, b, e, _ in compute if c not in NOT_OPS])
         for name, _, b, e, args in compute:
             if name != "step":

@@ -3,13 +3,15 @@
 #   1. at every layout (1 process, DDP 2, ZeRO-3 on 2, TP 2, PP 2) the checkpoints written in
 #      the background hold the same bytes as a synchronous run's (tensors and trainer state),
 #      step for step, and retention keeps the same ones;
-#   2. rank 0 killed (SIGKILL) while its write runs behind the training (made 5 s slow): the
+#   2. rank 0 killed (SIGKILL) while its write runs behind the training (made 20 s slow): the
 #      steps went on meanwhile, a live reader got the checkpoint before, whole, `latest` still
 #      names it after the kill, and the relaunch resumes from it and ends with the
 #      uninterrupted run's bits;
 #   3. a stop signal while a write is in flight (made 2 s slow): at the stop's step the write is
 #      committed, then the stop's own save, and the run exits 75;
-#   4. the memory report's checkpoint row: the host copy, as planned.
+#   4. the memory report's checkpoint row: the host copy, as planned;
+#   5. a step that ends the run (a spike past train.max_consecutive_skips) while a write is in
+#      flight: the write is committed first, so `latest` is the save just before it.
 #   async_checkpoints.sh <trainer> <mpiexec>
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/small_corpus.sh"
@@ -70,7 +72,9 @@ done
 # 2. SIGKILL to rank 0 while its write of step 20 runs behind the training.
 kill_common=(--set train.steps=60 --set checkpoint.every=10 --set checkpoint.keep_last=20)
 run 2 straight "${kill_common[@]}"
-TRAINER_TEST_SAVE_DELAY_S=5 OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np 2 \
+# 20 s: far longer than the polling, the reader and the kill need, even on a loaded machine;
+# the kill ends the job long before it.
+TRAINER_TEST_SAVE_DELAY_S=20 OMP_NUM_THREADS=1 "$MPIEXEC" --allow-run-as-root --oversubscribe -np 2 \
   "$TRAINER" train "${common[@]}" --set run.name=killed "${kill_common[@]}" \
   --set checkpoint.async=true >killed.log 2>&1 &
 job=$!
@@ -110,6 +114,8 @@ for _ in $(seq 1 600); do
   [[ -d runs/stop/checkpoints/step-10.tmp ]] && break
   sleep 0.1
 done
+[[ -d runs/stop/checkpoints/step-10.tmp || -d runs/stop/checkpoints/step-10 ]] ||
+  fail "step 10's save never began: $(tail -2 stop.log)"
 kill -USR1 "$pid"
 status=0
 wait "$pid" || status=$?
@@ -123,8 +129,32 @@ grep -Eq "written in the background in [0-9.]+ s; committed at step ${latest#ste
 "$TRAINER" inspect runs/stop >/dev/null || fail "$latest does not load"
 echo "stop signal during a background write: exit 75, the write committed at the stop, then $latest"
 
-# 4. The copy is planned and measured as such (2 ranks, ZeRO-3: rank 0's own shard).
+# 4. The copy is planned and measured as such (2 ranks, ZeRO-3: rank 0's own shard), and a
+#    synchronous run has none. (That it is 3 x the fp32 masters: hardening_test's
+#    TheMemoryReportMatchesThePlanByCategory, at a size where the printed MiB tell.)
 grep -Eq "memory \(MiB, plan/peak\): .*checkpoint ([0-9.]+)/\1," zero3_async.log ||
   fail "the checkpoint row is not its plan: $(grep -o 'checkpoint [0-9./-]*' zero3_async.log)"
-grep -Eq "checkpoint 0\.0/" zero3_async.log && fail "no checkpoint copy planned under async"
-echo "memory report: $(grep -o 'checkpoint [0-9./]*' zero3_async.log) MiB (plan/peak)"
+grep -Eq "memory \(MiB, plan/peak\): .*checkpoint 0\.0/" zero3_async.log &&
+  fail "no host copy under checkpoint.async"
+grep -Eq "memory \(MiB, plan/peak\): .*checkpoint 0\.0/0\.0," zero3_sync.log ||
+  fail "a synchronous run holds a host copy: $(grep -o 'checkpoint [0-9./-]*' zero3_sync.log)"
+echo "memory: report $(grep -o 'checkpoint [0-9./]*' zero3_async.log) MiB (plan/peak); none without async"
+
+# 5. spike_guard.sh's poisoned step 30 (a spike tens of standard deviations out) ends a run
+#    limited to one skip, while step 29's write (made 2 s slow) is in flight.
+rc=0
+TRAINER_TEST_POISON=30 TRAINER_TEST_SAVE_DELAY_S=2 OMP_NUM_THREADS=1 "$TRAINER" train \
+  --set data.path=corpus --set data.tokenizer=tok.model --set run.dir=runs --set run.name=spike \
+  --set model.vocab_size=320 --set model.n_layer=2 --set model.n_head=2 --set model.n_embd=32 \
+  --set model.max_seq_len=32 --set data.seq_len=32 --set data.batch_size=4 \
+  --set train.grad_accum=2 --set train.steps=40 --set train.val_every=0 --set log.progress=off \
+  --set schedule.warmup_steps=2 --set optimizer.lr=0.01 --set log.peak_gflops=100 \
+  --set train.spike_guard.window=10 --set train.spike_guard.metric=loss \
+  --set train.spike_guard.action=skip --set train.max_consecutive_skips=1 \
+  --set checkpoint.every=29 --set checkpoint.async=true >spike.log 2>&1 || rc=$?
+[[ $rc -eq 1 ]] && grep -q "step 30: 1 steps skipped in a row" spike.log ||
+  fail "the spike did not end the run (exit $rc): $(tail -1 spike.log)"
+[[ "$(readlink runs/spike/checkpoints/latest)" == step-29 ]] ||
+  fail "latest is $(readlink runs/spike/checkpoints/latest), want step-29 (the write in flight)"
+"$TRAINER" inspect runs/spike >/dev/null || fail "step-29 does not load"
+echo "a spike ending the run during step 29's write: exit 1, step-29 committed first"

@@ -43,8 +43,11 @@ full_disk_run() {  # full_disk_run <checkpoint.async>
   [[ -n "$latest" && "$latest" != *.tmp ]] || errors+=("latest is '$latest'")
   "$TRAINER" inspect runs/gpt >/dev/null 2>&1 || errors+=("latest ($latest) does not load")
   grep -q '\.tmp$' <<<"$(ls runs/gpt/checkpoints)" && errors+=("a partial checkpoint was left: $(ls runs/gpt/checkpoints)")
-  if [[ $1 == true ]]; then
-    grep -q "in the background" out.log err.log || errors+=("no save was written in the background")
+  if [[ $1 == true ]]; then  # the write that failed was a background one
+    grep -q "writing step-4 in the background" out.log err.log ||
+      errors+=("step 4 was not written in the background")
+    grep -Eq "error: .*step-4\.tmp/[a-z_]+\.safetensors.*No space left on device" err.log ||
+      errors+=("the error does not name step 4's tensor file: $(tail -1 err.log)")
   fi
   if ((${#errors[@]})); then
     printf 'disk_full (checkpoint.async=%s): FAIL: %s\n' "$1" "${errors[@]}"

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "common/arch_family.h"
+#include "dist/clock_sync.h"
 #include "dist/communicator.h"
 #include "dist/consistency.h"
 #include "dist/ddp.h"
@@ -356,6 +357,21 @@ TEST(Join, ThrowAndFalseModesStopEveryRankAtTheFirstUnevenStep) {
       << error;
   EXPECT_EQ(kJoinModeNames.parse("throw"), JoinMode::throw_error);
   EXPECT_THROW(kJoinModeNames.parse("maybe"), Error);
+}
+
+// Note [Trace clocks]: rank r's clock runs 7r ms ahead of the others' steady clock, so rank 0's
+// reading is rank r's less 7r ms; the alignment must find that offset, with its sign, within
+// the bound it proves (true by construction); the bound itself is a few gather round trips,
+// far below 50 ms on any machine that runs these tests at all.
+TEST(ClockSync, RecoversAnInjectedOffsetWithItsSignWithinItsBound) {
+  Communicator& comm = testing::world();
+  const int64_t ahead = 7'000'000 * int64_t(comm.rank());
+  const ClockOffset c = align_clocks(comm, 16, [&] { return trace::now_ns() + ahead; });
+  EXPECT_LE(std::llabs(c.offset_ns - -ahead), c.error_ns) << "rank " << comm.rank();
+  EXPECT_LT(c.error_ns, 50'000'000);
+  if (comm.rank() == 0) EXPECT_EQ(c.offset_ns, 0);
+  const std::vector<int64_t> epochs = comm.all_gather(std::vector<int64_t>{c.epoch_ns});
+  for (int64_t e : epochs) EXPECT_EQ(e, epochs[0]);  // rank 0's reading, everywhere
 }
 
 TEST(Consistency, MismatchesAreCaughtOnEveryRankByContentAndNamed) {

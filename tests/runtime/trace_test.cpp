@@ -21,7 +21,7 @@ using nlohmann::json;
 
 json written(const std::string& tag, int64_t offset_ns = 0) {
   testing::TempDir dir(tag);
-  write(dir.path / "t.json", 3, "rank 3", offset_ns, 0, R"({"rank":3})");
+  write(dir.path / "t.json", 3, "rank 3", {0, offset_ns, 0, offset_ns}, 0, R"({"rank":3})");
   return json::parse(read_file(dir.path / "t.json"));
 }
 
@@ -89,7 +89,7 @@ TEST(Trace, WhatStraddlesTheWindowIsBalanced) {
   ASSERT_EQ(events.size(), 4u);
   EXPECT_EQ(events[0]["name"], "open at stop");
   EXPECT_EQ(events[1]["ph"], "b");
-  EXPECT_EQ(events[1]["id"], 1);
+  EXPECT_EQ(events[1]["id2"]["local"], 1);  // the process's own id
   std::map<std::string, int> phases;
   for (const json& e : events) ++phases[e["ph"].get<std::string>()];
   EXPECT_EQ(phases, (std::map<std::string, int>{{"B", 1}, {"E", 1}, {"b", 1}, {"e", 1}}));
@@ -109,6 +109,15 @@ TEST(Trace, ProfileScopesAreSpansAndTheOffsetMovesEveryEvent) {
   for (size_t i = 0; i < plain.size(); ++i)  // 5000 ns later, as printed to 1 ns
     EXPECT_NEAR(shifted[i]["ts"].get<double>() - plain[i]["ts"].get<double>(), 5.0, 2e-3);
   EXPECT_FALSE(on());
+}
+
+TEST(Trace, TheOffsetIsInterpolatedBetweenTwoAlignments) {
+  const Alignment a{1000, -50, 3000, 150};  // the clocks drift 0.1 ns per ns
+  EXPECT_EQ(a.offset_at(1000), -50);
+  EXPECT_EQ(a.offset_at(2000), 50);
+  EXPECT_EQ(a.offset_at(3000), 150);
+  EXPECT_EQ(a.offset_at(4000), 250);  // after the second: the same line
+  EXPECT_EQ((Alignment{1000, 7, 1000, 7}).offset_at(99999), 7);
 }
 
 }  // namespace

@@ -367,9 +367,9 @@ int TrainLoop::run() {
   run_timer_.reset();
   while (state_.step < total) {
     test_fault(comm_.rank(), state_.step);
+    if (traces && state_.step + 1 == trace_from) begin_trace();  // before the step's time
     // The step's time, from one clock read to another, is also its span in a trace.
     const int64_t step_begin = trace::now_ns();
-    if (traces && state_.step + 1 == trace_from) begin_trace();
     if (trace::on()) trace::begin("step", "step", "step", state_.step + 1, step_begin);
     const int micro = int(micro_batches(state_.step));
     const data::LoaderState before = loader_->state();

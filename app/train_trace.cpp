@@ -73,9 +73,11 @@ void TrainLoop::write_trace() {
                  {b.at_ns, b.offset_ns, e.at_ns, e.offset_ns}, b.epoch_ns, other.dump());
     if (leader_)
       log::info(
-          "wrote the trace of steps {}-{} to {}/rank-R.json: the ranks' clocks aligned to rank "
-          "0's within {:.1f} us",
-          traced_from_, state_.step, path.parent_path().string(),
+          "wrote the trace of {} to {}/rank-R.json: the ranks' clocks aligned to rank 0's within "
+          "{:.1f} us",
+          state_.step >= traced_from_ ? fmt::format("steps {}-{}", traced_from_, state_.step)
+                                      : fmt::format("step {}, which did not finish", traced_from_),
+          path.parent_path().string(),
           double(*std::max_element(errors.begin(), errors.end())) / 1e3);
   } catch (const std::exception& ex) {
     log::warn("the trace was not written: {}", ex.what());

@@ -20,7 +20,8 @@ namespace trainer::dist {
 // machine share the steady clock, so their true offset is 0 and lies in the interval. Clocks
 // of two machines also drift apart (a few microseconds a second), so a trace aligns them as
 // its recording starts and again as it ends, and moves each event by the offset interpolated
-// between the two (trace::Alignment).
+// between the two (trace::Alignment): the bound is proven at those two times, and between
+// them holds as far as the drift is steady over the traced steps.
 struct ClockOffset {
   int64_t offset_ns = 0;  // d, the interval's middle
   int64_t error_ns = 0;   // its half-width: |d - offset_ns| <= error_ns

@@ -30,8 +30,8 @@ MemoryPlan plan_memory(const RunConfig& rc, int data_ranks, int rank) {
   MemoryPlan plan{dist::planned_state_bytes(layout, pc, data_ranks, rc.exec.compute, rc.exec.grad),
                   nn::Transformer::planned_memory(rc.model, rc.exec)};
   plan.device = rc.exec.device;
-  // The snapshot holds the masters and both moments: three times the fp32 masters.
-  if (keeps_save_snapshot(rc, data_ranks, rank)) plan.checkpoint = 3 * plan.state.masters;
+  if (keeps_save_snapshot(rc, data_ranks, rank))
+    plan.checkpoint = SaveSnapshot::bytes_for(plan.state.masters / int64_t(sizeof(float)));
   return plan;
 }
 
@@ -156,7 +156,6 @@ AvailableMemory available_memory(Device device) {
 // some tens of MiB, are not in it.
 namespace {
 
-// Why this rank's plan must not start ("" when it fits, or when `warn_only`, after a warning).
 // Why `per_rank` bytes of `device`'s memory (`plan`, what they are), times the `sharing` ranks
 // there, must not start ("" when they fit, or when `warn_only`, after a warning); `advice`
 // says what would fit.

@@ -12,6 +12,7 @@
 
 #include "app/config.h"
 #include "app/data_keys.h"
+#include "app/model_keys.h"
 #include "app/progress_mode.h"
 #include "app/spike_guard.h"
 #include "data/loader.h"
@@ -128,19 +129,6 @@ std::filesystem::path run_dir_of(const Config& c);
 // reads the configs stored with older runs for eval, sample and export.)
 void check_training_paths(const Config& c);
 
-// The model the config's model.* keys describe, validated (UsageError naming the key).
-nn::ModelConfig model_config(const Config& c);
-// The same unvalidated: what the keys state, for comparing with a model from elsewhere.
-nn::ModelConfig stated_model(const Config& c);
-// Sets every model.* key to describe `m` (the inverse of model_config).
-void set_model_keys(Config& c, const nn::ModelConfig& m);
-// The keys that define a model's parameters and what they compute (Note [Model keys]).
-const std::vector<const char*>& model_keys();
-// The train.lora keys that define its adapters (read into nn::ModelConfig::lora too; a
-// published folder never states them, so they are not model keys).
-const std::vector<const char*>& lora_keys();
-// Sets them to describe `lora` (the inverse of stated_model's reading of them).
-void set_lora_keys(Config& c, const nn::LoraConfig& lora);
 // How the model runs (precision, gradient dtype, checkpointing) for batches of up to
 // max_rows x max_seq_len tokens.
 nn::ExecConfig exec_config(const Config& c, int max_rows, int max_seq_len);

@@ -4,7 +4,6 @@
 #include <algorithm>
 
 #include "runtime/error.h"
-#include "runtime/timer.h"
 #include "runtime/trace.h"
 
 namespace trainer::dist {
@@ -93,9 +92,9 @@ void DDP::launch_ready() {
 }
 
 void DDP::finish() {
-  const trace::Span span("wait for gradient sums", "comm_wait");
+  last_wait_s_ = 0;
+  const trace::TimedSpan span("wait for gradient sums", "comm_wait", last_wait_s_);
   last_overlapped_ = int(next_bucket_);
-  Timer timer;
   if (active_) {
     ready_from_ = 0;
     launch_ready();
@@ -109,7 +108,6 @@ void DDP::finish() {
     w.wait();
     comm_s += w.busy_seconds();
   }
-  last_wait_s_ = timer.seconds();
   last_comm_s_ = comm_s;
 }
 

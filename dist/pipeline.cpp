@@ -58,8 +58,7 @@ int Pipeline::staging(size_t bytes) {
 
 void Pipeline::wait(Transfer& t, Times& times) {
   if (!t.work.valid()) return;
-  const trace::Span span("wait for transfer", "pipeline_wait");
-  Timer timer;
+  const trace::TimedSpan span("wait for transfer", "pipeline_wait", times.idle_s);
   try {
     t.work.wait();
   } catch (const CommError& e) {
@@ -73,7 +72,6 @@ void Pipeline::wait(Transfer& t, Times& times) {
                              w.forward ? "forward" : "backward", w.micro, w.chunk, w.peer),
         e.what()));
   }
-  times.idle_s += timer.seconds();
   t.work = Work();
 }
 

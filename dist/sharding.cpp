@@ -13,7 +13,6 @@
 #include "runtime/buffer.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
-#include "runtime/timer.h"
 #include "runtime/trace.h"
 
 namespace trainer::dist {
@@ -186,10 +185,10 @@ StateBytes Sharded::state_bytes() const {
 
 void Sharded::wait(Work& w) {
   if (!w.valid()) return;
-  const trace::Span span("wait for collective", "comm_wait");
-  Timer t;
-  w.wait();
-  last_wait_s_ += t.seconds();
+  {
+    const trace::TimedSpan span("wait for collective", "comm_wait", last_wait_s_);
+    w.wait();
+  }
   comm_s_ += w.busy_seconds();
   w = Work();
 }

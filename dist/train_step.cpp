@@ -5,7 +5,6 @@
 #include <cmath>
 
 #include "dist/exact_norm.h"
-#include "runtime/timer.h"
 #include "runtime/trace.h"
 
 namespace trainer::dist {
@@ -69,18 +68,12 @@ void TrainStep::passes(const std::vector<nn::BatchView>& micro_batches, const St
   model_.reset_loss();
   for (const nn::BatchView& batch : micro_batches) {
     dp_.begin_micro_batch();
-    Timer t;
     {
-      const trace::Span span("forward", "phase");
+      const trace::TimedSpan span("forward", "phase", r.times.forward_s);
       model_.forward(batch);
     }
-    r.times.forward_s += t.seconds();
-    t.reset();
-    {
-      const trace::Span span("backward", "phase");
-      model_.backward(loss_scale);
-    }
-    r.times.backward_s += t.seconds();
+    const trace::TimedSpan span("backward", "phase", r.times.backward_s);
+    model_.backward(loss_scale);
   }
   if (dp_.collective_backward())  // Join under sharding
     for (int64_t m = mine; m < counts.max_micro_batches; ++m) empty_pass(model_, dp_, true);
@@ -100,10 +93,10 @@ void TrainStep::sum_tied_embedding(StepTimes& times) {
     if (b >= e) continue;
     const Tensor g = grads.flat(sl.local + (b - sl.begin), e - b);
     Work w = grid_.ends().all_reduce_async(g.data, g.numel(), g.dtype);
-    const trace::Span span("wait for tied embedding sum", "comm_wait");
-    Timer t;
-    w.wait();
-    times.comm_wait_s += t.seconds();  // exposed: the step needs the sum now
+    {  // exposed: the step needs the sum now
+      const trace::TimedSpan span("wait for tied embedding sum", "comm_wait", times.comm_wait_s);
+      w.wait();
+    }
     times.comm_busy_s += w.busy_seconds();
   }
 }

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <string>
 
+#include "runtime/timer.h"
+
 namespace trainer::trace {
 
 extern std::atomic<bool> g_on;
@@ -52,6 +54,22 @@ class Span {
 
  private:
   bool on_;
+};
+
+// A Span that also adds its seconds to `total`: a step's phase timer and its span in a trace
+// are one measurement.
+class TimedSpan {
+ public:
+  TimedSpan(const char* name, const char* category, double& total)
+      : span_(name, category), total_(total) {}
+  ~TimedSpan() { total_ += timer_.seconds(); }
+  TimedSpan(const TimedSpan&) = delete;
+  TimedSpan& operator=(const TimedSpan&) = delete;
+
+ private:
+  Span span_;
+  Timer timer_;
+  double& total_;
 };
 
 // The steady clock in nanoseconds, as events are stamped.

@@ -111,7 +111,7 @@ void write_peft_adapter(const fs::path& folder, const nn::ParamLayout& layout, c
                                  {"base_model_name_or_path", base_model},
                                  {"r", lora.rank},
                                  {"lora_alpha", nn::as_decimal(lora.alpha)},
-                                 {"lora_dropout", 0.0},
+                                 {"lora_dropout", nn::as_decimal(layout.config().dropout.adapter)},
                                  {"target_modules", modules},
                                  {"bias", "none"},
                                  {"fan_in_fan_out", false},
@@ -173,6 +173,7 @@ int cmd_export(const Args& args) {
     nn::LoraConfig merged_in = config.lora;
     merged_in.rank = 0;
     set_lora_keys(merged_config, merged_in);
+    merged_config.set("train.lora.dropout", 0.0);
     if (!config_yaml.empty()) config_yaml = merged_config.to_yaml();  // (a run's, not a folder's)
   }
   const std::vector<std::string> weights =

@@ -202,8 +202,8 @@ const std::vector<KeySpec>& schema() {
       {"train.lora.alpha", Kind::real, 16.0, "LoRA: the adapters' output is scaled by alpha / rank",
        0, 1e6, L{}, true},
       {"train.lora.dropout", Kind::real, 0.0,
-       "LoRA: dropout on the adapters' input; only 0 (not implemented: model.dropout drops in the "
-       "model itself)",
+       "LoRA: dropout on the adapters' input in training (PEFT's lora_dropout), each adapter its "
+       "own mask; the base products read their input undropped",
        0, 1, L{}, false, true},
       {"train.lora.targets", Kind::list, L{"q", "k", "v", "o", "gate", "up", "down"},
        "LoRA: the block products adapted (llama, qwen2, qwen3: q, k, v, o, gate, up, down; "

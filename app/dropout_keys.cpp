@@ -35,10 +35,12 @@ nn::DropoutRates dropout_rates(const Config& c) {
                 s.key, p);
     r.*s.site = float(p == -1 ? c.real("model.dropout") : p);
   }
+  r.adapter = float(c.real("train.lora.dropout"));
   return r;
 }
 
 void inherit_dropout(Config& c, const nn::DropoutRates& rates) {
+  if (!c.stated("train.lora.dropout")) c.set("train.lora.dropout", nn::as_decimal(rates.adapter));
   if (c.stated("model.dropout")) return;
   for (const SiteKey& s : kSites)
     if (!c.stated(s.key)) c.set(s.key, nn::as_decimal(rates.*s.site));

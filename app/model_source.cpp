@@ -88,6 +88,8 @@ ModelSource open_peft_adapter(const fs::path& path, const std::string& what) {
               "(trainer export)",
               a.file.string(), a.base.string());
   set_lora_keys(s.config, nn::lora_from_peft(a.config, stated_model(s.config), a.file.string()));
+  s.config.set("train.lora.dropout",
+               nn::as_decimal(nn::lora_dropout_from_peft(a.config, a.file.string())));
   s.adapter = path;
   return s;
 }

@@ -282,11 +282,6 @@ void read_loop(const Config& c, RunConfig& r) {
   r.grad_accum_schedule = parse_schedule(c, "train.grad_accum_schedule");
   r.seq_len_schedule = parse_schedule(c, "train.seq_len_schedule");
   r.freeze = c.list("train.freeze");
-  USAGE_CHECK(
-      c.real("train.lora.dropout") == 0,
-      "train.lora.dropout = {}: dropout on the adapters' input is not implemented (model.dropout "
-      "drops in the model itself); set it to 0",
-      c.real("train.lora.dropout"));
   r.on_nonfinite = kNonFiniteNames.parse(c.text("train.on_nonfinite"));
   r.max_consecutive_skips = c.integer("train.max_consecutive_skips");
   r.max_skips = c.integer("train.max_skips");

@@ -87,11 +87,15 @@ Config with_source_model(Config c, const fs::path& from, const std::string& what
     }
     case SourceKind::peft_adapter: {
       const PeftAdapterConfig a = read_peft_adapter(from);
+      const bool dropout_stated = c.stated("train.lora.dropout");
       c = with_source_model(c, a.base, what);
       Config adapter = c;
       set_lora_keys(adapter, nn::lora_from_peft(a.config, stated_model(c), a.file.string()));
       for (const char* key : lora_keys())
         if (!c.stated(key)) c.set(key, adapter.value(key));
+      if (!dropout_stated)  // the adapter's rate goes on training it, as PEFT's would
+        c.set("train.lora.dropout",
+              nn::as_decimal(nn::lora_dropout_from_peft(a.config, a.file.string())));
       return c;
     }
     case SourceKind::none:  // named when the run opens it

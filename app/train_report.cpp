@@ -182,8 +182,8 @@ void TrainLoop::log_setup() {
   if (const nn::DropoutRates& d = rc_.model.dropout; d.any())
     log::info(
         "dropout in training: embeddings {:g}, attention probabilities {:g}, residual "
-        "branches {:g}{}",
-        d.embedding, d.attention, d.residual,
+        "branches {:g}, LoRA adapters' input {:g}{}",
+        d.embedding, d.attention, d.residual, d.adapter,
         e.device != Device::cuda ? ""
         : d.attention > 0
             ? " (on CUDA: attention by the trainer's own kernel, not cuDNN, which draws other "

@@ -98,9 +98,11 @@ void TrainLoop::warn_of_changes(const Checkpoint& ckpt, const Config& saved) con
   const nn::DropoutRates was = stated_model(saved).dropout, is = rc_.model.dropout;
   if (leader_ && was != is)
     log::warn(
-        "resuming with dropout rates (embeddings, attention, residual) {:g}, {:g}, {:g} where "
-        "the checkpoint's run had {:g}, {:g}, {:g}: the steps from here are not that run's",
-        is.embedding, is.attention, is.residual, was.embedding, was.attention, was.residual);
+        "resuming with dropout rates (embeddings, attention, residual, LoRA adapters) {:g}, {:g}, "
+        "{:g}, {:g} where the checkpoint's run had {:g}, {:g}, {:g}, {:g}: the steps from here are "
+        "not that run's",
+        is.embedding, is.attention, is.residual, is.adapter, was.embedding, was.attention,
+        was.residual, was.adapter);
   const int then =
                 ckpt.state.world_size / (ckpt.state.tensor_parallel * ckpt.state.pipeline_parallel),
             now = data_.size();

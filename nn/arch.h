@@ -159,6 +159,7 @@ enum class Act : uint8_t {
   qk_out,  // scratch of the head norms: the normed heads, or the gradient at them
   qk_din,  // (fp32) and the gradient at their inputs
   lora_h,  // a LoRA adapter's x A^T and the gradient at it, (N, 2r): one adapter at a time
+  lora_x,  // a LoRA adapter's input through its dropout, then the gradient there (fp32 bytes)
   kCount
 };
 

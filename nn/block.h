@@ -59,6 +59,9 @@ struct BlockTensors {
   // Each branch's output dropout, by Branch, over the residual stream's elements here (its
   // first token's counter under sequence parallelism): off unless training with dropout.
   std::array<DropoutMask, 2> branch_drop{};
+  // The LoRA adapters' input dropout: its rate and the layer's site key, from which each adapter
+  // derives its own mask (nn/lora.cpp); off unless training with train.lora.dropout.
+  DropoutMask adapter_drop{};
   // Decoding: keys and values of positions [0, q_pos + T) of one sequence, (P, Ckv) each;
   // this batch's keys and values are written at q_pos. Empty when training.
   Tensor k_cache, v_cache;

@@ -6,7 +6,9 @@
 // - attention: the attention probabilities, inside the attention op (AttentionDropout);
 // - residual: each branch's output (the attention output projection's, the MLP's second
 //   product's) before it joins the residual stream, as GPT-2's resid_pdrop and GPT-NeoX's
-//   hidden_dropout do.
+//   hidden_dropout do;
+// - adapter input: what a LoRA adapter reads (train.lora.dropout: PEFT's lora_dropout), each
+//   adapter its own mask, the product itself reading its input undropped (Note [LoRA]).
 // Each mask is a pure function of (run.seed, optimizer step, the micro-batch's place in the
 // global batch, layer, site) and of the element's place in the whole micro-batch (Note
 // [Dropout masks] in nn/ops/dropout.h), so:
@@ -27,7 +29,13 @@
 namespace trainer::nn {
 
 // The sites of Note [Dropout]; a block's residual dropout has one per branch.
-enum class DropSite : uint32_t { embedding, attention, attention_branch, mlp_branch };
+enum class DropSite : uint32_t {
+  embedding,
+  attention,
+  attention_branch,
+  mlp_branch,
+  adapter_input
+};
 
 // The key of micro-batch `micro` (its index in the global batch) of optimizer step `step`.
 inline uint64_t dropout_batch_key(uint64_t seed, int64_t step, int64_t micro) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "nn/architecture.h"
+#include "nn/ops/dropout.h"
 #include "nn/param_layout.h"
 #include "runtime/error.h"
 #include "runtime/gemm.h"
@@ -58,10 +59,50 @@ std::pair<Tensor, Tensor> scratch(const BlockTensors& t, int64_t N, int64_t r) {
           make_tensor(static_cast<char*>(all.data) + half, all.dtype, {N, r}, all.device)};
 }
 
+// The block's lora_x as (N, in) of `dtype`: an fp32 buffer, so either dtype fits.
+Tensor lora_x(const BlockTensors& t, const ConstTensor& x, DType dtype) {
+  const Tensor& all = A(t, Act::lora_x);
+  TRAINER_ASSERT(all.numel() >= x.numel(), "LoRA input scratch of {} elements for {}", all.numel(),
+                 x.numel());
+  return make_tensor(all.data, dtype, {x.rows(), x.cols()}, all.device);
+}
+
+// Adapter `ad`'s dropout mask over its product's input x (N, in), or none. Each adapter draws
+// its own under the layer's site key, as the whole model's input would be masked: a
+// row-parallel product's input is this rank's columns of the whole (N, in x degree), every
+// token of it (sequence parallelism gathers none: it holds every token there).
+DropoutMask input_mask(const BlockTensors& t, const Adapter& ad, const ConstTensor& x) {
+  const DropoutMask& site = t.adapter_drop;
+  if (!site.on()) return {};
+  const TensorSlice& slice = t.model->tensor;
+  const Matmul& product =
+      find_in(*t.products, [&](const Matmul& p) { return p.weight == ad.product; });
+  const bool cut = slice.degree > 1 && product.parallel == Parallel::row;
+  return {site.p, philox_subkey(site.key, uint32_t(ad.a), 0, 0, 0), cut ? slice.rank * x.cols() : 0,
+          cut ? slice.degree * x.cols() : 0};
+}
+
+// What adapter `ad` reads of its product's input x (N, in): x itself, or x through the adapter's
+// own dropout mask (Note [LoRA]), written into the block's lora_x.
+ConstTensor adapter_input(const Context& ctx, const BlockTensors& t, const Adapter& ad,
+                          const ConstTensor& x) {
+  const DropoutMask mask = input_mask(t, ad, x);
+  if (!mask.on()) return x;
+  const Tensor dropped = lora_x(t, x, x.dtype);
+  dropout(ctx, dropped, x, mask);
+  return dropped;
+}
+
 }  // namespace
 
 void validate_lora(const ModelConfig& m) {
-  if (!m.lora.on()) return;
+  if (!m.lora.on()) {
+    USAGE_CHECK(m.dropout.adapter == 0,
+                "train.lora.dropout = {:g} without adapters: set train.lora.rank, or "
+                "model.dropout for dropout in the model",
+                m.dropout.adapter);
+    return;
+  }
   const std::vector<Adapter>& choices = m.architecture().lora_targets;
   std::vector<std::string> names;
   for (const Adapter& ad : choices) names.push_back(ad.name);
@@ -103,6 +144,7 @@ bool skips_weight_grad(const ModelConfig& m, Role r) {
 void add_adapters(ArchSpec& spec, const ModelConfig& m) {
   if (!m.lora.on()) return;
   const int64_t r = m.lora.rank;
+  int64_t widest = 0;  // the widest input an adapter reads, whole
   for (const Adapter& ad : m.architecture().lora_targets) {
     if (!targeted(m, ad)) continue;
     const ParamSpec base =  // a copy: the block's list grows below
@@ -110,6 +152,7 @@ void add_adapters(ArchSpec& spec, const ModelConfig& m) {
     const Matmul product =
         find_in(spec.block_matmuls, [&](const Matmul& p) { return p.weight == ad.product; });
     const int64_t out = base.shape[0], in = base.shape[1];
+    widest = std::max(widest, in);
     constexpr Split kPartial{-1, 1, true};
     const bool column = product.parallel == Parallel::column;
     spec.block.push_back({stem(base.name) + ".lora_A.weight",
@@ -129,8 +172,11 @@ void add_adapters(ArchSpec& spec, const ModelConfig& m) {
     spec.adapters.push_back(ad);
   }
   // Every token's h and dh: `split` with all of it kept whole, so that neither tensor
-  // parallelism cuts it nor sequence parallelism slices its tokens.
+  // parallelism cuts it nor sequence parallelism slices its tokens. Likewise the dropped input
+  // of the widest product an adapter reads (fp32: its gradient there is summed in fp32).
   spec.block_acts.push_back({Act::lora_h, 2 * r, false, ActKind::work, true, 2 * r});
+  if (m.dropout.adapter > 0)
+    spec.block_acts.push_back({Act::lora_x, widest, true, ActKind::work, true, widest});
 }
 
 void adapters_forward(const Context& ctx, const BlockTensors& t, Role product, const Tensor& y,
@@ -142,7 +188,7 @@ void adapters_forward(const Context& ctx, const BlockTensors& t, Role product, c
     PROFILE_SCOPE("lora_forward", "gemm");
     const Tensor &a = W(t, ad.a), &b = W(t, ad.b);
     const auto [h, dh] = scratch(t, x.rows(), a.rows());
-    matmul(ctx, h, x, false, a, true);
+    matmul(ctx, h, adapter_input(ctx, t, ad, x), false, a, true);
     matmul(ctx, y.col_range(output_offset(t, ad), b.rows()), h, false, b, true, s, 1.0f);
   }
 }
@@ -157,11 +203,19 @@ void adapters_backward(const Context& ctx, const BlockTensors& t, Role product, 
     const Tensor &a = W(t, ad.a), &b = W(t, ad.b);
     const auto [h, dh] = scratch(t, x.rows(), a.rows());
     const ConstTensor dy_b = dy.col_range(output_offset(t, ad), b.rows());
-    matmul(ctx, h, x, false, a, true);                        // h = x A^T
-    matmul(ctx, G(t, ad.b), dy_b, true, h, false, s, 1.0f);   // dB += s dy^T h
-    matmul(ctx, dh, dy_b, false, b, false, s, 0.0f);          // dh = s dy B
-    matmul(ctx, G(t, ad.a), dh, true, x, false, 1.0f, 1.0f);  // dA += dh^T x
-    matmul(ctx, dx, dh, false, a, false, 1.0f, 1.0f);         // dx += dh A
+    const ConstTensor in = adapter_input(ctx, t, ad, x);       // x, or x dropped again
+    matmul(ctx, h, in, false, a, true);                        // h = in A^T
+    matmul(ctx, G(t, ad.b), dy_b, true, h, false, s, 1.0f);    // dB += s dy^T h
+    matmul(ctx, dh, dy_b, false, b, false, s, 0.0f);           // dh = s dy B
+    matmul(ctx, G(t, ad.a), dh, true, in, false, 1.0f, 1.0f);  // dA += dh^T in
+    const DropoutMask mask = input_mask(t, ad, x);
+    if (!mask.on()) {
+      matmul(ctx, dx, dh, false, a, false, 1.0f, 1.0f);  // dx += dh A
+      continue;
+    }
+    const Tensor d_in = lora_x(t, x, DType::f32);  // the dropped input is read: reuse its bytes
+    matmul(ctx, d_in, dh, false, a, false);        // d_in = dh A
+    dropout(ctx, dx, d_in, mask, /*accumulate=*/true);  // dx += d_in through the mask
   }
 }
 
@@ -249,6 +303,14 @@ LoraConfig lora_from_peft(const nlohmann::json& c, const ModelConfig& m, const s
     if (std::find(modules.begin(), modules.end(), known[i]) != modules.end())
       lora.targets.push_back(all[i].name);
   return lora;
+}
+
+float lora_dropout_from_peft(const nlohmann::json& c, const std::string& file) {
+  if (!c.contains("lora_dropout") || c["lora_dropout"].is_null()) return 0;
+  const nlohmann::json& p = c["lora_dropout"];
+  USAGE_CHECK(p.is_number() && p.get<double>() >= 0 && p.get<double>() < 1,
+              "{}: lora_dropout = {} is not a dropout probability in [0, 1)", file, p.dump());
+  return p.get<float>();
 }
 
 std::string peft_name(const std::string& name) {

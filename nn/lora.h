@@ -18,6 +18,13 @@
 // partial (its outputs' share, summed with the unit's backward: Split::partial_grad); on a
 // row-parallel one A is cut like the base's columns and B replicated, so h, and with it B's
 // gradient, is partial, and s h B^T rides in the partial output the product's sum adds up.
+//
+// With train.lora.dropout p (PEFT's lora_dropout), in training each adapter reads its input
+// through a mask of its own, y = x W^T + s (drop(x) A^T) B^T, the base product reading x as it
+// is. drop(x) goes into the block's work activation lora_x and is drawn again in backward rather
+// than kept (Note [Dropout masks]): dA += dh^T drop(x), dx += drop'(dh A) (the same mask). A
+// row-parallel product's input is this rank's columns of the whole input, and its mask counts
+// the whole input's (DropoutMask::row_stride), so every layout draws one process's masks.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -76,6 +83,10 @@ std::string peft_module(const ModelConfig& m, const Adapter& ad);
 // left out) or that m lacks.
 LoraConfig lora_from_peft(const nlohmann::json& config, const ModelConfig& m,
                           const std::string& file);
+
+// The adapters' input dropout a PEFT adapter_config.json (`file`, parsed as `config`) states:
+// its lora_dropout (0 where absent); a UsageError naming the file unless in [0, 1).
+float lora_dropout_from_peft(const nlohmann::json& config, const std::string& file);
 
 // PEFT's name of adapter parameter `name` ("base_model.model." before it) and the inverse
 // (throws a UsageError naming `name` when it is not one).

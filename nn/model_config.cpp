@@ -28,7 +28,8 @@ void ModelConfig::validate() const {
   USAGE_CHECK(norm_eps > 0 && norm_eps <= 1, "model.norm_eps must be in (0, 1], got {}", norm_eps);
   for (const auto& [key, p] : {std::pair{"model.embedding_dropout", dropout.embedding},
                                std::pair{"model.attention_dropout", dropout.attention},
-                               std::pair{"model.residual_dropout", dropout.residual}})
+                               std::pair{"model.residual_dropout", dropout.residual},
+                               std::pair{"train.lora.dropout", dropout.adapter}})
     USAGE_CHECK(p >= 0 && p < 1, "{} = {}: a dropout probability must be in [0, 1)", key, p);
   validate_rope_scaling();
   architecture().validate(*this);

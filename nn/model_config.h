@@ -74,10 +74,11 @@ struct LoraConfig {
 };
 
 // Dropout probabilities by site (Note [Dropout] in nn/dropout.h), each in [0, 1). They change
-// no parameter: what training computes, not what the model is.
+// no parameter: what training computes, not what the model is. `adapter` is LoRA's, on its
+// adapters' input (train.lora.dropout, PEFT's lora_dropout).
 struct DropoutRates {
-  float embedding = 0, attention = 0, residual = 0;
-  bool any() const { return embedding > 0 || attention > 0 || residual > 0; }
+  float embedding = 0, attention = 0, residual = 0, adapter = 0;
+  bool any() const { return embedding > 0 || attention > 0 || residual > 0 || adapter > 0; }
   bool operator==(const DropoutRates&) const = default;
 };
 
@@ -137,6 +138,7 @@ struct ModelConfig {
   ModelConfig base() const {
     ModelConfig m = *this;
     m.lora = {};
+    m.dropout.adapter = 0;
     return m;
   }
   // The whole model (tensor = {1, 0}, every layer).

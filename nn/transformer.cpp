@@ -273,6 +273,9 @@ BlockTensors Transformer::block_tensors(int l, ParamUse use) {
                         config_.tensor.rank * config_.local_heads()};
     t.branch_drop = {stream_dropout(l, DropSite::attention_branch, rates.residual),
                      stream_dropout(l, DropSite::mlp_branch, rates.residual)};
+    if (t.adapters && rates.adapter > 0)
+      t.adapter_drop = {rates.adapter,
+                        dropout_site_key(*mb_.dropout_key, l, DropSite::adapter_input)};
   }
   return t;
 }

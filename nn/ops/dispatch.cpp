@@ -252,13 +252,16 @@ void residual_forward(const Context& ctx, const Tensor& out, const ConstTensor& 
   TRAINER_OP(residual_forward, "residual", ctx, out, a, b);
 }
 
-void dropout(const Context& ctx, const Tensor& out, const ConstTensor& inp,
-             const DropoutMask& mask) {
+void dropout(const Context& ctx, const Tensor& out, const ConstTensor& inp, const DropoutMask& mask,
+             bool accumulate) {
   TRAINER_ASSERT(out.contiguous() && inp.contiguous() && out.numel() == inp.numel() &&
-                     (out.data != inp.data || out.dtype == inp.dtype) && mask.p >= 0 &&
-                     mask.p < 1 && mask.first >= 0,
+                     (out.data != inp.data || (out.dtype == inp.dtype && !accumulate)) &&
+                     mask.p >= 0 && mask.p < 1 && mask.first >= 0 && mask.row_stride >= 0,
                  "dropout shapes");
-  TRAINER_OP(dropout, "activations", ctx, out, inp, mask);
+  TRAINER_ASSERT(
+      mask.row_stride == 0 || (out.cols() == inp.cols() && inp.cols() <= mask.row_stride),
+      "dropout of a column slice: rows of one width, at most row_stride");
+  TRAINER_OP(dropout, "activations", ctx, out, inp, mask, accumulate);
 }
 
 void cross_entropy_stats(const Context& ctx, const Tensor& stats, const ConstTensor& logits,

@@ -10,6 +10,9 @@
 // (sequence parallelism) passes its first token times the row width, and draws the very bits the
 // whole tensor would. The model derives one key per micro-batch, layer and site
 // (nn/dropout.h); attention derives one per head from its site's key (attention_dropout_key).
+// A column slice of a wider tensor (a LoRA adapter's input under tensor parallelism's
+// row-parallel products) passes the whole tensor's row width as `row_stride`, and its row i
+// draws counters first + i * row_stride onwards: the whole tensor's bits of its columns.
 #pragma once
 
 #include <cstdint>
@@ -22,11 +25,13 @@
 namespace trainer::nn {
 
 // Which elements a dropout keeps: probability p of dropping (0: none), under `key`, the tensor's
-// element 0 being counter `first`.
+// element 0 being counter `first`, and row i of a matrix starting at counter
+// first + i * row_stride (0: the rows are adjacent, a contiguous run of counters).
 struct DropoutMask {
   float p = 0;
   uint64_t key = 0;
   int64_t first = 0;
+  int64_t row_stride = 0;
   TRAINER_HOST_DEVICE bool on() const { return p > 0; }
 };
 
@@ -52,10 +57,12 @@ TRAINER_HOST_DEVICE inline uint64_t attention_dropout_key(uint64_t key, int64_t 
   return philox_subkey(key, uint32_t(head), 0xA77E4u, 0, 0);
 }
 
-// out = inp with the mask applied (zero where dropped, scaled by 1 / (1 - p) where kept), over
-// contiguous tensors of the same element count, each fp32 or bf16 (out may be inp, in place).
-// The same op is its own backward: the gradient through the mask is the mask applied to it.
-void dropout(const Context& ctx, const Tensor& out, const ConstTensor& inp,
-             const DropoutMask& mask);
+// out = inp with the mask applied (zero where dropped, scaled by 1 / (1 - p) where kept), or
+// out += that when `accumulate` (out then not inp), over contiguous tensors of the same element
+// count, each fp32 or bf16 (out may be inp, in place); with mask.row_stride, matrices of the
+// same shape whose rows are at most that wide. The same op is its own backward: the gradient
+// through the mask is the mask applied to it.
+void dropout(const Context& ctx, const Tensor& out, const ConstTensor& inp, const DropoutMask& mask,
+             bool accumulate = false);
 
 }  // namespace trainer::nn

@@ -102,7 +102,7 @@ grep -q "dropout in training: embeddings 0.1, attention probabilities 0.2, resid
 
 # Resuming at other rates is allowed, and said.
 train_run 1 resumed --set model.dropout=0.2 --set train.steps=14
-grep -q "resuming with dropout rates (embeddings, attention, residual) 0.2, 0.2, 0.2 where the checkpoint's run had 0.1, 0.1, 0.1" \
+grep -q "resuming with dropout rates (embeddings, attention, residual, LoRA adapters) 0.2, 0.2, 0.2, 0 where the checkpoint.s run had 0.1, 0.1, 0.1, 0:" \
   resumed.log || { echo "FAIL: a resume at other rates was not said"; exit 1; }
 
 base=(train "${common[@]}" --set run.name=bad)

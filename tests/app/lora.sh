@@ -13,6 +13,9 @@
 #     PEFT's layout; the merged folder fine-tunes again with new adapters;
 #   - the PEFT adapter folder evaluates, samples and exports as the adapted checkpoint does,
 #     bit for bit, and trains further at TP=2 x PP=2;
+#   - with train.lora.dropout, TP=2 (with and without sequence parallelism), DDP, ZeRO-3 and 2
+#     pipeline stages train as one process does, full checkpointing and a resume are bit for
+#     bit the same run, and the PEFT adapter carries the rate on;
 #   - what LoRA cannot do is refused by name.
 #   lora.sh <trainer> <mpiexec>
 set -euo pipefail
@@ -57,6 +60,18 @@ run 2 lora_det2 "${lora[@]}" --set dist.deterministic=true
 run 1 lora_from_tp2 "${lora[@]}" --set train.resume=runs/lora_tp2/checkpoints/step-10
 run 1 lora_bf16 "${lora[@]}" --set model.precision=bf16
 run 2 lora_bf16_tp2 "${lora[@]}" --set model.precision=bf16 --set dist.tensor_parallel=2
+# Dropout on the adapters' input: every layout draws one process's masks.
+drop=("${lora[@]}" --set train.lora.dropout=0.1)
+run 1 drop "${drop[@]}"
+run 1 drop_recompute "${drop[@]}" --set model.activation_checkpointing=full
+run 1 drop_resume "${drop[@]}" --set train.resume=runs/drop/checkpoints/step-10
+run 2 drop_tp2 "${drop[@]}" --set dist.tensor_parallel=2
+run 2 drop_tp2_sp "${drop[@]}" --set dist.tensor_parallel=2 --set dist.sequence_parallel=true
+run 2 drop_dp2 "${drop[@]}"
+run 2 drop_dp2_full "${drop[@]}" --set dist.sharding=full
+run 2 drop_pp2 "${drop[@]}" --set dist.pipeline_parallel=2
+grep -q "LoRA adapters' input 0.1" drop.log ||
+  { echo "FAIL: drop.log does not state the adapters' dropout"; exit 1; }
 # The merged export is a plain model: it fine-tunes again, with fresh adapters on it.
 run 1 again --set train.init_from=exports/lora --set train.lora.rank=2 --set train.steps=2 \
   --set train.lora.targets='[q, v]'
@@ -82,6 +97,10 @@ done
 run 4 adapter_tp2_pp2 --set train.init_from=exports/lora/adapter --set optimizer.lr=0 \
   --set optimizer.min_lr=0 --set train.steps=2 --set dist.tensor_parallel=2 \
   --set dist.pipeline_parallel=2
+# An adapter trained with dropout says so, and training it further keeps its rate.
+run 1 drop_adapter --set train.init_from=exports/drop/adapter --set train.steps=2
+grep -q "LoRA adapters' input 0.1" drop_adapter.log ||
+  { echo "FAIL: training the adapter on lost its dropout"; exit 1; }
 for f in adapter_tp2_pp2/adapter/adapter_model.safetensors from_adapter/model.safetensors; do
   cmp -s "exports/$f" "exports/lora/${f#*/}" || { echo "FAIL: exports/$f differs"; exit 1; }
 done
@@ -153,10 +172,10 @@ for name, w in base.items():
 # the merged model and on the adapters themselves. The adapters' B start at zero, so their
 # early steps are AdamW's sign-like ones on every element: 1e-5 of a tensor's norm still
 # leaves 10x over the measured worst.
-def compare(name, loss_rel, norm_rel):
-    compare_runs.compare(name, "lora", loss_rel, norm_rel, STEPS, LR, C, errors, worst)
+def compare(name, loss_rel, norm_rel, ref="lora"):
+    compare_runs.compare(name, ref, loss_rel, norm_rel, STEPS, LR, C, errors, worst)
     a = tensors(f"exports/{name}/adapter/adapter_model.safetensors")
-    b = tensors("exports/lora/adapter/adapter_model.safetensors")
+    b = tensors(f"exports/{ref}/adapter/adapter_model.safetensors")
     for t in b:
         diff = sum((x - y) ** 2 for x, y in zip(a[t], b[t])) ** 0.5
         rel = diff / sum(y * y for y in b[t]) ** 0.5
@@ -167,6 +186,23 @@ def compare(name, loss_rel, norm_rel):
 for name in ["lora_tp2", "lora_tp4", "lora_tp2_sp", "lora_dp2", "lora_tp2_dp2_optimizer",
              "lora_dp2_gradients", "lora_dp2_full", "lora_pp2"]:
     compare(name, 1e-5, 1e-5)
+# With the adapters' dropout, against one process with it: each layout draws its masks (a
+# row-parallel product's columns of the whole input's), so the losses agree as closely
+# (measured 4e-8 at worst). Other masks move every step's loss by more than 1e-5 (1.8e-5 to
+# 2.8e-3 under another run.seed). The tensors differ more than without dropout (5.2e-6 of a
+# norm, a layer-0 A under DDP): dropout leaves some A elements with gradients near zero, whose
+# AdamW steps are sign-like, so a rounding difference there moves by lr; 5e-5 is 10x that.
+for name in ["drop_tp2", "drop_tp2_sp", "drop_dp2", "drop_dp2_full", "drop_pp2"]:
+    compare(name, 1e-5, 5e-5, "drop")
+if losses("drop") == losses("lora"):
+    errors.append("train.lora.dropout changed nothing")
+if losses("drop_recompute") != losses("drop"):
+    errors.append("with the adapters' dropout, full activation checkpointing changed the losses")
+resumed = losses("drop_resume")
+if sorted(resumed) != list(range(11, 21)) or any(resumed[s] != losses("drop")[s] for s in resumed):
+    errors.append(f"with the adapters' dropout, resumed at step 10: {resumed}")
+if json.load(open("exports/drop/adapter/adapter_config.json")).get("lora_dropout") != 0.1:
+    errors.append("the adapter's config does not hold its lora_dropout")
 # bf16 at TP=2 against bf16 alone: the partial sums rounded to bf16 (tensor_parallel.sh's
 # argument and bounds).
 compare_runs.compare("lora_bf16_tp2", "lora_bf16", 1e-2, 1e-1, STEPS, LR, C, errors, worst)
@@ -244,8 +280,8 @@ expect 2 "train.lora: model.arch = gpt2 has no LoRA targets" train "${common[@]}
   --set train.lora.rank=4 --set run.name=x
 expect 2 "train.lora.targets: 'qkv' is not one of llama's products" train "${common[@]}" \
   --set train.lora.rank=4 --set train.lora.targets='[q, qkv]' --set run.name=x
-expect 2 "train.lora.dropout = 0.05: dropout on the adapters. input is not implemented" train "${common[@]}" \
-  --set train.lora.rank=4 --set train.lora.dropout=0.05 --set run.name=x
+expect 2 "train.lora.dropout = 0.05 without adapters: set train.lora.rank" train "${common[@]}" \
+  --set train.lora.dropout=0.05 --set run.name=x
 expect 2 "holds LoRA adapters \(train.lora.rank 4.*same train.lora keys" train "${common[@]}" \
   --set train.init_from=runs/lora --set train.lora.rank=2 --set run.name=x
 expect 2 "holds LoRA adapters" train "${common[@]}" --set train.init_from=runs/lora \
@@ -261,6 +297,7 @@ peft dora 'c["use_dora"] = True'
 peft hub 'c["base_model_name_or_path"] = "meta-llama/Llama-3.2-1B"'
 peft gpt2 'c["target_modules"] = ["q_proj", "c_attn"]'
 peft rank 'c["r"] = 8'
+peft bad_dropout 'c["lora_dropout"] = 1.5'
 expect 2 "use_dora = true is not supported: the trainer's adapters are plain LoRA" eval dora
 expect 2 "the base model meta-llama/Llama-3.2-1B is not a model folder, checkpoint or run" \
   sample hub --prompt x
@@ -269,5 +306,7 @@ expect 2 "adapter_model.safetensors: tensor '.*lora_A.weight' has shape \[4, 32\
   eval rank
 expect 2 "exports/lora/adapter holds LoRA adapters \(train.lora.rank 4" train "${common[@]}" \
   --set train.init_from=exports/lora/adapter --set train.lora.rank=2 --set run.name=x
+expect 2 "lora_dropout = 1.5 is not a dropout probability" train "${common[@]}" \
+  --set train.init_from=bad_dropout --set run.name=x
 [[ $failures -eq 0 ]] || exit 1
 echo "lora: adapters train on a frozen base at every layout, export merged and as PEFT's"

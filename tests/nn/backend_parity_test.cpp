@@ -340,7 +340,8 @@ Outputs residual_case(Arena& a, DType act, DType) {
 // Dropout (Note [Dropout masks]): every backend draws the CPU's masks. The kept pattern is an
 // output of its own, so that one element dropped on one backend and kept on another fails by
 // more than the tolerance (its normalised error is at least 1 / sqrt(kept) >= 0.04 here). In
-// place and out of place, fp32 into bf16, and a slice starting at counter 1000 of its key.
+// place and out of place, fp32 into bf16, a slice starting at counter 1000 of its key, and a
+// column slice (rows 13 counters apart) added into an output (a LoRA input's gradient).
 Outputs dropout_case(Arena& a, DType act, DType) {
   const int n = 1027;
   const Tensor x = a.random(1, act, {n}), out = a.poisoned(act, {n});
@@ -349,7 +350,12 @@ Outputs dropout_case(Arena& a, DType act, DType) {
   dropout(a.ctx, y, y, {0.5f, 7, 0});
   const Tensor f = a.random(3, DType::f32, {n}), g = a.poisoned(act, {n});
   dropout(a.ctx, g, f, {0.1f, 8, 3});
-  Outputs o = {{"out", a.read(out)}, {"in_place", a.read(y)}, {"converted", a.read(g)}};
+  const Tensor c = a.random(4, DType::f32, {37, 11}), sum = a.random(5, act, {37, 11});
+  dropout(a.ctx, sum, c, {0.3f, 9, 2, 13}, /*accumulate=*/true);
+  Outputs o = {{"out", a.read(out)},
+               {"in_place", a.read(y)},
+               {"converted", a.read(g)},
+               {"column slice added", a.read(sum)}};
   for (const char* k : {"out", "in_place", "converted"}) {
     std::vector<float> kept;
     for (float v : o[k]) kept.push_back(v != 0);

@@ -66,6 +66,60 @@ TEST(Dropout, SlicesDrawTheWholeTensorsMask) {
   EXPECT_EQ(none, x);
 }
 
+// A column slice of a wider matrix (a row-parallel product's input under tensor parallelism)
+// passes the whole row width as row_stride and draws the whole matrix's bits of its columns, at
+// any column offset and width (odd ones cross Philox blocks differently on every row).
+TEST(Dropout, ColumnSlicesDrawTheWholeMatrixsMask) {
+  OpEnv env;
+  const int64_t rows = 37, cols = 103;
+  std::vector<float> x(size_t(rows * cols));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 1.0f + float(i % 5);
+  std::vector<float> whole(x.size());
+  dropout(env.ctx, view(whole, {rows, cols}), view(x, {rows, cols}), {0.4f, 21, 6});
+  for (const auto [c0, w] : {std::pair<int64_t, int64_t>{0, 51}, {51, 52}, {1, 7}, {98, 5}}) {
+    std::vector<float> part(size_t(rows * w)), got(part.size());
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < w; ++j) part[size_t(i * w + j)] = x[size_t(i * cols + c0 + j)];
+    dropout(env.ctx, view(got, {rows, w}), view(part, {rows, w}), {0.4f, 21, 6 + c0, cols});
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < w; ++j)
+        ASSERT_EQ(got[size_t(i * w + j)], whole[size_t(i * cols + c0 + j)])
+            << "columns " << c0 << "+" << w << ", element " << i << "," << j;
+  }
+}
+
+// With `accumulate` the masked input is added to what the output holds (a gradient's sum), in
+// the output's dtype. The kernel may fuse the scaling and the addition (one rounding) or not
+// (two), so fp32 is held to 2 ulp of the exact sum and bf16 to one bf16 ulp of it (2^-8
+// relative: its own rounding, half of that, plus the fp32 ones).
+TEST(Dropout, AccumulatesIntoTheOutput) {
+  OpEnv env;
+  const int64_t rows = 9, cols = 13;
+  std::vector<float> x(size_t(rows * cols)), masked(x.size()), base(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = 0.5f * float(i % 11) - 2.0f;
+    base[i] = 0.125f * float(i % 3) + 1.0f;
+  }
+  for (const int64_t stride : {int64_t(0), int64_t(40)}) {
+    const DropoutMask mask{0.3f, 5, 2, stride};
+    dropout(env.ctx, view(masked, {rows, cols}), view(x, {rows, cols}), mask);
+    std::vector<float> sum = base;
+    dropout(env.ctx, view(sum, {rows, cols}), view(x, {rows, cols}), mask, true);
+    std::vector<bf16> sum16(x.size());
+    for (size_t i = 0; i < x.size(); ++i) sum16[i] = to_bf16(base[i]);
+    dropout(env.ctx, view(sum16, {rows, cols}), view(x, {rows, cols}), mask, true);
+    int dropped = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double want = double(base[i]) + double(masked[i]);
+      dropped += masked[i] == 0;
+      ASSERT_NEAR(sum[i], want, 2 * std::ldexp(std::abs(want), -23)) << i;
+      const double want16 = double(to_float(to_bf16(base[i]))) + double(masked[i]);
+      ASSERT_NEAR(to_float(sum16[i]), want16, std::ldexp(std::abs(want16), -8)) << i;
+    }
+    EXPECT_GT(dropped, 0);  // the mask shows in the sums
+  }
+}
+
 // A dropped NaN or infinity stays one (the mask multiplies), so the non-finite guard sees it.
 TEST(Dropout, KeepsNonFiniteValuesWhereItDrops) {
   OpEnv env;

@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/arch_family.h"
+#include "grad_check.h"
 #include "model_test_util.h"
+#include "nn/dropout.h"
 #include "nn/lora.h"
 #include "nn/transformer.h"
 #include "runtime/error.h"
@@ -60,6 +63,24 @@ double rel_err(const std::vector<double>& got, const std::vector<double>& want) 
   return std::sqrt(d / n);
 }
 
+// `cfg`'s model with seed-7 weights and every B set away from zero (amplitude `b`), so that the
+// adapters change what it computes. The phase is quadratic in the element's index: sin(i + c)
+// over each column would make B of rank 2, whose null direction some token's h can come near,
+// leaving a head of queries to its base term alone (Qwen3's head norm then amplifies it).
+std::unique_ptr<Transformer> adapted_model(const ModelConfig& cfg, const ExecConfig& exec,
+                                           float b = 0.05f) {
+  auto model = std::make_unique<Transformer>(cfg, exec);
+  model->init_weights(7);
+  std::vector<float> p = host_params(*model);
+  for (const ParamInfo& info : model->layout().params())
+    if (info.name.ends_with("lora_B.weight"))
+      for (int64_t i = 0; i < info.numel; ++i)
+        p[size_t(info.offset + i)] = b * std::sin(0.7f * float(i * i + 1));
+  std::copy(p.begin(), p.end(), model->params().as<float>());
+  model->sync_working_params();
+  return model;
+}
+
 }  // namespace
 
 class LoraArch : public ::testing::TestWithParam<std::string> {};
@@ -81,13 +102,10 @@ TEST_P(LoraArch, AFreshAdapterChangesNothing) {
 // With every factor nonzero, against the merged model.
 TEST_P(LoraArch, MatchesTheMergedModel) {
   const ModelConfig cfg = adapted(GetParam(), kAllTargets);
-  Transformer lora(cfg, exec_for(2, 8)), merged(cfg.base(), exec_for(2, 8));
-  lora.init_weights(7);
-  float* p = lora.params().as<float>();
-  for (const ParamInfo& info : lora.layout().params())  // B away from zero
-    if (info.name.ends_with("lora_B.weight"))
-      for (int64_t i = 0; i < info.numel; ++i) p[info.offset + i] = 0.05f * std::sin(float(i + 1));
-  lora.sync_working_params();
+  const auto adapted_lora = adapted_model(cfg, exec_for(2, 8));
+  Transformer& lora = *adapted_lora;
+  Transformer merged(cfg.base(), exec_for(2, 8));
+  const float* p = lora.params().as<float>();
   merge_adapters(lora.layout(), p, merged.layout(), merged.params().as<float>());
   merged.sync_working_params();
 
@@ -139,6 +157,85 @@ TEST_P(LoraArch, MatchesTheMergedModel) {
   }
 }
 
+// train.lora.dropout (Note [LoRA]): for a fixed batch key the loss is a smooth function of the
+// weights, so the factors' gradients and the norms' (which reach them through the masked input
+// gradient of each adapter, beside the base product's unmasked one) match central differences.
+// B is 0.5 in amplitude, so that the adapters' share of each norm's gradient is large enough
+// that a missing or misplaced mask fails. Tolerances as in model_test's whole-model check: fp32
+// rounding of a ~50-nat loss over 2 eps (atol 6e-4 is 20x what it reaches), rtol 3e-2 for the
+// eps^2 truncation.
+TEST_P(LoraArch, AdapterDropoutGradientsMatchFiniteDifferences) {
+  ModelConfig cfg = adapted(GetParam(), kAllTargets);
+  cfg.dropout.adapter = 0.3f;
+  const auto model = adapted_model(cfg, exec_for(2, 8), 0.5f);
+  const testing::TinyBatch tiny(29);
+  BatchView batch = tiny.view();
+  batch.dropout_key = dropout_batch_key(7, 3, 1);
+  std::vector<float> params = host_params(*model);
+  auto loss = [&] {
+    std::copy(params.begin(), params.end(), model->params().as<float>());
+    model->sync_working_params();
+    return loss_of(*model, batch).sum;
+  };
+  loss();
+  model->zero_grads();
+  model->backward(1.0f);
+  const std::vector<float> grads = host_grads(*model);
+  int checked = 0;
+  for (const ParamInfo& p : model->layout().params()) {
+    if (skips_weight_grad(cfg, p.role)) continue;
+    std::vector<float> x(params.begin() + p.offset, params.begin() + p.offset + p.numel);
+    const std::vector<float> g(grads.begin() + p.offset, grads.begin() + p.offset + p.numel);
+    auto sub_loss = [&] {
+      std::copy(x.begin(), x.end(), params.begin() + p.offset);
+      return loss();
+    };
+    trainer::testing::expect_gradient(p.name, x, g, sub_loss, 12, 2e-3f, 3e-2, 6e-4);
+    std::copy(x.begin(), x.end(), params.begin() + p.offset);
+    ++checked;
+  }
+  EXPECT_GT(checked, 2 * 14);  // both layers' 14 factors, and the norms
+}
+
+// The adapters drop only under a batch key, and only their input: without a key the model
+// computes what it computes without train.lora.dropout, bit for bit (eval, sample); with one it
+// computes something else, the same again for the same key, and another for another key.
+TEST_P(LoraArch, AdapterDropoutRunsOnlyUnderABatchKey) {
+  ModelConfig cfg = adapted(GetParam(), kAllTargets);
+  const auto plain = adapted_model(cfg, exec_for(2, 8));
+  cfg.dropout.adapter = 0.3f;
+  const auto dropping = adapted_model(cfg, exec_for(2, 8));
+  const testing::TinyBatch tiny(29);
+  BatchView batch = tiny.view();
+  const double want = loss_of(*plain, batch).sum;
+  EXPECT_EQ(loss_of(*dropping, batch).sum, want);
+  batch.dropout_key = dropout_batch_key(1, 0, 0);
+  EXPECT_EQ(loss_of(*plain, batch).sum, want);  // a key alone drops nothing
+  const double dropped = loss_of(*dropping, batch).sum;
+  EXPECT_NE(dropped, want);
+  EXPECT_EQ(loss_of(*dropping, batch).sum, dropped);
+  batch.dropout_key = dropout_batch_key(1, 0, 1);
+  EXPECT_NE(loss_of(*dropping, batch).sum, dropped);
+}
+
+// Activation checkpointing draws the adapters' masks again in the rerun forward and in backward:
+// the gradients are bit for bit those of keeping everything.
+TEST_P(LoraArch, AdapterDropoutIsBitIdenticalUnderCheckpointing) {
+  ModelConfig cfg = adapted(GetParam(), kAllTargets);
+  cfg.dropout = {0.1f, 0.2f, 0.15f, 0.3f};
+  const testing::TinyBatch tiny(29);
+  BatchView batch = tiny.view();
+  batch.dropout_key = dropout_batch_key(3, 2, 1);
+  auto grads_under = [&](Recompute policy) {
+    const auto model = adapted_model(cfg, exec_for(2, 8, DType::f32, policy));
+    testing::forward_backward(*model, batch);
+    return host_grads(*model);
+  };
+  const std::vector<float> want = grads_under(Recompute::none);
+  EXPECT_TRUE(grads_under(Recompute::selective) == want);
+  EXPECT_TRUE(grads_under(Recompute::full) == want);
+}
+
 INSTANTIATE_TEST_SUITE_P(Llamas, LoraArch, ::testing::Values("llama", "qwen2", "qwen3"));
 
 // Adapters only on some products, each named once, on an architecture that has them.
@@ -154,6 +251,11 @@ TEST(Lora, TargetsAreCheckedByName) {
   ModelConfig wide = adapted("llama", {"q"});
   wide.lora.rank = 33;
   EXPECT_THROW(wide.validate(), UsageError);
+  ModelConfig no_adapters = adapted("llama", {"q"});  // dropout on adapters there are not
+  no_adapters.lora.rank = 0;
+  no_adapters.dropout.adapter = 0.1f;
+  EXPECT_THROW(no_adapters.validate(), UsageError);
+  EXPECT_NO_THROW(adapted("llama", {"q"}).base().validate());
 }
 
 // Only the targets' factors are parameters, after each block's base parameters, PEFT's

@@ -141,6 +141,7 @@ struct Case {
   Recompute recompute;
   bool sequence = false;  // sequence parallelism
   bool dropout = false;   // at every site (Note [Dropout]): each rank draws the whole model's masks
+  bool lora = false;      // rank-3 adapters on every product (Note [LoRA]), with dropout theirs too
 };
 
 class TensorParallelModel : public ::testing::TestWithParam<Case> {};
@@ -157,6 +158,10 @@ TEST_P(TensorParallelModel, SlicesAddUpToTheWholeModel) {
   ModelConfig whole = config_for(c.arch);
   if (trainer::testing::llama_like(c.arch)) whole.n_kv_head = c.kv_heads;
   if (c.dropout) whole.dropout = {0.1f, 0.2f, 0.15f};
+  if (c.lora) {
+    whole.lora = {3, 6.0f, {"q", "k", "v", "o", "gate", "up", "down"}};
+    if (c.dropout) whole.dropout.adapter = 0.3f;
+  }
   const ExecConfig exec = exec_for(2, 10, DType::f32, c.recompute);
   const Batch tokens;
   BatchView view = tokens.view();
@@ -226,11 +231,18 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"gpt2", 0, 4, Recompute::full, true, true},
         Case{"llama", 2, 4, Recompute::selective, true, true},
         Case{"neox", 0, 2, Recompute::none, false, true},
-        Case{"neox", 0, 2, Recompute::full, true, true}),
+        Case{"neox", 0, 2, Recompute::full, true, true},
+        // LoRA: adapters cut with their products; their input's masks over a row-parallel
+        // product's column slice are the whole input's (and key/value heads held whole).
+        Case{"llama", 4, 2, Recompute::none, false, false, true},
+        Case{"llama", 4, 2, Recompute::none, false, true, true},
+        Case{"llama", 2, 4, Recompute::full, true, true, true},
+        Case{"qwen2", 4, 2, Recompute::selective, true, true, true}),
     [](const auto& info) {
       return info.param.arch + "_kv" + std::to_string(info.param.kv_heads) + "_tp" +
              std::to_string(info.param.degree) + "_" + kRecomputeNames.name(info.param.recompute) +
-             (info.param.sequence ? "_sp" : "") + (info.param.dropout ? "_dropout" : "");
+             (info.param.sequence ? "_sp" : "") + (info.param.dropout ? "_dropout" : "") +
+             (info.param.lora ? "_lora" : "");
     });
 
 // The initial weights of a slice are its part of the whole model's (a tensor's values depend on

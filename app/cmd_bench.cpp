@@ -1,7 +1,9 @@
 // `trainer bench`: training-step speed on synthetic tokens (no data files needed): ms per
 // step, tokens/s, achieved GFLOP/s and MFU against this machine's GEMM rate for the precision
 // measured in the same run (or a stated peak), activation memory (and on a GPU all device
-// buffers), plus a per-op profile of where the time goes and its share by kernel family.
+// buffers), plus a per-op profile of where the time goes and its share by kernel family, each
+// op's rate set against its limit measured in the same run: the GEMM rate at its products'
+// shapes, or the memory bandwidth (Note [Profile work] in runtime/profile.h).
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -14,6 +16,8 @@
 #include "nn/adamw.h"
 #include "nn/dropout.h"
 #include "nn/lora.h"
+#include "nn/ops/residual.h"
+#include "nn/ops/sum_squares.h"
 #include "nn/transformer.h"
 #include "runtime/buffer.h"
 #include "runtime/cuda/stream.h"
@@ -24,19 +28,107 @@
 #include "runtime/profile.h"
 #include "runtime/rng.h"
 #include "runtime/timer.h"
+#include "runtime/workspace.h"
 
 namespace trainer::app {
 
 namespace {
 
-// Each scope's own time per step and share of the `total_ms` the steps took, then the kernel
-// families' (the scopes' own times, so each moment counts once: Note [Profile families]).
-void print_profile(int steps, double total_ms) {
-  std::map<std::string, double> families;
+// The best rate (GB/s) of `pass`, which moves `bytes`, over trials of min_seconds in all.
+template <typename Pass>
+double best_rate(const Context& ctx, double bytes, double min_seconds, Pass&& pass) {
+  pass();  // warm-up
+  synchronize(ctx);
+  double best = 0;
+  Timer total;
+  do {
+    Timer t;
+    pass();
+    synchronize(ctx);
+    best = std::max(best, bytes / t.seconds() / 1e9);
+  } while (total.seconds() < min_seconds);
+  return best;
+}
+
+// The memory bandwidth (GB/s) elementwise ops reach on ctx's device, counted as the profile
+// counts their traffic (Note [Profile work]), and the pass that reached it: the best of three
+// ops over fp32 buffers of 128 MiB, beyond any cache, whose patterns differ in speed: a
+// read-only sum of squares (4 bytes an element), the residual op's out = a + b (16: a written
+// line is read first) and a += b in place (12, as AdamW's updates are).
+std::pair<double, const char*> measure_bandwidth(const Context& ctx, double min_seconds) {
+  const int64_t n = int64_t(32) << 20;
+  Buffer a(size_t(n) * 4, ctx.device), b(size_t(n) * 4, ctx.device), out(size_t(n) * 4, ctx.device),
+      squares(8, ctx.device);
+  const Tensor ta = a.view(DType::f32, n), tb = b.view(DType::f32, n),
+               tout = out.view(DType::f32, n);
+  for (const Tensor& t : {ta, tb}) fill_zero(ctx, t);  // mapped pages read from memory, not zero
+  Workspace ws(nn::sum_squares_workspace(ctx), ctx.device);
+  Context local = ctx;
+  local.workspace = &ws;
+  const std::pair<double, const char*> rates[] = {
+      {best_rate(local, 4.0 * double(n), min_seconds / 3,
+                 [&] { nn::sum_squares(local, squares.view(DType::f64, 1), ta); }),
+       "a read-only sum"},
+      {best_rate(local, 16.0 * double(n), min_seconds / 3,
+                 [&] { nn::residual_forward(local, tout, ta, tb); }),
+       "out = a + b"},
+      {best_rate(local, 12.0 * double(n), min_seconds / 3,
+                 [&] { nn::residual_forward(local, tout, tout, tb); }),
+       "a += b"}};
+  return *std::max_element(std::begin(rates), std::end(rates));
+}
+
+// What the machine can do, against which each op's own time is set (Note [Profile work]): the
+// bandwidth, and the GEMM rate at each product shape the profile saw, measured alone.
+struct Limits {
+  double bandwidth = 0;                         // GB/s
+  std::map<profile::GemmShape, double> gflops;  // by shape
+
+  // The time `e`'s work takes at these rates (its products', or else its traffic's), or -1
+  // where the profile has none for it (a compute-bound op without matmul products).
+  double ms(const profile::Entry& e) const {
+    if (!e.products.empty()) {
+      double ms = 0;
+      for (const auto& [shape, calls] : e.products)
+        ms += double(calls) * shape.flops() / (gflops.at(shape) * 1e6);
+      return ms;
+    }
+    return e.bytes > 0 ? e.bytes / (bandwidth * 1e6) : -1;
+  }
+};
+
+Limits measure_limits(const Context& ctx, const std::vector<profile::Entry>& entries,
+                      double bandwidth) {
+  Limits l{bandwidth, {}};
+  for (const profile::Entry& e : entries)
+    for (const auto& [shape, calls] : e.products)
+      if (!l.gflops.contains(shape)) l.gflops[shape] = measure_gemm_gflops(ctx, shape, 0.2);
+  return l;
+}
+
+// Each scope's own time per step and share of the `total_ms` the steps took, with its rate
+// and how close it comes to its limit, then the kernel families' (the scopes' own times, so
+// each moment counts once: Note [Profile families]) and their share of their limits.
+void print_profile(const Context& ctx, int steps, double total_ms,
+                   const std::pair<double, const char*>& measured) {
+  const double bandwidth = measured.first;
+  const std::vector<profile::Entry> entries = profile::report();
+  const Limits limits = measure_limits(ctx, entries, bandwidth);
+  std::map<std::string, double> families, family_limit, family_limited;
   double ops = 0;
-  for (const auto& e : profile::report()) {
-    std::printf("  %-28s %8.2f ms/step %5.1f%%  %s\n", e.name.c_str(), e.ms / steps,
-                100 * e.ms / total_ms, e.family.c_str());
+  for (const auto& e : entries) {
+    const double limit = limits.ms(e);
+    std::string rate;
+    if (limit >= 0 && e.ms > 0) {
+      rate = e.products.empty() ? fmt::format("{:7.1f} GB/s     {:3.0f}% of the bandwidth",
+                                              e.bytes / e.ms / 1e6, 100 * limit / e.ms)
+                                : fmt::format("{:7.1f} GFLOP/s  {:3.0f}% of GEMM at its shapes",
+                                              e.flops() / e.ms / 1e6, 100 * limit / e.ms);
+      family_limit[e.family] += limit;
+      family_limited[e.family] += e.ms;
+    }
+    std::printf("  %-28s %8.2f ms/step %5.1f%%  %-11s %s\n", e.name.c_str(), e.ms / steps,
+                100 * e.ms / total_ms, e.family.c_str(), rate.c_str());
     families[e.family] += e.ms;
     ops += e.ms;
   }
@@ -44,6 +136,12 @@ void print_profile(int steps, double total_ms) {
   std::printf("  families:");
   for (const auto& [name, ms] : families)
     std::printf(" %s %.1f%%", name.c_str(), 100 * ms / total_ms);
+  std::printf(
+      "\n  against their limits (the time their work takes at the GEMM rate of each "
+      "product's shape, or at %.1f GB/s, %s):",
+      bandwidth, measured.second);
+  for (const auto& [name, limit] : family_limit)
+    std::printf(" %s %.0f%%", name.c_str(), 100 * limit / family_limited[name]);
   std::printf("\n");
 }
 
@@ -124,6 +222,8 @@ int cmd_bench(const Args& args) {
   const double stated = vm["peak-gflops"].as<double>();
   if (stated < 0) throw UsageError("bench: --peak-gflops must not be negative");
   const double peak = stated > 0 ? stated : measure_gemm_peak(ctx, exec.compute, 2.0);
+  const std::pair<double, const char*> bandwidth =
+      vm.count("profile") ? measure_bandwidth(ctx, 1.5) : std::pair{0.0, ""};
   Buffer::reset_peaks(exec.device);  // the report's peaks are the steps' (Note [Memory report])
   for (int i = 0; i < vm["warmup"].as<int>(); ++i) step();
   synchronize(model.context());
@@ -136,7 +236,7 @@ int cmd_bench(const Args& args) {
   profile::set_enabled(false);
   const double tok_s = double(B) * T / s;
   const double gflops = mc.token_flops().at(T) * tok_s / 1e9;
-  if (vm.count("profile")) print_profile(steps, t.ms());
+  if (vm.count("profile")) print_profile(ctx, steps, t.ms(), bandwidth);
   const std::vector<fallback::Count> fallbacks = fallback::counts();
   for (const fallback::Count& f : fallbacks)
     std::printf("  fallback: %s, %ld calls (%s)\n", f.path.c_str(), f.calls, f.why.c_str());

@@ -41,6 +41,12 @@ void check_shapes(const ConstTensor& C, const ConstTensor& A, bool ta, const Con
                  "matmul of {} operands into {}", dtype_name(A.dtype), dtype_name(C.dtype));
 }
 
+// Reports the product to the profile (Note [Profile work]).
+void profile_product(const ConstTensor& C, const ConstTensor& A, bool ta, bool tb) {
+  if (profile::g_enabled)
+    profile::add_product({C.rows(), C.cols(), ta ? A.rows() : A.cols(), ta, tb, A.dtype, C.dtype});
+}
+
 }  // namespace
 
 void matmul(const Context& ctx, const Tensor& C, const ConstTensor& A, bool trans_a,
@@ -49,67 +55,90 @@ void matmul(const Context& ctx, const Tensor& C, const ConstTensor& A, bool tran
   TRAINER_ASSERT(!bias || (beta == 0.0f && bias->numel() == C.cols()), "matmul bias of {} for N={}",
                  bias ? bias->numel() : 0, C.cols());
   gemm_kernels(ctx).product(ctx, C, A, trans_a, B, trans_b, alpha, beta, bias);
+  profile_product(C, A, trans_a, trans_b);
 }
 
 bool matmul_gelu(const Context& ctx, const Tensor& out, const Tensor& pre, const ConstTensor& A,
                  bool trans_a, const ConstTensor& B, bool trans_b, const ConstTensor& bias) {
   check_shapes(out, A, trans_a, B, trans_b);
   const GemmKernels& k = gemm_kernels(ctx);
-  return k.gelu && k.gelu(ctx, out, pre, A, trans_a, B, trans_b, bias);
+  const bool done = k.gelu && k.gelu(ctx, out, pre, A, trans_a, B, trans_b, bias);
+  if (done) profile_product(out, A, trans_a, trans_b);
+  return done;
 }
 
 bool matmul_bias_grad(const Context& ctx, const Tensor& C, const ConstTensor& A, bool trans_a,
                       const ConstTensor& B, float alpha, float beta, const Tensor& bias_grad) {
   check_shapes(C, A, trans_a, B, false);
   const GemmKernels& k = gemm_kernels(ctx);
-  return k.bias_grad && k.bias_grad(ctx, C, A, trans_a, B, alpha, beta, bias_grad);
+  const bool done = k.bias_grad && k.bias_grad(ctx, C, A, trans_a, B, alpha, beta, bias_grad);
+  if (done) profile_product(C, A, trans_a, false);
+  return done;
 }
 
 bool matmul_dgelu(const Context& ctx, const Tensor& dpre, const ConstTensor& A, bool trans_a,
                   const ConstTensor& B, bool trans_b, const ConstTensor& pre) {
   check_shapes(dpre, A, trans_a, B, trans_b);
   const GemmKernels& k = gemm_kernels(ctx);
-  return k.dgelu && k.dgelu(ctx, dpre, A, trans_a, B, trans_b, pre);
+  const bool done = k.dgelu && k.dgelu(ctx, dpre, A, trans_a, B, trans_b, pre);
+  if (done) profile_product(dpre, A, trans_a, trans_b);
+  return done;
 }
 
 size_t matmul_workspace_bytes(const Context& ctx, int64_t M, int64_t N, int64_t K, DType ab) {
   return gemm_kernels(ctx).workspace_bytes(ctx, M, N, K, ab);
 }
 
-double measure_gemm_gflops(const Context& ctx, DType dtype, int64_t n, double min_seconds) {
+namespace {
+
+// A buffer of `rows` x `cols` random values of `dtype` on ctx's device, seen as that matrix.
+Tensor random_matrix(const Context& ctx, Buffer& buffer, DType dtype, int64_t rows, int64_t cols,
+                     uint64_t seed) {
+  const int64_t n = rows * cols;
+  buffer = Buffer(size_t(n) * dtype_size(dtype), ctx.device);
+  std::vector<float> values(static_cast<size_t>(n));
+  fill_normal(values.data(), n, seed, 0.0f, 1.0f);
+  std::vector<bf16> rounded;
+  const void* src = values.data();
+  if (dtype == DType::bf16) {
+    for (float v : values) rounded.push_back(to_bf16(v));
+    src = rounded.data();
+  }
+  const Tensor t = buffer.view(dtype, n);
+  copy(ctx, t, make_tensor(src, dtype, {n}));
+  return t.reshape({rows, cols});
+}
+
+}  // namespace
+
+double measure_gemm_gflops(const Context& ctx, const profile::GemmShape& s, double min_seconds) {
   // The best of several short trials: a peak, robust to a noisy neighbour in some of them. On
   // random operands: zeros run faster than real data on some hardware.
-  const size_t bytes = size_t(n * n) * dtype_size(dtype);
-  const Device dev = ctx.device;
-  Buffer a(bytes, dev), b(bytes, dev), c(size_t(n * n) * sizeof(float), dev);
-  {
-    std::vector<float> values(size_t(n * n));
-    fill_normal(values.data(), n * n, 17, 0.0f, 1.0f);
-    std::vector<bf16> rounded;
-    const void* src = values.data();
-    if (dtype == DType::bf16) {
-      for (float v : values) rounded.push_back(to_bf16(v));
-      src = rounded.data();
-    }
-    for (Buffer* x : {&a, &b}) copy(ctx, x->view(dtype, n * n), make_tensor(src, dtype, {n * n}));
-  }
-  Workspace ws(matmul_workspace_bytes(ctx, n, n, n, dtype), dev);
+  Buffer a, b, c;
+  const Tensor A = random_matrix(ctx, a, s.ab, s.trans_a ? s.k : s.m, s.trans_a ? s.m : s.k, 17);
+  const Tensor B = random_matrix(ctx, b, s.ab, s.trans_b ? s.n : s.k, s.trans_b ? s.k : s.n, 18);
+  const Tensor C = random_matrix(ctx, c, s.c, s.m, s.n, 19);
+  Workspace ws(matmul_workspace_bytes(ctx, s.m, s.n, s.k, s.ab), ctx.device);
   Context local = ctx;
   local.workspace = &ws;
-  const Tensor A = a.view(dtype, n * n).reshape({n, n}), B = b.view(dtype, n * n).reshape({n, n});
-  const Tensor C = c.view(DType::f32, n * n).reshape({n, n});
-  matmul(local, C, A, false, B, false);  // warm-up (and primitive or algorithm choice)
+  const bool profiled = profile::g_enabled;  // the trials are not the profile's work
+  profile::set_enabled(false);
+  matmul(local, C, A, s.trans_a, B, s.trans_b);  // warm-up (and primitive or algorithm choice)
   synchronize(local);
-  const double flops = 2.0 * double(n) * double(n) * double(n);
   double best = 0;
   Timer total;
-  do {
+  for (int trial = 0; trial < 3 || total.seconds() < min_seconds; ++trial) {
     Timer t;
-    matmul(local, C, A, false, B, false);
+    matmul(local, C, A, s.trans_a, B, s.trans_b);
     synchronize(local);
-    best = std::max(best, flops / t.seconds() / 1e9);
-  } while (total.seconds() < min_seconds);
+    best = std::max(best, s.flops() / t.seconds() / 1e9);
+  }
+  profile::set_enabled(profiled);
   return best;
+}
+
+double measure_gemm_gflops(const Context& ctx, DType dtype, int64_t n, double min_seconds) {
+  return measure_gemm_gflops(ctx, {n, n, n, false, false, dtype, DType::f32}, min_seconds);
 }
 
 double measure_gemm_peak(const Context& ctx, DType dtype, double seconds) {

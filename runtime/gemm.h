@@ -8,6 +8,7 @@
 
 #include "runtime/context.h"
 #include "runtime/dtype.h"
+#include "runtime/profile.h"
 #include "runtime/tensor.h"
 
 namespace trainer {
@@ -52,8 +53,11 @@ bool matmul_dgelu(const Context& ctx, const Tensor& dpre, const ConstTensor& A, 
 // Scratch `matmul` takes from ctx.workspace for an (M,N,K) product of `ab` operands.
 size_t matmul_workspace_bytes(const Context& ctx, int64_t M, int64_t N, int64_t K, DType ab);
 
-// This machine's GEMM rate (GFLOP/s) for n x n x n products in `dtype` (fp32 or bf16) on
-// `ctx`'s path: the best single product over min_seconds of trials, using all threads.
+// This machine's GEMM rate (GFLOP/s) for products of `shape` on `ctx`'s path, on random
+// operands: the best single product of at least three trials and min_seconds of them, using
+// all threads.
+double measure_gemm_gflops(const Context& ctx, const profile::GemmShape& shape, double min_seconds);
+// The same for n x n x n products of `dtype` (fp32 or bf16) into fp32.
 double measure_gemm_gflops(const Context& ctx, DType dtype, int64_t n, double min_seconds);
 
 // The peak against which CPU MFU is reported: the best measure_gemm_gflops over sizes 256 to

@@ -77,7 +77,26 @@ void resolve_pending() {
   p.clear();
 }
 
+// The innermost open scope's entry, or null (work outside every scope is not attributed).
+Entry* innermost() {
+  return open_scopes().empty() ? nullptr : &entries()[open_scopes().back().name];
+}
+
 }  // namespace
+
+double Entry::flops() const {
+  double f = 0;
+  for (const auto& [shape, calls] : products) f += shape.flops() * double(calls);
+  return f;
+}
+
+void add_product(const GemmShape& shape) {
+  if (Entry* e = innermost()) ++e->products[shape];
+}
+
+void add_bytes(double bytes) {
+  if (Entry* e = innermost()) e->bytes += bytes;
+}
 
 void set_enabled(bool on) {
   g_enabled = on;

@@ -1,6 +1,10 @@
 // Every op's entry: its shape checks that hold on every backend (made here, once), its timing
 // under its name for the profile, and its kernel from the table of ctx's backend
 // (nn/ops/kernels.h).
+#include <algorithm>
+#include <tuple>
+#include <vector>
+
 #include "nn/ops/kernels.h"
 #include "runtime/error.h"
 #include "runtime/profile.h"
@@ -10,12 +14,68 @@ namespace trainer::nn {
 // The op's kernel on ctx's backend.
 #define TRAINER_DISPATCH(op, ...) return kernels(ctx).op(__VA_ARGS__)
 
-// An op: timed under its name and kernel family in the profile (runtime/profile.h), whatever
-// the backend, then dispatched. The linear layer's bias gradient counts to the products (on
-// CUDA it is mostly their epilogue); the gradient norm's sums of squares to the optimizer
-// step they serve.
+namespace {
+
+// An op's memory traffic (Note [Profile work]): each tensor it reads once, each writable one
+// (an output, or one updated in place) twice, a read tensor that is also written (in place)
+// once more, nothing for other arguments.
+class Traffic {
+ public:
+  void operator()(const ConstTensor& t) { add(t, false); }
+  void operator()(const Tensor& t) { add(t, true); }
+  template <typename T>
+  void operator()(const T&) {}
+  double bytes() const {
+    double b = 0;
+    for (const auto& [data, bytes, written] : tensors_) {
+      const bool also_written = std::any_of(tensors_.begin(), tensors_.end(), [&](const auto& o) {
+        return std::get<2>(o) && std::get<0>(o) == data;
+      });
+      b += written ? 2 * bytes : also_written ? 0 : bytes;
+    }
+    return b;
+  }
+
+ private:
+  void add(const ConstTensor& t, bool written) {
+    if (!t.empty()) tensors_.emplace_back(t.data, double(t.numel()) * dtype_size(t.dtype), written);
+  }
+  std::vector<std::tuple<const void*, double, bool>> tensors_;
+};
+
+template <typename... Args>
+void add_traffic(const Args&... args) {
+  if (!profile::g_enabled) return;
+  Traffic t;
+  (t(args), ...);
+  profile::add_bytes(t.bytes());
+}
+
+// The traffic of gathering or scattering N rows of C elements of a table of `table` dtype: the
+// rows read (and written, a gradient's), the N x C fp32 side read or written, and the N indices.
+double row_traffic(int64_t N, int64_t C, DType table, bool table_written, bool side_written) {
+  const double rows = double(N * C) * dtype_size(table), side = double(N * C) * 4;
+  return (table_written ? 2 : 1) * rows + (side_written ? 2 : 1) * side + 8.0 * double(N);
+}
+
+}  // namespace
+
+// A compute-bound op: timed under its name and kernel family in the profile
+// (runtime/profile.h), whatever the backend, then dispatched.
+#define TRAINER_COMPUTE_OP(op, family, ...) \
+  PROFILE_SCOPE(#op, family);               \
+  TRAINER_DISPATCH(op, __VA_ARGS__)
+// A memory-bound op of irregular access (gathers), its traffic as the caller counts it.
+#define TRAINER_OP_BYTES(op, family, bytes, ...)             \
+  PROFILE_SCOPE(#op, family);                                \
+  if (profile::g_enabled) profile::add_bytes(double(bytes)); \
+  TRAINER_DISPATCH(op, __VA_ARGS__)
+// A memory-bound op: the same, its tensors' traffic reported to the profile. The linear layer's
+// bias gradient counts to the products (on CUDA it is mostly their epilogue); the gradient
+// norm's sums of squares to the optimizer step they serve.
 #define TRAINER_OP(op, family, ...) \
   PROFILE_SCOPE(#op, family);       \
+  add_traffic(__VA_ARGS__);         \
   TRAINER_DISPATCH(op, __VA_ARGS__)
 
 void embedding_forward(const Context& ctx, const Tensor& out, const ConstTensor& tokens,
@@ -27,7 +87,10 @@ void embedding_forward(const Context& ctx, const Tensor& out, const ConstTensor&
                      positions.dtype == DType::i32 && wte.cols() == C && vocab_begin >= 0 &&
                      (wpe.empty() || (wpe.cols() == C && wpe.dtype == wte.dtype)),
                  "embedding_forward shapes");
-  TRAINER_OP(embedding_forward, "embedding", ctx, out, tokens, positions, wte, wpe, vocab_begin);
+  TRAINER_OP_BYTES(embedding_forward, "embedding",
+                   row_traffic(N, C, wte.dtype, false, true) +
+                       (wpe.empty() ? 0 : row_traffic(N, C, wpe.dtype, false, false)),
+                   ctx, out, tokens, positions, wte, wpe, vocab_begin);
 }
 
 void embedding_backward(const Context& ctx, const Tensor& dwte, const Tensor& dwpe,
@@ -38,8 +101,10 @@ void embedding_backward(const Context& ctx, const Tensor& dwte, const Tensor& dw
                      positions.numel() == N && dwte.cols() == C && vocab_begin >= 0 &&
                      (dwpe.empty() || (dwpe.cols() == C && dwpe.dtype == dwte.dtype)),
                  "embedding_backward shapes");
-  TRAINER_OP(embedding_backward, "embedding", ctx, dwte, dwpe, dout, tokens, positions,
-             vocab_begin);
+  TRAINER_OP_BYTES(embedding_backward, "embedding",
+                   row_traffic(N, C, dwte.dtype, true, false) +
+                       (dwpe.empty() ? 0 : row_traffic(N, C, dwpe.dtype, true, false)),
+                   ctx, dwte, dwpe, dout, tokens, positions, vocab_begin);
 }
 
 size_t embedding_backward_workspace(const Context& ctx, int64_t N, int64_t C) {
@@ -208,7 +273,7 @@ void attention_forward(const Context& ctx, const Tensor& out, const Tensor& lse,
   TRAINER_ASSERT(
       q_pos == 0 || (mask.segments.empty() && mask.lengths.empty() && !mask.dropout.on()),
       "a decoding attention (q_pos {}) with a mask", q_pos);
-  TRAINER_OP(attention_forward, "attention", ctx, out, lse, q, k, v, mask, n_head, q_pos);
+  TRAINER_COMPUTE_OP(attention_forward, "attention", ctx, out, lse, q, k, v, mask, n_head, q_pos);
 }
 
 void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv,
@@ -220,8 +285,8 @@ void attention_backward(const Context& ctx, const Tensor& dq, const Tensor& dk, 
                      dout.dtype == q.dtype && dq.dtype == q.dtype && dk.dtype == q.dtype &&
                      dv.dtype == q.dtype,
                  "attention_backward shapes and dtypes");
-  TRAINER_OP(attention_backward, "attention", ctx, dq, dk, dv, dout, out, lse, q, k, v, mask,
-             n_head);
+  TRAINER_COMPUTE_OP(attention_backward, "attention", ctx, dq, dk, dv, dout, out, lse, q, k, v,
+                     mask, n_head);
 }
 
 size_t attention_workspace(const Context& ctx, int64_t rows, int n_head, int64_t Tq, int64_t Tk,
@@ -290,7 +355,9 @@ void cross_entropy_loss(const Context& ctx, const Tensor& loss_sum, const ConstT
                      stats.numel() >= 2 * N && stats.dtype == DType::f32 && loss_sum.numel() == 1 &&
                      loss_sum.dtype == DType::f64 && vocab_begin >= 0,
                  "cross_entropy_loss shapes");
-  TRAINER_OP(cross_entropy_loss, "loss", ctx, loss_sum, logits, stats, targets, vocab_begin);
+  // It reads one logit of each row (a cache line of it), the row's statistics and target.
+  TRAINER_OP_BYTES(cross_entropy_loss, "loss", double(N) * (64 + 8 + 4), ctx, loss_sum, logits,
+                   stats, targets, vocab_begin);
 }
 
 void cross_entropy_backward(const Context& ctx, const Tensor& dlogits, const ConstTensor& logits,

@@ -5,6 +5,7 @@
 
 #include "common/op_env.h"
 #include "runtime/gemm.h"
+#include "runtime/profile.h"
 #include "runtime/rng.h"
 
 namespace trainer {
@@ -57,6 +58,34 @@ TEST(Gemm, SgemmMatchesReferenceForAllTransposes) {
 
 // matmul on strided fp32 and bf16 operands (both CPU bf16 paths), into fp32 and bf16 results,
 // with alpha, beta and a bias, against the reference on the same (bf16-rounded) inputs.
+// A product reports its shape to the innermost profile scope (Note [Profile work]); the rate at
+// a shape is measured on operands laid out as the shape says (transposes included), and those
+// trials are not the profile's work.
+TEST(Gemm, ProductsReportTheirShapeAndRatesAreMeasuredPerShape) {
+  OpEnv env;
+  const int64_t M = 6, N = 5, K = 3;
+  std::vector<float> a(size_t(K * M), 1.0f), b(size_t(N * K), 1.0f), c(size_t(M * N));
+  profile::set_enabled(true);
+  profile::reset();
+  {
+    PROFILE_SCOPE("product", "gemm");
+    matmul(env.ctx, testing::view(c, {M, N}), testing::view(a, {K, M}), true,
+           testing::view(b, {N, K}), true);
+    const profile::GemmShape shape{M, N, K, true, true, DType::f32, DType::f32};
+    const double gflops = measure_gemm_gflops(env.ctx, shape, 0.0);
+    EXPECT_TRUE(std::isfinite(gflops) && gflops > 0) << gflops;
+  }
+  profile::set_enabled(false);
+  const std::vector<profile::Entry> report = profile::report();
+  ASSERT_EQ(report.size(), 1u);
+  const profile::GemmShape want{M, N, K, true, true, DType::f32, DType::f32};
+  ASSERT_EQ(report[0].products.size(), 1u);
+  EXPECT_EQ(report[0].products.at(want), 1);
+  EXPECT_EQ(report[0].flops(), 2.0 * M * N * K);
+  EXPECT_EQ(c[0], float(K));  // the product ran: every element the sum of K ones
+  profile::reset();
+}
+
 class Matmul : public ::testing::TestWithParam<CpuBf16Math> {};
 
 TEST_P(Matmul, MatchesReferenceInEveryDtypeAndOrientation) {

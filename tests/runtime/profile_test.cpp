@@ -63,6 +63,35 @@ TEST(Profile, NestedScopesCountOnce) {
   reset();
 }
 
+// Note [Profile work]: work goes to the innermost open scope only, a product's FLOPs are
+// 2 m n k a call, and work outside every scope is not attributed.
+TEST(Profile, WorkCountsToTheInnermostScope) {
+  set_enabled(true);
+  reset();
+  const GemmShape shape{4, 5, 6, false, true, DType::bf16, DType::f32};
+  add_bytes(100);  // outside every scope
+  {
+    PROFILE_SCOPE("outer", "gemm");
+    add_product(shape);
+    {
+      PROFILE_SCOPE("inner", "norms");
+      add_bytes(64);
+      add_bytes(32);
+    }
+    add_product(shape);
+  }
+  set_enabled(false);
+  auto e = by_name();
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e["outer"].products.size(), 1u);
+  EXPECT_EQ(e["outer"].products.at(shape), 2);
+  EXPECT_EQ(e["outer"].flops(), 2 * 2.0 * 4 * 5 * 6);
+  EXPECT_EQ(e["outer"].bytes, 0);
+  EXPECT_EQ(e["inner"].bytes, 96);
+  EXPECT_TRUE(e["inner"].products.empty());
+  reset();
+}
+
 TEST(Profile, OffCostsNothingAndRecordsNothing) {
   set_enabled(false);
   reset();

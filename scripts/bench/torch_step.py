@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """PyTorch baseline for scripts/bench/cpu_step.sh: the same GPT-2 model and training step
-(forward, backward, AdamW) in fp32 on the CPU, timed the same way as `trainer bench`.
+(forward, backward, AdamW) on the CPU, timed the same way as `trainer bench`: in fp32, or
+with bf16 autocast (fp32 weights and optimizer, bf16 products: the trainer's model.precision
+bf16).
 
-usage: torch_step.py L C H V B T [steps]   -> prints "torch <ms/step> <tok/s>"
+usage: torch_step.py L C H V B T [steps [fp32|bf16]]   -> prints "torch <ms/step> <tok/s>"
 """
 import math
 import sys
@@ -51,6 +53,7 @@ class Gpt(torch.nn.Module):
 def main():
     L, C, H, V, B, T = map(int, sys.argv[1:7])
     steps = int(sys.argv[7]) if len(sys.argv) > 7 else 5
+    bf16 = len(sys.argv) > 8 and sys.argv[8] == "bf16"
     torch.manual_seed(0)
     model = Gpt(L, C, H, V, T)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
@@ -59,7 +62,9 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        model(idx, tgt).backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = model(idx, tgt)
+        loss.backward()
         opt.step()
 
     step()

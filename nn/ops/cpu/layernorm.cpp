@@ -78,15 +78,8 @@ void backward_rows(float* dinp, G* dw, G* db, const T* dout, const float* inp, c
       }
     }
   }
-  for (int64_t c = 0; c < C; ++c) {
-    float w_acc = load(dw[c]), b_acc = load(db[c]);
-    for (int64_t p = 0; p < parts; ++p) {
-      w_acc += partial[p * 2 * C + c];
-      b_acc += partial[p * 2 * C + C + c];
-    }
-    store(dw[c], w_acc);
-    store(db[c], b_acc);
-  }
+  add_parts(dw, partial, parts, 2 * C, C);
+  add_parts(db, partial + C, parts, 2 * C, C);
 }
 
 }  // namespace

@@ -60,11 +60,7 @@ void backward_rows(float* dinp, G* dw, const T* dout, const float* inp, const T*
       }
     }
   }
-  for (int64_t c = 0; c < C; ++c) {
-    float acc = load(dw[c]);
-    for (int64_t p = 0; p < parts; ++p) acc += partial[p * C + c];
-    store(dw[c], acc);
-  }
+  add_parts(dw, partial, parts, C, C);
 }
 
 }  // namespace

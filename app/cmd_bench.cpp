@@ -90,7 +90,7 @@ struct Limits {
     if (!e.products.empty()) {
       double ms = 0;
       for (const auto& [shape, calls] : e.products)
-        ms += double(calls) * shape.flops() / (gflops.at(shape) * 1e6);
+        if (shape.flops() > 0) ms += double(calls) * shape.flops() / (gflops.at(shape) * 1e6);
       return ms;
     }
     return e.bytes > 0 ? e.bytes / (bandwidth * 1e6) : -1;

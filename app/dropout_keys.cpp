@@ -40,7 +40,10 @@ nn::DropoutRates dropout_rates(const Config& c) {
 }
 
 void inherit_dropout(Config& c, const nn::DropoutRates& rates) {
-  if (!c.stated("train.lora.dropout")) c.set("train.lora.dropout", nn::as_decimal(rates.adapter));
+  // The adapters' rate only where the run has adapters: one that does not continue a source's
+  // is refused by them (naming train.lora's keys), not by a rate without adapters.
+  if (!c.stated("train.lora.dropout") && c.integer("train.lora.rank") > 0)
+    c.set("train.lora.dropout", nn::as_decimal(rates.adapter));
   if (c.stated("model.dropout")) return;
   for (const SiteKey& s : kSites)
     if (!c.stated(s.key)) c.set(s.key, nn::as_decimal(rates.*s.site));

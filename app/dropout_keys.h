@@ -18,7 +18,8 @@ const std::vector<const char*>& dropout_keys();
 nn::DropoutRates dropout_rates(const Config& c);
 // Fine-tuning: each site's key `c` leaves out takes the source model's rate (a Hugging Face
 // folder's, a saved run's), unless `c` states model.dropout, which is then its rate; the
-// adapters' rate likewise, unless `c` states train.lora.dropout (model.dropout is not its).
+// adapters' rate likewise where `c` has adapters, unless it states train.lora.dropout
+// (model.dropout is not its).
 void inherit_dropout(Config& c, const nn::DropoutRates& rates);
 
 }  // namespace trainer::app

@@ -93,7 +93,7 @@ Config with_source_model(Config c, const fs::path& from, const std::string& what
       set_lora_keys(adapter, nn::lora_from_peft(a.config, stated_model(c), a.file.string()));
       for (const char* key : lora_keys())
         if (!c.stated(key)) c.set(key, adapter.value(key));
-      if (!dropout_stated)  // the adapter's rate goes on training it, as PEFT's would
+      if (!dropout_stated && c.integer("train.lora.rank") > 0)  // its rate trains it on
         c.set("train.lora.dropout",
               nn::as_decimal(nn::lora_dropout_from_peft(a.config, a.file.string())));
       return c;

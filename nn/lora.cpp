@@ -67,11 +67,22 @@ Tensor lora_x(const BlockTensors& t, const ConstTensor& x, DType dtype) {
   return make_tensor(all.data, dtype, {x.rows(), x.cols()}, all.device);
 }
 
-// Adapter `ad`'s dropout mask over its product's input x (N, in), or none. Each adapter draws
-// its own under the layer's site key, as the whole model's input would be masked: a
-// row-parallel product's input is this rank's columns of the whole (N, in x degree), every
+// What adapter `ad` reads of its product's input x (N, in): x itself, or x through the adapter's
+// own dropout mask (Note [LoRA]), written into the block's lora_x.
+ConstTensor adapter_input(const Context& ctx, const BlockTensors& t, const Adapter& ad,
+                          const ConstTensor& x) {
+  const DropoutMask mask = adapter_dropout_mask(t, ad, x);
+  if (!mask.on()) return x;
+  const Tensor dropped = lora_x(t, x, x.dtype);
+  dropout(ctx, dropped, x, mask);
+  return dropped;
+}
+
+}  // namespace
+
+// A row-parallel product's input is this rank's columns of the whole (N, in x degree), every
 // token of it (sequence parallelism gathers none: it holds every token there).
-DropoutMask input_mask(const BlockTensors& t, const Adapter& ad, const ConstTensor& x) {
+DropoutMask adapter_dropout_mask(const BlockTensors& t, const Adapter& ad, const ConstTensor& x) {
   const DropoutMask& site = t.adapter_drop;
   if (!site.on()) return {};
   const TensorSlice& slice = t.model->tensor;
@@ -81,19 +92,6 @@ DropoutMask input_mask(const BlockTensors& t, const Adapter& ad, const ConstTens
   return {site.p, philox_subkey(site.key, uint32_t(ad.a), 0, 0, 0), cut ? slice.rank * x.cols() : 0,
           cut ? slice.degree * x.cols() : 0};
 }
-
-// What adapter `ad` reads of its product's input x (N, in): x itself, or x through the adapter's
-// own dropout mask (Note [LoRA]), written into the block's lora_x.
-ConstTensor adapter_input(const Context& ctx, const BlockTensors& t, const Adapter& ad,
-                          const ConstTensor& x) {
-  const DropoutMask mask = input_mask(t, ad, x);
-  if (!mask.on()) return x;
-  const Tensor dropped = lora_x(t, x, x.dtype);
-  dropout(ctx, dropped, x, mask);
-  return dropped;
-}
-
-}  // namespace
 
 void validate_lora(const ModelConfig& m) {
   if (!m.lora.on()) {
@@ -152,9 +150,11 @@ void add_adapters(ArchSpec& spec, const ModelConfig& m) {
     const Matmul product =
         find_in(spec.block_matmuls, [&](const Matmul& p) { return p.weight == ad.product; });
     const int64_t out = base.shape[0], in = base.shape[1];
-    widest = std::max(widest, in);
     constexpr Split kPartial{-1, 1, true};
     const bool column = product.parallel == Parallel::column;
+    // A row-parallel product reads this rank's columns of its input (an even cut).
+    const int64_t degree = product.parallel == Parallel::row ? m.tensor.degree : 1;
+    widest = std::max(widest, (in + degree - 1) / degree);
     spec.block.push_back({stem(base.name) + ".lora_A.weight",
                           ad.a,
                           {r, in},
@@ -173,10 +173,11 @@ void add_adapters(ArchSpec& spec, const ModelConfig& m) {
   }
   // Every token's h and dh: `split` with all of it kept whole, so that neither tensor
   // parallelism cuts it nor sequence parallelism slices its tokens. Likewise the dropped input
-  // of the widest product an adapter reads (fp32: its gradient there is summed in fp32).
+  // of the widest product an adapter reads here (fp32: its gradient there is summed in fp32),
+  // in training only (dropout's): scratch, which evaluation and sampling do not plan.
   spec.block_acts.push_back({Act::lora_h, 2 * r, false, ActKind::work, true, 2 * r});
   if (m.dropout.adapter > 0)
-    spec.block_acts.push_back({Act::lora_x, widest, true, ActKind::work, true, widest});
+    spec.block_acts.push_back({Act::lora_x, widest, true, ActKind::scratch, true, widest});
 }
 
 void adapters_forward(const Context& ctx, const BlockTensors& t, Role product, const Tensor& y,
@@ -208,7 +209,7 @@ void adapters_backward(const Context& ctx, const BlockTensors& t, Role product, 
     matmul(ctx, G(t, ad.b), dy_b, true, h, false, s, 1.0f);    // dB += s dy^T h
     matmul(ctx, dh, dy_b, false, b, false, s, 0.0f);           // dh = s dy B
     matmul(ctx, G(t, ad.a), dh, true, in, false, 1.0f, 1.0f);  // dA += dh^T in
-    const DropoutMask mask = input_mask(t, ad, x);
+    const DropoutMask mask = adapter_dropout_mask(t, ad, x);
     if (!mask.on()) {
       matmul(ctx, dx, dh, false, a, false, 1.0f, 1.0f);  // dx += dh A
       continue;

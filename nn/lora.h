@@ -62,6 +62,10 @@ void add_adapters(ArchSpec& spec, const ModelConfig& m);
 // the input x (N, in) it read: y += s (x A^T) B^T, on y's columns of each adapter's base.
 void adapters_forward(const Context& ctx, const BlockTensors& t, Role product, const Tensor& y,
                       const ConstTensor& x);
+// Adapter `ad`'s dropout mask over its product's input x (N, in) in block t, or none (not
+// training with train.lora.dropout): a key of its own under the layer's site key, and the whole
+// input's counters, a row-parallel product's slice of columns among them (Note [LoRA]).
+DropoutMask adapter_dropout_mask(const BlockTensors& t, const Adapter& ad, const ConstTensor& x);
 // Their backward, after the product's own: the factors' gradients added, and dx (N, in) added
 // to, from the output's gradient dy (N, out) and the input x.
 void adapters_backward(const Context& ctx, const BlockTensors& t, Role product, const Tensor& dx,

@@ -61,7 +61,9 @@ std::vector<Entry> report();
 // its shape (matmul), an elementwise op its memory traffic (the op dispatch: every tensor it
 // reads once, every tensor it writes twice, since a CPU reads a line for ownership before it
 // writes it and an update in place reads it anyway). A bandwidth counted the same way and the
-// GEMM rate at each shape are then the limits each op's own time is measured against.
+// GEMM rate at each shape are then the limits each op's own time is measured against. A GPU
+// writes without reading first, so there the count overstates an op's writes as much as the
+// bandwidth pass's: a ratio, not a byte count, is what compares.
 void add_product(const GemmShape& shape);
 void add_bytes(double bytes);
 

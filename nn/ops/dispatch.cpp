@@ -17,8 +17,8 @@ namespace trainer::nn {
 namespace {
 
 // An op's memory traffic (Note [Profile work]): each tensor it reads once, each writable one
-// (an output, or one updated in place) twice, a read tensor that is also written (in place)
-// once more, nothing for other arguments.
+// (an output, or one updated in place) twice, a read tensor that is also written (in place:
+// the same memory) not again, other arguments nothing.
 class Traffic {
  public:
   void operator()(const ConstTensor& t) { add(t, false); }

@@ -286,6 +286,9 @@ expect 2 "holds LoRA adapters \(train.lora.rank 4.*same train.lora keys" train "
   --set train.init_from=runs/lora --set train.lora.rank=2 --set run.name=x
 expect 2 "holds LoRA adapters" train "${common[@]}" --set train.init_from=runs/lora \
   --set run.name=x
+# A source trained with the adapters' dropout: still the adapters' refusal, not the rate's.
+expect 2 "holds LoRA adapters" train "${common[@]}" --set train.init_from=runs/drop \
+  --set run.name=x
 expect 2 "cannot resume from .*step-20: train.lora.rank was 4 there but is 8 now" train \
   "${common[@]}" "${lora[@]}" --set train.lora.rank=8 --set run.name=lora --set train.steps=30
 # PEFT adapters the trainer does not compute, or whose base is not here.

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -234,6 +235,38 @@ TEST_P(LoraArch, AdapterDropoutIsBitIdenticalUnderCheckpointing) {
   const std::vector<float> want = grads_under(Recompute::none);
   EXPECT_TRUE(grads_under(Recompute::selective) == want);
   EXPECT_TRUE(grads_under(Recompute::full) == want);
+}
+
+// Each adapter draws a mask of its own (PEFT's lora_dropout is one module per adapted layer):
+// the q, k and v adapters of one stacked product too, and each layer its own. A row-parallel
+// product's input (o, down) is this rank's columns of the whole input, whose counters it takes;
+// a column-parallel one's is every column, as one process's.
+TEST(Lora, EachAdapterDrawsItsOwnMaskOverTheWholeInput) {
+  ModelConfig cfg = adapted("llama", kAllTargets);
+  cfg.dropout.adapter = 0.3f;
+  cfg.vocab_size = 30;  // cut in two
+  cfg.tensor = {2, 1, false};
+  const ArchSpec spec = arch_spec(cfg);
+  std::vector<float> x(size_t(4 * 8));
+  const ConstTensor input = make_tensor(x.data(), DType::f32, {4, 8});
+  std::set<uint64_t> keys;
+  for (int layer : {0, 1}) {
+    BlockTensors t;
+    t.model = &cfg;
+    t.products = &spec.block_matmuls;
+    EXPECT_FALSE(adapter_dropout_mask(t, spec.adapters[0], input).on());  // not training
+    t.adapter_drop = {0.3f,
+                      dropout_site_key(dropout_batch_key(1, 2, 3), layer, DropSite::adapter_input)};
+    for (const Adapter& ad : spec.adapters) {
+      const DropoutMask mask = adapter_dropout_mask(t, ad, input);
+      EXPECT_EQ(mask.p, 0.3f);
+      keys.insert(mask.key);
+      const bool row = std::string(ad.name) == "o" || std::string(ad.name) == "down";
+      EXPECT_EQ(mask.first, row ? 8 : 0) << ad.name;        // rank 1 of 2, 8 columns each
+      EXPECT_EQ(mask.row_stride, row ? 16 : 0) << ad.name;  // the whole input's rows
+    }
+  }
+  EXPECT_EQ(keys.size(), 2 * kAllTargets.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(Llamas, LoraArch, ::testing::Values("llama", "qwen2", "qwen3"));

@@ -56,8 +56,6 @@ TEST(Gemm, SgemmMatchesReferenceForAllTransposes) {
     }
 }
 
-// matmul on strided fp32 and bf16 operands (both CPU bf16 paths), into fp32 and bf16 results,
-// with alpha, beta and a bias, against the reference on the same (bf16-rounded) inputs.
 // A product reports its shape to the innermost profile scope (Note [Profile work]); the rate at
 // a shape is measured on operands laid out as the shape says (transposes included), and those
 // trials are not the profile's work.
@@ -86,6 +84,8 @@ TEST(Gemm, ProductsReportTheirShapeAndRatesAreMeasuredPerShape) {
   profile::reset();
 }
 
+// matmul on strided fp32 and bf16 operands (both CPU bf16 paths), into fp32 and bf16 results,
+// with alpha, beta and a bias, against the reference on the same (bf16-rounded) inputs.
 class Matmul : public ::testing::TestWithParam<CpuBf16Math> {};
 
 TEST_P(Matmul, MatchesReferenceInEveryDtypeAndOrientation) {

@@ -110,7 +110,8 @@ Limits measure_limits(const Context& ctx, const std::vector<profile::Entry>& ent
 // and how close it comes to its limit, then the kernel families' (the scopes' own times, so
 // each moment counts once: Note [Profile families]) and their share of their limits.
 void print_profile(const Context& ctx, int steps, double total_ms,
-                   const std::pair<double, const char*>& measured) {
+                   const std::pair<double, const char*>& measured, DType compute,
+                   double peak_before) {
   const double bandwidth = measured.first;
   const std::vector<profile::Entry> entries = profile::report();
   const Limits limits = measure_limits(ctx, entries, bandwidth);
@@ -142,7 +143,9 @@ void print_profile(const Context& ctx, int steps, double total_ms,
       bandwidth, measured.second);
   for (const auto& [name, limit] : family_limit)
     std::printf(" %s %.0f%%", name.c_str(), 100 * limit / family_limited[name]);
-  std::printf("\n");
+  // A shared machine's speed drifts: the peak again, after the steps, says by how much.
+  std::printf("\n  the GEMM peak was %.1f GFLOP/s before the steps and %.1f after them\n",
+              peak_before, measure_gemm_peak(ctx, compute, 1.0));
 }
 
 }  // namespace
@@ -236,7 +239,7 @@ int cmd_bench(const Args& args) {
   profile::set_enabled(false);
   const double tok_s = double(B) * T / s;
   const double gflops = mc.token_flops().at(T) * tok_s / 1e9;
-  if (vm.count("profile")) print_profile(ctx, steps, t.ms(), bandwidth);
+  if (vm.count("profile")) print_profile(ctx, steps, t.ms(), bandwidth, exec.compute, peak);
   const std::vector<fallback::Count> fallbacks = fallback::counts();
   for (const fallback::Count& f : fallbacks)
     std::printf("  fallback: %s, %ld calls (%s)\n", f.path.c_str(), f.calls, f.why.c_str());

@@ -19,23 +19,35 @@ namespace {
 
 class ProfiledStep : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(ProfiledStep, FamiliesAddUpToTheStep) {
+// A two-layer model of `arch` and a batch of 2 x 16 tokens for it.
+ModelConfig tiny(const std::string& arch) {
   ModelConfig c;
-  c.arch = GetParam();
+  c.arch = arch;
   c.vocab_size = 64;
   c.max_seq_len = 16;
   c.n_layer = 2;
   c.n_head = 2;
   c.n_embd = 32;
   if (trainer::testing::llama_like(c.arch)) c.ffn_multiple_of = 16;
+  return c;
+}
+struct Tokens {
+  std::vector<int32_t> tokens, targets;
+  Tokens() {
+    for (int i = 0; i < 32; ++i) {
+      tokens.push_back((i * 7 + 1) % 64);
+      targets.push_back((i * 5 + 2) % 64);
+    }
+  }
+  BatchView view() const { return {2, 16, tokens.data(), targets.data(), nullptr, nullptr}; }
+};
+
+TEST_P(ProfiledStep, FamiliesAddUpToTheStep) {
+  const ModelConfig c = tiny(GetParam());
   Transformer model(c, testing::exec_for(2, 16, DType::f32, Recompute::full));
   model.init_weights(3);
-  std::vector<int32_t> tokens(32), targets(32);
-  for (int i = 0; i < 32; ++i) {
-    tokens[size_t(i)] = (i * 7 + 1) % 64;
-    targets[size_t(i)] = (i * 5 + 2) % 64;
-  }
-  const BatchView batch{2, 16, tokens.data(), targets.data(), nullptr, nullptr};
+  const Tokens tokens;
+  const BatchView batch = tokens.view();
   profile::set_enabled(true);
   profile::reset();
   Timer wall;
@@ -74,22 +86,11 @@ TEST_P(ProfiledStep, FamiliesAddUpToTheStep) {
 // parameter and token: forward, and both gradients), exactly: the CPU's attention tiles are
 // sgemm's, not matmul's, and per_position counts them apart. Elementwise ops report traffic.
 TEST_P(ProfiledStep, ProductsAddUpToTheModelsFlops) {
-  ModelConfig c;
-  c.arch = GetParam();
-  c.vocab_size = 64;
-  c.max_seq_len = 16;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 32;
-  if (trainer::testing::llama_like(c.arch)) c.ffn_multiple_of = 16;
+  const ModelConfig c = tiny(GetParam());
   Transformer model(c, testing::exec_for(2, 16));
   model.init_weights(3);
-  std::vector<int32_t> tokens(32), targets(32);
-  for (int i = 0; i < 32; ++i) {
-    tokens[size_t(i)] = (i * 7 + 1) % 64;
-    targets[size_t(i)] = (i * 5 + 2) % 64;
-  }
-  const BatchView batch{2, 16, tokens.data(), targets.data(), nullptr, nullptr};
+  const Tokens tokens;
+  const BatchView batch = tokens.view();
   profile::set_enabled(true);
   profile::reset();
   testing::forward_backward(model, batch);

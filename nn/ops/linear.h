@@ -50,7 +50,8 @@ void gelu_linear_backward(const Context& ctx, const Tensor& dpre, const Tensor& 
 size_t linear_workspace(const Context& ctx, int64_t N, int64_t I, int64_t O, DType act);
 
 // The products go through matmul (runtime/gemm.h) on any device: the backends' kernels are
-// only the bias gradient, dbias(O) += the column sums of dout(N,O), in row order, where the
+// only the bias gradient, dbias(O) += the column sums of dout(N,O), in an order fixed by N alone
+// (not by the threads), where the
 // product's epilogue does not compute it (cuBLASLt's BGRADA, with the weight gradient's
 // product).
 void linear_bias_grad(const Context& ctx, const Tensor& dbias, const ConstTensor& dout);

@@ -1,6 +1,6 @@
-#include <omp.h>
 
 #include "nn/ops/cpu/dtype.h"
+#include "nn/ops/cpu/sums.h"
 #include "nn/ops/kernels.h"
 #include "runtime/workspace.h"
 
@@ -8,38 +8,41 @@ namespace trainer::nn::cpu {
 
 namespace {
 
-// out(O) += the column sums of x(N,O), accumulated in fp32 in row order (threads own column
-// slices) and added to out once.
+// out(O) += the column sums of x(N,O) in fp32, as the norms sum their weight gradients (Note
+// [Thread-invariant norm gradients] in cpu/layernorm.cpp): the rows cut into norm_parts(N)
+// fixed parts, each summed in row order into its row of `partial`, then the parts in order.
+// Each thread streams whole rows, and the bits do not depend on the thread count.
 template <typename T, typename G>
-void add_column_sums(G* out, const T* x, int64_t N, int64_t O, float* acc) {
-#pragma omp parallel
-  {
-    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t j0 = O * t / nt, j1 = O * (t + 1) / nt;
-    for (int64_t j = j0; j < j1; ++j) acc[j] = load(out[j]);
-    for (int64_t n = 0; n < N; ++n) {
+void add_column_sums(G* out, const T* x, int64_t N, int64_t O, float* partial, int threads) {
+  const int64_t parts = norm_parts(N);
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t p = 0; p < parts; ++p) {
+    float* acc = partial + p * O;
+    for (int64_t j = 0; j < O; ++j) acc[j] = 0.0f;
+    for (int64_t n = N * p / parts; n < N * (p + 1) / parts; ++n) {
       const T* row = x + n * O;
 #pragma omp simd
-      for (int64_t j = j0; j < j1; ++j) acc[j] += load(row[j]);
+      for (int64_t j = 0; j < O; ++j) acc[j] += load(row[j]);
     }
-    for (int64_t j = j0; j < j1; ++j) store(out[j], acc[j]);
   }
+  add_parts(out, partial, parts, O, O);
 }
 
 }  // namespace
 
 void linear_bias_grad(const Context& ctx, const Tensor& dbias, const ConstTensor& dout) {
   Workspace::Scope scratch(ctx.workspace);
-  float* acc = scratch.take<float>(dout.cols());
+  float* partial = scratch.take<float>(norm_parts(dout.rows()) * dout.cols());
   with_floats(dout.dtype, dbias.dtype, [&](auto ttag, auto gtag) {
     using T = decltype(ttag);
     using G = decltype(gtag);
-    add_column_sums(dbias.as<G>(), dout.as<T>(), dout.rows(), dout.cols(), acc);
+    add_column_sums(dbias.as<G>(), dout.as<T>(), dout.rows(), dout.cols(), partial,
+                    op_threads(ctx));
   });
 }
 
 size_t linear_bias_grad_workspace(const Context&, int64_t O) {
-  return Workspace::bytes_for<float>(O);
+  return Workspace::bytes_for<float>(kNormParts * O);
 }
 
 }  // namespace trainer::nn::cpu

@@ -108,10 +108,11 @@ Limits measure_limits(const Context& ctx, const std::vector<profile::Entry>& ent
 
 // Each scope's own time per step and share of the `total_ms` the steps took, with its rate
 // and how close it comes to its limit, then the kernel families' (the scopes' own times, so
-// each moment counts once: Note [Profile families]) and their share of their limits.
-void print_profile(const Context& ctx, int steps, double total_ms,
-                   const std::pair<double, const char*>& measured, DType compute,
+// each moment counts once: Note [Profile families]) and their share of their limits. The
+// limits are measured here, after the steps; `peak_before` is the GEMM peak before them.
+void print_profile(const Context& ctx, int steps, double total_ms, DType compute,
                    double peak_before) {
+  const std::pair<double, const char*> measured = measure_bandwidth(ctx, 1.5);
   const double bandwidth = measured.first;
   const std::vector<profile::Entry> entries = profile::report();
   const Limits limits = measure_limits(ctx, entries, bandwidth);
@@ -225,12 +226,14 @@ int cmd_bench(const Args& args) {
   const double stated = vm["peak-gflops"].as<double>();
   if (stated < 0) throw UsageError("bench: --peak-gflops must not be negative");
   const double peak = stated > 0 ? stated : measure_gemm_peak(ctx, exec.compute, 2.0);
-  const std::pair<double, const char*> bandwidth =
-      vm.count("profile") ? measure_bandwidth(ctx, 1.5) : std::pair{0.0, ""};
+  // The profile's check of the machine's drift: the GEMM peak just before the steps and again
+  // after them, measured alike.
+  const bool profiling = vm.count("profile") > 0;
+  const double peak_before = profiling ? measure_gemm_peak(ctx, exec.compute, 1.0) : 0;
   Buffer::reset_peaks(exec.device);  // the report's peaks are the steps' (Note [Memory report])
   for (int i = 0; i < vm["warmup"].as<int>(); ++i) step();
   synchronize(model.context());
-  profile::set_enabled(vm.count("profile") > 0);
+  profile::set_enabled(profiling);
   profile::set_cuda_stream(exec.stream);
   Timer t;
   for (int i = 0; i < steps; ++i) step();
@@ -239,16 +242,22 @@ int cmd_bench(const Args& args) {
   profile::set_enabled(false);
   const double tok_s = double(B) * T / s;
   const double gflops = mc.token_flops().at(T) * tok_s / 1e9;
-  if (vm.count("profile")) print_profile(ctx, steps, t.ms(), bandwidth, exec.compute, peak);
+  // What the steps used, read before the profile's limits allocate their own trials.
   const std::vector<fallback::Count> fallbacks = fallback::counts();
-  for (const fallback::Count& f : fallbacks)
-    std::printf("  fallback: %s, %ld calls (%s)\n", f.path.c_str(), f.calls, f.why.c_str());
-  profile::set_cuda_stream(nullptr);
   const std::string device_memory =
       exec.device == Device::cuda
           ? fmt::format(" | device buffers {:.1f} MiB",
                         double(Buffer::live_bytes(Device::cuda)) / 1048576.0)
           : "";
+  // The model's own state (no data-parallel layer: its masters are the model's parameters).
+  const nn::Transformer::Memory mem = model.memory();
+  const dist::StateBytes state{mem.params, mem.working, mem.grads,
+                               2 * opt.state_size() * int64_t(sizeof(float)), 0};
+  const std::string memory = memory_report({state, mem, 0}, exec.device, -1);
+  if (profiling) print_profile(ctx, steps, t.ms(), exec.compute, peak_before);
+  for (const fallback::Count& f : fallbacks)
+    std::printf("  fallback: %s, %ld calls (%s)\n", f.path.c_str(), f.calls, f.why.c_str());
+  profile::set_cuda_stream(nullptr);
   std::printf(
       "bench %s L=%d C=%d H=%d V=%d B=%d T=%d %s %s: %.1f ms/step | %.0f tok/s | %.1f GFLOP/s | "
       "%s %.1f GFLOP/s | MFU %.1f%% | activations %.1f MiB%s%s | fallbacks: %s\n",
@@ -258,11 +267,7 @@ int cmd_bench(const Args& args) {
       double(model.memory().activations) / 1048576.0, device_memory.c_str(),
       exec.cuda_graphs && !vm.count("profile") ? " | CUDA graphs" : "",
       fallbacks.empty() ? "none" : fmt::format("{} path(s), see above", fallbacks.size()).c_str());
-  // The model's own state (no data-parallel layer: its masters are the model's parameters).
-  const nn::Transformer::Memory mem = model.memory();
-  const dist::StateBytes state{mem.params, mem.working, mem.grads,
-                               2 * opt.state_size() * int64_t(sizeof(float)), 0};
-  std::printf("%s\n", memory_report({state, mem, 0}, exec.device, -1).c_str());
+  std::printf("%s\n", memory.c_str());
   return 0;
 }
 

@@ -6,7 +6,9 @@
 # the trainer's bf16 step against its fp32 one, and the trainer's per-op profile with each op's
 # and family's rate against its limit (the GEMM rate at its products' shapes, the memory
 # bandwidth: Note [Profile work] in runtime/profile.h). Then a Llama-shaped model of the small
-# model's size (grouped-query attention, SwiGLU) against that GPT-2, by MFU.
+# model's size (grouped-query attention, SwiGLU) against that GPT-2, by MFU. PyTorch runs as
+# written by default, eagerly: attention materialised (no scaled_dot_product_attention), its
+# for-loop AdamW, autocast's casts; its thread count is printed beside it.
 #   scripts/bench/cpu_step.sh [steps]        (TRAINER=build/trainer by default)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -28,6 +30,7 @@ for shape in "${shapes[@]}"; do
       "$precision")
     ours_ms=$(field '.*: \([0-9.]*\) ms\/step.*' "$ours")
     torch_ms=$(awk '{print $2}' <<<"$theirs")
+    echo "   PyTorch: $theirs"
     ms[$precision]=$ours_ms
     awk -v p="$precision" -v o="$ours_ms" -v t="$torch_ms" \
       -v peak="$(field '.*GEMM peak \([0-9.]*\) GFLOP.*' "$ours")" \

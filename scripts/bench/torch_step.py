@@ -53,7 +53,10 @@ class Gpt(torch.nn.Module):
 def main():
     L, C, H, V, B, T = map(int, sys.argv[1:7])
     steps = int(sys.argv[7]) if len(sys.argv) > 7 else 5
-    bf16 = len(sys.argv) > 8 and sys.argv[8] == "bf16"
+    precision = sys.argv[8] if len(sys.argv) > 8 else "fp32"
+    if precision not in ("fp32", "bf16"):
+        sys.exit(f"torch_step.py: precision {precision!r} is not fp32 or bf16")
+    bf16 = precision == "bf16"
     torch.manual_seed(0)
     model = Gpt(L, C, H, V, T)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)

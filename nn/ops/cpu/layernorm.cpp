@@ -38,7 +38,7 @@ void forward_rows(T* out, float* mean, float* rstd, const float* inp, const T* w
 }
 
 // Note [Thread-invariant norm gradients]
-// dw and db sum over every row. The rows are cut into a fixed number of parts (kParts, or N
+// dw and db sum over every row. The rows are cut into a fixed number of parts (kNormParts, or N
 // when fewer), each part summed in row order into its own fp32 row of `partial`, and the
 // parts added in order afterwards: the bits depend on N alone, not on the threads the ops
 // run with or on OpenMP's scheduling, so a rank computes the same gradient with 1 thread or

@@ -142,7 +142,7 @@ bool skips_weight_grad(const ModelConfig& m, Role r) {
 void add_adapters(ArchSpec& spec, const ModelConfig& m) {
   if (!m.lora.on()) return;
   const int64_t r = m.lora.rank;
-  int64_t widest = 0;  // the widest input an adapter reads, whole
+  int64_t widest = 0;  // the widest input an adapter reads on this rank
   for (const Adapter& ad : m.architecture().lora_targets) {
     if (!targeted(m, ad)) continue;
     const ParamSpec base =  // a copy: the block's list grows below

@@ -7,6 +7,7 @@ bf16).
 usage: torch_step.py L C H V B T [steps [fp32|bf16]]   -> prints "torch <ms/step> <tok/s>"
 """
 import math
+import os
 import sys
 import time
 
@@ -57,6 +58,9 @@ def main():
     if precision not in ("fp32", "bf16"):
         sys.exit(f"torch_step.py: precision {precision!r} is not fp32 or bf16")
     bf16 = precision == "bf16"
+    # The trainer's threads: OpenMP's, every CPU unless OMP_NUM_THREADS says otherwise (this
+    # build of PyTorch would take one thread on a 2-core machine).
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count()))
     torch.manual_seed(0)
     model = Gpt(L, C, H, V, T)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)

@@ -67,11 +67,10 @@ Tensor lora_x(const BlockTensors& t, const ConstTensor& x, DType dtype) {
   return make_tensor(all.data, dtype, {x.rows(), x.cols()}, all.device);
 }
 
-// What adapter `ad` reads of its product's input x (N, in): x itself, or x through the adapter's
-// own dropout mask (Note [LoRA]), written into the block's lora_x.
-ConstTensor adapter_input(const Context& ctx, const BlockTensors& t, const Adapter& ad,
+// What an adapter reads of its product's input x (N, in): x itself, or x through the adapter's
+// own dropout mask (adapter_dropout_mask, Note [LoRA]), written into the block's lora_x.
+ConstTensor adapter_input(const Context& ctx, const BlockTensors& t, const DropoutMask& mask,
                           const ConstTensor& x) {
-  const DropoutMask mask = adapter_dropout_mask(t, ad, x);
   if (!mask.on()) return x;
   const Tensor dropped = lora_x(t, x, x.dtype);
   dropout(ctx, dropped, x, mask);
@@ -189,7 +188,7 @@ void adapters_forward(const Context& ctx, const BlockTensors& t, Role product, c
     PROFILE_SCOPE("lora_forward", "gemm");
     const Tensor &a = W(t, ad.a), &b = W(t, ad.b);
     const auto [h, dh] = scratch(t, x.rows(), a.rows());
-    matmul(ctx, h, adapter_input(ctx, t, ad, x), false, a, true);
+    matmul(ctx, h, adapter_input(ctx, t, adapter_dropout_mask(t, ad, x), x), false, a, true);
     matmul(ctx, y.col_range(output_offset(t, ad), b.rows()), h, false, b, true, s, 1.0f);
   }
 }
@@ -204,12 +203,12 @@ void adapters_backward(const Context& ctx, const BlockTensors& t, Role product, 
     const Tensor &a = W(t, ad.a), &b = W(t, ad.b);
     const auto [h, dh] = scratch(t, x.rows(), a.rows());
     const ConstTensor dy_b = dy.col_range(output_offset(t, ad), b.rows());
-    const ConstTensor in = adapter_input(ctx, t, ad, x);       // x, or x dropped again
+    const DropoutMask mask = adapter_dropout_mask(t, ad, x);
+    const ConstTensor in = adapter_input(ctx, t, mask, x);     // x, or x dropped again
     matmul(ctx, h, in, false, a, true);                        // h = in A^T
     matmul(ctx, G(t, ad.b), dy_b, true, h, false, s, 1.0f);    // dB += s dy^T h
     matmul(ctx, dh, dy_b, false, b, false, s, 0.0f);           // dh = s dy B
     matmul(ctx, G(t, ad.a), dh, true, in, false, 1.0f, 1.0f);  // dA += dh^T in
-    const DropoutMask mask = adapter_dropout_mask(t, ad, x);
     if (!mask.on()) {
       matmul(ctx, dx, dh, false, a, false, 1.0f, 1.0f);  // dx += dh A
       continue;

@@ -47,39 +47,33 @@ template <typename T, typename G>
 void backward_rows(float* dinp, G* dw, G* db, const T* dout, const float* inp, const T* w,
                    const float* mean, const float* rstd, int64_t N, int64_t C, float* partial,
                    int threads) {
-  const int64_t parts = norm_parts(N);
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t p = 0; p < parts; ++p) {
-    float* pdw = partial + p * 2 * C;
+  for_each_row_part(N, 2 * C, partial, threads, [&](int64_t n, float* pdw) {
     float* pdb = pdw + C;
-    for (int64_t c = 0; c < 2 * C; ++c) pdw[c] = 0.0f;
-    for (int64_t n = N * p / parts; n < N * (p + 1) / parts; ++n) {
-      const float* x = inp + n * C;
-      const T* d = dout + n * C;
-      const float m = mean[n], r = rstd[n];
-      float dnorm_mean = 0, dnorm_norm_mean = 0;
+    const float* x = inp + n * C;
+    const T* d = dout + n * C;
+    const float m = mean[n], r = rstd[n];
+    float dnorm_mean = 0, dnorm_norm_mean = 0;
 #pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
-      for (int64_t c = 0; c < C; ++c) {
-        const float xhat = (x[c] - m) * r;
-        const float dn = load(w[c]) * load(d[c]);
-        dnorm_mean += dn;
-        dnorm_norm_mean += dn * xhat;
-      }
-      dnorm_mean /= float(C);
-      dnorm_norm_mean /= float(C);
-      float* di = dinp + n * C;
-#pragma omp simd
-      for (int64_t c = 0; c < C; ++c) {
-        const float xhat = (x[c] - m) * r;
-        const float dc = load(d[c]);
-        pdb[c] += dc;
-        pdw[c] += xhat * dc;
-        di[c] += (load(w[c]) * dc - dnorm_mean - xhat * dnorm_norm_mean) * r;
-      }
+    for (int64_t c = 0; c < C; ++c) {
+      const float xhat = (x[c] - m) * r;
+      const float dn = load(w[c]) * load(d[c]);
+      dnorm_mean += dn;
+      dnorm_norm_mean += dn * xhat;
     }
-  }
-  add_parts(dw, partial, parts, 2 * C, C);
-  add_parts(db, partial + C, parts, 2 * C, C);
+    dnorm_mean /= float(C);
+    dnorm_norm_mean /= float(C);
+    float* di = dinp + n * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) {
+      const float xhat = (x[c] - m) * r;
+      const float dc = load(d[c]);
+      pdb[c] += dc;
+      pdw[c] += xhat * dc;
+      di[c] += (load(w[c]) * dc - dnorm_mean - xhat * dnorm_norm_mean) * r;
+    }
+  });
+  add_parts(dw, partial, norm_parts(N), 2 * C, C);
+  add_parts(db, partial + C, norm_parts(N), 2 * C, C);
 }
 
 }  // namespace

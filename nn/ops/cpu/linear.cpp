@@ -14,18 +14,12 @@ namespace {
 // Each thread streams whole rows, and the bits do not depend on the thread count.
 template <typename T, typename G>
 void add_column_sums(G* out, const T* x, int64_t N, int64_t O, float* partial, int threads) {
-  const int64_t parts = norm_parts(N);
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t p = 0; p < parts; ++p) {
-    float* acc = partial + p * O;
-    for (int64_t j = 0; j < O; ++j) acc[j] = 0.0f;
-    for (int64_t n = N * p / parts; n < N * (p + 1) / parts; ++n) {
-      const T* row = x + n * O;
+  for_each_row_part(N, O, partial, threads, [&](int64_t n, float* acc) {
+    const T* row = x + n * O;
 #pragma omp simd
-      for (int64_t j = 0; j < O; ++j) acc[j] += load(row[j]);
-    }
-  }
-  add_parts(out, partial, parts, O, O);
+    for (int64_t j = 0; j < O; ++j) acc[j] += load(row[j]);
+  });
+  add_parts(out, partial, norm_parts(N), O, O);
 }
 
 }  // namespace

@@ -38,29 +38,23 @@ void forward_rows(T* out, float* rstd, const float* inp, const T* w, int64_t N, 
 template <typename T, typename G>
 void backward_rows(float* dinp, G* dw, const T* dout, const float* inp, const T* w,
                    const float* rstd, int64_t N, int64_t C, float* partial, int threads) {
-  const int64_t parts = norm_parts(N);
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t p = 0; p < parts; ++p) {
-    float* pdw = partial + p * C;
-    for (int64_t c = 0; c < C; ++c) pdw[c] = 0.0f;
-    for (int64_t n = N * p / parts; n < N * (p + 1) / parts; ++n) {
-      const float* x = inp + n * C;
-      const T* d = dout + n * C;
-      const float r = rstd[n];
-      float dot = 0;
+  for_each_row_part(N, C, partial, threads, [&](int64_t n, float* pdw) {
+    const float* x = inp + n * C;
+    const T* d = dout + n * C;
+    const float r = rstd[n];
+    float dot = 0;
 #pragma omp simd reduction(+ : dot)
-      for (int64_t c = 0; c < C; ++c) dot += load(w[c]) * load(d[c]) * x[c] * r;
-      dot /= float(C);
-      float* di = dinp + n * C;
+    for (int64_t c = 0; c < C; ++c) dot += load(w[c]) * load(d[c]) * x[c] * r;
+    dot /= float(C);
+    float* di = dinp + n * C;
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) {
-        const float xhat = x[c] * r, dc = load(d[c]);
-        pdw[c] += xhat * dc;
-        di[c] += (load(w[c]) * dc - xhat * dot) * r;
-      }
+    for (int64_t c = 0; c < C; ++c) {
+      const float xhat = x[c] * r, dc = load(d[c]);
+      pdw[c] += xhat * dc;
+      di[c] += (load(w[c]) * dc - xhat * dot) * r;
     }
-  }
-  add_parts(dw, partial, parts, C, C);
+  });
+  add_parts(dw, partial, norm_parts(N), C, C);
 }
 
 }  // namespace

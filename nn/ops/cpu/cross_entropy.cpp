@@ -9,21 +9,39 @@ namespace trainer::nn::cpu {
 
 namespace {
 
+// Each row's maximum and log-sum-exp in one pass over it, a chunk of kChunk logits at a time
+// (2 KiB of fp32, still in L1 when its exponentials are taken): the chunk's maximum, the sum so
+// far rescaled where it raises the running maximum, then the chunk's exponentials. A row
+// streams from memory once, and the exponentials (the op's arithmetic) overlap the stream,
+// which a pass for the maximum and then one for the sum left serial.
+constexpr int64_t kChunk = 512;
+
+template <typename T>
+inline void row_stats(float* stats, const T* row, int64_t V) {
+  float mx = -__builtin_inff(), sum = 0;
+  for (int64_t b = 0; b < V; b += kChunk) {
+    const int64_t e = b + kChunk < V ? b + kChunk : V;
+    float cm = mx;
+#pragma omp simd reduction(max : cm)
+    for (int64_t i = b; i < e; ++i) cm = load(row[i]) > cm ? load(row[i]) : cm;
+    if (cm > mx) {
+      sum *= vec_exp(mx - cm);
+      mx = cm;
+    }
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = b; i < e; ++i) s += vec_exp(load(row[i]) - mx);
+    sum += s;
+  }
+  stats[0] = mx;
+  stats[1] = __builtin_logf(sum);
+}
+
 template <typename T>
 void stats_rows(float* stats, const T* logits, const int32_t* targets, int64_t N, int64_t V) {
 #pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    if (targets[n] < 0) continue;
-    const T* row = logits + n * V;
-    float mx = -__builtin_inff();
-#pragma omp simd reduction(max : mx)
-    for (int64_t i = 0; i < V; ++i) mx = load(row[i]) > mx ? load(row[i]) : mx;
-    float sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t i = 0; i < V; ++i) sum += vec_exp(load(row[i]) - mx);
-    stats[2 * n] = mx;
-    stats[2 * n + 1] = __builtin_logf(sum);
-  }
+  for (int64_t n = 0; n < N; ++n)
+    if (targets[n] >= 0) row_stats(stats + 2 * n, logits + n * V, V);
 }
 
 template <typename T>

@@ -62,12 +62,14 @@ const std::vector<KeySpec>& schema() {
        1, 1e12, L{}, true},
       {"model.rope_scaling", Kind::text, std::string("none"),
        "llama, qwen2, neox: how the rotary frequencies are scaled for a longer context, as Hugging "
-       "Face's rope_scaling: none, linear (each divided by model.rope_scaling_factor) or llama3 "
-       "(Llama 3.1's: by wavelength, with the three keys below)",
+       "Face's rope_scaling: none, linear (each divided by model.rope_scaling_factor), llama3 "
+       "(Llama 3.1's: by wavelength, with the three keys below) or yarn (YaRN, Qwen's long "
+       "context: by the turns over rope_original_context, with rope_beta_* and "
+       "rope_attention_factor)",
        -1e300, 1e300, nn::kRopeScalingNames.names()},
       {"model.rope_scaling_factor", Kind::real, 1.0,
-       "linear, llama3: how much longer the context is than the one the frequencies were "
-       "trained at (Llama 3.1: 8)",
+       "linear, llama3, yarn: how much longer the context is than the one the frequencies were "
+       "trained at (Llama 3.1: 8; Qwen3 to 131072 tokens: 4)",
        1, 1e6},
       {"model.rope_low_freq_factor", Kind::real, 1.0,
        "llama3: wavelengths over rope_original_context / this are divided by the factor", 0, 1e6,
@@ -77,7 +79,23 @@ const std::vector<KeySpec>& schema() {
        "interpolated)",
        0, 1e6, L{}, true},
       {"model.rope_original_context", Kind::integer, int64_t(8192),
-       "llama3: the context the frequencies were trained at (Llama 3.1: 8192)", 1, 1 << 24},
+       "llama3, yarn: the context the frequencies were trained at (Llama 3.1: 8192; Qwen3: "
+       "32768)",
+       1, 1 << 24},
+      {"model.rope_beta_fast", Kind::real, 32.0,
+       "yarn: frequencies turning more than this many times over rope_original_context are kept", 0,
+       1e6, L{}, true},
+      {"model.rope_beta_slow", Kind::real, 1.0,
+       "yarn: frequencies turning fewer than this many times over rope_original_context are "
+       "divided by the factor (between the two: a linear ramp over the channel pairs)",
+       0, 1e6, L{}, true},
+      {"model.rope_attention_factor", Kind::real, 0.0,
+       "yarn: what the rotated query and key channels are multiplied by (0: 0.1 ln(factor) + 1, "
+       "Hugging Face's default)",
+       0, 1e6},
+      {"model.rope_truncate", Kind::boolean, true,
+       "yarn: the ramp's ends rounded outwards to whole channel pairs, as Hugging Face does "
+       "unless rope_scaling's truncate is false"},
       {"model.norm_eps", Kind::real, 1e-5,
        "The epsilon of every LayerNorm or RMSNorm (Hugging Face's layer_norm_epsilon, "
        "layer_norm_eps or rms_norm_eps; Qwen2: 1e-6)",

@@ -148,6 +148,22 @@ void hf_rope_scaling(HfConfigReader& hf, ModelConfig& m) {
                 "{}: \"{}\" = {} is out of range", where, key, v);
     return v;
   };
+  // A number the type may leave out (or state as null), and `fallback` then.
+  auto optional = [&](const char* key, double fallback) {
+    const auto it = r->find(key);
+    if (it == r->end() || it->is_null()) {
+      keys.push_back(key);
+      return fallback;
+    }
+    return number(key);
+  };
+  auto context = [&](double v) {
+    USAGE_CHECK(v >= 1 && v <= double(1 << 24) && v == std::floor(v),
+                "{}: \"original_max_position_embeddings\" = {} is not a whole number of positions "
+                "in [1, 2^24]",
+                where, v);
+    return int(v);
+  };
   if (type == "linear") {
     m.rope_scaling = RopeScaling::linear;
     m.rope_factor = float(number("factor"));
@@ -156,16 +172,35 @@ void hf_rope_scaling(HfConfigReader& hf, ModelConfig& m) {
     m.rope_factor = float(number("factor"));
     m.rope_low_freq_factor = float(number("low_freq_factor"));
     m.rope_high_freq_factor = float(number("high_freq_factor"));
-    const double context = number("original_max_position_embeddings");
-    USAGE_CHECK(context >= 1 && context <= double(1 << 24) && context == std::floor(context),
-                "{}: \"original_max_position_embeddings\" = {} is not a whole number of positions "
-                "in [1, 2^24]",
-                where, context);
-    m.rope_original_context = int(context);
+    m.rope_original_context = context(number("original_max_position_embeddings"));
+  } else if (type == "yarn") {
+    // As transformers computes YaRN: the original context defaults to max_position_embeddings
+    // (read before this) and the factor to max_position_embeddings over it; the attention factor
+    // is the one stated, else DeepSeek's mscale over mscale_all_dim, else 0.1 ln(factor) + 1.
+    m.rope_scaling = RopeScaling::yarn;
+    m.rope_original_context = context(optional("original_max_position_embeddings", m.max_seq_len));
+    m.rope_factor = float(optional("factor", double(m.max_seq_len) / m.rope_original_context));
+    m.rope_beta_fast = float(optional("beta_fast", 32));
+    m.rope_beta_slow = float(optional("beta_slow", 1));
+    const double mscale = optional("mscale", 0), mscale_all = optional("mscale_all_dim", 0);
+    auto scale_of = [&](double s) { return 0.1 * s * std::log(double(m.rope_factor)) + 1; };
+    const double derived = mscale != 0 && mscale_all != 0 && m.rope_factor > 1
+                               ? scale_of(mscale) / scale_of(mscale_all)
+                               : 0;  // 0: the default (ModelConfig::rope)
+    m.rope_attention_factor = float(optional("attention_factor", derived));
+    USAGE_CHECK(m.rope_attention_factor > 0 || !r->contains("attention_factor") ||
+                    r->at("attention_factor").is_null(),
+                "{}: \"attention_factor\" = {} must be positive", where, m.rope_attention_factor);
+    keys.push_back("truncate");
+    if (r->contains("truncate")) {
+      USAGE_CHECK(r->at("truncate").is_boolean(), "{}: \"truncate\" = {} is not true or false",
+                  where, r->at("truncate").dump());
+      m.rope_truncate = r->at("truncate").get<bool>();
+    }
   } else {
     USAGE_CHECK(type == "default",
                 "{}: type \"{}\" is not supported: the trainer scales rotary "
-                "frequencies by \"linear\" or \"llama3\"",
+                "frequencies by \"linear\", \"llama3\" or \"yarn\"",
                 where, type);
   }
   for (const auto& [key, value] : r->items())
@@ -187,6 +222,16 @@ json hf_rope_scaling_json(const ModelConfig& m) {
               {"low_freq_factor", as_decimal(m.rope_low_freq_factor)},
               {"high_freq_factor", as_decimal(m.rope_high_freq_factor)},
               {"original_max_position_embeddings", m.rope_original_context}};
+    case RopeScaling::yarn: {
+      json j = {{"rope_type", "yarn"},
+                {"factor", as_decimal(m.rope_factor)},
+                {"original_max_position_embeddings", m.rope_original_context},
+                {"beta_fast", as_decimal(m.rope_beta_fast)},
+                {"beta_slow", as_decimal(m.rope_beta_slow)}};
+      if (m.rope_attention_factor > 0) j["attention_factor"] = as_decimal(m.rope_attention_factor);
+      if (!m.rope_truncate) j["truncate"] = false;
+      return j;
+    }
   }
   return nullptr;
 }

@@ -60,9 +60,10 @@ class HfConfigReader {
 GeluForm hf_gelu(HfConfigReader& hf, const char* field, const char* fallback);
 
 // The rotary scaling of the config's "rope_scaling" into m (absent, null or of type "default":
-// none): "linear" with its factor, or "llama3" with its factor, low_freq_factor,
-// high_freq_factor and original_max_position_embeddings. Another type, or a key the type does
-// not have, is refused by name.
+// none): "linear" with its factor, "llama3" with its factor, low_freq_factor, high_freq_factor
+// and original_max_position_embeddings, or "yarn" with what transformers reads of it (m's
+// max_seq_len, read before, standing in for the original context it leaves out). Another type,
+// or a key the type does not have, is refused by name.
 void hf_rope_scaling(HfConfigReader& hf, ModelConfig& m);
 // The "rope_scaling" Hugging Face writes for m's scaling (null for none).
 nlohmann::json hf_rope_scaling_json(const ModelConfig& m);

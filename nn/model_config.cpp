@@ -1,7 +1,9 @@
 #include "nn/model_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
+#include <tuple>
 
 #include "nn/architecture.h"
 #include "nn/lora.h"
@@ -59,22 +61,46 @@ void ModelConfig::validate() const {
               n, vocab_size, n);
 }
 
+Rope ModelConfig::rope() const {
+  Rope r{rope_theta,           rope_scaling,          rope_factor,
+         rope_low_freq_factor, rope_high_freq_factor, float(rope_original_context)};
+  if (rope_scaling != RopeScaling::yarn) return r;
+  std::tie(r.ramp_low, r.ramp_span) = yarn_ramp(rope_theta, rope_original_context, rotary_dims(),
+                                                rope_beta_fast, rope_beta_slow, rope_truncate);
+  r.attention_factor = rope_attention_factor > 0 ? rope_attention_factor
+                       : rope_factor <= 1        ? 1.0f
+                                                 : float(0.1 * std::log(double(rope_factor)) + 1);
+  return r;
+}
+
 void ModelConfig::validate_rope_scaling() const {
   const char* type = kRopeScalingNames.name(rope_scaling);
   // The keys a scaling type does not read keep their defaults, so that none is set in vain.
   const ModelConfig d;
-  if (rope_scaling == RopeScaling::none)
+  const RopeScaling s = rope_scaling;
+  if (s == RopeScaling::none)
     USAGE_CHECK(rope_factor == d.rope_factor,
-                "model.rope_scaling_factor = {} needs model.rope_scaling = linear or llama3",
+                "model.rope_scaling_factor = {} needs model.rope_scaling = linear, llama3 or yarn",
                 rope_factor);
-  if (rope_scaling != RopeScaling::llama3)
+  if (s != RopeScaling::llama3)
     USAGE_CHECK(rope_low_freq_factor == d.rope_low_freq_factor &&
-                    rope_high_freq_factor == d.rope_high_freq_factor &&
-                    rope_original_context == d.rope_original_context,
-                "model.rope_low_freq_factor, rope_high_freq_factor and rope_original_context need "
-                "model.rope_scaling = llama3 (model.rope_scaling = {})",
+                    rope_high_freq_factor == d.rope_high_freq_factor,
+                "model.rope_low_freq_factor and rope_high_freq_factor need model.rope_scaling = "
+                "llama3 (model.rope_scaling = {})",
                 type);
-  if (rope_scaling == RopeScaling::none) return;
+  if (s != RopeScaling::llama3 && s != RopeScaling::yarn)
+    USAGE_CHECK(rope_original_context == d.rope_original_context,
+                "model.rope_original_context needs model.rope_scaling = llama3 or yarn "
+                "(model.rope_scaling = {})",
+                type);
+  if (s != RopeScaling::yarn)
+    USAGE_CHECK(rope_beta_fast == d.rope_beta_fast && rope_beta_slow == d.rope_beta_slow &&
+                    rope_attention_factor == d.rope_attention_factor &&
+                    rope_truncate == d.rope_truncate,
+                "model.rope_beta_fast, rope_beta_slow, rope_attention_factor and rope_truncate "
+                "need model.rope_scaling = yarn (model.rope_scaling = {})",
+                type);
+  if (s == RopeScaling::none) return;
   USAGE_CHECK(rope_factor >= 1, "model.rope_scaling_factor must be at least 1 for {}, got {}", type,
               rope_factor);
   USAGE_CHECK(rope_low_freq_factor > 0 && rope_high_freq_factor > rope_low_freq_factor,
@@ -83,6 +109,10 @@ void ModelConfig::validate_rope_scaling() const {
               rope_high_freq_factor, rope_low_freq_factor);
   USAGE_CHECK(rope_original_context > 0, "model.rope_original_context must be positive, got {}",
               rope_original_context);
+  USAGE_CHECK(rope_beta_fast > 0 && rope_beta_slow > 0 && rope_attention_factor >= 0,
+              "model.rope_beta_fast ({}) and rope_beta_slow ({}) must be positive, and "
+              "model.rope_attention_factor ({}) positive or 0 (the default)",
+              rope_beta_fast, rope_beta_slow, rope_attention_factor);
 }
 
 std::vector<std::pair<int, int>> ModelConfig::held_chunks() const {

@@ -57,10 +57,11 @@ inline constexpr EnumNames<GeluForm, 2> kGeluNames{
     "model.gelu", {{{GeluForm::tanh, "tanh"}, {GeluForm::erf, "erf"}}}};
 
 // model.rope_scaling's names, Hugging Face's rope_scaling types (Rope in nn/ops/rope.h).
-inline constexpr EnumNames<RopeScaling, 3> kRopeScalingNames{"model.rope_scaling",
+inline constexpr EnumNames<RopeScaling, 4> kRopeScalingNames{"model.rope_scaling",
                                                              {{{RopeScaling::none, "none"},
                                                                {RopeScaling::linear, "linear"},
-                                                               {RopeScaling::llama3, "llama3"}}}};
+                                                               {RopeScaling::llama3, "llama3"},
+                                                               {RopeScaling::yarn, "yarn"}}}};
 
 // LoRA (Note [LoRA] in nn/lora.h): low-rank adapters of rank `rank` on the block products
 // named in `targets` (names of the architecture's lora_targets), their sum scaled by
@@ -95,11 +96,15 @@ struct ModelConfig {
   int ffn_multiple_of = 256;  // the hidden size is rounded up to a multiple of this
   int head_dim = 0;           // channels of each head (0 = n_embd / n_head; Qwen3's differ)
   float rope_theta = 10000.0f;
-  // The rotary frequencies' scaling (Rope in nn/ops/rope.h): its type, the factor, and
-  // llama3's low and high frequency factors and original context.
+  // The rotary frequencies' scaling (Rope in nn/ops/rope.h): its type, the factor, llama3's
+  // low and high frequency factors, the original context (llama3, yarn), and yarn's turns at
+  // the ends of its ramp, whether they round outwards, and its attention factor (0: Hugging
+  // Face's default, 0.1 ln(factor) + 1).
   RopeScaling rope_scaling = RopeScaling::none;
   float rope_factor = 1.0f, rope_low_freq_factor = 1.0f, rope_high_freq_factor = 4.0f;
   int rope_original_context = 8192;
+  float rope_beta_fast = 32.0f, rope_beta_slow = 1.0f, rope_attention_factor = 0.0f;
+  bool rope_truncate = true;
   double rotary_pct = 1.0;         // the fraction of each head the rotary embeddings turn
   float norm_eps = 1e-5f;          // the epsilon of every LayerNorm or RMSNorm
   bool tie_embeddings = true;      // the head reads the token embedding
@@ -161,11 +166,8 @@ struct ModelConfig {
   // The channels of each head the rotary embeddings turn: head_size() * rotary_pct, rounded
   // down as Hugging Face's GPT-NeoX does.
   int rotary_dims() const { return int(head_size() * rotary_pct); }
-  // The rotary embeddings' parameters, from rope_theta and the rope_* keys.
-  Rope rope() const {
-    return {rope_theta,           rope_scaling,          rope_factor,
-            rope_low_freq_factor, rope_high_freq_factor, float(rope_original_context)};
-  }
+  // The rotary embeddings' parameters, from rope_theta, the rope_* keys and rotary_dims().
+  Rope rope() const;
   // Throws UsageError naming the field when the shape is inconsistent: the keys every
   // architecture shares here, then the architecture's own checks, then whether the slice cuts
   // evenly (heads, key/value heads, vocabulary; the parameters' other dimensions in

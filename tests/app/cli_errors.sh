@@ -58,7 +58,7 @@ expect 2 "--world-size must be in" plan --world-size 0
 expect 2 "--dtype must be fp32, bf16 or fp16" export runs/x --out y --dtype fp8
 expect 2 "model.checkpoint_layers names block 7" plan two.yaml --set model.checkpoint_layers='["7"]'
 expect 2 "dist.grad_dtype = bf16 needs model.precision = bf16" plan --set dist.grad_dtype=bf16
-expect 2 "model.rope_scaling_factor = 8 needs model.rope_scaling = linear or llama3" \
+expect 2 "model.rope_scaling_factor = 8 needs model.rope_scaling = linear, llama3 or yarn" \
   plan --set model.arch=llama --set model.rope_scaling_factor=8
 expect 2 "model.head_dim = 32 needs model.arch = llama, qwen2 or qwen3" plan --set model.head_dim=32
 expect 2 "model.norm_eps = 0 is out of range" plan --set model.norm_eps=0

@@ -228,11 +228,20 @@ TEST(Config, ConflictingKeysAreUsageErrors) {
             std::string::npos);
   // The rotary scaling keys: each type reads its own, the others stay at their defaults.
   EXPECT_NE(message({"model.arch=llama", "model.rope_scaling_factor=8"})
-                .find("model.rope_scaling_factor = 8 needs model.rope_scaling = linear or llama3"),
+                .find("model.rope_scaling_factor = 8 needs model.rope_scaling = linear, llama3 "
+                      "or yarn"),
             std::string::npos);
   EXPECT_NE(message({"model.arch=llama", "model.rope_scaling=linear", "model.rope_scaling_factor=2",
                      "model.rope_original_context=4096"})
-                .find("need model.rope_scaling = llama3 (model.rope_scaling = linear)"),
+                .find("needs model.rope_scaling = llama3 or yarn (model.rope_scaling = linear)"),
+            std::string::npos);
+  EXPECT_NE(message({"model.arch=llama", "model.rope_scaling=yarn", "model.rope_scaling_factor=4",
+                     "model.rope_high_freq_factor=8"})
+                .find("need model.rope_scaling = llama3 (model.rope_scaling = yarn)"),
+            std::string::npos);
+  EXPECT_NE(message({"model.arch=llama", "model.rope_scaling=llama3", "model.rope_scaling_factor=8",
+                     "model.rope_beta_fast=16"})
+                .find("rope_truncate need model.rope_scaling = yarn (model.rope_scaling = llama3)"),
             std::string::npos);
   EXPECT_NE(
       message({"model.arch=llama", "model.rope_scaling=llama3", "model.rope_low_freq_factor=4"})
@@ -247,6 +256,9 @@ TEST(Config, ConflictingKeysAreUsageErrors) {
   }
   EXPECT_EQ(message({"model.arch=llama", "model.rope_scaling=llama3", "model.rope_scaling_factor=8",
                      "model.norm_eps=1e-6"}),
+            "(accepted)");
+  EXPECT_EQ(message({"model.arch=qwen3", "model.rope_scaling=yarn", "model.rope_scaling_factor=4",
+                     "model.rope_original_context=32768", "model.rope_truncate=false"}),
             "(accepted)");
   // A pipeline on GPUs (its transfers over NCCL) is accepted, with every schedule.
   for (const char* schedule : {"gpipe", "1f1b", "interleaved"}) {

@@ -92,6 +92,26 @@ want = {'factor': 8.0, 'low_freq_factor': 1.0, 'high_freq_factor': 4.0,
 sys.exit(0 if c['rms_norm_eps'] == 1e-6 and c['rope_scaling'] == want else 1)" ||
   fail "the default rms_norm_eps or the rope_scaling did not survive: $(cat eps-out/config.json)"
 
+# YaRN as Qwen's model cards have users add it goes through with transformers' defaults written
+# out; DeepSeek's mscale over mscale_all_dim becomes the attention factor it gives.
+for case in "{'rope_type': 'yarn', 'factor': 4.0, 'original_max_position_embeddings': 16}|\
+{'rope_type': 'yarn', 'factor': 4.0, 'original_max_position_embeddings': 16, 'beta_fast': 32.0, 'beta_slow': 1.0}" \
+            "{'type': 'yarn', 'factor': 2.0, 'mscale': 0.5, 'mscale_all_dim': 1.0, 'truncate': False}|\
+{'rope_type': 'yarn', 'factor': 2.0, 'original_max_position_embeddings': 32, 'beta_fast': 32.0, 'beta_slow': 1.0, 'attention_factor': $(python3 -c 'import math; print(float((0.05 * math.log(2) + 1) / (0.1 * math.log(2) + 1)))'), 'truncate': False}"; do
+  rm -rf yarn yarn-out && cp -r llama-hf yarn
+  python3 -c "
+import json; p = 'yarn/config.json'; c = json.load(open(p)); c['rope_scaling'] = ${case%%|*}
+json.dump(c, open(p, 'w'))"
+  "$TRAINER" export yarn --out yarn-out >/dev/null || fail "export of a folder with YaRN ${case%%|*}"
+  python3 -c "
+import json, math, sys; got = json.load(open('yarn-out/config.json'))['rope_scaling']
+want = ${case#*|}
+same = got.keys() == want.keys() and all(
+    got[k] == want[k] if not isinstance(want[k], float) else math.isclose(got[k], want[k], rel_tol=1e-6)
+    for k in want)
+sys.exit(0 if same else 1)" || fail "YaRN ${case%%|*} came back as $(cat yarn-out/config.json)"
+done
+
 # A Mistral folder is a Llama whose sliding window cuts its context: attention within the
 # window is full, so the model takes rows of up to the window (eval fits its rows to them) and
 # a run stating longer rows is refused.
@@ -182,8 +202,12 @@ refuse "field \"rope_scaling\" = .* is not one the trainer knows" "c['rope_scali
 refuse "field \"n_inner\" = 64 is not supported: the trainer computes an MLP of 4 n_embd" \
   "c['n_inner'] = 64"
 refuse "field \"layer_norm_epsilon\" = \"small\" is not a number" "c['layer_norm_epsilon'] = 'small'"
-BASE=llama-hf refuse "field \"rope_scaling\": type \"yarn\" is not supported: the trainer scales" \
-  "c['rope_scaling'] = {'rope_type': 'yarn', 'factor': 4.0}"
+BASE=llama-hf refuse "field \"rope_scaling\": type \"dynamic\" is not supported: the trainer scales" \
+  "c['rope_scaling'] = {'rope_type': 'dynamic', 'factor': 4.0}"
+BASE=llama-hf refuse "\"attention_factor\" = 0 must be positive" \
+  "c['rope_scaling'] = {'rope_type': 'yarn', 'factor': 4.0, 'attention_factor': 0}"
+BASE=llama-hf refuse "\"truncate\" = 1 is not true or false" \
+  "c['rope_scaling'] = {'rope_type': 'yarn', 'factor': 4.0, 'truncate': 1}"
 BASE=llama-hf refuse "\"beta_fast\" = 32 is not a key the trainer knows for type \"linear\"" \
   "c['rope_scaling'] = {'type': 'linear', 'factor': 2.0, 'beta_fast': 32}"
 BASE=llama-hf refuse "of type \"llama3\" needs a number \"low_freq_factor\"" \

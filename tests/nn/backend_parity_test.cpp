@@ -18,6 +18,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "grad_check.h"
@@ -482,6 +483,16 @@ std::vector<Case> make_cases() {
       {"rope_llama3",
        [](Arena& a, DType t, DType) {
          return rope_of(a, t, 16, {500.0f, RopeScaling::llama3, 8.0f, 1.0f, 4.0f, 256.0f});
+       }},
+      // YaRN as Qwen states it (factor 4, the default turns): at theta 500, 16 channels and an
+      // original context of 256 the ramp runs over pairs 0 to 5, so pairs are kept, ramped and
+      // scaled; and its attention factor, 0.1 ln 4 + 1.
+      {"rope_yarn",
+       [](Arena& a, DType t, DType) {
+         Rope yarn{500.0f, RopeScaling::yarn, 4.0f};
+         std::tie(yarn.ramp_low, yarn.ramp_span) = yarn_ramp(500, 256, 16, 32, 1, true);
+         yarn.attention_factor = 1.1386294f;
+         return rope_of(a, t, 16, yarn);
        }},
       {"swiglu", swiglu_case},
       {"gelu", gelu_case<GeluForm::tanh>},

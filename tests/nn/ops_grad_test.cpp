@@ -171,6 +171,12 @@ TEST(OpsGrad, RopePartial) {
 TEST(OpsGrad, RopeScaled) {
   check_rope(8, {100.0f, RopeScaling::linear, 4.0f});
   check_rope(8, {100.0f, RopeScaling::llama3, 8.0f, 1.0f, 4.0f, 64.0f});
+  Rope yarn{100.0f, RopeScaling::yarn, 4.0f};
+  yarn.ramp_low = 0.5f;  // pair 0 kept, pair 1 ramped by a quarter, pairs 2 and 3 scaled
+  yarn.ramp_span = 2.0f;
+  yarn.attention_factor = 1.25f;  // the rotated channels scaled, the rest left as they are
+  check_rope(8, yarn);
+  check_rope(4, yarn);
 }
 
 // Hugging Face's scalings, worked by hand for theta 10^4 and rd = 6: pairs of wavelength
@@ -178,15 +184,28 @@ TEST(OpsGrad, RopeScaled) {
 // original context of 300 keeps wavelengths under 300 / 4 = 75 (pair 0), divides those over
 // 300 / 1 (pair 2: 0.0021544 / 8), and mixes pair 1 by smooth = (300 / 135.37 - 1) / 3 =
 // 0.40540: 0.59460 x 0.046416 / 8 + 0.40540 x 0.046416 = 0.022267. linear divides each by 8.
+// yarn with factor 8 and the same original context: a pair turning t times over 300 positions
+// is 6 ln(300 / (2 pi t)) / (2 ln 10^4), 0.13034 for t = 32 and 1.25921 for t = 1, rounded out
+// to a ramp over pairs 0 to 2 (unrounded: from 0.13034 over 1.12886). Pair 0 is kept, pair 1
+// mixed half and half, 0.5 x 0.046416 / 8 + 0.5 x 0.046416 = 0.026109, pair 2 divided by 8.
 TEST(OpsGrad, RopeInverseFrequencies) {
   const Rope none{10000.0f}, linear{10000.0f, RopeScaling::linear, 8.0f},
       llama3{10000.0f, RopeScaling::llama3, 8.0f, 1.0f, 4.0f, 300.0f};
+  Rope yarn{10000.0f, RopeScaling::yarn, 8.0f};
+  std::tie(yarn.ramp_low, yarn.ramp_span) = yarn_ramp(1e4, 300, 6, 32, 1, true);
+  EXPECT_EQ(yarn.ramp_low, 0.0f);
+  EXPECT_EQ(yarn.ramp_span, 2.0f);
+  const auto [low, span] = yarn_ramp(1e4, 300, 6, 32, 1, false);
+  EXPECT_NEAR(low, 0.13034356, 1e-6);
+  EXPECT_NEAR(span, 1.12886248, 1e-6);
   const double plain[] = {1.0, 0.0464158883, 0.0021544347};
   const double scaled[] = {1.0, 0.0222668000, 0.0002693043};
+  const double yarned[] = {1.0, 0.0261089372, 0.0002693043};
   for (int i = 0; i < 3; ++i) {
     EXPECT_NEAR(rope_inv_freq(none, i, 6), plain[i], 1e-6 * plain[i]) << i;
     EXPECT_NEAR(rope_inv_freq(linear, i, 6), plain[i] / 8, 1e-6 * plain[i]) << i;
     EXPECT_NEAR(rope_inv_freq(llama3, i, 6), scaled[i], 1e-6 * scaled[i]) << i;
+    EXPECT_NEAR(rope_inv_freq(yarn, i, 6), yarned[i], 1e-6 * yarned[i]) << i;
   }
 }
 

@@ -210,11 +210,18 @@ TEST_P(HfFolderParity, MatchesPyTorch) {
   run_reference(
       fmt::format("make-hf {} {} {} {} {}", dir.string(), arch, dtype, shards, tied ? 1 : 0));
   const ModelConfig cfg = hf_model_config(dir / "hf/config.json");
-  EXPECT_EQ(cfg.arch, arch == "llama3" || arch == "mistral" ? "llama" : arch);
+  EXPECT_EQ(cfg.arch, arch == "llama3" || arch == "yarn" || arch == "mistral" ? "llama" : arch);
   if (arch == "llama3") {
     EXPECT_EQ(cfg.rope_scaling, RopeScaling::llama3);
     EXPECT_EQ(cfg.rope_original_context, 64);
     EXPECT_EQ(cfg.norm_eps, 0.05f);
+  }
+  if (arch == "yarn") {  // positions up to 19 against an original context of 16
+    EXPECT_EQ(cfg.rope_scaling, RopeScaling::yarn);
+    EXPECT_EQ(cfg.rope_original_context, 16);
+    EXPECT_EQ(cfg.rope_factor, 4.0f);
+    EXPECT_FALSE(cfg.rope_truncate);
+    EXPECT_NEAR(cfg.rope().attention_factor, 0.1 * std::log(4.0) + 1, 1e-6);
   }
   EXPECT_EQ(cfg.tie_embeddings, tied);
   const int B = 3, T = 20;
@@ -236,9 +243,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(std::tuple{"gpt2", "F32", 1, true}, std::tuple{"gpt2", "F16", 3, true},
                       std::tuple{"llama", "BF16", 1, false}, std::tuple{"llama", "F32", 4, false},
                       std::tuple{"llama", "F16", 2, true}, std::tuple{"llama3", "BF16", 1, true},
-                      std::tuple{"qwen2", "BF16", 2, true}, std::tuple{"qwen3", "BF16", 1, true},
-                      std::tuple{"mistral", "F32", 1, false}, std::tuple{"neox", "F16", 2, false},
-                      std::tuple{"neox", "F32", 1, true}),
+                      std::tuple{"yarn", "F32", 1, false}, std::tuple{"qwen2", "BF16", 2, true},
+                      std::tuple{"qwen3", "BF16", 1, true}, std::tuple{"mistral", "F32", 1, false},
+                      std::tuple{"neox", "F16", 2, false}, std::tuple{"neox", "F32", 1, true}),
     [](const auto& info) {
       return fmt::format("{}_{}_{}shards_{}", std::get<0>(info.param), std::get<1>(info.param),
                          std::get<2>(info.param), std::get<3>(info.param) ? "tied" : "untied");

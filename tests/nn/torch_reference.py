@@ -184,10 +184,44 @@ class Llama(Weights):
 
 def inv_freq_of(config, theta, d):
     """The fp32 inverse frequencies of d rotary channels as Hugging Face's rope initialisation
-    functions compute them: default, or scaled as config's rope_scaling says (linear, llama3)."""
+    functions compute them, and the factor its cos and sin are multiplied by: default, or
+    scaled as config's rope_scaling says (linear, llama3, yarn)."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
     scaling = config.get("rope_scaling") or {}
     kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "yarn":
+        return yarn_of(config, scaling, theta, d)
+    return rope_frequencies_of(kind, scaling, inv_freq), 1.0
+
+
+def yarn_of(config, scaling, theta, d):
+    """YaRN's inverse frequencies and attention factor as transformers (its current release)
+    computes them: a stated factor wins over max_position_embeddings / the original context."""
+    context = config["max_position_embeddings"]
+    original = scaling.get("original_max_position_embeddings") or context
+    factor = scaling.get("factor") or context / original
+    attention = scaling.get("attention_factor")
+    if attention is None:
+        attention = 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
+    beta_fast, beta_slow = scaling.get("beta_fast") or 32, scaling.get("beta_slow") or 1
+
+    def pair_at(turns):  # the pair index of a frequency turning `turns` times over `original`
+        return d * math.log(original / (turns * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = pair_at(beta_fast), pair_at(beta_slow)
+    if scaling.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001
+    turns = theta ** (torch.arange(0, d, 2).float() / d)
+    ramp = torch.clamp((torch.arange(d // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+    kept = 1 - ramp
+    return (1.0 / (factor * turns)) * (1 - kept) + (1.0 / turns) * kept, attention
+
+
+def rope_frequencies_of(kind, scaling, inv_freq):
+    """inv_freq scaled by a rope_scaling of type `kind` (default, linear, llama3)."""
     if kind == "linear":
         return inv_freq / scaling["factor"]
     if kind == "llama3":
@@ -205,13 +239,16 @@ def inv_freq_of(config, theta, d):
     return inv_freq
 
 
-def rope(x, pos, inv_freq):
-    """Rotate-half rotary embeddings over all of x's last dimension (B, h, T, d) by the fp32
-    inverse frequencies inv_freq (d/2), the angles in fp32 as Hugging Face computes them."""
+def rope(x, pos, freqs):
+    """Rotate-half rotary embeddings over all of x's last dimension (B, h, T, d) by freqs, the
+    fp32 inverse frequencies (d/2) and the factor cos and sin are multiplied by (inv_freq_of),
+    the angles, cos and sin in fp32 as Hugging Face computes them."""
+    inv_freq, scale = freqs
     d = x.shape[-1]
     angle = pos[:, None, :, None].float() * inv_freq  # (B, 1, T, d/2) in fp32
-    cos = torch.cat([angle.cos(), angle.cos()], -1).double()
-    sin = torch.cat([angle.sin(), angle.sin()], -1).double()
+    cos, sin = angle.cos() * scale, angle.sin() * scale
+    cos = torch.cat([cos, cos], -1).double()
+    sin = torch.cat([sin, sin], -1).double()
     half = d // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
     return x * cos + rotated * sin
@@ -295,7 +332,8 @@ def as_dtype(x, dtype):
 
 def make_hf(d, arch, dtype, shards, tied):
     """A Hugging Face folder with random weights of the parity test's shape (arch: gpt2, llama,
-    llama3 (a Llama with Llama 3.1's rope_scaling and a large rms_norm_eps), qwen2, qwen3,
+    llama3 (a Llama with Llama 3.1's rope_scaling and a large rms_norm_eps), yarn (a Llama with
+    YaRN's), qwen2, qwen3,
     mistral or neox)."""
     V, P, L, H, C = 67, 24, 2, 4, 32
     rng = np.random.default_rng(7)
@@ -379,6 +417,14 @@ def make_hf(d, arch, dtype, shards, tied):
                                             "high_freq_factor": 4.0, "rope_type": "llama3",
                                             "original_max_position_embeddings": 64},
                            "rms_norm_eps": 0.05, "transformers_version": "4.46.0"})
+        if arch == "yarn":  # YaRN as a long-context Qwen config states it, positions beyond
+            # its original context, turns chosen so that one pair is kept, one ramped (by 0.669:
+            # no truncation) and two scaled by the factor
+            config.update({"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                            "original_max_position_embeddings": 16,
+                                            "beta_fast": 4.0, "beta_slow": 0.25,
+                                            "truncate": False},
+                           "transformers_version": "4.57.0"})
         if arch == "qwen2":  # as Qwen2.5's config.json has it (no bias switches, a window off)
             for f in ("attention_bias", "mlp_bias", "pretraining_tp", "rope_scaling"):
                 del config[f]

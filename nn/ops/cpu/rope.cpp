@@ -8,8 +8,9 @@ namespace trainer::nn::cpu {
 namespace {
 
 // Rotates the first rd channels of every head of every row by +angle (sign 1) or -angle (sign
-// -1). The frequencies and angles are computed in fp32 as PyTorch's Llama and GPT-NeoX do:
-// rope_inv_freq, angle = float(pos) * inv_freq.
+// -1), and multiplies them by rope.attention_factor. The frequencies and angles are computed in
+// fp32 as PyTorch's Llama and GPT-NeoX do: rope_inv_freq, angle = float(pos) * inv_freq, cos and
+// sin each times the attention factor.
 template <typename T>
 void rotate(T* x, int64_t ld, const int32_t* pos, int64_t N, int64_t H, int64_t hs, int64_t rd,
             const Rope& rope, float sign) {
@@ -21,8 +22,8 @@ void rotate(T* x, int64_t ld, const int32_t* pos, int64_t N, int64_t H, int64_t 
     float c[512], s[512];
     for (int64_t i = 0; i < half; ++i) {
       const float angle = float(pos[n]) * inv_freq[i];
-      c[i] = std::cos(angle);
-      s[i] = sign * std::sin(angle);
+      c[i] = std::cos(angle) * rope.attention_factor;
+      s[i] = sign * (std::sin(angle) * rope.attention_factor);
     }
     T* row = x + n * ld;
     for (int64_t h = 0; h < H; ++h) {

@@ -7,8 +7,8 @@ namespace trainer::nn::cuda {
 namespace {
 
 // One thread per (token, head, pair): channels i and i + rd/2 of the head rotate by
-// pos * rope_inv_freq(i) (sign -1: the inverse rotation, for backward), in fp32 as PyTorch's
-// Llama and GPT-NeoX do.
+// pos * rope_inv_freq(i) (sign -1: the inverse rotation, for backward) and are multiplied by
+// rope.attention_factor, in fp32 as PyTorch's Llama and GPT-NeoX do.
 template <typename T>
 __global__ void rope_kernel(T* x, int64_t ldx, const int32_t* pos, int64_t N, int64_t H, int64_t hs,
                             int64_t rd, Rope rope, float sign) {
@@ -18,7 +18,8 @@ __global__ void rope_kernel(T* x, int64_t ldx, const int32_t* pos, int64_t N, in
   const float inv_freq = rope_inv_freq(rope, k, rd);
   float s, c;
   sincosf(float(pos[n]) * inv_freq, &s, &c);
-  s *= sign;
+  c *= rope.attention_factor;
+  s = sign * (s * rope.attention_factor);
   T* a = x + n * ldx + h * hs + k;
   T* b = a + half;
   const float x0 = ld(*a), x1 = ld(*b);

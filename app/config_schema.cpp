@@ -80,7 +80,8 @@ const std::vector<KeySpec>& schema() {
        0, 1e6, L{}, true},
       {"model.rope_original_context", Kind::integer, int64_t(8192),
        "llama3, yarn: the context the frequencies were trained at (Llama 3.1: 8192; Qwen3: "
-       "32768)",
+       "32768, which a yarn run must state: a folder's config.json says it or its "
+       "max_position_embeddings does)",
        1, 1 << 24},
       {"model.rope_beta_fast", Kind::real, 32.0,
        "yarn: frequencies turning more than this many times over rope_original_context are kept", 0,

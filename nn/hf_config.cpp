@@ -130,84 +130,121 @@ GeluForm hf_gelu(HfConfigReader& hf, const char* field, const char* fallback) {
                   hf.file().string(), field, name));
 }
 
-void hf_rope_scaling(HfConfigReader& hf, ModelConfig& m) {
-  const json* r = hf.object("rope_scaling");
-  if (!r) return;
-  const std::string where = fmt::format("{}: field \"rope_scaling\"", hf.file().string());
-  // transformers names the type "rope_type" ("type" before 4.45).
-  const json type_field = r->contains("rope_type") ? r->at("rope_type") : r->value("type", json());
-  const std::string type = type_field.is_string() ? type_field.get<std::string>() : "default";
-  std::vector<std::string> keys = {"rope_type", "type"};
-  auto number = [&](const char* key) {
-    keys.push_back(key);
-    const auto it = r->find(key);
-    USAGE_CHECK(it != r->end() && it->is_number(), "{} of type \"{}\" needs a number \"{}\"", where,
+namespace {
+
+// One rope_scaling object's fields as its type reads them, each read one noted, so that any other
+// is refused (it could change the model).
+class RopeFields {
+ public:
+  RopeFields(const json& r, std::string where, std::string type)
+      : where(std::move(where)), type(std::move(type)), r_(r) {}
+
+  // The number `key` states; refused where it is absent or not a number.
+  double number(const char* key) {
+    keys_.push_back(key);
+    const auto it = r_.find(key);
+    USAGE_CHECK(it != r_.end() && it->is_number(), "{} of type \"{}\" needs a number \"{}\"", where,
                 type, key);
     const double v = it->get<double>();
     USAGE_CHECK(std::abs(v) <= double(std::numeric_limits<float>::max()),
                 "{}: \"{}\" = {} is out of range", where, key, v);
     return v;
-  };
-  // A number the type may leave out (or state as null), and `fallback` then.
-  auto optional = [&](const char* key, double fallback) {
-    const auto it = r->find(key);
-    if (it == r->end() || it->is_null()) {
-      keys.push_back(key);
+  }
+  // The number `key` states, or `fallback` where it is absent or null (or 0, where transformers
+  // reads it as `field or fallback`).
+  double optional(const char* key, double fallback, bool zero_is_absent = false) {
+    if (!stated(key)) {
+      keys_.push_back(key);
       return fallback;
     }
-    return number(key);
-  };
-  auto context = [&](double v) {
+    const double v = number(key);
+    return zero_is_absent && v == 0 ? fallback : v;
+  }
+  // Whether `key` is there and not null.
+  bool stated(const char* key) const { return r_.contains(key) && !r_.at(key).is_null(); }
+  // A boolean `key`, `fallback` where it is absent; null reads as false, as Python's `or` would.
+  bool boolean(const char* key, bool fallback) {
+    keys_.push_back(key);
+    if (!r_.contains(key)) return fallback;
+    const json& v = r_.at(key);
+    USAGE_CHECK(v.is_boolean() || v.is_null(), "{}: \"{}\" = {} is not true or false", where, key,
+                v.dump());
+    return v.is_boolean() && v.get<bool>();
+  }
+  // `v` as a number of positions.
+  int context(double v) const {
     USAGE_CHECK(v >= 1 && v <= double(1 << 24) && v == std::floor(v),
                 "{}: \"original_max_position_embeddings\" = {} is not a whole number of positions "
                 "in [1, 2^24]",
                 where, v);
     return int(v);
-  };
-  if (type == "linear") {
+  }
+  // Refuses a field no read has named.
+  void refuse_unread() const {
+    for (const auto& [key, value] : r_.items())
+      USAGE_CHECK(key == "rope_type" || key == "type" ||
+                      std::find(keys_.begin(), keys_.end(), key) != keys_.end(),
+                  "{}: \"{}\" = {} is not a key the trainer knows for type \"{}\" (it could change "
+                  "the model)",
+                  where, key, value.dump(), type);
+  }
+
+  const std::string where, type;
+
+ private:
+  const json& r_;
+  std::vector<std::string> keys_;
+};
+
+// YaRN as transformers reads it: the original context defaults to max_position_embeddings (m's
+// max_seq_len, read before this) and the factor to max_position_embeddings over it; the
+// attention factor is the one stated, else DeepSeek's mscale over mscale_all_dim, else (0 here)
+// 0.1 ln(factor) + 1; the turns default to 32 and 1; truncate to true.
+void read_yarn(RopeFields& f, ModelConfig& m) {
+  m.rope_scaling = RopeScaling::yarn;
+  m.rope_original_context =
+      f.context(f.optional("original_max_position_embeddings", m.max_seq_len, true));
+  m.rope_factor = float(f.optional("factor", double(m.max_seq_len) / m.rope_original_context));
+  m.rope_beta_fast = float(f.optional("beta_fast", 32, true));
+  m.rope_beta_slow = float(f.optional("beta_slow", 1, true));
+  const double mscale = f.optional("mscale", 0), mscale_all = f.optional("mscale_all_dim", 0);
+  const double derived = mscale != 0 && mscale_all != 0 ? yarn_mscale(m.rope_factor, mscale) /
+                                                              yarn_mscale(m.rope_factor, mscale_all)
+                                                        : 0;
+  const bool stated = f.stated("attention_factor");
+  m.rope_attention_factor = float(f.optional("attention_factor", derived));
+  USAGE_CHECK(!stated || m.rope_attention_factor > 0,
+              "{}: \"attention_factor\" = {} must be positive", f.where, m.rope_attention_factor);
+  m.rope_truncate = f.boolean("truncate", true);
+}
+
+}  // namespace
+
+void hf_rope_scaling(HfConfigReader& hf, ModelConfig& m) {
+  const json* r = hf.object("rope_scaling");
+  if (!r) return;
+  // transformers names the type "rope_type" ("type" before 4.45).
+  const json type_field = r->contains("rope_type") ? r->at("rope_type") : r->value("type", json());
+  RopeFields f(*r, fmt::format("{}: field \"rope_scaling\"", hf.file().string()),
+               type_field.is_string() ? type_field.get<std::string>() : "default");
+  if (f.type == "linear") {
     m.rope_scaling = RopeScaling::linear;
-    m.rope_factor = float(number("factor"));
-  } else if (type == "llama3") {
+    m.rope_factor = float(f.number("factor"));
+  } else if (f.type == "llama3") {
     m.rope_scaling = RopeScaling::llama3;
-    m.rope_factor = float(number("factor"));
-    m.rope_low_freq_factor = float(number("low_freq_factor"));
-    m.rope_high_freq_factor = float(number("high_freq_factor"));
-    m.rope_original_context = context(number("original_max_position_embeddings"));
-  } else if (type == "yarn") {
-    // As transformers computes YaRN: the original context defaults to max_position_embeddings
-    // (read before this) and the factor to max_position_embeddings over it; the attention factor
-    // is the one stated, else DeepSeek's mscale over mscale_all_dim, else 0.1 ln(factor) + 1.
-    m.rope_scaling = RopeScaling::yarn;
-    m.rope_original_context = context(optional("original_max_position_embeddings", m.max_seq_len));
-    m.rope_factor = float(optional("factor", double(m.max_seq_len) / m.rope_original_context));
-    m.rope_beta_fast = float(optional("beta_fast", 32));
-    m.rope_beta_slow = float(optional("beta_slow", 1));
-    const double mscale = optional("mscale", 0), mscale_all = optional("mscale_all_dim", 0);
-    auto scale_of = [&](double s) { return 0.1 * s * std::log(double(m.rope_factor)) + 1; };
-    const double derived = mscale != 0 && mscale_all != 0 && m.rope_factor > 1
-                               ? scale_of(mscale) / scale_of(mscale_all)
-                               : 0;  // 0: the default (ModelConfig::rope)
-    m.rope_attention_factor = float(optional("attention_factor", derived));
-    USAGE_CHECK(m.rope_attention_factor > 0 || !r->contains("attention_factor") ||
-                    r->at("attention_factor").is_null(),
-                "{}: \"attention_factor\" = {} must be positive", where, m.rope_attention_factor);
-    keys.push_back("truncate");
-    if (r->contains("truncate")) {
-      USAGE_CHECK(r->at("truncate").is_boolean(), "{}: \"truncate\" = {} is not true or false",
-                  where, r->at("truncate").dump());
-      m.rope_truncate = r->at("truncate").get<bool>();
-    }
+    m.rope_factor = float(f.number("factor"));
+    m.rope_low_freq_factor = float(f.number("low_freq_factor"));
+    m.rope_high_freq_factor = float(f.number("high_freq_factor"));
+    m.rope_original_context = f.context(f.number("original_max_position_embeddings"));
+  } else if (f.type == "yarn") {
+    read_yarn(f, m);
   } else {
-    USAGE_CHECK(type == "default",
+    USAGE_CHECK(f.type == "default",
                 "{}: type \"{}\" is not supported: the trainer scales rotary "
                 "frequencies by \"linear\", \"llama3\" or \"yarn\"",
-                where, type);
+                f.where, f.type);
   }
-  for (const auto& [key, value] : r->items())
-    USAGE_CHECK(std::find(keys.begin(), keys.end(), key) != keys.end(),
-                "{}: \"{}\" = {} is not a key the trainer knows for type \"{}\" (it could change "
-                "the model)",
-                where, key, value.dump(), type);
+  f.refuse_unread();
 }
 
 json hf_rope_scaling_json(const ModelConfig& m) {

@@ -67,9 +67,8 @@ Rope ModelConfig::rope() const {
   if (rope_scaling != RopeScaling::yarn) return r;
   std::tie(r.ramp_low, r.ramp_span) = yarn_ramp(rope_theta, rope_original_context, rotary_dims(),
                                                 rope_beta_fast, rope_beta_slow, rope_truncate);
-  r.attention_factor = rope_attention_factor > 0 ? rope_attention_factor
-                       : rope_factor <= 1        ? 1.0f
-                                                 : float(0.1 * std::log(double(rope_factor)) + 1);
+  r.attention_factor =
+      rope_attention_factor > 0 ? rope_attention_factor : float(yarn_mscale(rope_factor));
   return r;
 }
 

@@ -2,6 +2,7 @@
 // under its name for the profile, and its kernel from the table of ctx's backend
 // (nn/ops/kernels.h).
 #include <algorithm>
+#include <cmath>
 #include <tuple>
 #include <vector>
 
@@ -197,7 +198,9 @@ void check_rope(const ConstTensor& x, const ConstTensor& positions, int head_siz
                      positions.numel() == x.rows() && positions.dtype == DType::i32,
                  "rope shapes");
   TRAINER_ASSERT(rope.theta > 1 && rope.factor > 0 && rope.original_context > 0 &&
-                     rope.high_freq_factor > rope.low_freq_factor && rope.low_freq_factor > 0,
+                     rope.high_freq_factor > rope.low_freq_factor && rope.low_freq_factor > 0 &&
+                     rope.ramp_span > 0 && std::isfinite(rope.ramp_span) &&
+                     rope.attention_factor > 0 && std::isfinite(rope.attention_factor),
                  "rope parameters");
 }
 }  // namespace

@@ -25,7 +25,8 @@ namespace trainer::nn {
 // divided by factor, those between interpolated smoothly); yarn (YaRN, Peng et al. 2023, as
 // Qwen's long-context configs use it: pairs up to ramp_low kept, from ramp_low + ramp_span on
 // divided by factor, a linear ramp over the pair index between, and the rotated channels
-// multiplied by attention_factor, which scales every attention score by its square).
+// multiplied by attention_factor: with every channel rotated, each attention score by its
+// square).
 enum class RopeScaling : uint8_t { none, linear, llama3, yarn };
 
 // The rotary embeddings' parameters (ModelConfig::rope() derives them from the model's keys).
@@ -37,6 +38,13 @@ struct Rope {
   float ramp_low = 0.0f, ramp_span = 1.0f;  // yarn (yarn_ramp)
   float attention_factor = 1.0f;            // what the rotated channels are multiplied by
 };
+
+// transformers' get_mscale: 0.1 mscale ln(factor) + 1, or 1 for a factor of at most 1. YaRN's
+// attention factor is yarn_mscale(factor), or DeepSeek's yarn_mscale(factor, mscale) over
+// yarn_mscale(factor, mscale_all_dim).
+inline double yarn_mscale(double factor, double mscale = 1) {
+  return factor <= 1 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
+}
 
 // YaRN's ramp for rd rotary channels, as Hugging Face computes it in double: the pair index at
 // which a frequency turns `turns` times over the original context is
@@ -61,9 +69,10 @@ inline std::pair<float, float> yarn_ramp(double theta, double original_context, 
 }
 
 // The inverse frequency of pair i of rd rotary channels, in fp32 in the order Hugging Face's
-// rope initialisation functions compute it (the one formula of both backends).
+// rope initialisation functions compute it (the one formula of both backends; to rounding, as
+// the compilers may fuse a product and a sum into one FMA).
 TRAINER_HOST_DEVICE inline float rope_inv_freq(const Rope& r, int64_t i, int64_t rd) {
-  if (r.scaling == RopeScaling::yarn) {  // in Hugging Face's order of fp32 operations
+  if (r.scaling == RopeScaling::yarn) {
     const float turns = powf(r.theta, float(2 * i) / float(rd));
     const float kept_f = 1.0f / turns, scaled_f = 1.0f / (r.factor * turns);
     const float ramp = fminf(fmaxf((float(i) - r.ramp_low) / r.ramp_span, 0.0f), 1.0f);

@@ -108,6 +108,8 @@ TEST(Config, ModelKeysAreTheSchemasModelKeysThatDefineTheModel) {
   nn::ModelConfig m = stated_model(c);
   m.arch = "llama", m.n_layer = 3, m.n_kv_head = 2, m.rope_theta = 5e5f, m.rotary_pct = 0.5;
   m.tie_embeddings = false, m.gelu = nn::GeluForm::erf, m.ffn_hidden = 100;
+  m.rope_scaling = nn::RopeScaling::yarn, m.rope_factor = 4, m.rope_beta_fast = 8;
+  m.rope_beta_slow = 0.5f, m.rope_attention_factor = 1.5f, m.rope_truncate = false;
   set_model_keys(c, m);
   const nn::ModelConfig back = stated_model(c);
   EXPECT_EQ(back.arch, "llama");
@@ -118,6 +120,12 @@ TEST(Config, ModelKeysAreTheSchemasModelKeysThatDefineTheModel) {
   EXPECT_EQ(back.rotary_pct, 0.5);
   EXPECT_FALSE(back.tie_embeddings);
   EXPECT_EQ(back.gelu, nn::GeluForm::erf);
+  EXPECT_EQ(back.rope_scaling, nn::RopeScaling::yarn);
+  EXPECT_EQ(back.rope_factor, 4.0f);
+  EXPECT_EQ(back.rope_beta_fast, 8.0f);
+  EXPECT_EQ(back.rope_beta_slow, 0.5f);
+  EXPECT_EQ(back.rope_attention_factor, 1.5f);
+  EXPECT_FALSE(back.rope_truncate);
 }
 
 // Each site's dropout is its own key, or model.dropout's where that key is -1. A source's rates

@@ -172,7 +172,7 @@ TEST(OpsGrad, RopeScaled) {
   check_rope(8, {100.0f, RopeScaling::linear, 4.0f});
   check_rope(8, {100.0f, RopeScaling::llama3, 8.0f, 1.0f, 4.0f, 64.0f});
   Rope yarn{100.0f, RopeScaling::yarn, 4.0f};
-  yarn.ramp_low = 0.5f;  // pair 0 kept, pair 1 ramped by a quarter, pairs 2 and 3 scaled
+  yarn.ramp_low = 0.5f;  // pair 0 kept, 1 and 2 ramped by a quarter and by 3/4, 3 scaled
   yarn.ramp_span = 2.0f;
   yarn.attention_factor = 1.25f;  // the rotated channels scaled, the rest left as they are
   check_rope(8, yarn);
@@ -319,6 +319,32 @@ TEST(OpsGrad, CrossEntropy) {
                          view(targets, {N}), view(scale, {1}), 0);
   expect_gradient("dlogits", logits, dlogits, loss, 66);
   for (int v = 0; v < V; ++v) EXPECT_EQ(dlogits[1 * V + v], 0.0f);  // uncounted row
+}
+
+// The statistics of rows longer than the CPU kernel's 512-logit chunks: the maximum in a late
+// chunk (the sum so far rescaled), a row whose first chunk is all -inf (masked logits), a row of
+// 1500 (not a multiple of the chunk), and an uncounted row left as it was. Against double: the
+// fp32 sum of 1500 exponentials is within 1500 x 2^-24 = 9e-5 of its value relative (each term
+// and partial sum rounded once, the exponential within 2 ulp), so its log within 1e-4.
+TEST(OpsGrad, CrossEntropyStatsOverChunks) {
+  OpEnv env;
+  const int N = 3, V = 1500;
+  auto logits = random_vector(N * V, 3, 2.0f);
+  logits[1300] = 9.0f;                                              // row 0's maximum
+  for (int v = 0; v < 512; ++v) logits[V + v] = -__builtin_inff();  // row 1's first chunk
+  std::vector<int32_t> targets = {7, 1400, -1};
+  std::vector<float> stats(2 * N, 42.0f);
+  cross_entropy_stats(env.ctx, view(stats, {N, 2}), view(logits, {N, V}), view(targets, {N}));
+  for (int n = 0; n < 2; ++n) {
+    double mx = -INFINITY, sum = 0;
+    for (int v = 0; v < V; ++v) mx = std::max(mx, double(logits[n * V + v]));
+    for (int v = 0; v < V; ++v) sum += std::exp(double(logits[n * V + v]) - mx);
+    EXPECT_EQ(stats[2 * n], float(mx)) << n;
+    EXPECT_NEAR(stats[2 * n + 1], std::log(sum), 1e-4) << n;
+  }
+  EXPECT_EQ(stats[0], 9.0f);
+  EXPECT_EQ(stats[4], 42.0f);  // uncounted: not written
+  EXPECT_EQ(stats[5], 42.0f);
 }
 
 // Note [Vocabulary-parallel loss]: three column slices (4, 4 and 3 of 11), each with its own

@@ -121,16 +121,29 @@ TEST_P(TorchParity, MatchesPyTorch) {
     // A norm epsilon that moves every norm's output by percents (the stream's mean square is
     // about 0.1 to 1 here), and rotary scaling: Llama 3.1's with every band in use (head size
     // 8 at theta 500 has wavelengths 6.3, 30, 140 and 660 against 64 / 4 and 64), linear for
-    // GPT-NeoX's half-head rotary.
+    // Qwen3, and YaRN for GPT-NeoX's half-head rotary (4 channels, 2 pairs: at theta 500 and an
+    // original context of 16, beta_fast 4 and beta_slow 0.025 turns fall at pairs -0.15 and
+    // 1.49, so pair 0 is kept and pair 1 ramped by 0.67, past position 16), with an attention
+    // factor of its own.
     cfg.norm_eps = 0.05f;
     if (trainer::testing::llama_like(arch)) {
       cfg.rope_scaling = RopeScaling::llama3;
       cfg.rope_factor = 8.0f;
       cfg.rope_original_context = 64;
     }
-    if (arch == "neox") {
+    if (arch == "qwen3") {
       cfg.rope_scaling = RopeScaling::linear;
       cfg.rope_factor = 4.0f;
+      cfg.rope_original_context = ModelConfig{}.rope_original_context;
+    }
+    if (arch == "neox") {
+      cfg.rope_scaling = RopeScaling::yarn;
+      cfg.rope_factor = 4.0f;
+      cfg.rope_original_context = 16;
+      cfg.rope_beta_fast = 4.0f;
+      cfg.rope_beta_slow = 0.025f;
+      cfg.rope_attention_factor = 1.3f;
+      cfg.rope_truncate = false;
     }
   }
   const int B = 3, T = 20;

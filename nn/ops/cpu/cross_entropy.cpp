@@ -24,6 +24,7 @@ inline void row_stats(float* stats, const T* row, int64_t V) {
     float cm = mx;
 #pragma omp simd reduction(max : cm)
     for (int64_t i = b; i < e; ++i) cm = load(row[i]) > cm ? load(row[i]) : cm;
+    if (cm == -__builtin_inff()) continue;  // adds nothing (exp(-inf - -inf) would be NaN)
     if (cm > mx) {
       sum *= vec_exp(mx - cm);
       mx = cm;

@@ -74,11 +74,11 @@ template <typename T, typename G>
 void backward_rows(float* dinp, G* dw, G* db, const T* dout, const float* inp, const T* w,
                    const float* mean, const float* rstd, int64_t N, int64_t C, float* partial,
                    int threads) {
-  for_each_row_part(N, 2 * C, partial, threads, [&](int64_t n, float* part) {
+  const int64_t parts = for_each_row_part(N, 2 * C, partial, threads, [&](int64_t n, float* part) {
     backward_row(dinp + n * C, part, part + C, dout + n * C, inp + n * C, w, mean[n], rstd[n], C);
   });
-  add_parts(dw, partial, norm_parts(N), 2 * C, C, threads);
-  add_parts(db, partial + C, norm_parts(N), 2 * C, C, threads);
+  add_parts(dw, partial, parts, 2 * C, C, threads);
+  add_parts(db, partial + C, parts, 2 * C, C, threads);
 }
 
 }  // namespace

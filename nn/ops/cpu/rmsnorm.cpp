@@ -32,11 +32,9 @@ void forward_rows(T* out, float* rstd, const float* inp, const T* w, int64_t N, 
   }
 }
 
-// With g = w * dout and xhat = x * rstd: dx = rstd * (g - xhat * mean(g * xhat)),
-// dw += dout * xhat, summed over fixed parts of the rows and the parts added in order (Note
-// [Thread-invariant norm gradients] in cpu/layernorm.cpp).
 // One row's: di (C) += its input gradient, pdw (C) += its weight gradient, from d = dout (C),
-// x = inp (C) and rstd r (plain pointers, as cpu/layernorm.cpp's backward_row says why).
+// x = inp (C) and rstd r (plain pointers, as cpu/layernorm.cpp's backward_row says why). With
+// g = w * dout and xhat = x * rstd: dx = rstd * (g - xhat * mean(g * xhat)), dw += dout * xhat.
 template <typename T>
 inline void backward_row(float* di, float* pdw, const T* d, const float* x, const T* w, float r,
                          int64_t C) {
@@ -55,10 +53,12 @@ inline void backward_row(float* di, float* pdw, const T* d, const float* x, cons
 template <typename T, typename G>
 void backward_rows(float* dinp, G* dw, const T* dout, const float* inp, const T* w,
                    const float* rstd, int64_t N, int64_t C, float* partial, int threads) {
-  for_each_row_part(N, C, partial, threads, [&](int64_t n, float* part) {
+  // Summed over fixed parts of the rows, the parts then added in order (Note
+  // [Thread-invariant norm gradients] in cpu/layernorm.cpp).
+  const int64_t parts = for_each_row_part(N, C, partial, threads, [&](int64_t n, float* part) {
     backward_row(dinp + n * C, part, dout + n * C, inp + n * C, w, rstd[n], C);
   });
-  add_parts(dw, partial, norm_parts(N), C, C, threads);
+  add_parts(dw, partial, parts, C, C, threads);
 }
 
 }  // namespace

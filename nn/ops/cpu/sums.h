@@ -24,10 +24,11 @@ inline int64_t norm_parts(int64_t N) {
 
 // Runs row(n, acc) for every row n < N, the rows cut into norm_parts(N) fixed parts run in
 // parallel over `threads`: each part walks its rows in order, `acc` its `width` fp32 partial
-// sums at partial + p * width, zeroed first. add_parts then adds the parts in order, so the
-// bits depend on N alone (Note [Thread-invariant norm gradients] in cpu/layernorm.cpp).
+// sums at partial + p * width, zeroed first. Returns the number of parts, which add_parts then
+// adds in order, so the bits depend on N alone (Note [Thread-invariant norm gradients] in
+// cpu/layernorm.cpp).
 template <typename Row>
-inline void for_each_row_part(int64_t N, int64_t width, float* partial, int threads, Row&& row) {
+inline int64_t for_each_row_part(int64_t N, int64_t width, float* partial, int threads, Row&& row) {
   const int64_t parts = norm_parts(N);
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t p = 0; p < parts; ++p) {
@@ -35,6 +36,7 @@ inline void for_each_row_part(int64_t N, int64_t width, float* partial, int thre
     for (int64_t c = 0; c < width; ++c) acc[c] = 0.0f;
     for (int64_t n = N * p / parts; n < N * (p + 1) / parts; ++n) row(n, acc);
   }
+  return parts;
 }
 
 // g[c] += the sum of `parts` rows of C partial sums, `stride` apart from parts[0], in row order,

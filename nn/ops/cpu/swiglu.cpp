@@ -1,6 +1,6 @@
 #include "nn/ops/cpu/dtype.h"
-#include "nn/ops/cpu/vec_math.h"
 #include "nn/ops/kernels.h"
+#include "nn/ops/cpu/vec_math.h"
 
 namespace trainer::nn::cpu {
 

@@ -199,7 +199,7 @@ void check_rope(const ConstTensor& x, const ConstTensor& positions, int head_siz
                  "rope shapes");
   TRAINER_ASSERT(rope.theta > 1 && rope.factor > 0 && rope.original_context > 0 &&
                      rope.high_freq_factor > rope.low_freq_factor && rope.low_freq_factor > 0 &&
-                     rope.ramp_span > 0 && std::isfinite(rope.ramp_span) &&
+                     rope.ramp_span != 0 && std::isfinite(rope.ramp_span) &&
                      rope.attention_factor > 0 && std::isfinite(rope.attention_factor),
                  "rope parameters");
 }

@@ -323,16 +323,19 @@ TEST(OpsGrad, CrossEntropy) {
 
 // The statistics of rows longer than the CPU kernel's 512-logit chunks: the maximum in a late
 // chunk (the sum so far rescaled), a row whose first chunk is all -inf (masked logits), a row of
-// 1500 (not a multiple of the chunk), and an uncounted row left as it was. Against double: the
-// fp32 sum of 1500 exponentials is within 1500 x 2^-24 = 9e-5 of its value relative (each term
-// and partial sum rounded once, the exponential within 2 ulp), so its log within 1e-4.
+// 1500 (not a multiple of the chunk), an uncounted row left as it was, and a NaN among masked
+// logits, which the statistics carry on (as non-finite, for the checks that look for it). Against
+// double: the fp32 sum of 1500 exponentials is within 1500 x 2^-24 = 9e-5 of its value relative
+// (each term and partial sum rounded once, the exponential within 2 ulp), so its log within 1e-4.
 TEST(OpsGrad, CrossEntropyStatsOverChunks) {
   OpEnv env;
-  const int N = 3, V = 1500;
+  const int N = 4, V = 1500;
   auto logits = random_vector(N * V, 3, 2.0f);
-  logits[1300] = 9.0f;                                              // row 0's maximum
-  for (int v = 0; v < 512; ++v) logits[V + v] = -__builtin_inff();  // row 1's first chunk
-  std::vector<int32_t> targets = {7, 1400, -1};
+  logits[1300] = 20.0f;          // row 0's maximum: 10 standard deviations over the others
+  for (int v = 0; v < 512; ++v)  // rows 1 and 3: their first chunk masked
+    logits[V + v] = logits[3 * V + v] = -__builtin_inff();
+  logits[3 * V + 100] = __builtin_nanf("");
+  std::vector<int32_t> targets = {7, 1400, -1, 3};
   std::vector<float> stats(2 * N, 42.0f);
   cross_entropy_stats(env.ctx, view(stats, {N, 2}), view(logits, {N, V}), view(targets, {N}));
   for (int n = 0; n < 2; ++n) {
@@ -342,9 +345,10 @@ TEST(OpsGrad, CrossEntropyStatsOverChunks) {
     EXPECT_EQ(stats[2 * n], float(mx)) << n;
     EXPECT_NEAR(stats[2 * n + 1], std::log(sum), 1e-4) << n;
   }
-  EXPECT_EQ(stats[0], 9.0f);
+  EXPECT_EQ(stats[0], 20.0f);
   EXPECT_EQ(stats[4], 42.0f);  // uncounted: not written
   EXPECT_EQ(stats[5], 42.0f);
+  EXPECT_TRUE(std::isnan(stats[7]));
 }
 
 // Note [Vocabulary-parallel loss]: three column slices (4, 4 and 3 of 11), each with its own

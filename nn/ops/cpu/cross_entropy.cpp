@@ -24,7 +24,11 @@ inline void row_stats(float* stats, const T* row, int64_t V) {
     float cm = mx;
 #pragma omp simd reduction(max : cm)
     for (int64_t i = b; i < e; ++i) cm = load(row[i]) > cm ? load(row[i]) : cm;
-    if (cm == -__builtin_inff()) continue;  // adds nothing (exp(-inf - -inf) would be NaN)
+    if (cm == -__builtin_inff()) {  // every logit here is -inf, adding nothing, or NaN
+      for (int64_t i = b; i < e; ++i)
+        if (std::isnan(load(row[i]))) sum = __builtin_nanf("");
+      continue;
+    }
     if (cm > mx) {
       sum *= vec_exp(mx - cm);
       mx = cm;

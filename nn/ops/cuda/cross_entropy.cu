@@ -53,7 +53,7 @@ __global__ void stats_kernel(float* stats, const T* logits, const int32_t* targe
     if (xv > m) {
       s = s * expf(m - xv) + 1.0f;
       m = xv;
-    } else if (xv > -INFINITY) {  // -inf adds nothing (and gives NaN while m is -inf)
+    } else if (xv != -INFINITY) {  // -inf adds nothing (and gives NaN while m is -inf)
       s += expf(xv - m);
     }
   }

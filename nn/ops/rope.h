@@ -72,14 +72,13 @@ inline std::pair<float, float> yarn_ramp(double theta, double original_context, 
 // rope initialisation functions compute it (the one formula of both backends; to rounding, as
 // the compilers may fuse a product and a sum into one FMA).
 TRAINER_HOST_DEVICE inline float rope_inv_freq(const Rope& r, int64_t i, int64_t rd) {
+  const float period = powf(r.theta, float(2 * i) / float(rd));  // theta^(2i/rd)
+  const float f = 1.0f / period;
   if (r.scaling == RopeScaling::yarn) {
-    const float turns = powf(r.theta, float(2 * i) / float(rd));
-    const float kept_f = 1.0f / turns, scaled_f = 1.0f / (r.factor * turns);
     const float ramp = fminf(fmaxf((float(i) - r.ramp_low) / r.ramp_span, 0.0f), 1.0f);
     const float kept = 1.0f - ramp;
-    return scaled_f * (1.0f - kept) + kept_f * kept;
+    return 1.0f / (r.factor * period) * (1.0f - kept) + f * kept;
   }
-  const float f = 1.0f / powf(r.theta, float(2 * i) / float(rd));
   if (r.scaling == RopeScaling::linear) return f / r.factor;
   if (r.scaling != RopeScaling::llama3) return f;
   const float wavelen = 2.0f * 3.14159265358979323846f / f;

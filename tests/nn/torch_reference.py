@@ -214,10 +214,10 @@ def yarn_of(config, scaling, theta, d):
     low, high = max(low, 0), min(high, d - 1)
     if low == high:
         high += 0.001
-    turns = theta ** (torch.arange(0, d, 2).float() / d)
+    period = theta ** (torch.arange(0, d, 2).float() / d)
     ramp = torch.clamp((torch.arange(d // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
     kept = 1 - ramp
-    return (1.0 / (factor * turns)) * (1 - kept) + (1.0 / turns) * kept, attention
+    return (1.0 / (factor * period)) * (1 - kept) + (1.0 / period) * kept, attention
 
 
 def rope_frequencies_of(kind, scaling, inv_freq):

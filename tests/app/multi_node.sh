@@ -91,8 +91,8 @@ same_state() {  # runs $1 and $2 end at step 80 with the same bits
 now_ms() { date +%s%3N; }
 seconds_since() { awk -v a="$1" -v b="$(now_ms)" 'BEGIN { printf "%.1f", (b - a) / 1000 }'; }
 job_state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
-wait_job() {  # JOB: until it has ended, past Slurm's COMPLETING while its steps wind down (60 s)
-  for _ in $(seq 1 600); do [[ $(job_state "$1") =~ ^(PENDING|RUNNING|CONFIGURING|COMPLETING)$ ]] || return 0; sleep 0.1; done
+wait_job() {  # JOB: until it is no longer pending or running (60 s)
+  for _ in $(seq 1 600); do [[ $(job_state "$1") =~ ^(PENDING|RUNNING|CONFIGURING)$ ]] || return 0; sleep 0.1; done
   fail "job $1 still $(job_state "$1") after 60 s"
 }
 batch() {  # sbatch options..., --, trainer options...: the job id, once it ended
